@@ -1,1 +1,26 @@
-pub fn placeholder() {}
+//! dsa-recall: a CPU simulator of how DeepSeek sparse attention's lightning
+//! indexer selects compressed KV rows, and how often a needle survives.
+//!
+//! The pipeline, one module per concept:
+//! [`config`] (presets, scenario files, validation) →
+//! [`geometry`] (compression into rows, raw window, needle rows) →
+//! [`haystack`] (synthetic keys, queries, weights) →
+//! [`precision`] / [`format`] (quantization of q and k) →
+//! [`indexer`] (scores) → [`selection`] (top-k, ranks) →
+//! [`trial`] → [`montecarlo`] → [`sweep`] → [`output`] and [`chart`].
+
+pub mod config;
+pub mod error;
+pub mod format;
+pub mod geometry;
+pub mod haystack;
+pub mod indexer;
+pub mod montecarlo;
+pub mod precision;
+pub mod rng;
+pub mod selection;
+pub mod stats;
+pub mod trial;
+
+pub use config::{Scenario, ScenarioParams};
+pub use error::{ConfigError, Error, SimError};

@@ -1,0 +1,123 @@
+//! Parsers for the comma-separated lists of the CLI and scenario files.
+
+use crate::error::ConfigError;
+
+const SIZE_HELP: &str = "a comma-separated list of positive integers with an optional K (×1024) or M (×1048576) suffix, or doubling ranges such as 1K..128K";
+
+/// Parses one size such as `4096`, `4K`, `1.5K` or `1M`.
+pub fn parse_size(text: &str) -> Option<u64> {
+    let t = text.trim();
+    let (number, unit) = match t.char_indices().last()? {
+        (i, 'k' | 'K') => (&t[..i], 1024u64),
+        (i, 'm' | 'M') => (&t[..i], 1024 * 1024),
+        _ => (t, 1),
+    };
+    if number.is_empty() {
+        return None;
+    }
+    if let Ok(n) = number.parse::<u64>() {
+        return n.checked_mul(unit);
+    }
+    // Fractions only with a suffix, and only when they give a whole number.
+    let x: f64 = number.parse().ok()?;
+    let v = x * unit as f64;
+    (unit > 1 && x.is_finite() && x > 0.0 && v.fract() == 0.0 && v < 9.0e15).then_some(v as u64)
+}
+
+/// Parses a size list with doubling ranges (`1K..128K` = 1K, 2K, 4K … 128K).
+pub fn parse_sizes(field: &str, text: &str) -> Result<Vec<u64>, ConfigError> {
+    let bad = |v: &str| ConfigError::new(field, format!("{v:?}"), SIZE_HELP);
+    let mut out = Vec::new();
+    if text.trim().is_empty() {
+        return Err(bad(text));
+    }
+    for item in text.split(',') {
+        if let Some((a, b)) = item.split_once("..") {
+            let (lo, hi) = (parse_size(a).ok_or_else(|| bad(item))?, parse_size(b).ok_or_else(|| bad(item))?);
+            if lo == 0 || lo > hi {
+                return Err(ConfigError::new(field, format!("{:?}", item.trim()), "a range A..B needs 0 < A ≤ B"));
+            }
+            let mut x = lo;
+            while x <= hi {
+                out.push(x);
+                x = match x.checked_mul(2) {
+                    Some(v) => v,
+                    None => break,
+                };
+            }
+        } else {
+            let v = parse_size(item).ok_or_else(|| bad(item))?;
+            if v == 0 {
+                return Err(ConfigError::new(field, 0, "values must be ≥ 1"));
+            }
+            out.push(v);
+        }
+    }
+    Ok(out)
+}
+
+/// Parses a list of numbers with linear ranges `A..B:STEP` (both ends included).
+pub fn parse_numbers(field: &str, text: &str) -> Result<Vec<f64>, ConfigError> {
+    let help = "a comma-separated list of numbers, or linear ranges such as 0..100:10";
+    let bad = |v: &str| ConfigError::new(field, format!("{:?}", v.trim()), help);
+    let num = |s: &str| s.trim().parse::<f64>().ok().filter(|x| x.is_finite());
+    let mut out = Vec::new();
+    if text.trim().is_empty() {
+        return Err(bad(text));
+    }
+    for item in text.split(',') {
+        if let Some((a, rest)) = item.split_once("..") {
+            let (b, step) = rest.split_once(':').ok_or_else(|| bad(item))?;
+            let (a, b, step) = (num(a).ok_or_else(|| bad(item))?, num(b).ok_or_else(|| bad(item))?, num(step).ok_or_else(|| bad(item))?);
+            if !(step > 0.0) || a > b || (b - a) / step > 100_000.0 {
+                return Err(ConfigError::new(field, format!("{:?}", item.trim()), "a range A..B:STEP needs A ≤ B, STEP > 0 and at most 100000 steps"));
+            }
+            let n = ((b - a) / step + 1e-9).floor() as u64;
+            out.extend((0..=n).map(|i| a + step * i as f64));
+        } else {
+            out.push(num(item).ok_or_else(|| bad(item))?);
+        }
+    }
+    Ok(out)
+}
+
+/// Splits a comma-separated list of names.
+pub fn parse_names(field: &str, text: &str) -> Result<Vec<String>, ConfigError> {
+    let names: Vec<String> = text.split(',').map(|s| s.trim().to_string()).collect();
+    if names.iter().any(String::is_empty) {
+        return Err(ConfigError::new(field, format!("{text:?}"), "a comma-separated list of names without empty entries"));
+    }
+    Ok(names)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_with_suffixes_and_ranges() {
+        assert_eq!(parse_size("1K"), Some(1024));
+        assert_eq!(parse_size("1.5k"), Some(1536));
+        assert_eq!(parse_size("1M"), Some(1 << 20));
+        assert_eq!(parse_size("5000"), Some(5000));
+        assert_eq!(parse_size("1.5"), None);
+        assert_eq!(parse_size("K"), None);
+        assert_eq!(parse_size("-4K"), None);
+        assert_eq!(parse_sizes("c", "1K..8K").unwrap(), vec![1024, 2048, 4096, 8192]);
+        assert_eq!(parse_sizes("c", "1K..3K,5000").unwrap(), vec![1024, 2048, 5000]);
+        assert!(parse_sizes("c", "8K..1K").is_err());
+        assert!(parse_sizes("c", "abc").unwrap_err().to_string().contains("invalid c = \"abc\""));
+        assert!(parse_sizes("c", "").is_err());
+        assert!(parse_sizes("c", "0").is_err());
+        assert!(parse_sizes("c", "99999999999999999999").is_err());
+    }
+
+    #[test]
+    fn numbers_and_linear_ranges() {
+        assert_eq!(parse_numbers("d", "0,50,100").unwrap(), vec![0.0, 50.0, 100.0]);
+        assert_eq!(parse_numbers("d", "0..100:25").unwrap(), vec![0.0, 25.0, 50.0, 75.0, 100.0]);
+        assert!(parse_numbers("d", "0..100:0").is_err());
+        assert!(parse_numbers("d", "NaN").is_err());
+        assert!(parse_numbers("d", "1e400").is_err());
+    }
+}

@@ -1,0 +1,283 @@
+//! Scenario configuration in two layers: unchecked [`ScenarioParams`] from
+//! presets, TOML files and the command line, merged and then validated once
+//! by [`check`] into a [`Scenario`] before any work starts.
+
+pub mod lists;
+pub mod params;
+pub mod preset;
+
+pub use params::{ListSpec, Overlay, ScenarioParams};
+pub use preset::{preset_names, preset_params, preset_text, DEFAULT_PRESET, PRESETS};
+
+use crate::error::{ConfigError, Error};
+use crate::geometry::CompressionGeometry;
+use crate::haystack::{GenerativeModel, IndexerShape};
+use crate::precision::PrecisionVariant;
+use crate::selection::TieRule;
+use serde::Serialize;
+
+/// Largest context the simulator accepts (tokens): 16M.
+pub const MAX_CONTEXT: u64 = 1 << 24;
+/// Largest number of trials per cell.
+pub const MAX_TRIALS: u64 = 10_000_000;
+
+/// A validated scenario: every field present and within range.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Scenario {
+    pub preset: String,
+    pub description: String,
+    pub model: GenerativeModel,
+    pub geometry: CompressionGeometry,
+    /// The model's configured top-k.
+    pub index_topk: u64,
+    pub needle_tokens: u64,
+    pub tie_rule: TieRule,
+    /// Ascending, without duplicates.
+    pub contexts: Vec<u64>,
+    /// Ascending, without duplicates.
+    pub depths: Vec<f64>,
+    /// Ascending, without duplicates.
+    pub topks: Vec<u64>,
+    pub precisions: Vec<PrecisionVariant>,
+    pub trials: u64,
+    pub seed: u64,
+    pub threshold: f64,
+}
+
+/// The CLI flag that sets a scenario field, for error messages.
+fn flag(path: &str) -> Option<&'static str> {
+    Some(match path {
+        "sweep.contexts" => "--contexts",
+        "sweep.depths" => "--depths",
+        "sweep.topk" => "--topk",
+        "sweep.precisions" => "--precisions",
+        "sweep.trials" => "--trials",
+        "sweep.seed" => "--seed",
+        "sweep.threshold" => "--threshold",
+        "needle.strength" => "--needle-strength",
+        "needle.tokens" => "--needle-tokens",
+        "needle.heads" => "--needle-heads",
+        "geometry.compress_ratio" => "--compress-ratio",
+        "geometry.window" => "--window",
+        "selection.tie_rule" => "--tie-rule",
+        _ => return None,
+    })
+}
+
+/// "sweep.topk (--topk)": the name errors use for a field.
+pub fn field_name(path: &str) -> String {
+    match flag(path) {
+        Some(f) => format!("{path} ({f})"),
+        None => path.to_string(),
+    }
+}
+
+fn require<T>(value: Option<T>, path: &str) -> Result<T, ConfigError> {
+    value.ok_or_else(|| ConfigError::new(field_name(path), "(missing)", "a value is required: set it in the scenario file or pick a preset that has it"))
+}
+
+fn finite_at_least(value: f64, min: f64, path: &str) -> Result<f64, ConfigError> {
+    if value.is_finite() && value >= min {
+        Ok(value)
+    } else {
+        Err(ConfigError::new(field_name(path), value, format!("a finite number ≥ {min}")))
+    }
+}
+
+fn int_in(value: u64, lo: u64, hi: u64, path: &str) -> Result<u64, ConfigError> {
+    if (lo..=hi).contains(&value) {
+        Ok(value)
+    } else {
+        Err(ConfigError::new(field_name(path), value, format!("an integer from {lo} to {hi}")))
+    }
+}
+
+/// Resolves the base preset (the params' own `preset`, or the default) and
+/// overlays `params` on it.
+pub fn resolve(params: ScenarioParams) -> Result<ScenarioParams, ConfigError> {
+    let name = params.preset.clone().unwrap_or_else(|| DEFAULT_PRESET.to_string());
+    let mut base = preset_params(&name)?;
+    base.overlay(params);
+    base.preset = Some(name);
+    Ok(base)
+}
+
+/// Validates merged parameters (no preset lookup; see [`resolve`]).
+pub fn check(p: ScenarioParams) -> Result<Scenario, ConfigError> {
+    let heads = int_in(require(p.indexer.heads, "indexer.heads")? as u64, 1, 1024, "indexer.heads")? as usize;
+    let head_dim = int_in(require(p.indexer.head_dim, "indexer.head_dim")? as u64, 1, 4096, "indexer.head_dim")? as usize;
+    let index_topk = int_in(require(p.indexer.index_topk, "indexer.index_topk")?, 1, MAX_CONTEXT, "indexer.index_topk")?;
+    let weight_mean = require(p.indexer.weight_mean, "indexer.weight_mean")?;
+    let weight_mean = finite_at_least(weight_mean, f64::MIN, "indexer.weight_mean")?;
+    let weight_std = finite_at_least(require(p.indexer.weight_std, "indexer.weight_std")?, 0.0, "indexer.weight_std")?;
+
+    let ratio = int_in(require(p.geometry.compress_ratio, "geometry.compress_ratio")?, 1, 1 << 16, "geometry.compress_ratio")?;
+    let overlap = require(p.geometry.overlap, "geometry.overlap")?;
+    if overlap && ratio < 2 {
+        return Err(ConfigError::new(field_name("geometry.overlap"), true, "overlapping windows need geometry.compress_ratio ≥ 2"));
+    }
+    let window = int_in(require(p.geometry.window, "geometry.window")?, 0, MAX_CONTEXT, "geometry.window")?;
+
+    let key_common = finite_at_least(require(p.keys.common, "keys.common")?, 0.0, "keys.common")?;
+    let outlier_channels = int_in(require(p.keys.outlier_channels, "keys.outlier_channels")? as u64, 0, head_dim as u64, "keys.outlier_channels")? as usize;
+    let outlier_scale = require(p.keys.outlier_scale, "keys.outlier_scale")?;
+    if !(outlier_scale.is_finite() && outlier_scale > 0.0) {
+        return Err(ConfigError::new(field_name("keys.outlier_scale"), outlier_scale, "a finite number > 0"));
+    }
+
+    let strength = require(p.needle.strength, "needle.strength")?;
+    let strength = finite_at_least(strength, 0.0, "needle.strength")?;
+    let needle_tokens = int_in(require(p.needle.tokens, "needle.tokens")?, 1, 1 << 20, "needle.tokens")?;
+    let needle_heads = int_in(require(p.needle.heads, "needle.heads")? as u64, 0, heads as u64, "needle.heads")? as usize;
+    if strength > 0.0 && needle_heads > 0 && heads > head_dim {
+        return Err(ConfigError::new(
+            field_name("indexer.heads"),
+            heads,
+            format!("at most indexer.head_dim = {head_dim} heads when the needle has a strength (the needle offset solves one equation per head)"),
+        ));
+    }
+
+    let tie_text = require(p.selection.tie_rule, "selection.tie_rule")?;
+    let tie_rule = tie_text
+        .parse::<TieRule>()
+        .map_err(|()| ConfigError::new(field_name("selection.tie_rule"), format!("{tie_text:?}"), format!("one of {}", TieRule::NAMES)))?;
+    let window_rows_compete = require(p.selection.window_rows_compete, "selection.window_rows_compete")?;
+
+    let contexts_spec = require(p.sweep.contexts, "sweep.contexts")?;
+    let mut contexts = lists::parse_sizes(&field_name("sweep.contexts"), &contexts_spec.to_text())?;
+    for &c in &contexts {
+        if !(needle_tokens..=MAX_CONTEXT).contains(&c) {
+            return Err(ConfigError::new(
+                field_name("sweep.contexts"),
+                c,
+                format!("context lengths from needle.tokens = {needle_tokens} to {MAX_CONTEXT} (16M) tokens"),
+            ));
+        }
+    }
+    contexts.sort_unstable();
+    contexts.dedup();
+
+    let depth_spec = require(p.sweep.depths, "sweep.depths")?;
+    let mut depths = lists::parse_numbers(&field_name("sweep.depths"), &depth_spec.to_text())?;
+    for &d in &depths {
+        if !(0.0..=100.0).contains(&d) {
+            return Err(ConfigError::new(field_name("sweep.depths"), d, "depths in percent from 0 (start of the context) to 100 (end)"));
+        }
+    }
+    depths.sort_by(f64::total_cmp);
+    depths.dedup();
+    // +0.0 and -0.0 are the same depth but seed differently; keep one spelling.
+    for d in &mut depths {
+        *d += 0.0;
+    }
+
+    let mut topks = match p.sweep.topk {
+        Some(spec) => lists::parse_sizes(&field_name("sweep.topk"), &spec.to_text())?,
+        None => vec![index_topk, index_topk * 2],
+    };
+    for &k in &topks {
+        int_in(k, 1, MAX_CONTEXT, "sweep.topk")?;
+    }
+    topks.sort_unstable();
+    topks.dedup();
+
+    let precision_spec = require(p.sweep.precisions, "sweep.precisions")?;
+    let names = lists::parse_names(&field_name("sweep.precisions"), &precision_spec.to_text())?;
+    let mut precisions: Vec<PrecisionVariant> = Vec::new();
+    for name in names {
+        let v = PrecisionVariant::builtin(&name).ok_or_else(|| {
+            ConfigError::new(field_name("sweep.precisions"), format!("{name:?}"), format!("one of {}", PrecisionVariant::builtin_names().join(", ")))
+        })?;
+        if !precisions.iter().any(|p| p.name == v.name) {
+            precisions.push(v);
+        }
+    }
+
+    let trials = int_in(require(p.sweep.trials, "sweep.trials")?, 1, MAX_TRIALS, "sweep.trials")?;
+    let seed = require(p.sweep.seed, "sweep.seed")?;
+    let threshold = require(p.sweep.threshold, "sweep.threshold")?;
+    if !(threshold > 0.0 && threshold <= 1.0) {
+        return Err(ConfigError::new(field_name("sweep.threshold"), threshold, "a recall threshold in (0, 1]"));
+    }
+
+    Ok(Scenario {
+        preset: p.preset.unwrap_or_else(|| "custom".into()),
+        description: p.description.unwrap_or_default(),
+        model: GenerativeModel {
+            shape: IndexerShape { heads, head_dim },
+            key_common,
+            outlier_channels,
+            outlier_scale,
+            weight_mean,
+            weight_std,
+            needle_strength: strength,
+            needle_heads,
+        },
+        geometry: CompressionGeometry { ratio, overlap, window, window_rows_compete },
+        index_topk,
+        needle_tokens,
+        tie_rule,
+        contexts,
+        depths,
+        topks,
+        precisions,
+        trials,
+        seed,
+        threshold,
+    })
+}
+
+/// Reads and parses a scenario file.
+pub fn load_scenario_file(path: &std::path::Path) -> Result<ScenarioParams, Error> {
+    let text = std::fs::read_to_string(path).map_err(|e| Error::io(format!("reading scenario file {}", path.display()), e))?;
+    params::parse_scenario_toml(&text).map_err(|message| Error::ScenarioFile { path: path.display().to_string(), message })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with(toml: &str) -> Result<Scenario, ConfigError> {
+        check(resolve(params::parse_scenario_toml(toml).unwrap())?)
+    }
+
+    #[test]
+    fn default_preset_resolves_with_derived_topk() {
+        let s = with("").unwrap();
+        assert_eq!(s.preset, "deepseek-v4-flash");
+        assert_eq!(s.topks, vec![512, 1024]);
+        assert_eq!(s.contexts.first(), Some(&1024));
+        assert_eq!(s.contexts.last(), Some(&(128 * 1024)));
+    }
+
+    #[test]
+    fn bad_values_name_their_field() {
+        let cases = [
+            ("[sweep]\ntopk = \"0\"", "sweep.topk (--topk)"),
+            ("[geometry]\ncompress_ratio = 0", "geometry.compress_ratio (--compress-ratio)"),
+            ("[sweep]\ndepths = \"101\"", "sweep.depths (--depths)"),
+            ("[sweep]\nprecisions = \"fp7\"", "sweep.precisions (--precisions)"),
+            ("[sweep]\ntrials = 0", "sweep.trials (--trials)"),
+            ("[needle]\nstrength = -1.0", "needle.strength (--needle-strength)"),
+            ("[needle]\nstrength = nan", "needle.strength (--needle-strength)"),
+            ("[sweep]\ncontexts = \"1K..x\"", "sweep.contexts (--contexts)"),
+            ("[selection]\ntie_rule = \"first\"", "selection.tie_rule (--tie-rule)"),
+            ("[sweep]\nthreshold = 1.5", "sweep.threshold (--threshold)"),
+            ("[keys]\noutlier_channels = 999", "keys.outlier_channels"),
+            ("[indexer]\nheads = 256", "indexer.heads"),
+        ];
+        for (toml, field) in cases {
+            let err = with(toml).unwrap_err().to_string();
+            assert!(err.starts_with(&format!("invalid {field} = ")), "{toml}: {err}");
+            assert!(!err.contains('\n'));
+        }
+    }
+
+    #[test]
+    fn lists_are_sorted_and_deduplicated() {
+        let s = with("[sweep]\ncontexts = \"8K,1K,8K\"\ndepths = [100, 0, 0]\ntopk = [64, 32]").unwrap();
+        assert_eq!(s.contexts, vec![1024, 8192]);
+        assert_eq!(s.depths, vec![0.0, 100.0]);
+        assert_eq!(s.topks, vec![32, 64]);
+    }
+}

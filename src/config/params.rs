@@ -1,0 +1,207 @@
+//! Unchecked scenario parameters: what presets, scenario files and the
+//! command line say, every field optional. [`super::check`] turns a merged set
+//! into a validated [`super::Scenario`].
+
+use serde::{Deserialize, Serialize};
+
+/// A list given either as one string ("1K..128K") or as a TOML array.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum ListSpec {
+    Text(String),
+    Items(Vec<ListItem>),
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum ListItem {
+    Int(i64),
+    Float(f64),
+    Text(String),
+}
+
+impl ListSpec {
+    /// The list as the comma-separated text the list parsers read.
+    pub fn to_text(&self) -> String {
+        match self {
+            ListSpec::Text(s) => s.clone(),
+            ListSpec::Items(items) => items
+                .iter()
+                .map(|i| match i {
+                    ListItem::Int(v) => v.to_string(),
+                    ListItem::Float(v) => v.to_string(),
+                    ListItem::Text(v) => v.clone(),
+                })
+                .collect::<Vec<_>>()
+                .join(","),
+        }
+    }
+}
+
+/// Fields overlay: `self` keeps its values, `other` fills the gaps.
+pub trait Overlay {
+    /// Values of `top` win over values of `self`.
+    fn overlay(&mut self, top: Self);
+}
+
+macro_rules! section {
+    ($(#[$meta:meta])* $name:ident { $($(#[$fmeta:meta])* $field:ident : $ty:ty),* $(,)? }) => {
+        $(#[$meta])*
+        #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+        #[serde(deny_unknown_fields)]
+        pub struct $name {
+            $($(#[$fmeta])* #[serde(skip_serializing_if = "Option::is_none")] pub $field: Option<$ty>,)*
+        }
+        impl Overlay for $name {
+            fn overlay(&mut self, top: Self) {
+                $(if top.$field.is_some() { self.$field = top.$field; })*
+            }
+        }
+    };
+}
+
+section!(
+    /// `[indexer]`: the lightning indexer's shape and head weights.
+    IndexerParams {
+        heads: usize,
+        head_dim: usize,
+        /// The model's configured top-k (index_topk).
+        index_topk: u64,
+        weight_mean: f64,
+        weight_std: f64,
+    }
+);
+
+section!(
+    /// `[geometry]`: compression into rows and the raw window.
+    GeometryParams {
+        compress_ratio: u64,
+        overlap: bool,
+        window: u64,
+    }
+);
+
+section!(
+    /// `[keys]`: the synthetic haystack keys.
+    KeyParams {
+        common: f64,
+        outlier_channels: usize,
+        outlier_scale: f64,
+    }
+);
+
+section!(
+    /// `[needle]`
+    NeedleParams {
+        strength: f64,
+        tokens: u64,
+        heads: usize,
+    }
+);
+
+section!(
+    /// `[selection]`
+    SelectionParams {
+        tie_rule: String,
+        window_rows_compete: bool,
+    }
+);
+
+section!(
+    /// `[sweep]`: the cell grid and the Monte Carlo.
+    SweepParams {
+        contexts: ListSpec,
+        depths: ListSpec,
+        topk: ListSpec,
+        precisions: ListSpec,
+        trials: u64,
+        seed: u64,
+        threshold: f64,
+    }
+);
+
+/// A whole scenario, every field optional.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScenarioParams {
+    /// The preset this scenario starts from.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub preset: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    #[serde(default)]
+    pub indexer: IndexerParams,
+    #[serde(default)]
+    pub geometry: GeometryParams,
+    #[serde(default)]
+    pub keys: KeyParams,
+    #[serde(default)]
+    pub needle: NeedleParams,
+    #[serde(default)]
+    pub selection: SelectionParams,
+    #[serde(default)]
+    pub sweep: SweepParams,
+}
+
+impl Overlay for ScenarioParams {
+    fn overlay(&mut self, top: Self) {
+        if top.preset.is_some() {
+            self.preset = top.preset;
+        }
+        if top.description.is_some() {
+            self.description = top.description;
+        }
+        self.indexer.overlay(top.indexer);
+        self.geometry.overlay(top.geometry);
+        self.keys.overlay(top.keys);
+        self.needle.overlay(top.needle);
+        self.selection.overlay(top.selection);
+        self.sweep.overlay(top.sweep);
+    }
+}
+
+/// Parses a scenario file's text. Errors are one line: `line L, column C: message`.
+pub fn parse_scenario_toml(text: &str) -> Result<ScenarioParams, String> {
+    toml::from_str(text).map_err(|e| {
+        let message = e.message().trim().replace('\n', " ");
+        match e.span() {
+            Some(span) => {
+                let before = &text[..span.start.min(text.len())];
+                let line = before.matches('\n').count() + 1;
+                let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+                format!("line {line}, column {column}: {message}")
+            }
+            None => message,
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn overlay_keeps_base_values_the_top_leaves_out() {
+        let mut base = parse_scenario_toml("[needle]\nstrength = 1.0\ntokens = 4\n").unwrap();
+        let top = parse_scenario_toml("[needle]\nstrength = 2.0\n").unwrap();
+        base.overlay(top);
+        assert_eq!(base.needle.strength, Some(2.0));
+        assert_eq!(base.needle.tokens, Some(4));
+    }
+
+    #[test]
+    fn unknown_keys_are_reported_with_line_and_column() {
+        let err = parse_scenario_toml("[needle]\nstrength = 1.0\nstrenght = 2.0\n").unwrap_err();
+        assert!(err.starts_with("line 3, column 1: unknown field `strenght`"), "{err}");
+        let err = parse_scenario_toml("[needl]\n").unwrap_err();
+        assert!(err.contains("line 1") && err.contains("unknown field `needl`"), "{err}");
+        assert!(!err.contains('\n'));
+    }
+
+    #[test]
+    fn lists_accept_text_or_arrays() {
+        let p = parse_scenario_toml("[sweep]\ncontexts = [1024, \"4K\"]\ndepths = \"0..100:50\"\n").unwrap();
+        assert_eq!(p.sweep.contexts.unwrap().to_text(), "1024,4K");
+        assert_eq!(p.sweep.depths.unwrap().to_text(), "0..100:50");
+    }
+}

@@ -1,0 +1,50 @@
+//! Library error types.
+
+use thiserror::Error;
+
+/// A configuration value that is not allowed. Displays as one line naming
+/// the field, the value and what is allowed.
+#[derive(Debug, Error, Clone, PartialEq)]
+#[error("invalid {field} = {value}: {allowed}")]
+pub struct ConfigError {
+    pub field: String,
+    pub value: String,
+    pub allowed: String,
+}
+
+impl ConfigError {
+    pub fn new(field: impl Into<String>, value: impl ToString, allowed: impl Into<String>) -> Self {
+        Self { field: field.into(), value: value.to_string(), allowed: allowed.into() }
+    }
+}
+
+/// Failures inside a simulation.
+#[derive(Debug, Error, Clone, PartialEq)]
+pub enum SimError {
+    #[error("generative model: {0}")]
+    Model(String),
+}
+
+/// Everything the library can fail with.
+#[derive(Debug, Error)]
+pub enum Error {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// A scenario file that does not parse (message carries line and column).
+    #[error("{path}: {message}")]
+    ScenarioFile { path: String, message: String },
+    #[error(transparent)]
+    Sim(#[from] SimError),
+    #[error("{context}: {source}")]
+    Io { context: String, source: std::io::Error },
+    #[error("output directory {0} is not empty; pass --force to overwrite it")]
+    OutputNotEmpty(String),
+    #[error("chart: {0}")]
+    Chart(String),
+}
+
+impl Error {
+    pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {
+        Error::Io { context: context.into(), source }
+    }
+}

@@ -1,0 +1,271 @@
+//! The synthetic generative model for indexer queries, head weights and keys.
+//!
+//! Everything here is documented, with its reasoning, in docs/MODEL.md
+//! ("Generative model"). In short, for one trial:
+//!
+//! * queries `q_h ~ N(0, I_d)` for each of the H heads;
+//! * head weights `w_h ~ N(μ_w, σ_w)`, signed, except that the heads that look
+//!   for the needle take `|w_h|`;
+//! * a haystack key `k = a·u + σ ⊙ z`, `z ~ N(0, I_d)`, with a common unit
+//!   direction `u` shared by every row of the trial, `a = common·‖σ‖`, and
+//!   `σ_j = outlier_scale` on the outlier channels, 1 elsewhere;
+//! * a needle key is a haystack key plus `δ`, the smallest vector that moves
+//!   each looking head's dot product by `strength` haystack standard
+//!   deviations of that head, and every other head's by exactly zero.
+
+use crate::error::SimError;
+use crate::rng::{self, tag};
+use rand::Rng;
+use rand_distr::{Distribution, Normal, StandardNormal};
+use serde::{Deserialize, Serialize};
+
+/// Indexer dimensions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IndexerShape {
+    pub heads: usize,
+    pub head_dim: usize,
+}
+
+/// Knobs of the synthetic keys, queries and weights (validated by config).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct GenerativeModel {
+    pub shape: IndexerShape,
+    /// Norm of the common key component relative to the random part's RMS norm.
+    pub key_common: f64,
+    /// Number of outlier channels (the first ones of the key).
+    pub outlier_channels: usize,
+    /// Standard deviation of the outlier channels (the others have 1).
+    pub outlier_scale: f64,
+    pub weight_mean: f64,
+    pub weight_std: f64,
+    /// Needle strength in haystack standard deviations of each looking head's
+    /// pre-ReLU dot product.
+    pub needle_strength: f64,
+    /// Heads that look for the needle (the first `needle_heads` heads).
+    pub needle_heads: usize,
+}
+
+/// One trial's draws: everything except the per-row noise, which is drawn on
+/// demand from a per-row stream so any row can be regenerated alone.
+#[derive(Clone, Debug)]
+pub struct TrialHaystack {
+    pub shape: IndexerShape,
+    /// Queries, row-major [heads × head_dim], fp32 before any quantization.
+    pub queries: Vec<f32>,
+    /// Signed head weights [heads], before the (H·d)^-1/2 scale.
+    pub weights: Vec<f32>,
+    /// `a·u`, the component every key shares.
+    common: Vec<f32>,
+    /// Per-channel standard deviation σ.
+    channel_std: Vec<f32>,
+    /// `δ`, added to a needle row's key.
+    needle_offset: Vec<f32>,
+    row_seed: u64,
+}
+
+impl TrialHaystack {
+    /// Draws a trial from `trial_seed`.
+    pub fn draw(model: &GenerativeModel, trial_seed: u64) -> Result<Self, SimError> {
+        let IndexerShape { heads, head_dim: d } = model.shape;
+        let mut rng = rng::stream(trial_seed, &[tag::QUERY]);
+
+        let queries: Vec<f32> = (0..heads * d).map(|_| rng.sample::<f32, _>(StandardNormal)).collect();
+
+        let weight_dist = Normal::new(model.weight_mean, model.weight_std)
+            .map_err(|e| SimError::Model(format!("head weight distribution: {e}")))?;
+        let weights: Vec<f32> = (0..heads)
+            .map(|h| {
+                let w = weight_dist.sample(&mut rng);
+                // A head that looks for the needle must vote for it.
+                if h < model.needle_heads { w.abs() as f32 } else { w as f32 }
+            })
+            .collect();
+
+        let channel_std: Vec<f32> = (0..d)
+            .map(|j| if j < model.outlier_channels { model.outlier_scale as f32 } else { 1.0 })
+            .collect();
+        let random_norm = channel_std.iter().map(|&s| f64::from(s).powi(2)).sum::<f64>().sqrt();
+        let mut direction: Vec<f64> = (0..d).map(|_| rng.sample::<f64, _>(StandardNormal)).collect();
+        let dir_norm = direction.iter().map(|x| x * x).sum::<f64>().sqrt().max(f64::MIN_POSITIVE);
+        for x in &mut direction {
+            *x /= dir_norm;
+        }
+        let common: Vec<f32> = direction.iter().map(|&u| (model.key_common * random_norm * u) as f32).collect();
+
+        let needle_offset = needle_offset(model, &queries, &channel_std)?;
+        let row_seed = rng::derive(trial_seed, &[tag::ROW]);
+        Ok(Self { shape: model.shape, queries, weights, common, channel_std, needle_offset, row_seed })
+    }
+
+    /// Writes haystack row `row`'s key into `out` (length head_dim).
+    pub fn fill_haystack_row(&self, row: u64, out: &mut [f32]) {
+        let mut rng = rng::stream(self.row_seed, &[row]);
+        for ((o, &c), &s) in out.iter_mut().zip(&self.common).zip(&self.channel_std) {
+            let z: f32 = rng.sample(StandardNormal);
+            *o = c + s * z;
+        }
+    }
+
+    /// Writes the key of row `row` when it holds the needle: the haystack key
+    /// that row would have had, plus `δ`. With strength 0 the two are equal.
+    pub fn fill_needle_row(&self, row: u64, out: &mut [f32]) {
+        self.fill_haystack_row(row, out);
+        for (o, &dv) in out.iter_mut().zip(&self.needle_offset) {
+            *o += dv;
+        }
+    }
+
+    /// The needle offset δ (for tests and dumps).
+    pub fn needle_offset(&self) -> &[f32] {
+        &self.needle_offset
+    }
+}
+
+/// Minimum-norm δ with `q_h·δ = strength·σ_h` for looking heads and
+/// `q_h·δ = 0` for the others, where σ_h² = Σ_j q_hj² σ_j² is the variance of
+/// head h's dot product over haystack rows. Solved in f64 through the
+/// Cholesky factor of the H×H Gram matrix Q·Qᵀ (full rank when H ≤ d).
+fn needle_offset(model: &GenerativeModel, queries: &[f32], channel_std: &[f32]) -> Result<Vec<f32>, SimError> {
+    let IndexerShape { heads, head_dim: d } = model.shape;
+    if model.needle_strength == 0.0 || model.needle_heads == 0 {
+        return Ok(vec![0.0; d]);
+    }
+    let q = |h: usize, j: usize| f64::from(queries[h * d + j]);
+    let mut target = vec![0.0f64; heads];
+    for (h, t) in target.iter_mut().enumerate().take(model.needle_heads) {
+        let var: f64 = (0..d).map(|j| (q(h, j) * f64::from(channel_std[j])).powi(2)).sum();
+        *t = model.needle_strength * var.sqrt();
+    }
+    let mut gram = vec![0.0f64; heads * heads];
+    for a in 0..heads {
+        for b in 0..=a {
+            let g: f64 = (0..d).map(|j| q(a, j) * q(b, j)).sum();
+            gram[a * heads + b] = g;
+            gram[b * heads + a] = g;
+        }
+    }
+    let alpha = cholesky_solve(&mut gram, heads, &target)
+        .ok_or_else(|| SimError::Model("the query Gram matrix is singular; use indexer.heads ≤ indexer.head_dim".into()))?;
+    Ok((0..d).map(|j| (0..heads).map(|h| alpha[h] * q(h, j)).sum::<f64>() as f32).collect())
+}
+
+/// Solves A·x = b for symmetric positive definite A (row-major n×n, overwritten
+/// by its Cholesky factor). None when A is not numerically positive definite.
+fn cholesky_solve(a: &mut [f64], n: usize, b: &[f64]) -> Option<Vec<f64>> {
+    for i in 0..n {
+        for j in 0..=i {
+            let mut s = a[i * n + j];
+            for k in 0..j {
+                s -= a[i * n + k] * a[j * n + k];
+            }
+            if i == j {
+                if !(s > 1e-12 * a[i * n + i].abs().max(1.0)) {
+                    return None;
+                }
+                a[i * n + i] = s.sqrt();
+            } else {
+                a[i * n + j] = s / a[j * n + j];
+            }
+        }
+    }
+    let mut y = vec![0.0; n];
+    for i in 0..n {
+        let s: f64 = (0..i).map(|k| a[i * n + k] * y[k]).sum();
+        y[i] = (b[i] - s) / a[i * n + i];
+    }
+    let mut x = vec![0.0; n];
+    for i in (0..n).rev() {
+        let s: f64 = (i + 1..n).map(|k| a[k * n + i] * x[k]).sum();
+        x[i] = (y[i] - s) / a[i * n + i];
+    }
+    Some(x)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    pub(crate) fn model(strength: f64) -> GenerativeModel {
+        GenerativeModel {
+            shape: IndexerShape { heads: 64, head_dim: 128 },
+            key_common: 0.5,
+            outlier_channels: 4,
+            outlier_scale: 8.0,
+            weight_mean: 0.0,
+            weight_std: 1.0,
+            needle_strength: strength,
+            needle_heads: 16,
+        }
+    }
+
+    fn dot(a: &[f32], b: &[f32]) -> f64 {
+        a.iter().zip(b).map(|(&x, &y)| f64::from(x) * f64::from(y)).sum()
+    }
+
+    #[test]
+    fn needle_offset_shifts_looking_heads_by_strength_sd_and_others_by_zero() {
+        let m = model(2.5);
+        let t = TrialHaystack::draw(&m, 7).unwrap();
+        let d = 128;
+        for h in 0..64 {
+            let q = &t.queries[h * d..(h + 1) * d];
+            let shift = dot(q, t.needle_offset());
+            let sd: f64 = (0..d).map(|j| (f64::from(q[j]) * f64::from(t.channel_std[j])).powi(2)).sum::<f64>().sqrt();
+            let want = if h < 16 { 2.5 * sd } else { 0.0 };
+            assert!((shift - want).abs() < 1e-3 * sd, "head {h}: shift {shift}, want {want}");
+        }
+    }
+
+    #[test]
+    fn strength_zero_makes_needle_rows_identical_to_haystack_rows() {
+        let t = TrialHaystack::draw(&model(0.0), 3).unwrap();
+        let (mut a, mut b) = (vec![0.0; 128], vec![0.0; 128]);
+        t.fill_haystack_row(99, &mut a);
+        t.fill_needle_row(99, &mut b);
+        assert_eq!(a, b);
+    }
+
+    #[test]
+    fn looking_heads_have_positive_weights_and_rows_are_reproducible() {
+        let t = TrialHaystack::draw(&model(1.0), 11).unwrap();
+        assert!(t.weights[..16].iter().all(|&w| w >= 0.0));
+        assert!(t.weights[16..].iter().any(|&w| w < 0.0));
+        let (mut a, mut b) = (vec![0.0; 128], vec![0.0; 128]);
+        t.fill_haystack_row(5, &mut a);
+        t.fill_haystack_row(5, &mut b);
+        assert_eq!(a, b);
+        t.fill_haystack_row(6, &mut b);
+        assert_ne!(a, b);
+    }
+
+    #[test]
+    fn haystack_channels_have_the_documented_spread() {
+        // Sample variance of an outlier channel vs a normal one, over 4000 rows:
+        // the ratio's standard error is about 2·sqrt(2/4000) ≈ 4.5 %; allow 5 SE.
+        let m = model(0.0);
+        let t = TrialHaystack::draw(&m, 1).unwrap();
+        let mut row = vec![0.0; 128];
+        let (mut s0, mut s0sq, mut s9, mut s9sq) = (0.0f64, 0.0f64, 0.0f64, 0.0f64);
+        let n = 4000;
+        for i in 0..n {
+            t.fill_haystack_row(i, &mut row);
+            s0 += f64::from(row[0]);
+            s0sq += f64::from(row[0]).powi(2);
+            s9 += f64::from(row[9]);
+            s9sq += f64::from(row[9]).powi(2);
+        }
+        let var = |s: f64, sq: f64| sq / n as f64 - (s / n as f64).powi(2);
+        let ratio = var(s0, s0sq) / var(s9, s9sq);
+        assert!((ratio / 64.0 - 1.0).abs() < 0.225, "variance ratio {ratio}, want 64");
+    }
+
+    #[test]
+    fn cholesky_solves_a_known_system() {
+        let mut a = vec![4.0, 2.0, 2.0, 3.0];
+        let x = cholesky_solve(&mut a, 2, &[2.0, 1.0]).unwrap();
+        // [[4,2],[2,3]] x = [2,1] → x = [0.5, 0]
+        assert!((x[0] - 0.5).abs() < 1e-12 && x[1].abs() < 1e-12);
+        let mut singular = vec![1.0, 1.0, 1.0, 1.0];
+        assert!(cholesky_solve(&mut singular, 2, &[1.0, 1.0]).is_none());
+    }
+}

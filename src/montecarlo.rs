@@ -1,0 +1,110 @@
+//! Monte Carlo over trials: parallel with rayon, reduced in trial order so
+//! every number is identical whatever the thread count.
+
+use crate::error::SimError;
+use crate::rng::{self, tag};
+use crate::stats::{wilson_interval, Z95};
+use crate::trial::{TrialOutcome, TrialSpec};
+use rayon::prelude::*;
+
+/// Seed of trial `trial` of the haystack group at `depth_percent`. Depends on
+/// the depth's value (not its position in a list), so a cell's result does
+/// not change when other depths are added to a sweep.
+pub fn trial_seed(seed: u64, depth_percent: f64, trial: u64) -> u64 {
+    rng::derive(seed, &[tag::TRIAL, depth_percent.to_bits(), trial])
+}
+
+/// Per-cell totals over trials.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct CellTally {
+    pub trials: u64,
+    pub survived: u64,
+    pub survived_via_window: u64,
+    /// Ranks of the best needle row (strictly above), one per ranked trial.
+    ranks_above: Vec<u64>,
+    ranks_above_or_equal_sum: u128,
+    /// Trials in which a competitor tied the best needle row.
+    pub trials_with_ties: u64,
+    margin_sd_sum: f64,
+    margin_sd_n: u64,
+}
+
+impl CellTally {
+    pub fn recall(&self) -> f64 {
+        if self.trials == 0 { 0.0 } else { self.survived as f64 / self.trials as f64 }
+    }
+
+    /// Wilson 95 % interval of the recall.
+    pub fn interval(&self) -> (f64, f64) {
+        wilson_interval(self.survived, self.trials, Z95)
+    }
+
+    pub fn ranked_trials(&self) -> u64 {
+        self.ranks_above.len() as u64
+    }
+
+    pub fn mean_rank(&self) -> Option<f64> {
+        let n = self.ranks_above.len();
+        (n > 0).then(|| self.ranks_above.iter().map(|&r| r as f64).sum::<f64>() / n as f64)
+    }
+
+    pub fn mean_rank_ties(&self) -> Option<f64> {
+        let n = self.ranks_above.len();
+        (n > 0).then(|| self.ranks_above_or_equal_sum as f64 / n as f64)
+    }
+
+    pub fn median_rank(&self) -> Option<f64> {
+        let mut r = self.ranks_above.clone();
+        r.sort_unstable();
+        let n = r.len();
+        match n {
+            0 => None,
+            _ if n % 2 == 1 => Some(r[n / 2] as f64),
+            _ => Some((r[n / 2 - 1] as f64 + r[n / 2] as f64) / 2.0),
+        }
+    }
+
+    pub fn mean_margin_sd(&self) -> Option<f64> {
+        (self.margin_sd_n > 0).then(|| self.margin_sd_sum / self.margin_sd_n as f64)
+    }
+
+    fn add(&mut self, o: &crate::trial::NeedleOutcome) {
+        self.trials += 1;
+        self.survived += u64::from(o.survived);
+        self.survived_via_window += u64::from(o.via_window);
+        if let Some(r) = o.rank {
+            self.ranks_above.push(r.above);
+            self.ranks_above_or_equal_sum += u128::from(r.above_or_equal);
+            self.trials_with_ties += u64::from(r.above_or_equal > r.above);
+        }
+        if let Some(m) = o.margin_sd {
+            self.margin_sd_sum += m;
+            self.margin_sd_n += 1;
+        }
+    }
+}
+
+/// Runs `trials` trials of one haystack group and tallies every cell.
+/// `on_trial` is called once per finished trial (for progress bars).
+pub fn simulate(
+    spec: &TrialSpec<'_>,
+    seed: u64,
+    trials: u64,
+    on_trial: &(dyn Fn() + Sync),
+) -> Result<Vec<CellTally>, SimError> {
+    let outcomes: Vec<TrialOutcome> = (0..trials)
+        .into_par_iter()
+        .map(|t| {
+            let out = spec.run(trial_seed(seed, spec.depth_percent, t));
+            on_trial();
+            out
+        })
+        .collect::<Result<_, _>>()?;
+    let mut cells = vec![CellTally::default(); spec.cell_count()];
+    for outcome in &outcomes {
+        for (cell, o) in cells.iter_mut().zip(&outcome.cells) {
+            cell.add(o);
+        }
+    }
+    Ok(cells)
+}

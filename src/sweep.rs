@@ -1,0 +1,153 @@
+//! A sweep: the grid of cells (depth × context × k × precision), simulated
+//! one haystack group (depth) at a time, and the effective context of each
+//! (k, precision).
+
+use crate::config::Scenario;
+use crate::error::SimError;
+use crate::montecarlo::simulate;
+use crate::trial::TrialSpec;
+use serde::{Deserialize, Serialize};
+
+/// Everything known about one cell: its inputs and its outcome. This is one
+/// line of `results.jsonl` and one row of `summary.csv`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CellResult {
+    pub context_tokens: u64,
+    pub depth_percent: f64,
+    pub topk: u64,
+    pub precision: String,
+    pub trials: u64,
+    pub survived: u64,
+    pub recall: f64,
+    /// Wilson 95 % interval.
+    pub ci_low: f64,
+    pub ci_high: f64,
+    /// Mean over ranked trials of the competitors scoring strictly above the best needle row.
+    pub mean_rank: Option<f64>,
+    /// Same, counting ties as above.
+    pub mean_rank_ties: Option<f64>,
+    pub median_rank: Option<f64>,
+    pub trials_with_ties: u64,
+    /// Mean margin to the k-th competitor score, in competitor standard deviations.
+    pub mean_margin_sd: Option<f64>,
+    pub needle_rows: u64,
+    pub needle_start_token: u64,
+    pub needle_in_window: bool,
+    pub survived_via_window: u64,
+    pub visible_rows: u64,
+    pub candidate_rows: u64,
+    pub k_eff: u64,
+    pub coverage_limit: u64,
+}
+
+/// The longest context at which recall stays at or above the threshold.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct EffectiveContext {
+    pub topk: u64,
+    pub precision: String,
+    pub threshold: f64,
+    /// None when recall is below the threshold already at the shortest context.
+    pub effective_context: Option<u64>,
+    /// True when recall held at every context tested: the true value may be longer.
+    pub held_at_longest: bool,
+    pub coverage_limit: u64,
+}
+
+/// A finished sweep.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SweepOutcome {
+    pub cells: Vec<CellResult>,
+    pub effective: Vec<EffectiveContext>,
+}
+
+/// Number of trials a sweep runs (for progress bars).
+pub fn total_trials(s: &Scenario) -> u64 {
+    s.trials * s.depths.len() as u64
+}
+
+/// Runs every cell of the scenario. Cells come out ordered by depth,
+/// context, k, precision.
+pub fn run_sweep(s: &Scenario, on_trial: &(dyn Fn() + Sync)) -> Result<SweepOutcome, SimError> {
+    let mut cells = Vec::new();
+    for &depth in &s.depths {
+        let spec = TrialSpec {
+            model: &s.model,
+            geometry: s.geometry,
+            contexts: &s.contexts,
+            depth_percent: depth,
+            needle_tokens: s.needle_tokens,
+            topks: &s.topks,
+            variants: &s.precisions,
+            tie_rule: s.tie_rule,
+        };
+        let tallies = simulate(&spec, s.seed, s.trials, on_trial)?;
+        for (ci, &context) in s.contexts.iter().enumerate() {
+            let placement = spec.placement(context);
+            let candidates = s.geometry.candidate_rows(context);
+            for (ki, &k) in s.topks.iter().enumerate() {
+                for (vi, variant) in s.precisions.iter().enumerate() {
+                    let t = &tallies[spec.cell_index(ci, ki, vi)];
+                    let (ci_low, ci_high) = t.interval();
+                    cells.push(CellResult {
+                        context_tokens: context,
+                        depth_percent: depth,
+                        topk: k,
+                        precision: variant.name.clone(),
+                        trials: t.trials,
+                        survived: t.survived,
+                        recall: t.recall(),
+                        ci_low,
+                        ci_high,
+                        mean_rank: t.mean_rank(),
+                        mean_rank_ties: t.mean_rank_ties(),
+                        median_rank: t.median_rank(),
+                        trials_with_ties: t.trials_with_ties,
+                        mean_margin_sd: t.mean_margin_sd(),
+                        needle_rows: placement.rows.end - placement.rows.start,
+                        needle_start_token: placement.tokens.start,
+                        needle_in_window: placement.in_window,
+                        survived_via_window: t.survived_via_window,
+                        visible_rows: s.geometry.visible_rows(context),
+                        candidate_rows: candidates,
+                        k_eff: k.min(candidates),
+                        coverage_limit: s.geometry.coverage_limit(k),
+                    });
+                }
+            }
+        }
+    }
+    let effective = effective_contexts(s, &cells);
+    Ok(SweepOutcome { cells, effective })
+}
+
+/// For each (k, precision): the longest context L such that recall is at or
+/// above the threshold at every depth for every tested context ≤ L.
+pub fn effective_contexts(s: &Scenario, cells: &[CellResult]) -> Vec<EffectiveContext> {
+    let mut out = Vec::new();
+    for &k in &s.topks {
+        for variant in &s.precisions {
+            let mut effective = None;
+            let mut held = true;
+            for &context in &s.contexts {
+                let ok = cells
+                    .iter()
+                    .filter(|c| c.topk == k && c.precision == variant.name && c.context_tokens == context)
+                    .all(|c| c.recall >= s.threshold);
+                if !ok {
+                    held = false;
+                    break;
+                }
+                effective = Some(context);
+            }
+            out.push(EffectiveContext {
+                topk: k,
+                precision: variant.name.clone(),
+                threshold: s.threshold,
+                effective_context: effective,
+                held_at_longest: held,
+                coverage_limit: s.geometry.coverage_limit(k),
+            });
+        }
+    }
+    out
+}

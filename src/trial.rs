@@ -1,0 +1,190 @@
+//! One trial: one decode query at the end of a context, one haystack, one
+//! needle, scored under every precision variant and ranked for every k.
+//!
+//! One trial serves every context length of a sweep: haystack row `i` is a
+//! pure function of (trial seed, i), so the first N rows of the longest
+//! haystack *are* the haystack of a shorter context. Every cell therefore
+//! sees an exact draw from the model, and its result does not depend on
+//! which other contexts are in the sweep (see docs/MODEL.md, "Sharing").
+
+use crate::error::SimError;
+use crate::geometry::{CompressionGeometry, NeedlePlacement};
+use crate::haystack::{GenerativeModel, TrialHaystack};
+use crate::indexer::IndexerQuery;
+use crate::precision::PrecisionVariant;
+use crate::rng::{self, tag};
+use crate::selection::{kth_largest_many, tally, tied_ahead, NeedleRank, TieRule};
+use serde::Serialize;
+
+/// Rows generated, quantized and scored together: small enough to stay in
+/// L2 cache (256 rows × 128 dims × 4 bytes = 128 KiB).
+const CHUNK_ROWS: usize = 256;
+
+/// What a trial simulates.
+#[derive(Clone, Debug)]
+pub struct TrialSpec<'a> {
+    pub model: &'a GenerativeModel,
+    pub geometry: CompressionGeometry,
+    /// Context lengths in tokens, ascending.
+    pub contexts: &'a [u64],
+    pub depth_percent: f64,
+    pub needle_tokens: u64,
+    /// Top-k values, ascending.
+    pub topks: &'a [u64],
+    pub variants: &'a [PrecisionVariant],
+    pub tie_rule: TieRule,
+}
+
+/// The needle's fate in one cell of one trial.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct NeedleOutcome {
+    pub survived: bool,
+    /// Survived because the whole needle lies in the raw window.
+    pub via_window: bool,
+    /// Rank of the best needle row; None when the needle has no candidate row.
+    pub rank: Option<NeedleRank>,
+    /// Best needle score minus the k_eff-th competitor score; None when
+    /// there are fewer competitors than k_eff (the needle cannot be displaced).
+    pub margin: Option<f32>,
+    /// `margin` in standard deviations of the competitors' scores.
+    pub margin_sd: Option<f64>,
+}
+
+/// Outcomes of one trial, indexed by [`TrialSpec::cell_index`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct TrialOutcome {
+    pub cells: Vec<NeedleOutcome>,
+}
+
+impl TrialSpec<'_> {
+    /// Index of (context, topk, variant) in [`TrialOutcome::cells`].
+    pub fn cell_index(&self, context: usize, topk: usize, variant: usize) -> usize {
+        (context * self.topks.len() + topk) * self.variants.len() + variant
+    }
+
+    pub fn cell_count(&self) -> usize {
+        self.contexts.len() * self.topks.len() * self.variants.len()
+    }
+
+    pub fn placement(&self, context: u64) -> NeedlePlacement {
+        self.geometry.place_needle(context, self.needle_tokens, self.depth_percent)
+    }
+
+    /// Runs the trial seeded by `trial_seed`.
+    pub fn run(&self, trial_seed: u64) -> Result<TrialOutcome, SimError> {
+        let d = self.model.shape.head_dim;
+        let haystack = TrialHaystack::draw(self.model, trial_seed)?;
+        let queries: Vec<IndexerQuery> = self
+            .variants
+            .iter()
+            .map(|v| {
+                let mut q = haystack.queries.clone();
+                v.query.apply(&mut q, d);
+                IndexerQuery::new(q, &haystack.weights, d, v.logits)
+            })
+            .collect();
+
+        // Score every candidate row of the longest context once per variant.
+        let max_rows = self.contexts.iter().map(|&l| self.geometry.candidate_rows(l)).max().unwrap_or(0) as usize;
+        let mut scores: Vec<Vec<f32>> = vec![vec![0.0; max_rows]; self.variants.len()];
+        let mut raw = vec![0.0f32; CHUNK_ROWS * d];
+        let mut quantized = vec![0.0f32; CHUNK_ROWS * d];
+        for start in (0..max_rows).step_by(CHUNK_ROWS) {
+            let n = CHUNK_ROWS.min(max_rows - start);
+            for (r, key) in raw[..n * d].chunks_exact_mut(d).enumerate() {
+                haystack.fill_haystack_row((start + r) as u64, key);
+            }
+            for (v, variant) in self.variants.iter().enumerate() {
+                let out = &mut scores[v][start..start + n];
+                if variant.key.is_identity() {
+                    queries[v].score_rows(&raw[..n * d], out);
+                } else {
+                    quantized[..n * d].copy_from_slice(&raw[..n * d]);
+                    variant.key.apply(&mut quantized[..n * d], d);
+                    queries[v].score_rows(&quantized[..n * d], out);
+                }
+            }
+        }
+
+        let mut cells = vec![
+            NeedleOutcome { survived: false, via_window: false, rank: None, margin: None, margin_sd: None };
+            self.cell_count()
+        ];
+        let mut key = vec![0.0f32; d];
+        let mut quantized_key = vec![0.0f32; d];
+        let mut scratch: Vec<f32> = Vec::with_capacity(max_rows);
+        let mut kth = Vec::new();
+        let priority = |row: usize| rng::derive(trial_seed, &[tag::TIE, row as u64]);
+
+        for (ci, &context) in self.contexts.iter().enumerate() {
+            let placement = self.placement(context);
+            let candidates = self.geometry.candidate_rows(context) as usize;
+            let skip = placement.rows.start as usize..placement.rows.end as usize;
+            let k_effs: Vec<usize> = self.topks.iter().map(|&k| (k as usize).min(candidates)).collect();
+
+            // Needle rows' scores: [variant][needle row].
+            let mut needle_scores = vec![Vec::with_capacity(skip.len()); self.variants.len()];
+            for row in placement.rows.clone() {
+                haystack.fill_needle_row(row, &mut key);
+                for (v, variant) in self.variants.iter().enumerate() {
+                    quantized_key.copy_from_slice(&key);
+                    variant.key.apply(&mut quantized_key, d);
+                    needle_scores[v].push(queries[v].score_one(&quantized_key));
+                }
+            }
+
+            for v in 0..self.variants.len() {
+                let visible = &scores[v][..candidates];
+                // Best needle row: highest score (NaN-safe total order), first on ties.
+                let best = needle_scores[v]
+                    .iter()
+                    .copied()
+                    .reduce(|a, b| if b.total_cmp(&a).is_gt() { b } else { a });
+                let Some(best) = best else {
+                    for ki in 0..self.topks.len() {
+                        let via_window = placement.in_window;
+                        cells[self.cell_index(ci, ki, v)] =
+                            NeedleOutcome { survived: via_window, via_window, rank: None, margin: None, margin_sd: None };
+                    }
+                    continue;
+                };
+                let t = tally(visible, skip.clone(), best);
+                // Tied competitors the tie rule puts ahead of the best needle
+                // row; if several needle rows tie for best, the luckiest counts.
+                let tied = if t.rank.above_or_equal > t.rank.above {
+                    needle_scores[v]
+                        .iter()
+                        .enumerate()
+                        .filter(|(_, &s)| s == best)
+                        .map(|(j, _)| tied_ahead(visible, skip.clone(), skip.start + j, best, self.tie_rule, priority))
+                        .min()
+                        .unwrap_or(0)
+                } else {
+                    0
+                };
+
+                let competitors = candidates - skip.len();
+                let ks_with_margin: Vec<usize> = k_effs.iter().copied().filter(|&k| k >= 1 && k <= competitors).collect();
+                if !ks_with_margin.is_empty() {
+                    scratch.clear();
+                    scratch.extend_from_slice(&visible[..skip.start]);
+                    scratch.extend_from_slice(&visible[skip.end..]);
+                    kth_largest_many(&mut scratch, &ks_with_margin, &mut kth);
+                }
+                for (ki, &k_eff) in k_effs.iter().enumerate() {
+                    let by_rank = (t.rank.above + tied) < k_eff as u64;
+                    let margin = ks_with_margin.iter().position(|&k| k == k_eff).map(|p| best - kth[p]);
+                    let margin_sd = margin.filter(|_| t.std > 0.0).map(|m| f64::from(m) / t.std);
+                    cells[self.cell_index(ci, ki, v)] = NeedleOutcome {
+                        survived: placement.in_window || by_rank,
+                        via_window: placement.in_window,
+                        rank: Some(t.rank),
+                        margin,
+                        margin_sd,
+                    };
+                }
+            }
+        }
+        Ok(TrialOutcome { cells })
+    }
+}

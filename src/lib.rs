@@ -1,1 +1,3 @@
+pub mod format;
+
 pub fn placeholder() {}

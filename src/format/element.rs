@@ -79,12 +79,24 @@ enum Specials {
     None,
 }
 
-const E4M3FN: Minifloat =
-    Minifloat { exponent_bits: 4, mantissa_bits: 3, bias: 7, specials: Specials::NanOnly };
-const E5M2: Minifloat =
-    Minifloat { exponent_bits: 5, mantissa_bits: 2, bias: 15, specials: Specials::Ieee };
-const E2M1: Minifloat =
-    Minifloat { exponent_bits: 2, mantissa_bits: 1, bias: 1, specials: Specials::None };
+const E4M3FN: Minifloat = Minifloat {
+    exponent_bits: 4,
+    mantissa_bits: 3,
+    bias: 7,
+    specials: Specials::NanOnly,
+};
+const E5M2: Minifloat = Minifloat {
+    exponent_bits: 5,
+    mantissa_bits: 2,
+    bias: 15,
+    specials: Specials::Ieee,
+};
+const E2M1: Minifloat = Minifloat {
+    exponent_bits: 2,
+    mantissa_bits: 1,
+    bias: 1,
+    specials: Specials::None,
+};
 
 const F32_SIGN: u32 = 0x8000_0000;
 const F32_ABS: u32 = 0x7fff_ffff;
@@ -163,7 +175,11 @@ impl Minifloat {
         let subnormal = sum.to_bits().wrapping_sub(magic_bits);
 
         let min_normal_bits = ((self.min_exponent() + 127) as u32) << 23;
-        let magnitude = if abs < min_normal_bits { subnormal } else { normal };
+        let magnitude = if abs < min_normal_bits {
+            subnormal
+        } else {
+            normal
+        };
 
         let max_code = self.max_finite_code();
         let magnitude = if magnitude > max_code {
@@ -308,7 +324,7 @@ impl ElementFormat {
         match self {
             ElementFormat::F32 | ElementFormat::Bf16 => f32::MIN_POSITIVE,
             ElementFormat::F16 | ElementFormat::E5m2 => f32::from_bits(0x3880_0000), // 2^-14
-            ElementFormat::E4m3fn => 0.015625,                                      // 2^-6
+            ElementFormat::E4m3fn => 0.015625,                                       // 2^-6
             ElementFormat::E2m1 => 1.0,
         }
     }
@@ -371,9 +387,15 @@ impl ElementFormat {
         }
         // One match outside the loop so each loop body is monomorphic.
         match self {
-            ElementFormat::E4m3fn => xs.iter_mut().for_each(|x| *x = Self::E4m3fn.round_trip(*x, overflow)),
-            ElementFormat::E2m1 => xs.iter_mut().for_each(|x| *x = Self::E2m1.round_trip(*x, overflow)),
-            other => xs.iter_mut().for_each(|x| *x = other.round_trip(*x, overflow)),
+            ElementFormat::E4m3fn => xs
+                .iter_mut()
+                .for_each(|x| *x = Self::E4m3fn.round_trip(*x, overflow)),
+            ElementFormat::E2m1 => xs
+                .iter_mut()
+                .for_each(|x| *x = Self::E2m1.round_trip(*x, overflow)),
+            other => xs
+                .iter_mut()
+                .for_each(|x| *x = other.round_trip(*x, overflow)),
         }
     }
 }
@@ -423,9 +445,16 @@ mod tests {
             assert_eq!(format.round_trip(max, Overflow::Cast), max, "{format}");
             assert_eq!(format.round_trip(-max, Overflow::Cast), -max, "{format}");
             let min_normal = format.min_normal();
-            assert_eq!(format.round_trip(min_normal, Overflow::Cast), min_normal, "{format}");
+            assert_eq!(
+                format.round_trip(min_normal, Overflow::Cast),
+                min_normal,
+                "{format}"
+            );
             let (max, emax) = (f64::from(max), format.emax());
-            assert!(2f64.powi(emax) <= max && max < 2f64.powi(emax + 1), "{format}");
+            assert!(
+                2f64.powi(emax) <= max && max < 2f64.powi(emax + 1),
+                "{format}"
+            );
         }
     }
 
@@ -433,13 +462,19 @@ mod tests {
     fn e4m3fn_ties_to_even_and_overflow_threshold() {
         let f = ElementFormat::E4m3fn;
         assert_eq!(f.encode(464.0, Overflow::Cast), 0x7e); // tie between 448 and 480 goes to even 448
-        assert_eq!(f.encode(f32::from_bits(464f32.to_bits() + 1), Overflow::Cast), 0x7f);
+        assert_eq!(
+            f.encode(f32::from_bits(464f32.to_bits() + 1), Overflow::Cast),
+            0x7f
+        );
         assert_eq!(f.encode(f32::INFINITY, Overflow::Saturate), 0x7e);
         assert_eq!(f.encode(f32::NEG_INFINITY, Overflow::Cast), 0xff);
         assert_eq!(f.encode(-0.0, Overflow::Cast), 0x80);
         // Smallest subnormal is 2^-9; half of it ties to even (zero), a hair more rounds up.
         assert_eq!(f.encode(2f32.powi(-10), Overflow::Cast), 0);
-        assert_eq!(f.encode(f32::from_bits(2f32.powi(-10).to_bits() + 1), Overflow::Cast), 1);
+        assert_eq!(
+            f.encode(f32::from_bits(2f32.powi(-10).to_bits() + 1), Overflow::Cast),
+            1
+        );
         assert_eq!(f.encode(3.0 * 2f32.powi(-10), Overflow::Cast), 2);
     }
 
@@ -474,9 +509,19 @@ mod tests {
         for format in ElementFormat::ALL {
             assert_eq!(format.name().parse::<ElementFormat>().ok(), Some(format));
         }
-        assert_eq!("FP32".parse::<ElementFormat>().ok(), Some(ElementFormat::F32));
-        assert_eq!("f16".parse::<ElementFormat>().ok(), Some(ElementFormat::F16));
-        let err = "fp8".parse::<ElementFormat>().err().map(|e| e.to_string()).unwrap_or_default();
+        assert_eq!(
+            "FP32".parse::<ElementFormat>().ok(),
+            Some(ElementFormat::F32)
+        );
+        assert_eq!(
+            "f16".parse::<ElementFormat>().ok(),
+            Some(ElementFormat::F16)
+        );
+        let err = "fp8"
+            .parse::<ElementFormat>()
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
         assert!(err.contains("e4m3fn"), "{err}");
     }
 

@@ -71,10 +71,19 @@ mod tests {
             let expected: f32 = input
                 .iter()
                 .enumerate()
-                .map(|(col, &v)| if (row & col).count_ones() % 2 == 0 { v } else { -v })
+                .map(|(col, &v)| {
+                    if (row & col).count_ones() % 2 == 0 {
+                        v
+                    } else {
+                        -v
+                    }
+                })
                 .sum::<f32>()
                 / (n as f32).sqrt();
-            assert!((got - expected).abs() < 1e-5, "row {row}: {got} vs {expected}");
+            assert!(
+                (got - expected).abs() < 1e-5,
+                "row {row}: {got} vs {expected}"
+            );
         }
         Ok(())
     }
@@ -86,7 +95,10 @@ mod tests {
         hadamard_in_place(&mut x)?;
         let norm_in: f32 = input.iter().map(|v| v * v).sum();
         let norm_mid: f32 = x.iter().map(|v| v * v).sum();
-        assert!((norm_in - norm_mid).abs() < 1e-4 * norm_in, "not norm preserving");
+        assert!(
+            (norm_in - norm_mid).abs() < 1e-4 * norm_in,
+            "not norm preserving"
+        );
         hadamard_in_place(&mut x)?;
         for (a, b) in input.iter().zip(&x) {
             assert!((a - b).abs() < 1e-6, "{a} vs {b}");
@@ -97,7 +109,10 @@ mod tests {
     #[test]
     fn rejects_non_powers_of_two() {
         let mut x = [1.0; 6];
-        assert!(matches!(hadamard_in_place(&mut x), Err(FormatError::NotPowerOfTwo { len: 6 })));
+        assert!(matches!(
+            hadamard_in_place(&mut x),
+            Err(FormatError::NotPowerOfTwo { len: 6 })
+        ));
         assert_eq!(x, [1.0; 6]);
         assert!(hadamard_in_place(&mut []).is_err());
         let mut one = [3.0];

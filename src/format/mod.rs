@@ -14,6 +14,9 @@ pub mod error;
 pub mod hadamard;
 pub mod scale;
 
+#[cfg(test)]
+mod golden_tests;
+
 pub use element::{ElementFormat, Overflow};
 pub use error::FormatError;
 pub use hadamard::{hadamard_in_place, hadamard_rows_in_place};

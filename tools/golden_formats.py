@@ -14,12 +14,20 @@ tests/data/golden_formats.csv, one case per line:
 
 tests/data/golden_block_scaling.csv, one block per line:
     <rule>,<scale f32 bits>,<inputs>,<codes>,<dequantized f32 bits>
-    with space-separated hex lists. Rules replicate the DeepSeek reference:
-      fp8: blocks of 128, amax = max(max|x|, 1e-4), s = 2^ceil(log2(amax/448)),
-           q = clip(x / s, -448, 448) cast to e4m3fn, dequantized q * s.
-      fp4: blocks of 32, amax floor 6 * 2^-126, s = 2^ceil(log2(amax/6)),
-           q = clip(x / s, -6, 6) cast to e2m1, dequantized q * s.
-    ceil(log2(.)) is evaluated exactly with rationals.
+    with space-separated hex lists. Every rule: amax = max(max|x|, floor),
+    scale s from amax, q = clip(x / s, -max, max) cast to the element format
+    (f32 division, plain cast), dequantized q * s (f32 product).
+      fp8:      DeepSeek act_quant: blocks of 128, e4m3fn, floor 1e-4,
+                s = 2^ceil(log2(amax/448)) (ceil evaluated exactly with rationals).
+      fp4:      DeepSeek V4 indexer: blocks of 32, e2m1, floor 6 * 2^-126,
+                s = 2^ceil(log2(amax/6)).
+      fp8_fp32: as fp8 but s = amax/448 in f32.
+      mxfp8, mxfp4: OCP MX: blocks of 32, no floor, s = 2^(floor(log2 amax) - emax)
+                with emax 8 (e4m3fn) or 2 (e2m1).
+      nvfp4:    blocks of 16, e2m1, no floor, s = e4m3fn(amax/6); a zero scale
+                stores signed zeros.
+    The ue8m0 exponent is clamped to [-127, 127]; amax = 0 gives s = 1 (a
+    convention of the Rust side, the block is all zeros anyway).
 
 Requires `pip install ml_dtypes numpy`. Deterministic (fixed seeds).
 """
@@ -149,20 +157,51 @@ def ceil_log2(r):
     return n
 
 
-def deepseek_block(x, element, maxval, floor):
+def block_scale(rule, amax, maxval, emax):
+    """Scale of a block with (floored) amax, by the rule's scale format."""
+    kind = RULES[rule][3]
+    if amax <= 0:
+        return np.float32(1.0)  # all-zero block: the Rust side uses scale 1
+    if kind == "ue8m0_ceil":
+        n = ceil_log2(Fraction(amax) / Fraction(float(maxval)))
+    elif kind == "ue8m0_floor":
+        n = math.frexp(amax)[1] - 1 - emax  # frexp is exact: floor(log2 amax) = e - 1
+    elif kind == "fp32":
+        return np.float32(amax) / np.float32(maxval)
+    else:  # e4m3: amax / max in f32, rounded (saturating) to e4m3fn
+        r = np.clip(np.float32(amax) / np.float32(maxval), 0, 448)
+        return np.array(r, dtype=np.float32).astype(ml_dtypes.float8_e4m3fn).astype(np.float32)[()]
+    return np.float32(2.0 ** max(-127, min(127, n)))
+
+
+def quantize_block(rule, x):
+    _, element, floor, _, emax = RULES[rule]
+    maxval = np.float32(ml_dtypes.finfo(element).max)
     amax = max(float(np.max(np.abs(x))), float(np.float32(floor)))
-    n = ceil_log2(Fraction(amax) / Fraction(float(maxval)))
-    s = np.float32(2.0 ** n)
-    q = np.clip(x / s, -maxval, maxval).astype(element)
+    s = np.float32(block_scale(rule, amax, maxval, emax))
+    if s == 0:  # a zero scale stores signed zeros
+        q = np.copysign(np.float32(0), x).astype(element)
+    else:
+        q = np.clip(x / s, -maxval, maxval).astype(element)
     deq = q.astype(np.float32) * s
     return s, q, deq
 
 
+# rule: (block length, element, amax floor, scale rule, emax of the element)
+RULES = {
+    "fp8": (128, ml_dtypes.float8_e4m3fn, 1e-4, "ue8m0_ceil", 8),
+    "fp4": (32, ml_dtypes.float4_e2m1fn, 6.0 * 2.0 ** -126, "ue8m0_ceil", 2),
+    "fp8_fp32": (128, ml_dtypes.float8_e4m3fn, 1e-4, "fp32", 8),
+    "mxfp8": (32, ml_dtypes.float8_e4m3fn, 0.0, "ue8m0_floor", 8),
+    "mxfp4": (32, ml_dtypes.float4_e2m1fn, 0.0, "ue8m0_floor", 2),
+    "nvfp4": (16, ml_dtypes.float4_e2m1fn, 0.0, "e4m3", 2),
+}
+
+
 def block_rows(rng):
     rows = []
-    rules = [("fp8", 128, ml_dtypes.float8_e4m3fn, 448.0, 1e-4),
-             ("fp4", 32, ml_dtypes.float4_e2m1fn, 6.0, 6.0 * 2.0 ** -126)]
-    for rule, n, element, maxval, floor in rules:
+    for rule, (n, element, _, _, _) in RULES.items():
+        maxval = float(ml_dtypes.finfo(element).max)
         blocks = []
         for sigma in [1e-6, 1e-3, 0.1, 1.0, 3.0, 50.0, 1e4]:
             for _ in range(3):
@@ -173,7 +212,7 @@ def block_rows(rng):
         blocks.append(np.zeros(n))
         blocks.append(np.full(n, 1e-7))
         tie = rng.standard_normal(n)
-        for k in [-3, 0, 4]:  # amax exactly max * 2^k
+        for k in [-3, 0, 4]:  # amax exactly max * 2^k, and one f32 ulp above
             b = tie / np.max(np.abs(tie)) * maxval * 0.5
             b[0] = -maxval * 2.0 ** k
             blocks.append(b)
@@ -184,7 +223,7 @@ def block_rows(rng):
         blocks.append(ties)  # lots of midpoints after scaling
         for b in blocks:
             x = b.astype(np.float32)
-            s, q, deq = deepseek_block(x, element, np.float32(maxval), floor)
+            s, q, deq = quantize_block(rule, x)
             rows.append("%s,%08x,%s,%s,%s" % (
                 rule, bits_of(s), " ".join("%08x" % v for v in bits_of(x)),
                 " ".join("%x" % v for v in q.view(np.uint8)),

@@ -147,7 +147,7 @@ impl Minifloat {
     /// bumps the exponent), the subnormal range adds a power of two whose f32
     /// ulp equals the target's subnormal step, so the hardware f32 addition
     /// does the round-half-even for us and the low bits are the code.
-    #[inline]
+    #[inline(always)]
     fn encode(self, x: f32, overflow: Overflow) -> u32 {
         let bits = x.to_bits();
         let sign = (bits & F32_SIGN) >> (31 - self.sign_shift());

@@ -1,7 +1,9 @@
 //! Bit-exact agreement with `ml_dtypes`, from the golden files written by
 //! `tools/golden_formats.py` (see that script for the file layout).
 
-use super::{quantize_dequantize, BlockScaling, ElementFormat, Overflow, QuantizedBlocks};
+use super::{
+    quantize_dequantize, BlockScaling, ElementFormat, Overflow, QuantizedBlocks, ScaleFormat,
+};
 
 /// How many mismatches to print before giving up on a file.
 const SHOWN_MISMATCHES: usize = 20;
@@ -96,7 +98,7 @@ fn element_formats_match_ml_dtypes_bit_for_bit() -> Result<(), String> {
 }
 
 #[test]
-fn deepseek_block_scaling_matches_the_reference_rule() -> Result<(), String> {
+fn block_scaling_matches_the_reference_rules() -> Result<(), String> {
     let file = "golden_block_scaling.csv";
     let text = read_golden(file)?;
     let mut mismatches = Vec::new();
@@ -109,6 +111,16 @@ fn deepseek_block_scaling_matches_the_reference_rule() -> Result<(), String> {
         let (element, scaling) = match rule {
             "fp8" => (ElementFormat::E4m3fn, BlockScaling::DEEPSEEK_FP8),
             "fp4" => (ElementFormat::E2m1, BlockScaling::DEEPSEEK_FP4),
+            "fp8_fp32" => (
+                ElementFormat::E4m3fn,
+                BlockScaling {
+                    scale: ScaleFormat::Fp32,
+                    ..BlockScaling::DEEPSEEK_FP8
+                },
+            ),
+            "mxfp8" => (ElementFormat::E4m3fn, BlockScaling::OCP_MX),
+            "mxfp4" => (ElementFormat::E2m1, BlockScaling::OCP_MX),
+            "nvfp4" => (ElementFormat::E2m1, BlockScaling::NVFP4),
             other => return Err(format!("line {line_no}: unknown rule {other}")),
         };
         let mut values: Vec<f32> = hex_list(inputs)?.into_iter().map(f32::from_bits).collect();
@@ -146,7 +158,7 @@ fn deepseek_block_scaling_matches_the_reference_rule() -> Result<(), String> {
         }
         checked += 1;
     }
-    if checked < 40 {
+    if checked < 150 {
         return Err(format!("{file}: only {checked} blocks"));
     }
     finish(file, checked, &mismatches);

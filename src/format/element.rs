@@ -32,10 +32,13 @@ use super::FormatError;
 #[serde(rename_all = "lowercase")]
 pub enum ElementFormat {
     /// IEEE binary32: the identity.
+    #[serde(alias = "fp32")]
     F32,
     /// bfloat16: 1 sign, 8 exponent, 7 mantissa bits.
     Bf16,
-    /// IEEE binary16: 1 sign, 5 exponent, 10 mantissa bits.
+    /// IEEE binary16: 1 sign, 5 exponent, 10 mantissa bits. Serialized as
+    /// "fp16" like [`ElementFormat::name`] ("f16" is accepted too).
+    #[serde(rename = "fp16", alias = "f16")]
     F16,
     /// OCP float8 e4m3fn: bias 7, no infinity, NaN = S.1111.111, max 448.
     E4m3fn,
@@ -526,8 +529,16 @@ mod tests {
     }
 
     #[test]
-    fn serde_uses_lowercase_variant_names() {
-        let json = serde_json::to_string(&ElementFormat::E4m3fn).unwrap_or_default();
-        assert_eq!(json, "\"e4m3fn\"");
+    fn serde_names_match_name() {
+        for format in ElementFormat::ALL {
+            let json = serde_json::to_string(&format).unwrap_or_default();
+            assert_eq!(json, format!("\"{}\"", format.name()));
+            let back: Option<ElementFormat> = serde_json::from_str(&json).ok();
+            assert_eq!(back, Some(format));
+        }
+        assert_eq!(
+            serde_json::from_str::<ElementFormat>("\"f16\"").ok(),
+            Some(ElementFormat::F16)
+        );
     }
 }

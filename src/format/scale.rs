@@ -200,25 +200,26 @@ fn ceil_log2_ratio(amax: f32, max: f32) -> i32 {
 ///
 /// - `Fp32`: `amax / max` (f32 division).
 /// - `Ue8m0Ceil`: `2^ceil(log2(amax / max))`, computed exactly from the bit
-///   patterns (see [`ceil_log2_ratio`]); for `amax = max·2^n` exactly this is
-///   `2^n`. DeepSeek's kernel computes `amax · (1/max)` in f32 and takes the
-///   exponent; for max = 448 and 6 that product is exact at powers of two, so
-///   the two agree there.
+///   patterns (by comparing significands, not with `f32::log2`); for
+///   `amax = max·2^n` exactly this is `2^n`. DeepSeek's kernel instead takes
+///   the exponent of the f32 product `amax · fl(1/max)`; for max 448 and 6
+///   that product is exactly `2^n` at `amax = max·2^n`, and the two rules
+///   agree there and on the neighbouring f32 values (checked with
+///   `tools/golden_formats.py`'s exact rationals).
 /// - `Ue8m0Floor`: `2^(floor(log2 amax) - emax)`, floor taken from the
 ///   exponent bits.
 /// - `E4m3`: `amax / max` in f32, then rounded to e4m3fn (saturating at 448).
 ///
-/// Both ue8m0 rules clamp the exponent to ue8m0's range `[-127, 127]`.
-/// `amax <= 0` gives scale 1 (the block is all zeros); `amax = inf` gives
-/// `inf` for `Fp32`/`E4m3`-before-saturation and 2^127 for ue8m0; NaN amax
-/// gives NaN scales for `Fp32` (callers take amax ignoring NaN).
+/// Both ue8m0 rules clamp the exponent to ue8m0's range `[-127, 127]`, so
+/// `amax = inf` gives 2^127 (and 448 for `E4m3`, inf for `Fp32`).
+/// `amax <= 0` gives scale 1 (the block is all zeros); NaN gives NaN
+/// (callers taking amax with `f32::max` never pass NaN).
 pub fn block_scale(amax: f32, element: ElementFormat, scale_format: ScaleFormat) -> f32 {
-    if amax.is_nan() || amax <= 0.0 {
-        return if amax.is_nan() && scale_format == ScaleFormat::Fp32 {
-            f32::NAN
-        } else {
-            1.0
-        };
+    if amax.is_nan() {
+        return f32::NAN;
+    }
+    if amax <= 0.0 {
+        return 1.0;
     }
     let max = element.max_finite();
     match scale_format {

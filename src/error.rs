@@ -19,10 +19,12 @@ impl ConfigError {
 }
 
 /// Failures inside a simulation.
-#[derive(Debug, Error, Clone, PartialEq)]
+#[derive(Debug, Error)]
 pub enum SimError {
     #[error("generative model: {0}")]
     Model(String),
+    #[error("quantization: {0}")]
+    Format(#[from] crate::format::FormatError),
 }
 
 /// Everything the library can fail with.

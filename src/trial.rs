@@ -79,10 +79,10 @@ impl TrialSpec<'_> {
             .iter()
             .map(|v| {
                 let mut q = haystack.queries.clone();
-                v.query.apply(&mut q, d);
-                IndexerQuery::new(q, &haystack.weights, d, v.logits)
+                v.query.apply(&mut q, d)?;
+                Ok(IndexerQuery::new(q, &haystack.weights, d, v.logits))
             })
-            .collect();
+            .collect::<Result<_, SimError>>()?;
 
         // Score every candidate row of the longest context once per variant.
         let max_rows = self.contexts.iter().map(|&l| self.geometry.candidate_rows(l)).max().unwrap_or(0) as usize;
@@ -100,7 +100,7 @@ impl TrialSpec<'_> {
                     queries[v].score_rows(&raw[..n * d], out);
                 } else {
                     quantized[..n * d].copy_from_slice(&raw[..n * d]);
-                    variant.key.apply(&mut quantized[..n * d], d);
+                    variant.key.apply(&mut quantized[..n * d], d)?;
                     queries[v].score_rows(&quantized[..n * d], out);
                 }
             }
@@ -128,7 +128,7 @@ impl TrialSpec<'_> {
                 haystack.fill_needle_row(row, &mut key);
                 for (v, variant) in self.variants.iter().enumerate() {
                     quantized_key.copy_from_slice(&key);
-                    variant.key.apply(&mut quantized_key, d);
+                    variant.key.apply(&mut quantized_key, d)?;
                     needle_scores[v].push(queries[v].score_one(&quantized_key));
                 }
             }

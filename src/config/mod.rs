@@ -188,6 +188,9 @@ pub fn check(p: ScenarioParams) -> Result<Scenario, ConfigError> {
         let v = PrecisionVariant::builtin(&name).ok_or_else(|| {
             ConfigError::new(field_name("sweep.precisions"), format!("{name:?}"), format!("one of {}", PrecisionVariant::builtin_names().join(", ")))
         })?;
+        if let Some(reason) = v.unsupported(head_dim) {
+            return Err(ConfigError::new(field_name("sweep.precisions"), format!("{name:?}"), format!("not with indexer.head_dim = {head_dim}: {reason}")));
+        }
         if !precisions.iter().any(|p| p.name == v.name) {
             precisions.push(v);
         }

@@ -1,0 +1,538 @@
+//! Block scaling: one scale per block of values, elements stored in a narrow
+//! [`ElementFormat`].
+//!
+//! # How a block is quantized
+//!
+//! For each block (see [`BlockShape`]):
+//!
+//! 1. `amax = max(max |v| over the block, amax_floor)`. NaN values are
+//!    ignored when taking the maximum.
+//! 2. The scale `s = block_scale(amax, element, scale_format)` (see
+//!    [`block_scale`]; the only rounding here is in the `Fp32` and `E4m3`
+//!    rules).
+//! 3. Each value: `q = v / s` (an f32 division: exact for power-of-two
+//!    scales unless it underflows), clamped to `±element.max_finite()`
+//!    (NaN stays NaN), then cast with [`Overflow::Cast`], rounding to
+//!    nearest even. Clamping before the cast is what the DeepSeek reference
+//!    does; it makes the cast's overflow rule irrelevant.
+//! 4. The dequantized value is `decode(code) * s`, an f32 product (exact for
+//!    power-of-two scales unless it leaves the f32 range).
+//!
+//! If `s` is zero (the `E4m3` rule when `amax / max` rounds to zero, or the
+//! `Fp32` rule when it underflows), every value of the block becomes a zero
+//! of its own sign: that is what storing a zero scale means.
+
+use super::element::{ElementFormat, Overflow};
+use super::FormatError;
+
+/// DeepSeek's floor on a block's amax for its fp8 (e4m3fn) activation
+/// quantization (`act_quant`).
+pub const DEEPSEEK_FP8_AMAX_FLOOR: f32 = 1e-4;
+
+/// DeepSeek V4's floor on a block's amax for its fp4 (e2m1) indexer
+/// quantization: `6 · 2^-126`, so the scale never falls below 2^-126.
+pub const DEEPSEEK_FP4_AMAX_FLOOR: f32 = 6.0 * f32::MIN_POSITIVE;
+
+/// How the scale of a block is derived from its amax. `max` below is the
+/// element format's largest finite value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ScaleFormat {
+    /// `s = amax / max` in f32 (one rounding).
+    Fp32,
+    /// DeepSeek's ue8m0 rule: `s = 2^ceil(log2(amax / max))`, the smallest
+    /// power of two with `amax / s <= max`, so nothing is clipped.
+    Ue8m0Ceil,
+    /// OCP MX rule: `s = 2^(floor(log2 amax) - emax(element))`; values
+    /// beyond `max` after dividing are clamped.
+    Ue8m0Floor,
+    /// NVFP4 rule: `s = amax / max` rounded (nearest even, saturating) to
+    /// e4m3fn. NVFP4's second, per-tensor fp32 scale is not modelled.
+    E4m3,
+}
+
+/// Which values share one scale, for row-major data with rows of length `d`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BlockShape {
+    /// Consecutive runs of this many values along a row (16, 32, 64, 128…);
+    /// must divide `d`.
+    Block(usize),
+    /// One scale per row.
+    Row,
+    /// One scale for everything.
+    Tensor,
+}
+
+/// A complete block-scaling scheme.
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct BlockScaling {
+    pub shape: BlockShape,
+    pub scale: ScaleFormat,
+    /// Lower bound on a block's amax before the scale is computed; keeps
+    /// all-zero or tiny blocks from producing zero or subnormal scales.
+    pub amax_floor: f32,
+}
+
+impl BlockScaling {
+    /// DeepSeek V3.2 indexer keys and queries (with e4m3fn elements): blocks
+    /// of 128, ue8m0 scale rounded up, amax floor 1e-4.
+    pub const DEEPSEEK_FP8: BlockScaling = BlockScaling {
+        shape: BlockShape::Block(128),
+        scale: ScaleFormat::Ue8m0Ceil,
+        amax_floor: DEEPSEEK_FP8_AMAX_FLOOR,
+    };
+    /// DeepSeek V4 reference indexer (with e2m1 elements): blocks of 32,
+    /// ue8m0 scale rounded up, amax floor 6·2^-126.
+    pub const DEEPSEEK_FP4: BlockScaling = BlockScaling {
+        shape: BlockShape::Block(32),
+        scale: ScaleFormat::Ue8m0Ceil,
+        amax_floor: DEEPSEEK_FP4_AMAX_FLOOR,
+    };
+    /// OCP MX (MXFP4 with e2m1, MXFP8 with e4m3fn): blocks of 32, ue8m0
+    /// scale from `floor(log2 amax)`.
+    pub const OCP_MX: BlockScaling = BlockScaling {
+        shape: BlockShape::Block(32),
+        scale: ScaleFormat::Ue8m0Floor,
+        amax_floor: 0.0,
+    };
+    /// NVFP4 (with e2m1 elements): blocks of 16, e4m3fn scale.
+    pub const NVFP4: BlockScaling = BlockScaling {
+        shape: BlockShape::Block(16),
+        scale: ScaleFormat::E4m3,
+        amax_floor: 0.0,
+    };
+}
+
+/// Codes and scales of a quantized tensor: value `i` is
+/// `element.decode(codes[i]) * scales[i / block_len]`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct QuantizedBlocks {
+    pub element: ElementFormat,
+    /// Values per scale.
+    pub block_len: usize,
+    /// One code per value, in the low `element.bits()` bits.
+    pub codes: Vec<u32>,
+    /// One scale per block, as the f32 value it stands for.
+    pub scales: Vec<f32>,
+}
+
+impl Default for QuantizedBlocks {
+    fn default() -> Self {
+        QuantizedBlocks {
+            element: ElementFormat::F32,
+            block_len: 0,
+            codes: Vec::new(),
+            scales: Vec::new(),
+        }
+    }
+}
+
+impl QuantizedBlocks {
+    /// The dequantized values, recomputed from codes and scales.
+    pub fn dequantized(&self) -> Vec<f32> {
+        if self.block_len == 0 {
+            return Vec::new();
+        }
+        self.codes
+            .chunks(self.block_len)
+            .zip(&self.scales)
+            .flat_map(|(codes, &s)| {
+                codes
+                    .iter()
+                    .map(move |&c| dequantize_one(self.element, c, s))
+            })
+            .collect()
+    }
+}
+
+/// `decode(code) * s`, where a zero scale yields a signed zero even for
+/// infinite or NaN codes (the value was never stored).
+#[inline]
+fn dequantize_one(element: ElementFormat, code: u32, s: f32) -> f32 {
+    let value = element.decode(code);
+    if s == 0.0 {
+        0f32.copysign(value)
+    } else {
+        value * s
+    }
+}
+
+/// `2^n` as an f32 for `n` in the ue8m0 range `-127..=127` (2^-127 is an
+/// f32 subnormal), built from its bits so it is exact.
+fn exact_power_of_two(n: i32) -> f32 {
+    let n = n.clamp(-127, 127);
+    if n >= -126 {
+        f32::from_bits(((n + 127) as u32) << 23)
+    } else {
+        f32::from_bits(1 << 22)
+    }
+}
+
+/// `(significand, exponent)` of a positive finite f32 with
+/// `x = significand · 2^(exponent - 23)` and `significand` in `[2^23, 2^24)`
+/// (subnormals normalised), so `exponent = floor(log2 x)` exactly.
+fn normalised_parts(x: f32) -> (u32, i32) {
+    let bits = x.to_bits() & 0x7fff_ffff;
+    let biased = (bits >> 23) as i32;
+    let fraction = bits & 0x007f_ffff;
+    if biased == 0 {
+        // Subnormal: shift the leading one up to bit 23.
+        let shift = fraction.leading_zeros() - 8;
+        (fraction << shift, -126 - shift as i32)
+    } else {
+        (fraction | 0x0080_0000, biased - 127)
+    }
+}
+
+/// `ceil(log2(amax / max))` computed exactly for positive finite arguments:
+/// with `amax = a·2^ea` and `max = m·2^em` (`a`, `m` significands of equal
+/// width), the ratio lies in `(2^(ea-em-1), 2^(ea-em)]` when `a <= m` and in
+/// `(2^(ea-em), 2^(ea-em+1))` otherwise. `f32::log2` could be off by one
+/// when the ratio is (nearly) a power of two.
+fn ceil_log2_ratio(amax: f32, max: f32) -> i32 {
+    let (a, ea) = normalised_parts(amax);
+    let (m, em) = normalised_parts(max);
+    ea - em + i32::from(a > m)
+}
+
+/// The scale of a block whose (already floored) amax is `amax`.
+///
+/// - `Fp32`: `amax / max` (f32 division).
+/// - `Ue8m0Ceil`: `2^ceil(log2(amax / max))`, computed exactly from the bit
+///   patterns (by comparing significands, not with `f32::log2`); for
+///   `amax = max·2^n` exactly this is `2^n`. DeepSeek's kernel instead takes
+///   the exponent of the f32 product `amax · fl(1/max)`; for max 448 and 6
+///   that product is exactly `2^n` at `amax = max·2^n`, and the two rules
+///   agree there and on the neighbouring f32 values (checked with
+///   `tools/golden_formats.py`'s exact rationals).
+/// - `Ue8m0Floor`: `2^(floor(log2 amax) - emax)`, floor taken from the
+///   exponent bits.
+/// - `E4m3`: `amax / max` in f32, then rounded to e4m3fn (saturating at 448).
+///
+/// Both ue8m0 rules clamp the exponent to ue8m0's range `[-127, 127]`, so
+/// `amax = inf` gives 2^127 (and 448 for `E4m3`, inf for `Fp32`).
+/// `amax <= 0` gives scale 1 (the block is all zeros); NaN gives NaN
+/// (callers taking amax with `f32::max` never pass NaN).
+pub fn block_scale(amax: f32, element: ElementFormat, scale_format: ScaleFormat) -> f32 {
+    if amax.is_nan() {
+        return f32::NAN;
+    }
+    if amax <= 0.0 {
+        return 1.0;
+    }
+    let max = element.max_finite();
+    match scale_format {
+        ScaleFormat::Fp32 => amax / max,
+        ScaleFormat::E4m3 => ElementFormat::E4m3fn.round_trip(amax / max, Overflow::Saturate),
+        ScaleFormat::Ue8m0Ceil if amax.is_infinite() => exact_power_of_two(127),
+        ScaleFormat::Ue8m0Floor if amax.is_infinite() => exact_power_of_two(127),
+        ScaleFormat::Ue8m0Ceil => exact_power_of_two(ceil_log2_ratio(amax, max)),
+        ScaleFormat::Ue8m0Floor => {
+            let (_, floor_log2_amax) = normalised_parts(amax);
+            exact_power_of_two(floor_log2_amax - element.emax())
+        }
+    }
+}
+
+/// Number of values sharing one scale, after checking the arguments.
+fn block_len(len: usize, d: usize, scaling: &BlockScaling) -> Result<usize, FormatError> {
+    if d == 0 {
+        return Err(FormatError::ZeroRowLength);
+    }
+    if len % d != 0 {
+        return Err(FormatError::LengthNotMultipleOfRow { len, d });
+    }
+    if !(scaling.amax_floor.is_finite() && scaling.amax_floor >= 0.0) {
+        return Err(FormatError::InvalidAmaxFloor {
+            floor: scaling.amax_floor,
+        });
+    }
+    match scaling.shape {
+        BlockShape::Block(block) if block == 0 || d % block != 0 => {
+            Err(FormatError::InvalidBlockSize { block, d })
+        }
+        BlockShape::Block(block) => Ok(block),
+        BlockShape::Row => Ok(d),
+        BlockShape::Tensor => Ok(len.max(1)),
+    }
+}
+
+/// Quantize row-major `values` (rows of length `d`) block by block and
+/// replace each value by its dequantized value `decode(code) * s`. When `out`
+/// is given, its codes and scales are replaced by this tensor's. The steps
+/// and where they round are in the module documentation.
+///
+/// Errors (leaving `values` and `out` untouched) if `d` is zero, does not
+/// divide `values.len()`, the block size is zero or does not divide `d`, or
+/// the amax floor is negative or not finite.
+pub fn quantize_dequantize(
+    values: &mut [f32],
+    d: usize,
+    element: ElementFormat,
+    scaling: &BlockScaling,
+    mut out: Option<&mut QuantizedBlocks>,
+) -> Result<(), FormatError> {
+    let block_len = block_len(values.len(), d, scaling)?;
+    if let Some(out) = out.as_deref_mut() {
+        out.element = element;
+        out.block_len = block_len;
+        out.codes.clear();
+        out.codes.reserve(values.len());
+        out.scales.clear();
+        out.scales.reserve(values.len() / block_len);
+    }
+    let max = element.max_finite();
+    for block in values.chunks_exact_mut(block_len) {
+        // f32::max ignores NaN, so a NaN value cannot poison the scale.
+        let amax = block
+            .iter()
+            .fold(0f32, |acc, v| acc.max(v.abs()))
+            .max(scaling.amax_floor);
+        let s = block_scale(amax, element, scaling.scale);
+        for v in block.iter_mut() {
+            let scaled = if s == 0.0 { 0f32.copysign(*v) } else { *v / s };
+            let code = element.encode(scaled.clamp(-max, max), Overflow::Cast);
+            *v = dequantize_one(element, code, s);
+            if let Some(out) = out.as_deref_mut() {
+                out.codes.push(code);
+            }
+        }
+        if let Some(out) = out.as_deref_mut() {
+            out.scales.push(s);
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ue8m0_ceil_is_exact_at_powers_of_two() {
+        for element in [
+            ElementFormat::E4m3fn,
+            ElementFormat::E2m1,
+            ElementFormat::E5m2,
+        ] {
+            let max = element.max_finite();
+            for n in -100..=100 {
+                let at = max * 2f32.powi(n);
+                let s = block_scale(at, element, ScaleFormat::Ue8m0Ceil);
+                assert_eq!(s, 2f32.powi(n), "{element} amax = max·2^{n}");
+                let above = f32::from_bits(at.to_bits() + 1);
+                assert_eq!(
+                    block_scale(above, element, ScaleFormat::Ue8m0Ceil),
+                    2f32.powi(n + 1)
+                );
+                let below = f32::from_bits(at.to_bits() - 1);
+                assert_eq!(
+                    block_scale(below, element, ScaleFormat::Ue8m0Ceil),
+                    2f32.powi(n)
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn ue8m0_floor_follows_the_mx_rule() {
+        let e2m1 = ElementFormat::E2m1;
+        // amax 6 → floor(log2 6) = 2, emax 2 → scale 1.
+        assert_eq!(block_scale(6.0, e2m1, ScaleFormat::Ue8m0Floor), 1.0);
+        assert_eq!(block_scale(7.99, e2m1, ScaleFormat::Ue8m0Floor), 1.0);
+        assert_eq!(block_scale(8.0, e2m1, ScaleFormat::Ue8m0Floor), 2.0);
+        assert_eq!(
+            block_scale(448.0, ElementFormat::E4m3fn, ScaleFormat::Ue8m0Floor),
+            1.0
+        );
+        // Subnormal amax: floor(log2 2^-140) = -140, clamped to the ue8m0 range.
+        assert_eq!(
+            block_scale(2f32.powi(-140), e2m1, ScaleFormat::Ue8m0Floor),
+            2f32.powi(-127)
+        );
+    }
+
+    #[test]
+    fn scales_of_degenerate_amax_do_not_panic() {
+        for scale in [
+            ScaleFormat::Fp32,
+            ScaleFormat::Ue8m0Ceil,
+            ScaleFormat::Ue8m0Floor,
+            ScaleFormat::E4m3,
+        ] {
+            for element in ElementFormat::ALL {
+                for amax in [
+                    0.0,
+                    f32::from_bits(1),
+                    f32::MIN_POSITIVE,
+                    f32::MAX,
+                    f32::INFINITY,
+                    f32::NAN,
+                ] {
+                    let _ = block_scale(amax, element, scale);
+                }
+            }
+        }
+        assert_eq!(
+            block_scale(f32::INFINITY, ElementFormat::E4m3fn, ScaleFormat::E4m3),
+            448.0
+        );
+    }
+
+    #[test]
+    fn deepseek_fp8_block_round_trip() -> Result<(), FormatError> {
+        // amax 104 → s = 2^ceil(log2(104/448)) = 2^-2; 104/0.25 = 416 is representable.
+        let mut values: Vec<f32> = (0..256).map(|i| (i as f32 - 128.0) * 0.5).collect();
+        values[3] = 104.0;
+        let mut q = QuantizedBlocks::default();
+        let original = values.clone();
+        quantize_dequantize(
+            &mut values,
+            256,
+            ElementFormat::E4m3fn,
+            &BlockScaling::DEEPSEEK_FP8,
+            Some(&mut q),
+        )?;
+        assert_eq!(q.scales, vec![0.25, 0.25]);
+        assert_eq!(q.codes.len(), 256);
+        assert_eq!(q.dequantized(), values);
+        assert_eq!(values[3], 104.0);
+        for (a, b) in original.iter().zip(&values) {
+            assert!(
+                (a - b).abs() <= a.abs() / 16.0 + 2f32.powi(-9) * 0.25,
+                "{a} → {b}"
+            );
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn shapes_pick_the_block_length() -> Result<(), FormatError> {
+        let base: Vec<f32> = (0..64).map(|i| i as f32).collect();
+        for (shape, blocks) in [
+            (BlockShape::Block(16), 4),
+            (BlockShape::Row, 2),
+            (BlockShape::Tensor, 1),
+        ] {
+            let scaling = BlockScaling {
+                shape,
+                scale: ScaleFormat::Fp32,
+                amax_floor: 0.0,
+            };
+            let mut q = QuantizedBlocks::default();
+            quantize_dequantize(
+                &mut base.clone(),
+                32,
+                ElementFormat::E4m3fn,
+                &scaling,
+                Some(&mut q),
+            )?;
+            assert_eq!(q.scales.len(), blocks, "{shape:?}");
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn bad_arguments_are_errors() {
+        let mut v = vec![1.0; 64];
+        let fp8 = BlockScaling::DEEPSEEK_FP8;
+        let e = ElementFormat::E4m3fn;
+        assert_eq!(
+            quantize_dequantize(&mut v, 0, e, &fp8, None),
+            Err(FormatError::ZeroRowLength)
+        );
+        assert!(matches!(
+            quantize_dequantize(&mut v, 48, e, &fp8, None),
+            Err(FormatError::LengthNotMultipleOfRow { .. })
+        ));
+        assert!(matches!(
+            quantize_dequantize(&mut v, 64, e, &fp8, None),
+            Err(FormatError::InvalidBlockSize { .. })
+        ));
+        let zero_block = BlockScaling {
+            shape: BlockShape::Block(0),
+            ..fp8
+        };
+        assert!(matches!(
+            quantize_dequantize(&mut v, 64, e, &zero_block, None),
+            Err(FormatError::InvalidBlockSize { .. })
+        ));
+        let nan_floor = BlockScaling {
+            amax_floor: f32::NAN,
+            ..fp8
+        };
+        assert!(matches!(
+            quantize_dequantize(&mut v, 64, e, &nan_floor, None),
+            Err(FormatError::InvalidAmaxFloor { .. })
+        ));
+        assert_eq!(v, vec![1.0; 64]);
+        assert_eq!(
+            quantize_dequantize(
+                &mut [],
+                4,
+                e,
+                &BlockScaling {
+                    shape: BlockShape::Tensor,
+                    ..fp8
+                },
+                None
+            ),
+            Ok(())
+        );
+    }
+
+    #[test]
+    fn special_values_do_not_panic() -> Result<(), FormatError> {
+        let specials = [
+            f32::NAN,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            0.0,
+            -0.0,
+            f32::from_bits(1),
+            f32::MAX,
+            1.0,
+        ];
+        for element in ElementFormat::ALL {
+            for scale in [
+                ScaleFormat::Fp32,
+                ScaleFormat::Ue8m0Ceil,
+                ScaleFormat::Ue8m0Floor,
+                ScaleFormat::E4m3,
+            ] {
+                let scaling = BlockScaling {
+                    shape: BlockShape::Block(8),
+                    scale,
+                    amax_floor: 0.0,
+                };
+                let mut v = specials.to_vec();
+                quantize_dequantize(&mut v, 8, element, &scaling, None)?;
+            }
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn zero_e4m3_scale_zeroes_the_block() -> Result<(), FormatError> {
+        // amax/6 = 1e-5 rounds to zero in e4m3fn (smallest subnormal 2^-9).
+        let mut v = vec![6e-5, -3e-5, 0.0, 1e-5];
+        let mut q = QuantizedBlocks::default();
+        quantize_dequantize(
+            &mut v,
+            4,
+            ElementFormat::E2m1,
+            &BlockScaling {
+                shape: BlockShape::Row,
+                ..BlockScaling::NVFP4
+            },
+            Some(&mut q),
+        )?;
+        assert_eq!(q.scales, vec![0.0]);
+        assert_eq!(
+            v.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+            [0, 0x8000_0000, 0, 0]
+        );
+        Ok(())
+    }
+}

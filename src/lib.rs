@@ -9,6 +9,7 @@
 //! [`indexer`] (scores) → [`selection`] (top-k, ranks) →
 //! [`trial`] → [`montecarlo`] → [`sweep`] → [`output`] and [`chart`].
 
+pub mod charts;
 pub mod config;
 pub mod error;
 pub mod format;
@@ -16,10 +17,13 @@ pub mod geometry;
 pub mod haystack;
 pub mod indexer;
 pub mod montecarlo;
+pub mod output;
 pub mod precision;
+pub mod report;
 pub mod rng;
 pub mod selection;
 pub mod stats;
+pub mod sweep;
 pub mod trial;
 
 pub use config::{Scenario, ScenarioParams};

@@ -1,1 +1,124 @@
-fn main() {}
+//! The `dsa-recall` binary: parses arguments, hands them to the library,
+//! and turns errors into one line on stderr and an exit code
+//! (2 for bad usage or configuration, 1 for a run that failed).
+
+mod cli;
+
+use clap::error::ErrorKind;
+use clap::Parser;
+use cli::{Cli, Command, PresetsAction, RunArgs, ScenarioArgs, SweepArgs};
+use dsa_recall::config::{self, Overlay, Scenario, ScenarioParams};
+use dsa_recall::error::Error;
+use dsa_recall::{output, report, sweep};
+use indicatif::{ProgressBar, ProgressStyle};
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand) => {
+            let _ = e.print();
+            return ExitCode::from(if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand { 2 } else { 0 });
+        }
+        Err(e) => {
+            // clap's message is several lines; its first says what was wrong.
+            let text = e.to_string();
+            let first = text.lines().next().unwrap_or("invalid arguments").trim_start_matches("error: ");
+            eprintln!("error: {first} (see --help)");
+            return ExitCode::from(2);
+        }
+    };
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(match e {
+                Error::Config(_) | Error::ScenarioFile { .. } | Error::OutputNotEmpty(_) => 2,
+                _ => 1,
+            })
+        }
+    }
+}
+
+fn run(cli: Cli) -> Result<(), Error> {
+    match cli.command {
+        Command::Sweep(args) => run_sweep(&args),
+        Command::Run(args) => run_cell(&args),
+        Command::Presets(args) => {
+            match args.action {
+                None => {
+                    for (name, text) in config::PRESETS {
+                        let params = config::params::parse_scenario_toml(text).unwrap_or_default();
+                        println!("{name:<20} {}", params.description.unwrap_or_default());
+                    }
+                }
+                Some(PresetsAction::Show { name }) => print!("{}", config::preset_text(&name)?),
+            }
+            Ok(())
+        }
+    }
+}
+
+/// Preset ← scenario file ← command line, then one validation.
+fn scenario(args: &ScenarioArgs, cli_overlay: ScenarioParams) -> Result<Scenario, Error> {
+    let mut params = ScenarioParams::default();
+    if let Some(path) = &args.config {
+        params.overlay(config::load_scenario_file(path)?);
+    }
+    params.overlay(cli_overlay);
+    Ok(config::check(config::resolve(params)?)?)
+}
+
+fn thread_pool(threads: Option<usize>) -> Result<rayon::ThreadPool, Error> {
+    if threads == Some(0) {
+        return Err(dsa_recall::ConfigError::new("--threads", 0, "at least 1 (leave it out to use every core)").into());
+    }
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(threads.unwrap_or(0))
+        .build()
+        .map_err(|e| Error::io("starting worker threads", std::io::Error::other(e.to_string())))
+}
+
+fn progress_bar(total: u64) -> ProgressBar {
+    let bar = ProgressBar::new(total);
+    if let Ok(style) = ProgressStyle::with_template("{spinner} {bar:40} {pos}/{len} trials · {elapsed} elapsed · ETA {eta}") {
+        bar.set_style(style);
+    }
+    bar
+}
+
+fn run_sweep(args: &SweepArgs) -> Result<(), Error> {
+    let s = scenario(&args.scenario, args.overlay()?)?;
+    let pool = thread_pool(args.scenario.threads)?;
+    output::prepare_output_dir(&args.out, args.force)?;
+    let bar = progress_bar(sweep::total_trials(&s));
+    let outcome = pool.install(|| sweep::run_sweep(&s, &|| bar.inc(1)))?;
+    bar.finish_and_clear();
+    report::write_sweep(&args.out, &s, &outcome)?;
+    print!("{}", output::format_table(&s, &outcome));
+    println!("\nwrote {}", args.out.display());
+    Ok(())
+}
+
+fn run_cell(args: &RunArgs) -> Result<(), Error> {
+    let s = scenario(&args.scenario, args.overlay()?)?;
+    let single = |n: usize, field: &str| {
+        if n == 1 {
+            Ok(())
+        } else {
+            Err(dsa_recall::ConfigError::new(field, format!("{n} values"), "`run` simulates one cell: give one value (use `sweep` for lists)"))
+        }
+    };
+    single(s.contexts.len(), "--context")?;
+    single(s.depths.len(), "--depth")?;
+    single(s.topks.len(), "--topk")?;
+    single(s.precisions.len(), "--precision")?;
+    let pool = thread_pool(args.scenario.threads)?;
+    let cell = pool.install(|| report::run_single_cell(&s, args.print_trials))?;
+    if args.json {
+        println!("{}", serde_json::to_string(&cell.result).unwrap_or_default());
+    } else {
+        print!("{}", cell.text);
+    }
+    Ok(())
+}

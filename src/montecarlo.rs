@@ -84,27 +84,41 @@ impl CellTally {
     }
 }
 
-/// Runs `trials` trials of one haystack group and tallies every cell.
+/// Runs `trials` trials of one haystack group, in trial order.
 /// `on_trial` is called once per finished trial (for progress bars).
-pub fn simulate(
+pub fn run_trials(
     spec: &TrialSpec<'_>,
     seed: u64,
     trials: u64,
     on_trial: &(dyn Fn() + Sync),
-) -> Result<Vec<CellTally>, SimError> {
-    let outcomes: Vec<TrialOutcome> = (0..trials)
+) -> Result<Vec<TrialOutcome>, SimError> {
+    (0..trials)
         .into_par_iter()
         .map(|t| {
             let out = spec.run(trial_seed(seed, spec.depth_percent, t));
             on_trial();
             out
         })
-        .collect::<Result<_, _>>()?;
+        .collect()
+}
+
+/// Tallies every cell over trials, in trial order.
+pub fn tally_cells(spec: &TrialSpec<'_>, outcomes: &[TrialOutcome]) -> Vec<CellTally> {
     let mut cells = vec![CellTally::default(); spec.cell_count()];
-    for outcome in &outcomes {
+    for outcome in outcomes {
         for (cell, o) in cells.iter_mut().zip(&outcome.cells) {
             cell.add(o);
         }
     }
-    Ok(cells)
+    cells
+}
+
+/// Runs and tallies one haystack group.
+pub fn simulate(
+    spec: &TrialSpec<'_>,
+    seed: u64,
+    trials: u64,
+    on_trial: &(dyn Fn() + Sync),
+) -> Result<Vec<CellTally>, SimError> {
+    Ok(tally_cells(spec, &run_trials(spec, seed, trials, on_trial)?))
 }

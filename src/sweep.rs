@@ -4,7 +4,7 @@
 
 use crate::config::Scenario;
 use crate::error::SimError;
-use crate::montecarlo::simulate;
+use crate::montecarlo::{simulate, CellTally};
 use crate::trial::TrialSpec;
 use serde::{Deserialize, Serialize};
 
@@ -65,56 +65,68 @@ pub fn total_trials(s: &Scenario) -> u64 {
     s.trials * s.depths.len() as u64
 }
 
+/// The trial specification of the haystack group at `depth`.
+pub fn spec_for(s: &Scenario, depth: f64) -> TrialSpec<'_> {
+    TrialSpec {
+        model: &s.model,
+        geometry: s.geometry,
+        contexts: &s.contexts,
+        depth_percent: depth,
+        needle_tokens: s.needle_tokens,
+        topks: &s.topks,
+        variants: &s.precisions,
+        tie_rule: s.tie_rule,
+    }
+}
+
+/// Cell results of one haystack group from its tallies.
+pub fn cells_for(s: &Scenario, spec: &TrialSpec<'_>, tallies: &[CellTally]) -> Vec<CellResult> {
+    let mut cells = Vec::with_capacity(tallies.len());
+    for (ci, &context) in s.contexts.iter().enumerate() {
+        let placement = spec.placement(context);
+        let candidates = s.geometry.candidate_rows(context);
+        for (ki, &k) in s.topks.iter().enumerate() {
+            for (vi, variant) in s.precisions.iter().enumerate() {
+                let t = &tallies[spec.cell_index(ci, ki, vi)];
+                let (ci_low, ci_high) = t.interval();
+                cells.push(CellResult {
+                    context_tokens: context,
+                    depth_percent: spec.depth_percent,
+                    topk: k,
+                    precision: variant.name.clone(),
+                    trials: t.trials,
+                    survived: t.survived,
+                    recall: t.recall(),
+                    ci_low,
+                    ci_high,
+                    mean_rank: t.mean_rank(),
+                    mean_rank_ties: t.mean_rank_ties(),
+                    median_rank: t.median_rank(),
+                    trials_with_ties: t.trials_with_ties,
+                    mean_margin_sd: t.mean_margin_sd(),
+                    needle_rows: placement.rows.end - placement.rows.start,
+                    needle_start_token: placement.tokens.start,
+                    needle_in_window: placement.in_window,
+                    survived_via_window: t.survived_via_window,
+                    visible_rows: s.geometry.visible_rows(context),
+                    candidate_rows: candidates,
+                    k_eff: k.min(candidates),
+                    coverage_limit: s.geometry.coverage_limit(k),
+                });
+            }
+        }
+    }
+    cells
+}
+
 /// Runs every cell of the scenario. Cells come out ordered by depth,
 /// context, k, precision.
 pub fn run_sweep(s: &Scenario, on_trial: &(dyn Fn() + Sync)) -> Result<SweepOutcome, SimError> {
     let mut cells = Vec::new();
     for &depth in &s.depths {
-        let spec = TrialSpec {
-            model: &s.model,
-            geometry: s.geometry,
-            contexts: &s.contexts,
-            depth_percent: depth,
-            needle_tokens: s.needle_tokens,
-            topks: &s.topks,
-            variants: &s.precisions,
-            tie_rule: s.tie_rule,
-        };
+        let spec = spec_for(s, depth);
         let tallies = simulate(&spec, s.seed, s.trials, on_trial)?;
-        for (ci, &context) in s.contexts.iter().enumerate() {
-            let placement = spec.placement(context);
-            let candidates = s.geometry.candidate_rows(context);
-            for (ki, &k) in s.topks.iter().enumerate() {
-                for (vi, variant) in s.precisions.iter().enumerate() {
-                    let t = &tallies[spec.cell_index(ci, ki, vi)];
-                    let (ci_low, ci_high) = t.interval();
-                    cells.push(CellResult {
-                        context_tokens: context,
-                        depth_percent: depth,
-                        topk: k,
-                        precision: variant.name.clone(),
-                        trials: t.trials,
-                        survived: t.survived,
-                        recall: t.recall(),
-                        ci_low,
-                        ci_high,
-                        mean_rank: t.mean_rank(),
-                        mean_rank_ties: t.mean_rank_ties(),
-                        median_rank: t.median_rank(),
-                        trials_with_ties: t.trials_with_ties,
-                        mean_margin_sd: t.mean_margin_sd(),
-                        needle_rows: placement.rows.end - placement.rows.start,
-                        needle_start_token: placement.tokens.start,
-                        needle_in_window: placement.in_window,
-                        survived_via_window: t.survived_via_window,
-                        visible_rows: s.geometry.visible_rows(context),
-                        candidate_rows: candidates,
-                        k_eff: k.min(candidates),
-                        coverage_limit: s.geometry.coverage_limit(k),
-                    });
-                }
-            }
-        }
+        cells.extend(cells_for(s, &spec, &tallies));
     }
     let effective = effective_contexts(s, &cells);
     Ok(SweepOutcome { cells, effective })

@@ -1,0 +1,174 @@
+//! Command-line arguments, first layer: raw strings and numbers as typed.
+//! They become a `ScenarioParams` overlay here; validation happens once, in
+//! `dsa_recall::config::check`.
+
+use clap::{Args, Parser, Subcommand};
+use dsa_recall::config::{self, ListSpec, ScenarioParams};
+use dsa_recall::ConfigError;
+use std::path::PathBuf;
+
+#[derive(Parser, Debug)]
+#[command(name = "dsa-recall", version, about = "Simulates DeepSeek sparse attention's top-k selection and needle recall on a CPU")]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Sweep a grid of contexts × depths × k × precisions; write results and charts.
+    Sweep(SweepArgs),
+    /// Simulate a single cell, optionally printing every trial.
+    Run(RunArgs),
+    /// List the embedded presets, or print one as TOML.
+    Presets(PresetsArgs),
+}
+
+/// Knobs shared by `sweep` and `run`.
+#[derive(Args, Debug, Default)]
+pub struct ScenarioArgs {
+    /// Preset to start from (see `dsa-recall presets`).
+    #[arg(long)]
+    pub preset: Option<String>,
+    /// TOML scenario file; its values override the preset's.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Trials per cell.
+    #[arg(long)]
+    pub trials: Option<u64>,
+    /// Master seed.
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Needle strength: shift of each looking head's dot product, in haystack standard deviations.
+    #[arg(long, allow_negative_numbers = true, value_name = "X")]
+    pub needle_strength: Option<String>,
+    /// Needle length in tokens.
+    #[arg(long, value_name = "N")]
+    pub needle_tokens: Option<u64>,
+    /// Indexer heads that look for the needle.
+    #[arg(long, value_name = "N")]
+    pub needle_heads: Option<usize>,
+    /// Tokens per compressed row.
+    #[arg(long, value_name = "C")]
+    pub compress_ratio: Option<u64>,
+    /// Raw window of most recent tokens always attended.
+    #[arg(long, value_name = "W")]
+    pub window: Option<u64>,
+    /// Order among equal scores: lowest-index, highest-index or random.
+    #[arg(long, value_name = "RULE")]
+    pub tie_rule: Option<String>,
+    /// Recall threshold for the effective context.
+    #[arg(long, value_name = "R")]
+    pub threshold: Option<f64>,
+    /// Worker threads (default: all cores). Results do not depend on it.
+    #[arg(long, value_name = "N")]
+    pub threads: Option<usize>,
+}
+
+#[derive(Args, Debug)]
+pub struct SweepArgs {
+    #[command(flatten)]
+    pub scenario: ScenarioArgs,
+    /// Context lengths: 1K,4K,… or a doubling range 1K..128K (K = 1024, M = 1048576).
+    #[arg(long, value_name = "LIST")]
+    pub contexts: Option<String>,
+    /// Needle depths in percent (0 = start, 100 = end): 0,50,100 or 0..100:10.
+    #[arg(long, value_name = "LIST")]
+    pub depths: Option<String>,
+    /// Top-k values (default: the preset's index_topk and twice it).
+    #[arg(long, value_name = "LIST")]
+    pub topk: Option<String>,
+    /// Precision variants, e.g. fp32,bf16,fp8.
+    #[arg(long, value_name = "LIST")]
+    pub precisions: Option<String>,
+    /// Output directory.
+    #[arg(long, value_name = "DIR", default_value = "results")]
+    pub out: PathBuf,
+    /// Overwrite a non-empty output directory.
+    #[arg(long)]
+    pub force: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub scenario: ScenarioArgs,
+    /// Context length in tokens (K/M suffixes allowed).
+    #[arg(long, value_name = "TOKENS")]
+    pub context: Option<String>,
+    /// Needle depth in percent.
+    #[arg(long, value_name = "PERCENT", allow_negative_numbers = true)]
+    pub depth: Option<String>,
+    /// Top-k.
+    #[arg(long, value_name = "K")]
+    pub topk: Option<String>,
+    /// Precision variant.
+    #[arg(long, value_name = "NAME")]
+    pub precision: Option<String>,
+    /// Print one line per trial.
+    #[arg(long)]
+    pub print_trials: bool,
+    /// Print the cell as JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct PresetsArgs {
+    #[command(subcommand)]
+    pub action: Option<PresetsAction>,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum PresetsAction {
+    /// Print a preset as TOML.
+    Show { name: String },
+}
+
+fn text(v: &Option<String>) -> Option<ListSpec> {
+    v.as_ref().map(|s| ListSpec::Text(s.clone()))
+}
+
+impl ScenarioArgs {
+    /// The command line's values as an overlay (absent flags leave gaps).
+    pub fn overlay(&self) -> Result<ScenarioParams, ConfigError> {
+        let mut p = ScenarioParams { preset: self.preset.clone(), ..Default::default() };
+        p.sweep.trials = self.trials;
+        p.sweep.seed = self.seed;
+        p.sweep.threshold = self.threshold;
+        if let Some(text) = &self.needle_strength {
+            let x = text.trim().parse::<f64>().map_err(|_| {
+                ConfigError::new(config::field_name("needle.strength"), format!("{text:?}"), "a finite number ≥ 0")
+            })?;
+            p.needle.strength = Some(x);
+        }
+        p.needle.tokens = self.needle_tokens;
+        p.needle.heads = self.needle_heads;
+        p.geometry.compress_ratio = self.compress_ratio;
+        p.geometry.window = self.window;
+        p.selection.tie_rule = self.tie_rule.clone();
+        Ok(p)
+    }
+}
+
+impl SweepArgs {
+    pub fn overlay(&self) -> Result<ScenarioParams, ConfigError> {
+        let mut p = self.scenario.overlay()?;
+        p.sweep.contexts = text(&self.contexts);
+        p.sweep.depths = text(&self.depths);
+        p.sweep.topk = text(&self.topk);
+        p.sweep.precisions = text(&self.precisions);
+        Ok(p)
+    }
+}
+
+impl RunArgs {
+    pub fn overlay(&self) -> Result<ScenarioParams, ConfigError> {
+        let mut p = self.scenario.overlay()?;
+        p.sweep.contexts = text(&self.context);
+        p.sweep.depths = text(&self.depth);
+        p.sweep.topk = text(&self.topk);
+        p.sweep.precisions = text(&self.precision);
+        Ok(p)
+    }
+}

@@ -1,0 +1,73 @@
+//! Turning simulation outcomes into files and text: a sweep's output
+//! directory, and `run`'s single-cell report.
+
+use crate::config::Scenario;
+use crate::error::Error;
+use crate::montecarlo::{run_trials, tally_cells};
+use crate::output::{self, write_atomic, MANIFEST_FILE, RECALL_CHART_FILE, RESULTS_FILE, SUMMARY_FILE};
+use crate::sweep::{cells_for, spec_for, CellResult, SweepOutcome};
+use std::fmt::Write as _;
+use std::path::Path;
+
+/// Writes every output file of a sweep into `dir` (which must exist).
+/// The manifest goes last: its presence marks a complete output directory.
+pub fn write_sweep(dir: &Path, s: &Scenario, outcome: &SweepOutcome) -> Result<(), Error> {
+    write_atomic(&dir.join(RESULTS_FILE), output::results_jsonl(&outcome.cells).as_bytes())?;
+    write_atomic(&dir.join(SUMMARY_FILE), output::summary_csv(&outcome.cells).as_bytes())?;
+    crate::charts::render_recall_chart(s, &outcome.cells, &dir.join(RECALL_CHART_FILE))?;
+    write_atomic(&dir.join(MANIFEST_FILE), output::manifest_json(s, outcome).as_bytes())
+}
+
+/// A single simulated cell and its text report.
+pub struct SingleCell {
+    pub result: CellResult,
+    pub text: String,
+}
+
+/// Runs the one cell of `s` (one context, depth, k and precision).
+pub fn run_single_cell(s: &Scenario, print_trials: bool) -> Result<SingleCell, Error> {
+    let depth = s.depths.first().copied().unwrap_or(50.0);
+    let spec = spec_for(s, depth);
+    let outcomes = run_trials(&spec, s.seed, s.trials, &|| {})?;
+    let tallies = tally_cells(&spec, &outcomes);
+    let result = cells_for(s, &spec, &tallies).into_iter().next().ok_or_else(|| Error::Chart("no cell".into()))?;
+    let mut text = String::new();
+    if print_trials {
+        let _ = writeln!(text, "{:>7}  {:>8}  {:>10}  {:>14}  {:>12}", "trial", "survived", "rank (>)", "rank (≥, ties)", "margin (sd)");
+        for (t, o) in outcomes.iter().enumerate() {
+            let c = &o.cells[0];
+            let rank = |f: fn(&crate::selection::NeedleRank) -> u64| c.rank.as_ref().map_or("-".to_string(), |r| f(r).to_string());
+            let margin = c.margin_sd.map_or("-".to_string(), |m| format!("{m:+.3}"));
+            let _ = writeln!(
+                text,
+                "{t:>7}  {:>8}  {:>10}  {:>14}  {:>12}",
+                if c.survived { "yes" } else { "no" },
+                rank(|r| r.above),
+                rank(|r| r.above_or_equal),
+                margin
+            );
+        }
+        text.push('\n');
+    }
+    let r = &result;
+    let _ = writeln!(
+        text,
+        "{} tokens, depth {} %, k={} (k_eff {}), {}: recall {:.4} [{:.4}, {:.4}] ({} of {} trials)",
+        r.context_tokens, r.depth_percent, r.topk, r.k_eff, r.precision, r.recall, r.ci_low, r.ci_high, r.survived, r.trials
+    );
+    let _ = writeln!(
+        text,
+        "needle rows {} (first token {}, in raw window: {}), candidate rows {}, coverage limit k·c+W = {}",
+        r.needle_rows, r.needle_start_token, r.needle_in_window, r.candidate_rows, r.coverage_limit
+    );
+    if let (Some(mean), Some(median)) = (r.mean_rank, r.median_rank) {
+        let _ = writeln!(
+            text,
+            "needle rank: mean {mean:.1}, median {median}, mean counting ties {:.1}, trials with ties {}; mean margin {} sd",
+            r.mean_rank_ties.unwrap_or(mean),
+            r.trials_with_ties,
+            r.mean_margin_sd.map_or("-".to_string(), |m| format!("{m:+.3}"))
+        );
+    }
+    Ok(SingleCell { result, text })
+}

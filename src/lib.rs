@@ -1,1 +1,3 @@
+pub mod chart;
+
 pub fn placeholder() {}

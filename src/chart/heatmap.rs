@@ -145,7 +145,8 @@ impl Painter for Heatmap {
         // ---- regions
         let bar_col_w = px(120.0);
         let top = margin + title_h + px(16.0);
-        let (left, right, bottom) = (margin, w as i32 - margin - bar_col_w, h as i32 - margin);
+        // room for the rotated "needle depth" label left of the first column
+        let (left, right, bottom) = (margin + px(26.0), w as i32 - margin - bar_col_w, h as i32 - margin);
         let (grid_rows, grid_cols) = grid_shape(self.panels.len());
         let cell_w = (right - left) / grid_cols as i32;
         let cell_h = (bottom - top) / grid_rows as i32;
@@ -216,8 +217,7 @@ impl Heatmap {
         let tick_style_y = text_at(14.0 * s, INK, HPos::Right, VPos::Center);
         let desc_style = text_at(16.0 * s, INK_SOFT, HPos::Center, VPos::Top);
 
-        let y_desc_w = if first_col { px(30.0) } else { 0 };
-        let gx0 = x0 + y_desc_w + px(62.0);
+        let gx0 = x0 + px(62.0);
         let gx1 = x1 - px(18.0);
         let gy0 = y0 + px(62.0); // title + coverage label row
         let gy1 = y1 - if last_row { px(66.0) } else { px(34.0) };
@@ -291,7 +291,7 @@ impl Heatmap {
         if first_col {
             root.draw(&Text::new(
                 "needle depth",
-                (x0 + px(12.0), (gy0 + gy1) / 2),
+                (x0 - px(12.0), (gy0 + gy1) / 2),
                 text_vertical(16.0 * s, INK_SOFT),
             ))
             .map_err(draw_err)?;

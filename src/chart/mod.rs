@@ -144,9 +144,12 @@ pub(crate) fn render_atomically<P: Painter>(
                 root.present().map_err(draw_err)?;
             }
             ImageFormat::Svg => {
-                let root = SVGBackend::new(&tmp, (width, height)).into_drawing_area();
-                painter.paint(&root)?;
-                root.present().map_err(draw_err)?;
+                {
+                    let root = SVGBackend::new(&tmp, (width, height)).into_drawing_area();
+                    painter.paint(&root)?;
+                    root.present().map_err(draw_err)?;
+                }
+                embed_svg_font(&tmp)?;
             }
         }
         std::fs::rename(&tmp, path).map_err(|source| ChartError::Io {
@@ -158,6 +161,25 @@ pub(crate) fn render_atomically<P: Painter>(
         let _ = std::fs::remove_file(&tmp);
     }
     result
+}
+
+/// Inserts the embedded font's `@font-face` right after the `<svg …>` tag.
+fn embed_svg_font(svg_path: &Path) -> Result<(), ChartError> {
+    let io = |source| ChartError::Io {
+        path: svg_path.to_path_buf(),
+        source,
+    };
+    let svg = std::fs::read_to_string(svg_path).map_err(io)?;
+    let insert_at = svg
+        .find("<svg")
+        .and_then(|start| svg[start..].find('>').map(|end| start + end + 1))
+        .ok_or_else(|| ChartError::Draw("SVG backend wrote no <svg> element".into()))?;
+    let mut out = String::with_capacity(svg.len() + font::svg_font_defs().len() + 1);
+    out.push_str(&svg[..insert_at]);
+    out.push('\n');
+    out.push_str(font::svg_font_defs());
+    out.push_str(&svg[insert_at..]);
+    std::fs::write(svg_path, out).map_err(io)
 }
 
 #[cfg(test)]

@@ -328,7 +328,7 @@ impl Painter for RecallChart {
         let sub_h = root.estimate_text_size("Ag", &subtitle_style).map_err(draw_err)?.1 as i32;
         let header_top = margin + title_h + px(10.0) + sub_h + px(18.0);
         let row_h = px(24.0);
-        let x_label_area = px(70.0);
+        let x_label_area = px(62.0);
         let y_label_area = px(80.0);
 
         let (main, legend_area) = root.split_horizontally(w as i32 - legend_w);
@@ -608,6 +608,7 @@ mod tests {
         let svg = std::fs::read_to_string(&path).unwrap();
         assert!(svg.contains("<svg"));
         assert!(svg.contains("needle recall"));
+        assert!(svg.contains("@font-face{font-family:\"DejaVu Sans\""));
     }
 
     #[test]

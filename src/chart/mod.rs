@@ -188,8 +188,14 @@ mod tests {
 
     #[test]
     fn format_from_extension() {
-        assert_eq!(ImageFormat::from_path(Path::new("a/b.png")).unwrap(), ImageFormat::Png);
-        assert_eq!(ImageFormat::from_path(Path::new("b.SVG")).unwrap(), ImageFormat::Svg);
+        assert_eq!(
+            ImageFormat::from_path(Path::new("a/b.png")).unwrap(),
+            ImageFormat::Png
+        );
+        assert_eq!(
+            ImageFormat::from_path(Path::new("b.SVG")).unwrap(),
+            ImageFormat::Svg
+        );
         assert!(matches!(
             ImageFormat::from_path(Path::new("b.jpg")),
             Err(ChartError::UnsupportedFormat(_))

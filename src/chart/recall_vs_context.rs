@@ -12,8 +12,8 @@ use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, VPos};
 
 use super::style::{
-    dash_polyline, format_thousands, format_tokens, lerp_color, palette_color, text, text_at, ui_scale,
-    Dash, Marker, TickedAxis, GRID, INK, INK_SOFT,
+    dash_polyline, format_thousands, format_tokens, lerp_color, palette_color, text, text_at,
+    ui_scale, Dash, Marker, TickedAxis, GRID, INK, INK_SOFT,
 };
 use super::{draw_err, render_atomically, ChartError, Painter};
 
@@ -83,15 +83,27 @@ fn validate(chart: &RecallChart) -> Result<(), ChartError> {
                 return bad(format!("{name}: context length 0 cannot go on a log axis"));
             }
             if p.context_tokens <= prev {
-                return bad(format!("{name}: context lengths must be strictly ascending"));
+                return bad(format!(
+                    "{name}: context lengths must be strictly ascending"
+                ));
             }
             prev = p.context_tokens;
-            for (what, v) in [("recall", p.recall), ("ci_low", p.ci_low), ("ci_high", p.ci_high)] {
+            for (what, v) in [
+                ("recall", p.recall),
+                ("ci_low", p.ci_low),
+                ("ci_high", p.ci_high),
+            ] {
                 if !v.is_finite() {
-                    return bad(format!("{name}: non-finite {what} at context {}", p.context_tokens));
+                    return bad(format!(
+                        "{name}: non-finite {what} at context {}",
+                        p.context_tokens
+                    ));
                 }
                 if !(-EPS..=1.0 + EPS).contains(&v) {
-                    return bad(format!("{name}: {what} {v} outside 0..1 at context {}", p.context_tokens));
+                    return bad(format!(
+                        "{name}: {what} {v} outside 0..1 at context {}",
+                        p.context_tokens
+                    ));
                 }
             }
             if p.ci_low > p.recall + EPS || p.recall > p.ci_high + EPS {
@@ -153,7 +165,11 @@ impl Encoding {
     }
 
     fn look(&self, s: &RecallSeries) -> SeriesLook {
-        let p = self.precisions.iter().position(|p| *p == s.precision).unwrap_or(0);
+        let p = self
+            .precisions
+            .iter()
+            .position(|p| *p == s.precision)
+            .unwrap_or(0);
         SeriesLook {
             color: self.topk_color(s.topk),
             dash: Dash::CYCLE[p % Dash::CYCLE.len()],
@@ -181,29 +197,46 @@ fn draw_marker<DB: DrawingBackend>(
     let ri = r.round() as i32;
     match m {
         Marker::Circle => {
-            area.draw(&Circle::new((x, y), ri, fill)).map_err(draw_err)?;
-            area.draw(&Circle::new((x, y), ri, outline)).map_err(draw_err)?;
+            area.draw(&Circle::new((x, y), ri, fill))
+                .map_err(draw_err)?;
+            area.draw(&Circle::new((x, y), ri, outline))
+                .map_err(draw_err)?;
         }
         Marker::Square => {
             let q = r * 0.9;
-            area.draw(&Rectangle::new([f(-q, -q), f(q, q)], fill)).map_err(draw_err)?;
-            area.draw(&Rectangle::new([f(-q, -q), f(q, q)], outline)).map_err(draw_err)?;
+            area.draw(&Rectangle::new([f(-q, -q), f(q, q)], fill))
+                .map_err(draw_err)?;
+            area.draw(&Rectangle::new([f(-q, -q), f(q, q)], outline))
+                .map_err(draw_err)?;
         }
         Marker::Triangle | Marker::Diamond => {
             let pts = if m == Marker::Triangle {
-                vec![f(0.0, -1.25 * r), f(1.15 * r, 0.85 * r), f(-1.15 * r, 0.85 * r)]
+                vec![
+                    f(0.0, -1.25 * r),
+                    f(1.15 * r, 0.85 * r),
+                    f(-1.15 * r, 0.85 * r),
+                ]
             } else {
-                vec![f(0.0, -1.3 * r), f(1.1 * r, 0.0), f(0.0, 1.3 * r), f(-1.1 * r, 0.0)]
+                vec![
+                    f(0.0, -1.3 * r),
+                    f(1.1 * r, 0.0),
+                    f(0.0, 1.3 * r),
+                    f(-1.1 * r, 0.0),
+                ]
             };
-            area.draw(&Polygon::new(pts.clone(), fill)).map_err(draw_err)?;
+            area.draw(&Polygon::new(pts.clone(), fill))
+                .map_err(draw_err)?;
             let mut closed = pts.clone();
             closed.push(pts[0]);
-            area.draw(&PathElement::new(closed, outline)).map_err(draw_err)?;
+            area.draw(&PathElement::new(closed, outline))
+                .map_err(draw_err)?;
         }
         Marker::Cross => {
             let w = color.stroke_width((2.5 * s).round().max(1.0) as u32);
-            area.draw(&PathElement::new(vec![f(-r, -r), f(r, r)], w)).map_err(draw_err)?;
-            area.draw(&PathElement::new(vec![f(-r, r), f(r, -r)], w)).map_err(draw_err)?;
+            area.draw(&PathElement::new(vec![f(-r, -r), f(r, r)], w))
+                .map_err(draw_err)?;
+            area.draw(&PathElement::new(vec![f(-r, r), f(r, -r)], w))
+                .map_err(draw_err)?;
         }
     }
     Ok(())
@@ -284,14 +317,21 @@ impl Painter for RecallChart {
         let e_first = x_lo.ceil() as i64;
         let e_last = x_hi.floor() as i64;
         let ticks: Vec<f64> = (e_first..=e_last).map(|e| e as f64).collect();
-        let label_every = if ticks.len() > MAX_LABELLED_TICKS { 2 } else { 1 };
+        let label_every = if ticks.len() > MAX_LABELLED_TICKS {
+            2
+        } else {
+            1
+        };
         let y_ticks: Vec<f64> = (0..=10).map(|i| i as f64 / 10.0).collect();
 
         // ---- legend entries & legend width
         let mut order: Vec<usize> = (0..self.series.len()).collect();
         order.sort_by_key(|&i| {
             let sr = &self.series[i];
-            (sr.topk, enc.precisions.iter().position(|p| *p == sr.precision))
+            (
+                sr.topk,
+                enc.precisions.iter().position(|p| *p == sr.precision),
+            )
         });
         let series_labels: Vec<String> = order
             .iter()
@@ -317,15 +357,23 @@ impl Painter for RecallChart {
         let swatch_w = px(52.0);
         let mut legend_text_w = 0i32;
         for l in series_labels.iter().chain(&extra_labels).chain(&off_axis) {
-            let (tw, _) = root.estimate_text_size(l, &legend_style).map_err(draw_err)?;
+            let (tw, _) = root
+                .estimate_text_size(l, &legend_style)
+                .map_err(draw_err)?;
             legend_text_w = legend_text_w.max(tw as i32);
         }
         let legend_w = swatch_w + px(12.0) + legend_text_w + px(40.0);
 
         // ---- vertical layout
         let margin = px(24.0);
-        let title_h = root.estimate_text_size("Ag", &title_style).map_err(draw_err)?.1 as i32;
-        let sub_h = root.estimate_text_size("Ag", &subtitle_style).map_err(draw_err)?.1 as i32;
+        let title_h = root
+            .estimate_text_size("Ag", &title_style)
+            .map_err(draw_err)?
+            .1 as i32;
+        let sub_h = root
+            .estimate_text_size("Ag", &subtitle_style)
+            .map_err(draw_err)?
+            .1 as i32;
         let header_top = margin + title_h + px(10.0) + sub_h + px(18.0);
         let row_h = px(24.0);
         let x_label_area = px(62.0);
@@ -341,8 +389,16 @@ impl Painter for RecallChart {
                 .x_label_area_size(x_label_area)
                 .y_label_area_size(y_label_area)
                 .build_cartesian_2d(
-                    TickedAxis { lo: x_lo, hi: x_hi, ticks: ticks.clone() },
-                    TickedAxis { lo: Y_MIN, hi: Y_MAX, ticks: y_ticks.clone() },
+                    TickedAxis {
+                        lo: x_lo,
+                        hi: x_hi,
+                        ticks: ticks.clone(),
+                    },
+                    TickedAxis {
+                        lo: Y_MIN,
+                        hi: Y_MAX,
+                        ticks: y_ticks.clone(),
+                    },
                 )
                 .map_err(draw_err)
         };
@@ -359,8 +415,16 @@ impl Painter for RecallChart {
                 }
                 let x = probe.backend_coord(&((c as f64).log2(), 0.0)).0;
                 let text = format!("k={k} coverage {}", format_thousands(c));
-                let (tw, _) = root.estimate_text_size(&text, &cov_style).map_err(draw_err)?;
-                cov_labels.push(CoverageLabel { k, x, text, width: tw as i32 + px(8.0), row: 0 });
+                let (tw, _) = root
+                    .estimate_text_size(&text, &cov_style)
+                    .map_err(draw_err)?;
+                cov_labels.push(CoverageLabel {
+                    k,
+                    x,
+                    text,
+                    width: tw as i32 + px(8.0),
+                    row: 0,
+                });
             }
         }
         assign_label_rows(&mut cov_labels, px(6.0));
@@ -394,8 +458,12 @@ impl Painter for RecallChart {
         let (plot_top, plot_bottom) = (px_range_y.start, px_range_y.end);
 
         // ---- title & subtitle
-        root.draw(&Text::new(self.title.clone(), (margin, margin), title_style.clone()))
-            .map_err(draw_err)?;
+        root.draw(&Text::new(
+            self.title.clone(),
+            (margin, margin),
+            title_style.clone(),
+        ))
+        .map_err(draw_err)?;
         root.draw(&Text::new(
             self.subtitle.clone(),
             (margin, margin + title_h + px(10.0)),
@@ -422,7 +490,10 @@ impl Painter for RecallChart {
             let label_mid_y = plot_top - px(6.0) - (l.row as i32) * row_h - row_h / 2;
             draw_dashed(
                 root,
-                &[(l.x as f64, plot_bottom as f64), (l.x as f64, (label_mid_y + row_h / 2 - px(2.0)) as f64)],
+                &[
+                    (l.x as f64, plot_bottom as f64),
+                    (l.x as f64, (label_mid_y + row_h / 2 - px(2.0)) as f64),
+                ],
                 Dash::LongDash,
                 s * 0.6,
                 color.stroke_width(cov_style_w),
@@ -454,10 +525,18 @@ impl Painter for RecallChart {
                 let p = &sr.points[0];
                 let x = (p.context_tokens as f64).log2();
                 let dx = 0.04 * (x_hi - x_lo);
-                poly = vec![(x - dx, p.ci_high), (x + dx, p.ci_high), (x + dx, p.ci_low), (x - dx, p.ci_low)];
+                poly = vec![
+                    (x - dx, p.ci_high),
+                    (x + dx, p.ci_high),
+                    (x + dx, p.ci_low),
+                    (x - dx, p.ci_low),
+                ];
             }
             chart
-                .draw_series(std::iter::once(Polygon::new(poly, look.color.mix(0.16).filled())))
+                .draw_series(std::iter::once(Polygon::new(
+                    poly,
+                    look.color.mix(0.16).filled(),
+                )))
                 .map_err(draw_err)?;
         }
 
@@ -476,7 +555,14 @@ impl Painter for RecallChart {
                 .collect();
             draw_dashed(root, &pts, look.dash, s, look.color.stroke_width(line_w))?;
             for &(x, y) in &pts {
-                draw_marker(root, look.marker, (x as i32, y as i32), marker_r, look.color, s)?;
+                draw_marker(
+                    root,
+                    look.marker,
+                    (x as i32, y as i32),
+                    marker_r,
+                    look.color,
+                    s,
+                )?;
             }
         }
 
@@ -484,8 +570,12 @@ impl Painter for RecallChart {
         let lx = legend_area.get_base_pixel().0 + px(8.0);
         let entry_h = px(30.0);
         let mut y = plot_top + px(4.0);
-        root.draw(&Text::new("series (k, precision)", (lx, y), legend_head_style.clone()))
-            .map_err(draw_err)?;
+        root.draw(&Text::new(
+            "series (k, precision)",
+            (lx, y),
+            legend_head_style.clone(),
+        ))
+        .map_err(draw_err)?;
         y += entry_h;
         for (&i, label) in order.iter().zip(&series_labels) {
             let sr = &self.series[i];
@@ -497,10 +587,27 @@ impl Painter for RecallChart {
                 look.color.mix(0.16).filled(),
             ))
             .map_err(draw_err)?;
-            draw_dashed(root, &[(x0, yf), (x1, yf)], look.dash, s, look.color.stroke_width(line_w))?;
-            draw_marker(root, look.marker, (lx + swatch_w / 2, y), marker_r, look.color, s)?;
-            root.draw(&Text::new(label.clone(), (lx + swatch_w + px(12.0), y), legend_style.clone()))
-                .map_err(draw_err)?;
+            draw_dashed(
+                root,
+                &[(x0, yf), (x1, yf)],
+                look.dash,
+                s,
+                look.color.stroke_width(line_w),
+            )?;
+            draw_marker(
+                root,
+                look.marker,
+                (lx + swatch_w / 2, y),
+                marker_r,
+                look.color,
+                s,
+            )?;
+            root.draw(&Text::new(
+                label.clone(),
+                (lx + swatch_w + px(12.0), y),
+                legend_style.clone(),
+            ))
+            .map_err(draw_err)?;
             y += entry_h;
         }
         y += px(10.0);
@@ -510,8 +617,12 @@ impl Painter for RecallChart {
             INK_SOFT.mix(0.2).filled(),
         ))
         .map_err(draw_err)?;
-        root.draw(&Text::new(extra_labels[0].clone(), (lx + swatch_w + px(12.0), y), legend_style.clone()))
-            .map_err(draw_err)?;
+        root.draw(&Text::new(
+            extra_labels[0].clone(),
+            (lx + swatch_w + px(12.0), y),
+            legend_style.clone(),
+        ))
+        .map_err(draw_err)?;
         y += entry_h;
         let mut extra = extra_labels.iter().skip(1);
         if !self.coverage_limits.is_empty() {
@@ -524,8 +635,12 @@ impl Painter for RecallChart {
                 INK_SOFT.stroke_width(cov_style_w),
             )?;
             if let Some(l) = extra.next() {
-                root.draw(&Text::new(l.clone(), (lx + swatch_w + px(12.0), y), legend_style.clone()))
-                    .map_err(draw_err)?;
+                root.draw(&Text::new(
+                    l.clone(),
+                    (lx + swatch_w + px(12.0), y),
+                    legend_style.clone(),
+                ))
+                .map_err(draw_err)?;
             }
             y += entry_h;
         }
@@ -538,14 +653,22 @@ impl Painter for RecallChart {
                 INK_SOFT.stroke_width((2.0 * s).round().max(1.0) as u32),
             )?;
             if let Some(l) = extra.next() {
-                root.draw(&Text::new(l.clone(), (lx + swatch_w + px(12.0), y), legend_style.clone()))
-                    .map_err(draw_err)?;
+                root.draw(&Text::new(
+                    l.clone(),
+                    (lx + swatch_w + px(12.0), y),
+                    legend_style.clone(),
+                ))
+                .map_err(draw_err)?;
             }
             y += entry_h;
         }
         for l in &off_axis {
-            root.draw(&Text::new(l.clone(), (lx, y), legend_style.clone().color(&INK_SOFT)))
-                .map_err(draw_err)?;
+            root.draw(&Text::new(
+                l.clone(),
+                (lx, y),
+                legend_style.clone().color(&INK_SOFT),
+            ))
+            .map_err(draw_err)?;
             y += entry_h;
         }
         Ok(())
@@ -576,7 +699,11 @@ mod tests {
         RecallChart {
             title: "test".into(),
             subtitle: "synthetic".into(),
-            series: vec![mk(512, "bf16", 13.0), mk(512, "fp8", 12.5), mk(1024, "bf16", 14.0)],
+            series: vec![
+                mk(512, "bf16", 13.0),
+                mk(512, "fp8", 12.5),
+                mk(1024, "bf16", 14.0),
+            ],
             coverage_limits: vec![(512, 2176), (1024, 4224)],
             effective_threshold: Some(0.9),
         }
@@ -658,12 +785,20 @@ mod tests {
             render_recall_vs_context(&demo_chart(), &dir.path().join("x.gif"), 800, 500),
             Err(ChartError::UnsupportedFormat(_))
         ));
-        assert!(render_recall_vs_context(&demo_chart(), &dir.path().join("x.png"), 10, 10).is_err());
+        assert!(
+            render_recall_vs_context(&demo_chart(), &dir.path().join("x.png"), 10, 10).is_err()
+        );
     }
 
     #[test]
     fn label_rows_do_not_overlap() {
-        let mk = |x: i32, width: i32| CoverageLabel { k: 0, x, text: String::new(), width, row: 0 };
+        let mk = |x: i32, width: i32| CoverageLabel {
+            k: 0,
+            x,
+            text: String::new(),
+            width,
+            row: 0,
+        };
         let mut v = vec![mk(100, 150), mk(200, 150), mk(1000, 150)];
         assign_label_rows(&mut v, 5);
         let row = |x: i32| v.iter().find(|l| l.x == x).unwrap().row;

@@ -2,8 +2,8 @@
 //! dash patterns and text styles.
 
 use plotters::coord::ranged1d::{DefaultFormatting, KeyPointHint, Ranged};
-use plotters::style::{FontTransform, IntoFont, RGBColor, TextStyle};
 use plotters::style::text_anchor::{HPos, Pos, VPos};
+use plotters::style::{FontTransform, IntoFont, RGBColor, TextStyle};
 
 use super::font::FONT_FAMILY;
 
@@ -93,7 +93,12 @@ pub fn recall_color(recall: f64) -> RGBColor {
 
 /// Diverging colour for a value in −1..=1: red → white → blue.
 pub fn diverging_color(delta: f64) -> RGBColor {
-    three_stop(DIVERGING_NEG, DIVERGING_ZERO, DIVERGING_POS, (delta + 1.0) / 2.0)
+    three_stop(
+        DIVERGING_NEG,
+        DIVERGING_ZERO,
+        DIVERGING_POS,
+        (delta + 1.0) / 2.0,
+    )
 }
 
 /// WCAG relative luminance of an sRGB colour.
@@ -248,7 +253,9 @@ pub fn text_vertical(size: f64, color: RGBColor) -> TextStyle<'static> {
 
 /// Size scale factor relative to the 1600×1000 reference layout.
 pub fn ui_scale(width: u32, height: u32) -> f64 {
-    (width as f64 / 1600.0).min(height as f64 / 1000.0).clamp(0.45, 4.0)
+    (width as f64 / 1600.0)
+        .min(height as f64 / 1000.0)
+        .clamp(0.45, 4.0)
 }
 
 /// A linear f64 axis whose grid lines and labels sit exactly at `ticks`
@@ -342,7 +349,10 @@ mod tests {
     #[test]
     fn contrast_text_picks_readable_colour() {
         assert_eq!(contrast_text_color(RGBColor(255, 255, 255)), hex(0x111111));
-        assert_eq!(contrast_text_color(RGBColor(0, 0, 0)), RGBColor(255, 255, 255));
+        assert_eq!(
+            contrast_text_color(RGBColor(0, 0, 0)),
+            RGBColor(255, 255, 255)
+        );
         assert_eq!(contrast_text_color(RECALL_MID), hex(0x111111));
         assert_eq!(contrast_text_color(DIVERGING_POS), RGBColor(255, 255, 255));
     }

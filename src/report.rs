@@ -1,6 +1,7 @@
 //! Turning simulation outcomes into files and text: a sweep's output
 //! directory, and `run`'s single-cell report.
 
+use crate::chart::{render_recall_vs_context, RecallChart, RecallPoint, RecallSeries};
 use crate::config::Scenario;
 use crate::error::Error;
 use crate::montecarlo::{run_trials, tally_cells};
@@ -14,8 +15,45 @@ use std::path::Path;
 pub fn write_sweep(dir: &Path, s: &Scenario, outcome: &SweepOutcome) -> Result<(), Error> {
     write_atomic(&dir.join(RESULTS_FILE), output::results_jsonl(&outcome.cells).as_bytes())?;
     write_atomic(&dir.join(SUMMARY_FILE), output::summary_csv(&outcome.cells).as_bytes())?;
-    crate::charts::render_recall_chart(s, &outcome.cells, &dir.join(RECALL_CHART_FILE))?;
+    render_recall_chart(s, &outcome.cells, &dir.join(RECALL_CHART_FILE))?;
     write_atomic(&dir.join(MANIFEST_FILE), output::manifest_json(s, outcome).as_bytes())
+}
+
+/// Recall vs context, one line per (k, precision), one chart per depth
+/// (`recall_vs_context.png` for the first depth, `recall_vs_context_depthD.png`
+/// for the others).
+pub fn render_recall_chart(s: &Scenario, cells: &[CellResult], path: &Path) -> Result<(), Error> {
+    for (i, &depth) in s.depths.iter().enumerate() {
+        let mut series = Vec::new();
+        for &k in &s.topks {
+            for p in &s.precisions {
+                let points = cells
+                    .iter()
+                    .filter(|c| c.depth_percent == depth && c.topk == k && c.precision == p.name)
+                    .map(|c| RecallPoint { context_tokens: c.context_tokens, recall: c.recall, ci_low: c.ci_low, ci_high: c.ci_high })
+                    .collect();
+                series.push(RecallSeries { topk: k as u32, precision: p.name.clone(), points });
+            }
+        }
+        let chart = RecallChart {
+            title: format!("Needle recall vs context · {}", s.preset),
+            subtitle: format!(
+                "needle depth {depth} %, strength {} sd, {} tokens · {} trials per point · Wilson 95 % bands · seed {}",
+                s.model.needle_strength, s.needle_tokens, s.trials, s.seed
+            ),
+            series,
+            coverage_limits: s.topks.iter().map(|&k| (k as u32, s.geometry.coverage_limit(k))).collect(),
+            effective_threshold: Some(s.threshold),
+        };
+        let target = if i == 0 {
+            path.to_path_buf()
+        } else {
+            let stem = path.file_stem().map(|x| x.to_string_lossy().into_owned()).unwrap_or_default();
+            path.with_file_name(format!("{stem}_depth{depth}.png"))
+        };
+        render_recall_vs_context(&chart, &target, 1600, 1000).map_err(|e| Error::Chart(e.to_string()))?;
+    }
+    Ok(())
 }
 
 /// A single simulated cell and its text report.

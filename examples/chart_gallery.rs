@@ -1,0 +1,183 @@
+//! Renders every chart type from hand-written synthetic data into
+//! `target/chart-gallery/` for visual review (never into `plots/`).
+//!
+//! cargo run --example chart_gallery
+
+use std::path::PathBuf;
+
+use dsa_recall::chart::{
+    render_heatmap, render_recall_vs_context, Heatmap, HeatmapPanel, RecallChart, RecallPoint,
+    RecallSeries,
+};
+
+/// Wilson score interval for `successes` out of `n` trials at z = 1.96.
+fn wilson(successes: f64, n: f64) -> (f64, f64) {
+    let z = 1.96f64;
+    let p = successes / n;
+    let denom = 1.0 + z * z / n;
+    let centre = (p + z * z / (2.0 * n)) / denom;
+    let half = z * (p * (1.0 - p) / n + z * z / (4.0 * n * n)).sqrt() / denom;
+    ((centre - half).max(0.0), (centre + half).min(1.0))
+}
+
+/// Synthetic recall curve: ~1 up to the coverage limit, then decaying like
+/// (limit / context)^slope, quantised to 400 trials.
+fn series(
+    topk: u32,
+    precision: &str,
+    coverage: u64,
+    slope: f64,
+    exps: std::ops::RangeInclusive<u32>,
+) -> RecallSeries {
+    let trials = 400.0;
+    let points = exps
+        .map(|e| {
+            let c = 1u64 << e;
+            let raw = if c <= coverage {
+                1.0
+            } else {
+                (coverage as f64 / c as f64).powf(slope)
+            };
+            let hits = (raw * trials).round();
+            let (lo, hi) = wilson(hits, trials);
+            RecallPoint {
+                context_tokens: c,
+                recall: hits / trials,
+                ci_low: lo,
+                ci_high: hi,
+            }
+        })
+        .collect();
+    RecallSeries {
+        topk,
+        precision: precision.into(),
+        points,
+    }
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let dir = PathBuf::from(std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into()))
+        .join("chart-gallery");
+    std::fs::create_dir_all(&dir)?;
+
+    // c = 4 (compression), W = 128 (sliding window): k·c+W
+    let cov = |k: u64| k * 4 + 128;
+    let recall = RecallChart {
+        title: "Needle recall vs context length".into(),
+        subtitle: "synthetic demo data: needle depth 50 %, 400 trials per point, Wilson 95 % bands"
+            .into(),
+        series: vec![
+            series(512, "bf16", cov(512), 0.55, 10..=20),
+            series(512, "fp8", cov(512), 0.70, 10..=20),
+            series(1024, "bf16", cov(1024), 0.50, 10..=20),
+            series(1024, "fp8", cov(1024), 0.62, 10..=20),
+            series(2048, "bf16", cov(2048), 0.45, 10..=20),
+        ],
+        coverage_limits: vec![(512, cov(512)), (1024, cov(1024)), (2048, cov(2048))],
+        effective_threshold: Some(0.9),
+    };
+    for (name, w, h) in [
+        ("recall_vs_context.png", 1600, 1000),
+        ("recall_vs_context_small.png", 800, 500),
+    ] {
+        render_recall_vs_context(&recall, &dir.join(name), w, h)?;
+    }
+    render_recall_vs_context(&recall, &dir.join("recall_vs_context.svg"), 1600, 1000)?;
+
+    // a short range starting below 1K, one series
+    let short = RecallChart {
+        title: "Needle recall, wide range".into(),
+        subtitle:
+            "synthetic demo data: single series, 512 tokens … 4M tokens (every other tick labelled)"
+                .into(),
+        series: vec![series(256, "fp8", cov(256), 0.3, 9..=22)],
+        coverage_limits: vec![(256, cov(256)), (64, cov(64))],
+        effective_threshold: None,
+    };
+    render_recall_vs_context(&short, &dir.join("recall_vs_context_wide.png"), 1600, 1000)?;
+
+    // heatmaps
+    let contexts: Vec<u64> = (10..=17).map(|e| 1u64 << e).collect();
+    let depths: Vec<f64> = (0..=10).map(|i| i as f64 * 10.0).collect();
+    let panel = |k: u64, prec: &str, slope: f64| {
+        let limit = cov(k);
+        HeatmapPanel {
+            title: format!("k={k}, {prec}"),
+            depths_percent: depths.clone(),
+            contexts: contexts.clone(),
+            recall: depths
+                .iter()
+                .map(|&d| {
+                    contexts
+                        .iter()
+                        .map(|&c| {
+                            if c == 1 << 16 && (d - 30.0).abs() < 1e-9 {
+                                return None; // a missing measurement
+                            }
+                            let base = if c <= limit {
+                                1.0
+                            } else {
+                                (limit as f64 / c as f64).powf(slope)
+                            };
+                            // needles near the middle are a little harder
+                            let dip = 1.0
+                                - 0.12
+                                    * (1.0 - ((d - 50.0) / 50.0).powi(2))
+                                    * (c > limit) as u8 as f64;
+                            Some(((base * dip) * 400.0).round() / 400.0)
+                        })
+                        .collect()
+                })
+                .collect(),
+            coverage_limit: Some(limit),
+        }
+    };
+    let panels = vec![
+        panel(512, "bf16", 0.55),
+        panel(512, "fp8", 0.7),
+        panel(2048, "fp8", 0.6),
+    ];
+    let hm = Heatmap {
+        title: "Needle recall by depth and context (synthetic demo data)".into(),
+        panels: panels.clone(),
+        diverging: false,
+    };
+    render_heatmap(&hm, &dir.join("heatmap.png"), 1600, 1000)?;
+
+    let diff_panel = |a: &HeatmapPanel, b: &HeatmapPanel| HeatmapPanel {
+        title: format!("{} − {}", b.title, a.title),
+        depths_percent: a.depths_percent.clone(),
+        contexts: a.contexts.clone(),
+        recall: a
+            .recall
+            .iter()
+            .zip(&b.recall)
+            .map(|(ra, rb)| {
+                ra.iter()
+                    .zip(rb)
+                    .map(|(x, y)| Some((*y)? - (*x)?))
+                    .collect()
+            })
+            .collect(),
+        coverage_limit: a.coverage_limit,
+    };
+    let diff = Heatmap {
+        title: "Recall difference fp8 − bf16 (synthetic demo data)".into(),
+        panels: vec![diff_panel(&panels[0], &panels[1])],
+        diverging: true,
+    };
+    render_heatmap(&diff, &dir.join("heatmap_diff.png"), 1600, 1000)?;
+
+    let many = Heatmap {
+        title: "Needle recall, grid layout (synthetic demo data)".into(),
+        panels: [128u64, 256, 512, 1024, 2048]
+            .iter()
+            .map(|&k| panel(k, "fp8", 0.6))
+            .collect(),
+        diverging: false,
+    };
+    render_heatmap(&many, &dir.join("heatmap_grid.png"), 1600, 1000)?;
+
+    println!("wrote charts to {}", dir.display());
+    Ok(())
+}

@@ -1,0 +1,519 @@
+//! Needle-in-a-haystack heatmaps: needle depth (rows) × context length
+//! (columns), one panel per configuration, sharing one colour bar.
+
+use std::path::Path;
+
+use plotters::coord::Shift;
+use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, VPos};
+
+use super::style::{
+    contrast_text_color, dash_polyline, diverging_color, format_thousands, format_tokens,
+    recall_color, text_at, text_vertical, ui_scale, Dash, INK, INK_SOFT, MISSING_CELL,
+};
+use super::{draw_err, render_atomically, ChartError, Painter};
+
+/// One depth × context grid.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HeatmapPanel {
+    /// e.g. "k=512, fp8"
+    pub title: String,
+    /// Row labels, first row drawn at the top (0 % = start of the context).
+    pub depths_percent: Vec<f64>,
+    /// Column labels, ascending (normally powers of two).
+    pub contexts: Vec<u64>,
+    /// `recall[depth][context]`; `None` = not measured (grey cell).
+    pub recall: Vec<Vec<Option<f64>>>,
+    /// k·c+W tokens: a vertical line is drawn where the columns cross it.
+    pub coverage_limit: Option<u64>,
+}
+
+/// A set of panels drawn side by side (grid when more than three).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Heatmap {
+    pub title: String,
+    pub panels: Vec<HeatmapPanel>,
+    /// Difference heatmap: values in −1..1 on a diverging scale.
+    pub diverging: bool,
+}
+
+/// Renders `h` to `path` (`.png` or `.svg`), atomically.
+pub fn render_heatmap(h: &Heatmap, path: &Path, width: u32, height: u32) -> Result<(), ChartError> {
+    validate(h)?;
+    render_atomically(h, path, width, height)
+}
+
+fn validate(h: &Heatmap) -> Result<(), ChartError> {
+    let bad = |m: String| Err(ChartError::InvalidInput(m));
+    if h.panels.is_empty() {
+        return bad("heatmap has no panels".into());
+    }
+    let (lo, hi) = if h.diverging { (-1.0, 1.0) } else { (0.0, 1.0) };
+    for p in &h.panels {
+        let name = format!("panel {:?}", p.title);
+        if p.depths_percent.is_empty() || p.contexts.is_empty() {
+            return bad(format!("{name} has no rows or no columns"));
+        }
+        if p.depths_percent.iter().any(|d| !d.is_finite()) {
+            return bad(format!("{name}: non-finite depth"));
+        }
+        if p.contexts.windows(2).any(|w| w[0] >= w[1]) {
+            return bad(format!("{name}: contexts must be strictly ascending"));
+        }
+        if p.recall.len() != p.depths_percent.len() {
+            return bad(format!(
+                "{name}: {} recall rows for {} depths",
+                p.recall.len(),
+                p.depths_percent.len()
+            ));
+        }
+        for (i, row) in p.recall.iter().enumerate() {
+            if row.len() != p.contexts.len() {
+                return bad(format!(
+                    "{name}: row {i} has {} values for {} contexts",
+                    row.len(),
+                    p.contexts.len()
+                ));
+            }
+            for v in row.iter().flatten() {
+                if !v.is_finite() {
+                    return bad(format!("{name}: non-finite value in row {i}"));
+                }
+                if *v < lo - 1e-9 || *v > hi + 1e-9 {
+                    return bad(format!("{name}: value {v} outside {lo}..{hi} in row {i}"));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+impl Heatmap {
+    fn color(&self, v: f64) -> RGBColor {
+        if self.diverging {
+            diverging_color(v)
+        } else {
+            recall_color(v)
+        }
+    }
+
+    fn format_value(&self, v: f64) -> String {
+        if self.diverging {
+            // avoid "-0.00"
+            let r = (v * 100.0).round() / 100.0;
+            if r == 0.0 {
+                "0.00".into()
+            } else {
+                format!("{r:+.2}")
+            }
+        } else {
+            format!("{v:.2}")
+        }
+    }
+}
+
+fn format_depth(d: f64) -> String {
+    let s = format!("{d:.1}");
+    format!("{} %", s.strip_suffix(".0").unwrap_or(&s))
+}
+
+/// Rows × columns for `n` panels: side by side up to three, else a grid.
+fn grid_shape(n: usize) -> (usize, usize) {
+    if n <= 3 {
+        return (1, n.max(1));
+    }
+    let cols = (n as f64).sqrt().ceil() as usize;
+    (n.div_ceil(cols), cols)
+}
+
+/// Index of the first column whose context exceeds `limit`: the coverage
+/// line sits on the left edge of that column. `None` when the limit is at or
+/// beyond the last column.
+fn coverage_boundary(contexts: &[u64], limit: u64) -> Option<usize> {
+    contexts.iter().position(|&c| c > limit)
+}
+
+impl Painter for Heatmap {
+    fn paint<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<(), ChartError> {
+        let (w, h) = root.dim_in_pixel();
+        let s = ui_scale(w, h);
+        let px = |v: f64| (v * s).round() as i32;
+        root.fill(&WHITE).map_err(draw_err)?;
+
+        let margin = px(24.0);
+        let title_style = text_at(30.0 * s, INK, HPos::Left, VPos::Top);
+        let title_h = root
+            .estimate_text_size("Ag", &title_style)
+            .map_err(draw_err)?
+            .1 as i32;
+        root.draw(&Text::new(
+            self.title.clone(),
+            (margin, margin),
+            title_style,
+        ))
+        .map_err(draw_err)?;
+
+        // ---- regions
+        let bar_col_w = px(120.0);
+        let top = margin + title_h + px(16.0);
+        // room for the rotated "needle depth" label left of the first column
+        let (left, right, bottom) = (
+            margin + px(26.0),
+            w as i32 - margin - bar_col_w,
+            h as i32 - margin,
+        );
+        let (grid_rows, grid_cols) = grid_shape(self.panels.len());
+        let cell_w = (right - left) / grid_cols as i32;
+        let cell_h = (bottom - top) / grid_rows as i32;
+
+        for (i, p) in self.panels.iter().enumerate() {
+            let (r, c) = (i / grid_cols, i % grid_cols);
+            let x0 = left + c as i32 * cell_w;
+            let y0 = top + r as i32 * cell_h;
+            self.paint_panel(
+                root,
+                p,
+                (x0, y0, x0 + cell_w, y0 + cell_h),
+                s,
+                c == 0,
+                r + 1 == grid_rows,
+            )?;
+        }
+
+        // ---- colour bar
+        let bar_x0 = w as i32 - margin - bar_col_w + px(30.0);
+        let bar_x1 = bar_x0 + px(24.0);
+        let bar_y0 = top + px(60.0);
+        let bar_y1 = bottom - px(90.0);
+        let label = if self.diverging {
+            "Δ recall"
+        } else {
+            "recall"
+        };
+        root.draw(&Text::new(
+            label,
+            ((bar_x0 + bar_x1) / 2, bar_y0 - px(14.0)),
+            text_at(17.0 * s, INK, HPos::Center, VPos::Bottom),
+        ))
+        .map_err(draw_err)?;
+        let (vlo, vhi) = if self.diverging {
+            (-1.0, 1.0)
+        } else {
+            (0.0, 1.0)
+        };
+        let span = (bar_y1 - bar_y0).max(1);
+        for y in bar_y0..bar_y1 {
+            let t = 1.0 - (y - bar_y0) as f64 / span as f64;
+            let v = vlo + t * (vhi - vlo);
+            root.draw(&Rectangle::new(
+                [(bar_x0, y), (bar_x1, y + 1)],
+                self.color(v).filled(),
+            ))
+            .map_err(draw_err)?;
+        }
+        root.draw(&Rectangle::new(
+            [(bar_x0, bar_y0), (bar_x1, bar_y1)],
+            INK_SOFT.stroke_width(1),
+        ))
+        .map_err(draw_err)?;
+        let tick_style = text_at(15.0 * s, INK, HPos::Left, VPos::Center);
+        for i in 0..=4 {
+            let v = vlo + (vhi - vlo) * i as f64 / 4.0;
+            let y = bar_y1 - ((span as f64) * i as f64 / 4.0).round() as i32;
+            root.draw(&PathElement::new(
+                vec![(bar_x1, y), (bar_x1 + px(6.0), y)],
+                INK_SOFT.stroke_width(1),
+            ))
+            .map_err(draw_err)?;
+            let txt = if self.diverging && v > 0.0 {
+                format!("+{v:.2}")
+            } else {
+                format!("{v:.2}")
+            };
+            root.draw(&Text::new(txt, (bar_x1 + px(9.0), y), tick_style.clone()))
+                .map_err(draw_err)?;
+        }
+        // missing-value swatch
+        let sw_y = bar_y1 + px(34.0);
+        root.draw(&Rectangle::new(
+            [(bar_x0, sw_y), (bar_x1, sw_y + px(18.0))],
+            MISSING_CELL.filled(),
+        ))
+        .map_err(draw_err)?;
+        root.draw(&Text::new(
+            "no data",
+            (bar_x1 + px(9.0), sw_y + px(9.0)),
+            tick_style.clone(),
+        ))
+        .map_err(draw_err)?;
+        Ok(())
+    }
+}
+
+impl Heatmap {
+    #[allow(clippy::too_many_arguments)]
+    fn paint_panel<DB: DrawingBackend>(
+        &self,
+        root: &DrawingArea<DB, Shift>,
+        p: &HeatmapPanel,
+        (x0, y0, x1, y1): (i32, i32, i32, i32),
+        s: f64,
+        first_col: bool,
+        last_row: bool,
+    ) -> Result<(), ChartError> {
+        let px = |v: f64| (v * s).round() as i32;
+        let panel_title = text_at(19.0 * s, INK, HPos::Center, VPos::Top);
+        let tick_style_x = text_at(14.0 * s, INK, HPos::Center, VPos::Top);
+        let tick_style_y = text_at(14.0 * s, INK, HPos::Right, VPos::Center);
+        let desc_style = text_at(16.0 * s, INK_SOFT, HPos::Center, VPos::Top);
+
+        let gx0 = x0 + px(62.0);
+        let gx1 = x1 - px(18.0);
+        let gy0 = y0 + px(62.0); // title + coverage label row
+        let gy1 = y1 - if last_row { px(66.0) } else { px(34.0) };
+        if gx1 - gx0 < 10 || gy1 - gy0 < 10 {
+            return Err(ChartError::InvalidInput(
+                "image too small for this many heatmap panels".into(),
+            ));
+        }
+        let ncols = p.contexts.len() as i32;
+        let nrows = p.depths_percent.len() as i32;
+        let col_x = |j: i32| gx0 + ((gx1 - gx0) as i64 * j as i64 / ncols as i64) as i32;
+        let row_y = |i: i32| gy0 + ((gy1 - gy0) as i64 * i as i64 / nrows as i64) as i32;
+
+        root.draw(&Text::new(
+            p.title.clone(),
+            ((gx0 + gx1) / 2, y0 + px(4.0)),
+            panel_title,
+        ))
+        .map_err(draw_err)?;
+
+        // cell annotations: fit "0.97" / "+0.25" into the cell
+        let cw = (gx1 - gx0) as f64 / ncols as f64;
+        let ch = (gy1 - gy0) as f64 / nrows as f64;
+        let chars = if self.diverging { 2.9 } else { 2.3 };
+        let ann_size = (ch * 0.42).min(cw * 0.82 / chars).min(20.0 * s);
+        for (i, row) in p.recall.iter().enumerate() {
+            for (j, v) in row.iter().enumerate() {
+                let (cx0, cx1) = (col_x(j as i32), col_x(j as i32 + 1));
+                let (cy0, cy1) = (row_y(i as i32), row_y(i as i32 + 1));
+                let fill = v.map(|v| self.color(v)).unwrap_or(MISSING_CELL);
+                root.draw(&Rectangle::new([(cx0, cy0), (cx1, cy1)], fill.filled()))
+                    .map_err(draw_err)?;
+                root.draw(&Rectangle::new(
+                    [(cx0, cy0), (cx1, cy1)],
+                    WHITE.stroke_width(1),
+                ))
+                .map_err(draw_err)?;
+                if ann_size >= 7.0 {
+                    let txt = match v {
+                        Some(v) => self.format_value(*v),
+                        None => "–".to_string(),
+                    };
+                    root.draw(&Text::new(
+                        txt,
+                        ((cx0 + cx1) / 2, (cy0 + cy1) / 2),
+                        text_at(
+                            ann_size,
+                            contrast_text_color(fill),
+                            HPos::Center,
+                            VPos::Center,
+                        ),
+                    ))
+                    .map_err(draw_err)?;
+                }
+            }
+        }
+
+        // axes ticks
+        let label_every = if ncols as f64 * 40.0 * s > (gx1 - gx0) as f64 {
+            2
+        } else {
+            1
+        };
+        for (j, c) in p.contexts.iter().enumerate() {
+            if j % label_every != 0 {
+                continue;
+            }
+            let cx = (col_x(j as i32) + col_x(j as i32 + 1)) / 2;
+            root.draw(&Text::new(
+                format_tokens(*c),
+                (cx, gy1 + px(6.0)),
+                tick_style_x.clone(),
+            ))
+            .map_err(draw_err)?;
+        }
+        let depth_every = if nrows as f64 * 20.0 * s > (gy1 - gy0) as f64 {
+            2
+        } else {
+            1
+        };
+        for (i, d) in p.depths_percent.iter().enumerate() {
+            if i % depth_every != 0 {
+                continue;
+            }
+            let cy = (row_y(i as i32) + row_y(i as i32 + 1)) / 2;
+            root.draw(&Text::new(
+                format_depth(*d),
+                (gx0 - px(6.0), cy),
+                tick_style_y.clone(),
+            ))
+            .map_err(draw_err)?;
+        }
+        if last_row {
+            root.draw(&Text::new(
+                "context length (tokens)",
+                ((gx0 + gx1) / 2, gy1 + px(30.0)),
+                desc_style.clone(),
+            ))
+            .map_err(draw_err)?;
+        }
+        if first_col {
+            root.draw(&Text::new(
+                "needle depth",
+                (x0 - px(12.0), (gy0 + gy1) / 2),
+                text_vertical(16.0 * s, INK_SOFT),
+            ))
+            .map_err(draw_err)?;
+        }
+
+        // coverage limit
+        if let Some(limit) = p.coverage_limit {
+            let label = format!("k·c+W = {}", format_thousands(limit));
+            let label_style = text_at(14.0 * s, INK, HPos::Center, VPos::Bottom);
+            match coverage_boundary(&p.contexts, limit) {
+                Some(j) => {
+                    let x = col_x(j as i32);
+                    let halo = WHITE.stroke_width((6.0 * s).round().max(3.0) as u32);
+                    let line = INK.stroke_width((3.0 * s).round().max(2.0) as u32);
+                    root.draw(&PathElement::new(
+                        vec![(x, gy0 - px(8.0)), (x, gy1 + px(2.0))],
+                        halo,
+                    ))
+                    .map_err(draw_err)?;
+                    for seg in dash_polyline(
+                        &[
+                            (x as f64, (gy0 - px(8.0)) as f64),
+                            (x as f64, (gy1 + px(2.0)) as f64),
+                        ],
+                        Dash::LongDash.pattern(),
+                        s * 0.7,
+                    ) {
+                        root.draw(&PathElement::new(seg, line)).map_err(draw_err)?;
+                    }
+                    let (tw, _) = root
+                        .estimate_text_size(&label, &label_style)
+                        .map_err(draw_err)?;
+                    let half = tw as i32 / 2;
+                    let lx = x.clamp(x0 + half, x1 - half);
+                    root.draw(&Text::new(label, (lx, gy0 - px(10.0)), label_style))
+                        .map_err(draw_err)?;
+                }
+                None => {
+                    root.draw(&Text::new(
+                        format!("{label} (beyond range)"),
+                        ((gx0 + gx1) / 2, gy0 - px(10.0)),
+                        label_style.color(&INK_SOFT),
+                    ))
+                    .map_err(draw_err)?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn demo(n: usize, diverging: bool) -> Heatmap {
+        let contexts: Vec<u64> = (10..=17).map(|e| 1u64 << e).collect();
+        let depths: Vec<f64> = (0..=10).map(|i| i as f64 * 10.0).collect();
+        let panels = (0..n)
+            .map(|k| HeatmapPanel {
+                title: format!("panel {k}"),
+                depths_percent: depths.clone(),
+                contexts: contexts.clone(),
+                recall: depths
+                    .iter()
+                    .enumerate()
+                    .map(|(i, _)| {
+                        (0..contexts.len())
+                            .map(|j| {
+                                if i == 3 && j == 2 {
+                                    None
+                                } else {
+                                    let v = 1.0 - j as f64 / contexts.len() as f64;
+                                    Some(if diverging { v * 2.0 - 1.0 } else { v })
+                                }
+                            })
+                            .collect()
+                    })
+                    .collect(),
+                coverage_limit: Some(2176),
+            })
+            .collect();
+        Heatmap {
+            title: "t".into(),
+            panels,
+            diverging,
+        }
+    }
+
+    #[test]
+    fn renders_png_with_requested_size() {
+        let dir = tempfile::tempdir().unwrap();
+        for (n, div) in [(1, false), (2, true), (5, false)] {
+            let path = dir.path().join(format!("hm{n}.png"));
+            render_heatmap(&demo(n, div), &path, 900, 600).unwrap();
+            let b = std::fs::read(&path).unwrap();
+            assert_eq!(&b[..8], b"\x89PNG\r\n\x1a\n");
+            assert_eq!(u32::from_be_bytes([b[16], b[17], b[18], b[19]]), 900);
+            assert_eq!(u32::from_be_bytes([b[20], b[21], b[22], b[23]]), 600);
+        }
+    }
+
+    #[test]
+    fn invalid_inputs_are_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("bad.png");
+        let mut h = demo(1, false);
+        h.panels.clear();
+        assert!(matches!(
+            render_heatmap(&h, &path, 900, 600),
+            Err(ChartError::InvalidInput(_))
+        ));
+        let mut h = demo(1, false);
+        h.panels[0].recall[0][0] = Some(f64::NAN);
+        assert!(matches!(
+            render_heatmap(&h, &path, 900, 600),
+            Err(ChartError::InvalidInput(_))
+        ));
+        let mut h = demo(1, false);
+        h.panels[0].recall[1].pop();
+        assert!(matches!(
+            render_heatmap(&h, &path, 900, 600),
+            Err(ChartError::InvalidInput(_))
+        ));
+        let mut h = demo(1, false);
+        h.panels[0].recall[0][0] = Some(-0.5); // negative only allowed when diverging
+        assert!(matches!(
+            render_heatmap(&h, &path, 900, 600),
+            Err(ChartError::InvalidInput(_))
+        ));
+        assert!(!path.exists());
+    }
+
+    #[test]
+    fn layout_helpers() {
+        assert_eq!(grid_shape(1), (1, 1));
+        assert_eq!(grid_shape(3), (1, 3));
+        assert_eq!(grid_shape(4), (2, 2));
+        assert_eq!(grid_shape(5), (2, 3));
+        let ctx = [1024, 2048, 4096, 8192];
+        assert_eq!(coverage_boundary(&ctx, 2176), Some(2));
+        assert_eq!(coverage_boundary(&ctx, 512), Some(0));
+        assert_eq!(coverage_boundary(&ctx, 8192), None);
+    }
+}

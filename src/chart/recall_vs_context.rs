@@ -1,0 +1,809 @@
+//! Needle recall against context length, one line per (top-k, precision).
+//!
+//! Encoding: colour identifies the top-k (so a series and the vertical
+//! coverage-limit line of the same k share a colour); line dash pattern and
+//! marker shape identify the precision (so precisions stay distinguishable in
+//! greyscale). Each series carries a translucent confidence band.
+
+use std::path::Path;
+
+use plotters::coord::Shift;
+use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, VPos};
+
+use super::style::{
+    dash_polyline, format_thousands, format_tokens, lerp_color, palette_color, text, text_at,
+    ui_scale, Dash, Marker, TickedAxis, GRID, INK, INK_SOFT,
+};
+use super::{draw_err, render_atomically, ChartError, Painter};
+
+/// One measured point: recall at a context length with its confidence interval.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RecallPoint {
+    pub context_tokens: u64,
+    pub recall: f64,
+    pub ci_low: f64,
+    pub ci_high: f64,
+}
+
+/// Recall curve for one (top-k, precision) configuration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RecallSeries {
+    pub topk: u32,
+    pub precision: String,
+    /// Strictly ascending `context_tokens`.
+    pub points: Vec<RecallPoint>,
+}
+
+/// Everything drawn on a recall-vs-context chart.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RecallChart {
+    pub title: String,
+    /// e.g. "needle depth 50 %, 400 trials per point, Wilson 95 % bands"
+    pub subtitle: String,
+    pub series: Vec<RecallSeries>,
+    /// `(topk, k·c+W tokens)`: drawn as labelled vertical dashed lines.
+    pub coverage_limits: Vec<(u32, u64)>,
+    /// Drawn as a horizontal dotted line, e.g. 0.9.
+    pub effective_threshold: Option<f64>,
+}
+
+/// Renders `chart` to `path` (`.png` or `.svg`, chosen from the extension),
+/// atomically (temporary file + rename).
+pub fn render_recall_vs_context(
+    chart: &RecallChart,
+    path: &Path,
+    width: u32,
+    height: u32,
+) -> Result<(), ChartError> {
+    validate(chart)?;
+    render_atomically(chart, path, width, height)
+}
+
+const Y_MIN: f64 = -0.02;
+const Y_MAX: f64 = 1.06;
+/// Label every other power of two above this many ticks.
+const MAX_LABELLED_TICKS: usize = 12;
+/// Probability values may exceed 0..1 by this much (rounding in producers).
+const EPS: f64 = 1e-9;
+
+fn validate(chart: &RecallChart) -> Result<(), ChartError> {
+    let bad = |m: String| Err(ChartError::InvalidInput(m));
+    if chart.series.is_empty() {
+        return bad("recall chart has no series".into());
+    }
+    for s in &chart.series {
+        let name = format!("series k={} {}", s.topk, s.precision);
+        if s.points.is_empty() {
+            return bad(format!("{name} has no points"));
+        }
+        let mut prev = 0u64;
+        for p in &s.points {
+            if p.context_tokens == 0 {
+                return bad(format!("{name}: context length 0 cannot go on a log axis"));
+            }
+            if p.context_tokens <= prev {
+                return bad(format!(
+                    "{name}: context lengths must be strictly ascending"
+                ));
+            }
+            prev = p.context_tokens;
+            for (what, v) in [
+                ("recall", p.recall),
+                ("ci_low", p.ci_low),
+                ("ci_high", p.ci_high),
+            ] {
+                if !v.is_finite() {
+                    return bad(format!(
+                        "{name}: non-finite {what} at context {}",
+                        p.context_tokens
+                    ));
+                }
+                if !(-EPS..=1.0 + EPS).contains(&v) {
+                    return bad(format!(
+                        "{name}: {what} {v} outside 0..1 at context {}",
+                        p.context_tokens
+                    ));
+                }
+            }
+            if p.ci_low > p.recall + EPS || p.recall > p.ci_high + EPS {
+                return bad(format!(
+                    "{name}: interval [{}, {}] does not contain recall {} at context {}",
+                    p.ci_low, p.ci_high, p.recall, p.context_tokens
+                ));
+            }
+        }
+    }
+    for &(k, c) in &chart.coverage_limits {
+        if c == 0 {
+            return bad(format!("coverage limit for k={k} is 0"));
+        }
+    }
+    if let Some(t) = chart.effective_threshold {
+        if !t.is_finite() || !(0.0..=1.0).contains(&t) {
+            return bad(format!("effective threshold {t} is not in 0..1"));
+        }
+    }
+    Ok(())
+}
+
+/// Visual encoding of one series.
+#[derive(Debug, Clone, Copy)]
+struct SeriesLook {
+    color: RGBColor,
+    dash: Dash,
+    marker: Marker,
+}
+
+/// Colour per top-k (ascending k), dash + marker per precision (first appearance).
+struct Encoding {
+    topks: Vec<u32>,
+    precisions: Vec<String>,
+}
+
+impl Encoding {
+    fn new(chart: &RecallChart) -> Self {
+        let mut topks: Vec<u32> = chart
+            .series
+            .iter()
+            .map(|s| s.topk)
+            .chain(chart.coverage_limits.iter().map(|&(k, _)| k))
+            .collect();
+        topks.sort_unstable();
+        topks.dedup();
+        let mut precisions: Vec<String> = Vec::new();
+        for s in &chart.series {
+            if !precisions.contains(&s.precision) {
+                precisions.push(s.precision.clone());
+            }
+        }
+        Encoding { topks, precisions }
+    }
+
+    fn topk_color(&self, k: u32) -> RGBColor {
+        palette_color(self.topks.iter().position(|&t| t == k).unwrap_or(0))
+    }
+
+    fn look(&self, s: &RecallSeries) -> SeriesLook {
+        let p = self
+            .precisions
+            .iter()
+            .position(|p| *p == s.precision)
+            .unwrap_or(0);
+        SeriesLook {
+            color: self.topk_color(s.topk),
+            dash: Dash::CYCLE[p % Dash::CYCLE.len()],
+            marker: Marker::CYCLE[p % Marker::CYCLE.len()],
+        }
+    }
+}
+
+/// Darkens light palette colours so text in them stays legible on white.
+fn text_color(c: RGBColor) -> RGBColor {
+    lerp_color(c, RGBColor(0, 0, 0), 0.25)
+}
+
+fn draw_marker<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    m: Marker,
+    (x, y): (i32, i32),
+    r: f64,
+    color: RGBColor,
+    s: f64,
+) -> Result<(), ChartError> {
+    let fill = color.filled();
+    let outline = WHITE.stroke_width((1.2 * s).round().max(1.0) as u32);
+    let f = |dx: f64, dy: f64| (x + dx.round() as i32, y + dy.round() as i32);
+    let ri = r.round() as i32;
+    match m {
+        Marker::Circle => {
+            area.draw(&Circle::new((x, y), ri, fill))
+                .map_err(draw_err)?;
+            area.draw(&Circle::new((x, y), ri, outline))
+                .map_err(draw_err)?;
+        }
+        Marker::Square => {
+            let q = r * 0.9;
+            area.draw(&Rectangle::new([f(-q, -q), f(q, q)], fill))
+                .map_err(draw_err)?;
+            area.draw(&Rectangle::new([f(-q, -q), f(q, q)], outline))
+                .map_err(draw_err)?;
+        }
+        Marker::Triangle | Marker::Diamond => {
+            let pts = if m == Marker::Triangle {
+                vec![
+                    f(0.0, -1.25 * r),
+                    f(1.15 * r, 0.85 * r),
+                    f(-1.15 * r, 0.85 * r),
+                ]
+            } else {
+                vec![
+                    f(0.0, -1.3 * r),
+                    f(1.1 * r, 0.0),
+                    f(0.0, 1.3 * r),
+                    f(-1.1 * r, 0.0),
+                ]
+            };
+            area.draw(&Polygon::new(pts.clone(), fill))
+                .map_err(draw_err)?;
+            let mut closed = pts.clone();
+            closed.push(pts[0]);
+            area.draw(&PathElement::new(closed, outline))
+                .map_err(draw_err)?;
+        }
+        Marker::Cross => {
+            let w = color.stroke_width((2.5 * s).round().max(1.0) as u32);
+            area.draw(&PathElement::new(vec![f(-r, -r), f(r, r)], w))
+                .map_err(draw_err)?;
+            area.draw(&PathElement::new(vec![f(-r, r), f(r, -r)], w))
+                .map_err(draw_err)?;
+        }
+    }
+    Ok(())
+}
+
+fn draw_dashed<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    pts: &[(f64, f64)],
+    dash: Dash,
+    scale: f64,
+    style: ShapeStyle,
+) -> Result<(), ChartError> {
+    for seg in dash_polyline(pts, dash.pattern(), scale) {
+        if seg.len() >= 2 {
+            area.draw(&PathElement::new(seg, style)).map_err(draw_err)?;
+        }
+    }
+    Ok(())
+}
+
+/// A coverage-limit label placed in the header strip above the plot.
+struct CoverageLabel {
+    k: u32,
+    x: i32,
+    text: String,
+    width: i32,
+    /// 0 = row right above the plot, increasing upwards.
+    row: usize,
+}
+
+/// Assigns rows to left-aligned labels (text starts at the line and runs
+/// right) so that no two labels overlap and no leader line (running down
+/// from a label to the plot) crosses a label in a lower row.
+///
+/// Processing right-to-left, a label must sit above every already placed
+/// label whose line falls inside its own text span.
+fn assign_label_rows(labels: &mut [CoverageLabel], gap: i32) {
+    labels.sort_by_key(|l| std::cmp::Reverse(l.x));
+    for i in 0..labels.len() {
+        let (placed, rest) = labels.split_at_mut(i);
+        let cur = &mut rest[0];
+        let right = cur.x + cur.width + gap;
+        cur.row = placed
+            .iter()
+            .filter(|p| p.x <= right)
+            .map(|p| p.row + 1)
+            .max()
+            .unwrap_or(0);
+    }
+}
+
+impl Painter for RecallChart {
+    fn paint<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<(), ChartError> {
+        let (w, h) = root.dim_in_pixel();
+        let s = ui_scale(w, h);
+        let px = |v: f64| (v * s).round() as i32;
+        root.fill(&WHITE).map_err(draw_err)?;
+        let enc = Encoding::new(self);
+
+        // ---- fonts
+        let title_style = text_at(30.0 * s, INK, HPos::Left, VPos::Top);
+        let subtitle_style = text_at(18.0 * s, INK_SOFT, HPos::Left, VPos::Top);
+        let tick_style = text(16.0 * s, INK);
+        let axis_desc_style = text(19.0 * s, INK);
+        let legend_style = text_at(16.0 * s, INK, HPos::Left, VPos::Center);
+        let legend_head_style = text_at(17.0 * s, INK_SOFT, HPos::Left, VPos::Center);
+        let cov_size = 15.0 * s;
+
+        // ---- x range (log2 of tokens)
+        let (mut cmin, mut cmax) = (u64::MAX, 0u64);
+        for p in self.series.iter().flat_map(|s| &s.points) {
+            cmin = cmin.min(p.context_tokens);
+            cmax = cmax.max(p.context_tokens);
+        }
+        let (lmin, lmax) = ((cmin as f64).log2(), (cmax as f64).log2());
+        let pad = if lmax - lmin < 1.0 { 0.5 } else { 0.25 };
+        let (x_lo, x_hi) = (lmin - pad, lmax + pad);
+        let e_first = x_lo.ceil() as i64;
+        let e_last = x_hi.floor() as i64;
+        let ticks: Vec<f64> = (e_first..=e_last).map(|e| e as f64).collect();
+        let label_every = if ticks.len() > MAX_LABELLED_TICKS {
+            2
+        } else {
+            1
+        };
+        let y_ticks: Vec<f64> = (0..=10).map(|i| i as f64 / 10.0).collect();
+
+        // ---- legend entries & legend width
+        let mut order: Vec<usize> = (0..self.series.len()).collect();
+        order.sort_by_key(|&i| {
+            let sr = &self.series[i];
+            (
+                sr.topk,
+                enc.precisions.iter().position(|p| *p == sr.precision),
+            )
+        });
+        let series_labels: Vec<String> = order
+            .iter()
+            .map(|&i| format!("k={}, {}", self.series[i].topk, self.series[i].precision))
+            .collect();
+        let visible_limit = |c: u64| {
+            let l = (c as f64).log2();
+            l >= x_lo && l <= x_hi
+        };
+        let off_axis: Vec<String> = self
+            .coverage_limits
+            .iter()
+            .filter(|&&(_, c)| !visible_limit(c))
+            .map(|&(k, c)| format!("k={k}: {} (off axis)", format_thousands(c)))
+            .collect();
+        let mut extra_labels = vec!["95 % confidence band".to_string()];
+        if !self.coverage_limits.is_empty() {
+            extra_labels.push("coverage limit k·c+W".to_string());
+        }
+        if let Some(t) = self.effective_threshold {
+            extra_labels.push(format!("recall threshold {t:.2}"));
+        }
+        let swatch_w = px(52.0);
+        let mut legend_text_w = 0i32;
+        for l in series_labels.iter().chain(&extra_labels).chain(&off_axis) {
+            let (tw, _) = root
+                .estimate_text_size(l, &legend_style)
+                .map_err(draw_err)?;
+            legend_text_w = legend_text_w.max(tw as i32);
+        }
+        let legend_w = swatch_w + px(12.0) + legend_text_w + px(40.0);
+
+        // ---- vertical layout
+        let margin = px(24.0);
+        let title_h = root
+            .estimate_text_size("Ag", &title_style)
+            .map_err(draw_err)?
+            .1 as i32;
+        let sub_h = root
+            .estimate_text_size("Ag", &subtitle_style)
+            .map_err(draw_err)?
+            .1 as i32;
+        let header_top = margin + title_h + px(10.0) + sub_h + px(18.0);
+        let row_h = px(24.0);
+        let x_label_area = px(62.0);
+        let y_label_area = px(80.0);
+
+        let (main, legend_area) = root.split_horizontally(w as i32 - legend_w);
+        let build = |top: i32| {
+            ChartBuilder::on(&main)
+                .margin_top(top)
+                .margin_left(margin)
+                .margin_right(px(16.0))
+                .margin_bottom(margin)
+                .x_label_area_size(x_label_area)
+                .y_label_area_size(y_label_area)
+                .build_cartesian_2d(
+                    TickedAxis {
+                        lo: x_lo,
+                        hi: x_hi,
+                        ticks: ticks.clone(),
+                    },
+                    TickedAxis {
+                        lo: Y_MIN,
+                        hi: Y_MAX,
+                        ticks: y_ticks.clone(),
+                    },
+                )
+                .map_err(draw_err)
+        };
+
+        // Coverage label rows need the x mapping only, which does not depend
+        // on the top margin: measure with a provisional chart.
+        let mut cov_labels: Vec<CoverageLabel> = Vec::new();
+        {
+            let probe = build(header_top)?;
+            let cov_style = text(cov_size, INK);
+            for &(k, c) in &self.coverage_limits {
+                if !visible_limit(c) {
+                    continue;
+                }
+                let x = probe.backend_coord(&((c as f64).log2(), 0.0)).0;
+                let text = format!("k={k} coverage {}", format_thousands(c));
+                let (tw, _) = root
+                    .estimate_text_size(&text, &cov_style)
+                    .map_err(draw_err)?;
+                cov_labels.push(CoverageLabel {
+                    k,
+                    x,
+                    text,
+                    width: tw as i32 + px(8.0),
+                    row: 0,
+                });
+            }
+        }
+        assign_label_rows(&mut cov_labels, px(6.0));
+        let rows = cov_labels.iter().map(|l| l.row + 1).max().unwrap_or(0) as i32;
+        let plot_top_margin = header_top + rows * row_h + if rows > 0 { px(6.0) } else { 0 };
+
+        let mut chart = build(plot_top_margin)?;
+        chart
+            .configure_mesh()
+            .bold_line_style(GRID.stroke_width(1))
+            .light_line_style(TRANSPARENT)
+            .axis_style(INK_SOFT.stroke_width(1))
+            .x_desc("context length (tokens, log2 scale)")
+            .y_desc("needle recall")
+            .axis_desc_style(axis_desc_style)
+            .label_style(tick_style)
+            .x_label_formatter(&|v: &f64| {
+                let e = v.round() as i64;
+                if (e - e_first) % label_every as i64 != 0 || !(0..63).contains(&e) {
+                    String::new()
+                } else {
+                    format_tokens(1u64 << e)
+                }
+            })
+            .y_label_formatter(&|v: &f64| format!("{v:.1}"))
+            .draw()
+            .map_err(draw_err)?;
+
+        let (px_range_x, px_range_y) = chart.plotting_area().get_pixel_range();
+        let (plot_left, plot_right) = (px_range_x.start, px_range_x.end);
+        let (plot_top, plot_bottom) = (px_range_y.start, px_range_y.end);
+
+        // ---- title & subtitle
+        root.draw(&Text::new(
+            self.title.clone(),
+            (margin, margin),
+            title_style.clone(),
+        ))
+        .map_err(draw_err)?;
+        root.draw(&Text::new(
+            self.subtitle.clone(),
+            (margin, margin + title_h + px(10.0)),
+            subtitle_style.clone(),
+        ))
+        .map_err(draw_err)?;
+
+        // ---- effective threshold (under the data)
+        if let Some(t) = self.effective_threshold {
+            let y = chart.backend_coord(&(x_lo, t)).1 as f64;
+            draw_dashed(
+                root,
+                &[(plot_left as f64, y), (plot_right as f64, y)],
+                Dash::Dotted,
+                s * 1.2,
+                INK_SOFT.stroke_width((2.0 * s).round().max(1.0) as u32),
+            )?;
+        }
+
+        // ---- coverage limits: dashed verticals, leaders and labels
+        let cov_style_w = (1.8 * s).round().max(1.0) as u32;
+        for l in &cov_labels {
+            let color = enc.topk_color(l.k);
+            let label_mid_y = plot_top - px(6.0) - (l.row as i32) * row_h - row_h / 2;
+            draw_dashed(
+                root,
+                &[
+                    (l.x as f64, plot_bottom as f64),
+                    (l.x as f64, (label_mid_y + row_h / 2 - px(2.0)) as f64),
+                ],
+                Dash::LongDash,
+                s * 0.6,
+                color.stroke_width(cov_style_w),
+            )?;
+            root.draw(&Text::new(
+                l.text.clone(),
+                (l.x + px(4.0), label_mid_y),
+                text_at(cov_size, text_color(color), HPos::Left, VPos::Center),
+            ))
+            .map_err(draw_err)?;
+        }
+
+        // ---- bands (all first, so lines are never hidden under another band)
+        for sr in &self.series {
+            let look = enc.look(sr);
+            let mut poly: Vec<(f64, f64)> = sr
+                .points
+                .iter()
+                .map(|p| ((p.context_tokens as f64).log2(), p.ci_high))
+                .collect();
+            poly.extend(
+                sr.points
+                    .iter()
+                    .rev()
+                    .map(|p| ((p.context_tokens as f64).log2(), p.ci_low)),
+            );
+            if sr.points.len() == 1 {
+                // a single point: show its interval as a narrow bar
+                let p = &sr.points[0];
+                let x = (p.context_tokens as f64).log2();
+                let dx = 0.04 * (x_hi - x_lo);
+                poly = vec![
+                    (x - dx, p.ci_high),
+                    (x + dx, p.ci_high),
+                    (x + dx, p.ci_low),
+                    (x - dx, p.ci_low),
+                ];
+            }
+            chart
+                .draw_series(std::iter::once(Polygon::new(
+                    poly,
+                    look.color.mix(0.16).filled(),
+                )))
+                .map_err(draw_err)?;
+        }
+
+        // ---- lines and markers
+        let line_w = (2.6 * s).round().max(1.0) as u32;
+        let marker_r = 5.5 * s;
+        for sr in &self.series {
+            let look = enc.look(sr);
+            let pts: Vec<(f64, f64)> = sr
+                .points
+                .iter()
+                .map(|p| {
+                    let (x, y) = chart.backend_coord(&((p.context_tokens as f64).log2(), p.recall));
+                    (x as f64, y as f64)
+                })
+                .collect();
+            draw_dashed(root, &pts, look.dash, s, look.color.stroke_width(line_w))?;
+            for &(x, y) in &pts {
+                draw_marker(
+                    root,
+                    look.marker,
+                    (x as i32, y as i32),
+                    marker_r,
+                    look.color,
+                    s,
+                )?;
+            }
+        }
+
+        // ---- legend (outside the plot, right)
+        let lx = legend_area.get_base_pixel().0 + px(8.0);
+        let entry_h = px(30.0);
+        let mut y = plot_top + px(4.0);
+        root.draw(&Text::new(
+            "series (k, precision)",
+            (lx, y),
+            legend_head_style.clone(),
+        ))
+        .map_err(draw_err)?;
+        y += entry_h;
+        for (&i, label) in order.iter().zip(&series_labels) {
+            let sr = &self.series[i];
+            let look = enc.look(sr);
+            let (x0, x1) = (lx as f64, (lx + swatch_w) as f64);
+            let yf = y as f64;
+            root.draw(&Rectangle::new(
+                [(lx, y - px(8.0)), (lx + swatch_w, y + px(8.0))],
+                look.color.mix(0.16).filled(),
+            ))
+            .map_err(draw_err)?;
+            draw_dashed(
+                root,
+                &[(x0, yf), (x1, yf)],
+                look.dash,
+                s,
+                look.color.stroke_width(line_w),
+            )?;
+            draw_marker(
+                root,
+                look.marker,
+                (lx + swatch_w / 2, y),
+                marker_r,
+                look.color,
+                s,
+            )?;
+            root.draw(&Text::new(
+                label.clone(),
+                (lx + swatch_w + px(12.0), y),
+                legend_style.clone(),
+            ))
+            .map_err(draw_err)?;
+            y += entry_h;
+        }
+        y += px(10.0);
+        // band explanation
+        root.draw(&Rectangle::new(
+            [(lx, y - px(8.0)), (lx + swatch_w, y + px(8.0))],
+            INK_SOFT.mix(0.2).filled(),
+        ))
+        .map_err(draw_err)?;
+        root.draw(&Text::new(
+            extra_labels[0].clone(),
+            (lx + swatch_w + px(12.0), y),
+            legend_style.clone(),
+        ))
+        .map_err(draw_err)?;
+        y += entry_h;
+        let mut extra = extra_labels.iter().skip(1);
+        if !self.coverage_limits.is_empty() {
+            let xm = (lx + swatch_w / 2) as f64;
+            draw_dashed(
+                root,
+                &[(xm, (y - px(11.0)) as f64), (xm, (y + px(11.0)) as f64)],
+                Dash::LongDash,
+                s * 0.6,
+                INK_SOFT.stroke_width(cov_style_w),
+            )?;
+            if let Some(l) = extra.next() {
+                root.draw(&Text::new(
+                    l.clone(),
+                    (lx + swatch_w + px(12.0), y),
+                    legend_style.clone(),
+                ))
+                .map_err(draw_err)?;
+            }
+            y += entry_h;
+        }
+        if self.effective_threshold.is_some() {
+            draw_dashed(
+                root,
+                &[(lx as f64, y as f64), ((lx + swatch_w) as f64, y as f64)],
+                Dash::Dotted,
+                s * 1.2,
+                INK_SOFT.stroke_width((2.0 * s).round().max(1.0) as u32),
+            )?;
+            if let Some(l) = extra.next() {
+                root.draw(&Text::new(
+                    l.clone(),
+                    (lx + swatch_w + px(12.0), y),
+                    legend_style.clone(),
+                ))
+                .map_err(draw_err)?;
+            }
+            y += entry_h;
+        }
+        for l in &off_axis {
+            root.draw(&Text::new(
+                l.clone(),
+                (lx, y),
+                legend_style.clone().color(&INK_SOFT),
+            ))
+            .map_err(draw_err)?;
+            y += entry_h;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    pub(crate) fn demo_chart() -> RecallChart {
+        let mk = |topk: u32, precision: &str, knee: f64| RecallSeries {
+            topk,
+            precision: precision.into(),
+            points: (10..=17)
+                .map(|e| {
+                    let c = 1u64 << e;
+                    let r = 1.0 / (1.0 + ((e as f64 - knee) * 1.5).exp());
+                    RecallPoint {
+                        context_tokens: c,
+                        recall: r,
+                        ci_low: (r - 0.04).max(0.0),
+                        ci_high: (r + 0.04).min(1.0),
+                    }
+                })
+                .collect(),
+        };
+        RecallChart {
+            title: "test".into(),
+            subtitle: "synthetic".into(),
+            series: vec![
+                mk(512, "bf16", 13.0),
+                mk(512, "fp8", 12.5),
+                mk(1024, "bf16", 14.0),
+            ],
+            coverage_limits: vec![(512, 2176), (1024, 4224)],
+            effective_threshold: Some(0.9),
+        }
+    }
+
+    fn png_dims(bytes: &[u8]) -> (u32, u32) {
+        assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n", "not a PNG");
+        assert_eq!(&bytes[12..16], b"IHDR");
+        let be = |b: &[u8]| u32::from_be_bytes([b[0], b[1], b[2], b[3]]);
+        (be(&bytes[16..20]), be(&bytes[20..24]))
+    }
+
+    #[test]
+    fn renders_png_with_requested_size() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("recall.png");
+        render_recall_vs_context(&demo_chart(), &path, 800, 500).unwrap();
+        let bytes = std::fs::read(&path).unwrap();
+        assert_eq!(png_dims(&bytes), (800, 500));
+        // only the chart itself is left in the directory (temp file renamed)
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn renders_svg() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("recall.svg");
+        render_recall_vs_context(&demo_chart(), &path, 800, 500).unwrap();
+        let svg = std::fs::read_to_string(&path).unwrap();
+        assert!(svg.contains("<svg"));
+        assert!(svg.contains("needle recall"));
+        assert!(svg.contains("@font-face{font-family:\"DejaVu Sans\""));
+    }
+
+    #[test]
+    fn empty_series_is_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("empty.png");
+        let mut c = demo_chart();
+        c.series.clear();
+        assert!(matches!(
+            render_recall_vs_context(&c, &path, 800, 500),
+            Err(ChartError::InvalidInput(_))
+        ));
+        assert!(!path.exists());
+        let mut c = demo_chart();
+        c.series[0].points.clear();
+        assert!(matches!(
+            render_recall_vs_context(&c, &path, 800, 500),
+            Err(ChartError::InvalidInput(_))
+        ));
+    }
+
+    #[test]
+    fn non_finite_values_are_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("nan.png");
+        for f in [
+            |c: &mut RecallChart| c.series[0].points[2].recall = f64::NAN,
+            |c: &mut RecallChart| c.series[1].points[0].ci_high = f64::INFINITY,
+            |c: &mut RecallChart| c.effective_threshold = Some(f64::NAN),
+            |c: &mut RecallChart| c.series[0].points[1].context_tokens = 0,
+            |c: &mut RecallChart| c.series[0].points[3].recall = 1.5,
+        ] {
+            let mut c = demo_chart();
+            f(&mut c);
+            assert!(matches!(
+                render_recall_vs_context(&c, &path, 800, 500),
+                Err(ChartError::InvalidInput(_))
+            ));
+        }
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn bad_extension_and_size_are_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(matches!(
+            render_recall_vs_context(&demo_chart(), &dir.path().join("x.gif"), 800, 500),
+            Err(ChartError::UnsupportedFormat(_))
+        ));
+        assert!(
+            render_recall_vs_context(&demo_chart(), &dir.path().join("x.png"), 10, 10).is_err()
+        );
+    }
+
+    #[test]
+    fn label_rows_do_not_overlap() {
+        let mk = |x: i32, width: i32| CoverageLabel {
+            k: 0,
+            x,
+            text: String::new(),
+            width,
+            row: 0,
+        };
+        let mut v = vec![mk(100, 150), mk(200, 150), mk(1000, 150)];
+        assign_label_rows(&mut v, 5);
+        let row = |x: i32| v.iter().find(|l| l.x == x).unwrap().row;
+        assert_eq!(row(1000), 0);
+        assert_eq!(row(200), 0);
+        assert_eq!(row(100), 1); // its text would run over the line at x=200
+    }
+}

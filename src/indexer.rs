@@ -14,7 +14,6 @@ const LANES: usize = 8;
 pub struct IndexerQuery {
     queries: Vec<f32>,
     weights: Vec<f32>,
-    heads: usize,
     dim: usize,
     logits: LogitFormat,
 }
@@ -27,73 +26,89 @@ impl IndexerQuery {
         debug_assert_eq!(queries.len(), heads * dim);
         let scale = 1.0 / ((heads * dim) as f32).sqrt();
         let weights = weights.iter().map(|&w| w * scale).collect();
-        Self { queries, weights, heads, dim, logits }
+        Self { queries, weights, dim, logits }
     }
 
     /// Scores rows of `keys` (row-major [n × dim]) into `out` (length n).
     pub fn score_rows(&self, keys: &[f32], out: &mut [f32]) {
-        let d = self.dim;
-        debug_assert_eq!(keys.len(), out.len() * d);
-        let mut blocks = keys.chunks_exact(4 * d);
-        let mut out_blocks = out.chunks_exact_mut(4);
-        for (kb, ob) in (&mut blocks).zip(&mut out_blocks) {
-            let rows = [&kb[..d], &kb[d..2 * d], &kb[2 * d..3 * d], &kb[3 * d..]];
-            let mut acc = [0.0f32; 4];
-            for h in 0..self.heads {
-                let q = &self.queries[h * d..(h + 1) * d];
-                let dots = dot4(q, rows);
-                let w = self.weights[h];
-                for r in 0..4 {
-                    acc[r] += w * dots[r].max(0.0);
-                }
-            }
-            for r in 0..4 {
-                ob[r] = self.logits.round(acc[r]);
+        debug_assert_eq!(keys.len(), out.len() * self.dim);
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::arch::is_x86_feature_detected!("avx2") {
+                // SAFETY: the CPU supports AVX2, checked just above.
+                unsafe { self.score_rows_avx2(keys, out) };
+                return;
             }
         }
-        for (k, o) in blocks.remainder().chunks_exact(d).zip(out_blocks.into_remainder()) {
-            *o = self.score_one(k);
+        self.score_rows_portable(keys, out);
+    }
+
+    /// The same code compiled for AVX2: one 8-lane partial-sum array maps to
+    /// one register. No FMA, so results are bit-identical to the portable path.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    unsafe fn score_rows_avx2(&self, keys: &[f32], out: &mut [f32]) {
+        self.score_rows_portable(keys, out);
+    }
+
+    #[inline(always)]
+    fn score_rows_portable(&self, keys: &[f32], out: &mut [f32]) {
+        let d = self.dim;
+        let mut key_blocks = keys.chunks_exact(BLOCK_ROWS * d);
+        let mut out_blocks = out.chunks_exact_mut(BLOCK_ROWS);
+        for (kb, ob) in (&mut key_blocks).zip(&mut out_blocks) {
+            let scores = self.score_block::<BLOCK_ROWS>(kb);
+            ob.copy_from_slice(&scores);
+        }
+        for (k, o) in key_blocks.remainder().chunks_exact(d).zip(out_blocks.into_remainder()) {
+            *o = self.score_block::<1>(k)[0];
         }
     }
 
     /// Scores a single key; identical numerics to [`Self::score_rows`].
     pub fn score_one(&self, key: &[f32]) -> f32 {
+        self.score_block::<1>(key)[0]
+    }
+
+    /// Scores `R` consecutive rows. Each row's arithmetic is the same for any
+    /// `R`: lane l of a dot product sums q[j]·k[j] over j ≡ l (mod 8) in
+    /// ascending j, the lanes are reduced in a fixed tree, the tail (d mod 8)
+    /// is added in order, then heads are summed in order.
+    #[inline(always)]
+    fn score_block<const R: usize>(&self, rows: &[f32]) -> [f32; R] {
         let d = self.dim;
-        let mut acc = 0.0f32;
-        for h in 0..self.heads {
-            let dot = dot4(&self.queries[h * d..(h + 1) * d], [key, key, key, key])[0];
-            acc += self.weights[h] * dot.max(0.0);
+        let full = d / LANES * LANES;
+        let row: [&[f32]; R] = std::array::from_fn(|r| &rows[r * d..(r + 1) * d]);
+        let chunks: [&[[f32; LANES]]; R] = std::array::from_fn(|r| row[r][..full].as_chunks::<LANES>().0);
+        let mut acc = [0.0f32; R];
+        for (h, &w) in self.weights.iter().enumerate() {
+            let q = &self.queries[h * d..(h + 1) * d];
+            let q_chunks = q[..full].as_chunks::<LANES>().0;
+            let mut lanes = [[0.0f32; LANES]; R];
+            for (j, qc) in q_chunks.iter().enumerate() {
+                for r in 0..R {
+                    let kc = &chunks[r][j];
+                    for l in 0..LANES {
+                        lanes[r][l] += qc[l] * kc[l];
+                    }
+                }
+            }
+            for r in 0..R {
+                let a = &lanes[r];
+                let mut dot = ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
+                for j in full..d {
+                    dot += q[j] * row[r][j];
+                }
+                acc[r] += w * dot.max(0.0);
+            }
         }
-        self.logits.round(acc)
+        acc.map(|x| self.logits.round(x))
     }
 }
 
-/// Four dot products of `q` with four rows, each with 8 lane partial sums.
-#[inline(always)]
-fn dot4(q: &[f32], rows: [&[f32]; 4]) -> [f32; 4] {
-    let d = q.len();
-    let mut lanes = [[0.0f32; LANES]; 4];
-    let full = d / LANES * LANES;
-    for j in (0..full).step_by(LANES) {
-        let qv: &[f32; LANES] = q[j..j + LANES].try_into().unwrap_or(&[0.0; LANES]);
-        for r in 0..4 {
-            let kv: &[f32; LANES] = rows[r][j..j + LANES].try_into().unwrap_or(&[0.0; LANES]);
-            for l in 0..LANES {
-                lanes[r][l] += qv[l] * kv[l];
-            }
-        }
-    }
-    let mut out = [0.0f32; 4];
-    for r in 0..4 {
-        let a = &lanes[r];
-        let mut s = ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
-        for j in full..d {
-            s += q[j] * rows[r][j];
-        }
-        out[r] = s;
-    }
-    out
-}
+/// Rows scored together: their 8-lane partial sums stay in registers while
+/// each query chunk is loaded once.
+const BLOCK_ROWS: usize = 8;
 
 #[cfg(test)]
 mod tests {

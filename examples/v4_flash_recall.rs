@@ -1,0 +1,21 @@
+//! Regenerates `plots/v4_flash_recall_vs_context.png`, the chart the README
+//! shows: the default preset (DeepSeek-V4-Flash, k 512 and 1024, bf16 vs the
+//! fp4 reference indexer) over 1K … 128K tokens.
+//!
+//! `cargo run --release --example v4_flash_recall`
+
+use dsa_recall::config::{self, ScenarioParams};
+use dsa_recall::report::render_recall_chart;
+use dsa_recall::sweep::run_sweep;
+use std::path::Path;
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let s = config::check(config::resolve(ScenarioParams::default())?)?;
+    let outcome = run_sweep(&s, &|| {})?;
+    std::fs::create_dir_all("plots")?;
+    let path = Path::new("plots/v4_flash_recall_vs_context.png");
+    render_recall_chart(&s, &outcome.cells, path)?;
+    print!("{}", dsa_recall::output::format_table(&s, &outcome));
+    println!("wrote {}", path.display());
+    Ok(())
+}

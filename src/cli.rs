@@ -28,40 +28,40 @@ pub enum Command {
 #[derive(Args, Debug, Default)]
 pub struct ScenarioArgs {
     /// Preset to start from (see `dsa-recall presets`).
-    #[arg(long)]
+    #[arg(long, allow_hyphen_values = true, allow_negative_numbers = true)]
     pub preset: Option<String>,
     /// TOML scenario file; its values override the preset's.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, allow_negative_numbers = true, value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// Trials per cell.
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub trials: Option<u64>,
     /// Master seed.
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub seed: Option<u64>,
     /// Needle strength: shift of each looking head's dot product, in haystack standard deviations.
-    #[arg(long, allow_negative_numbers = true, value_name = "X")]
+    #[arg(long, allow_hyphen_values = true, allow_negative_numbers = true, value_name = "X")]
     pub needle_strength: Option<String>,
     /// Needle length in tokens.
-    #[arg(long, value_name = "N")]
+    #[arg(long, allow_negative_numbers = true, value_name = "N")]
     pub needle_tokens: Option<u64>,
     /// Indexer heads that look for the needle.
-    #[arg(long, value_name = "N")]
+    #[arg(long, allow_negative_numbers = true, value_name = "N")]
     pub needle_heads: Option<usize>,
     /// Tokens per compressed row.
-    #[arg(long, value_name = "C")]
+    #[arg(long, allow_negative_numbers = true, value_name = "C")]
     pub compress_ratio: Option<u64>,
     /// Raw window of most recent tokens always attended.
-    #[arg(long, value_name = "W")]
+    #[arg(long, allow_negative_numbers = true, value_name = "W")]
     pub window: Option<u64>,
     /// Order among equal scores: lowest-index, highest-index or random.
-    #[arg(long, value_name = "RULE")]
+    #[arg(long, allow_hyphen_values = true, allow_negative_numbers = true, value_name = "RULE")]
     pub tie_rule: Option<String>,
     /// Recall threshold for the effective context.
-    #[arg(long, value_name = "R")]
+    #[arg(long, allow_negative_numbers = true, value_name = "R")]
     pub threshold: Option<f64>,
     /// Worker threads (default: all cores). Results do not depend on it.
-    #[arg(long, value_name = "N")]
+    #[arg(long, allow_negative_numbers = true, value_name = "N")]
     pub threads: Option<usize>,
 }
 
@@ -70,19 +70,19 @@ pub struct SweepArgs {
     #[command(flatten)]
     pub scenario: ScenarioArgs,
     /// Context lengths: 1K,4K,… or a doubling range 1K..128K (K = 1024, M = 1048576).
-    #[arg(long, value_name = "LIST")]
+    #[arg(long, allow_hyphen_values = true, allow_negative_numbers = true, value_name = "LIST")]
     pub contexts: Option<String>,
     /// Needle depths in percent (0 = start, 100 = end): 0,50,100 or 0..100:10.
-    #[arg(long, value_name = "LIST")]
+    #[arg(long, allow_hyphen_values = true, allow_negative_numbers = true, value_name = "LIST")]
     pub depths: Option<String>,
     /// Top-k values (default: the preset's index_topk and twice it).
-    #[arg(long, value_name = "LIST")]
+    #[arg(long, allow_hyphen_values = true, allow_negative_numbers = true, value_name = "LIST")]
     pub topk: Option<String>,
     /// Precision variants, e.g. fp32,bf16,fp8.
-    #[arg(long, value_name = "LIST")]
+    #[arg(long, allow_hyphen_values = true, allow_negative_numbers = true, value_name = "LIST")]
     pub precisions: Option<String>,
     /// Output directory.
-    #[arg(long, value_name = "DIR", default_value = "results")]
+    #[arg(long, allow_negative_numbers = true, value_name = "DIR", default_value = "results")]
     pub out: PathBuf,
     /// Overwrite a non-empty output directory.
     #[arg(long)]
@@ -94,16 +94,16 @@ pub struct RunArgs {
     #[command(flatten)]
     pub scenario: ScenarioArgs,
     /// Context length in tokens (K/M suffixes allowed).
-    #[arg(long, value_name = "TOKENS")]
+    #[arg(long, allow_hyphen_values = true, allow_negative_numbers = true, value_name = "TOKENS")]
     pub context: Option<String>,
     /// Needle depth in percent.
-    #[arg(long, value_name = "PERCENT", allow_negative_numbers = true)]
+    #[arg(long, allow_hyphen_values = true, value_name = "PERCENT", allow_negative_numbers = true)]
     pub depth: Option<String>,
     /// Top-k.
-    #[arg(long, value_name = "K")]
+    #[arg(long, allow_hyphen_values = true, allow_negative_numbers = true, value_name = "K")]
     pub topk: Option<String>,
     /// Precision variant.
-    #[arg(long, value_name = "NAME")]
+    #[arg(long, allow_hyphen_values = true, allow_negative_numbers = true, value_name = "NAME")]
     pub precision: Option<String>,
     /// Print one line per trial.
     #[arg(long)]

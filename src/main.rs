@@ -100,8 +100,21 @@ fn run_sweep(args: &SweepArgs) -> Result<(), Error> {
     Ok(())
 }
 
+/// `run` spells the list flags of `sweep` in the singular.
+fn with_run_flags(e: Error) -> Error {
+    match e {
+        Error::Config(mut c) => {
+            for (list, single) in [("(--contexts)", "(--context)"), ("(--depths)", "(--depth)"), ("(--precisions)", "(--precision)")] {
+                c.field = c.field.replace(list, single);
+            }
+            Error::Config(c)
+        }
+        other => other,
+    }
+}
+
 fn run_cell(args: &RunArgs) -> Result<(), Error> {
-    let s = scenario(&args.scenario, args.overlay()?)?;
+    let s = scenario(&args.scenario, args.overlay()?).map_err(with_run_flags)?;
     let single = |n: usize, field: &str| {
         if n == 1 {
             Ok(())

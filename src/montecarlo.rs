@@ -3,7 +3,8 @@
 
 use crate::error::SimError;
 use crate::rng::{self, tag};
-use crate::stats::{wilson_interval, Z95};
+use crate::stats::{mean_interval, quantiles, wilson_interval, Z95};
+use crate::trial::NeedleOutcome;
 use crate::trial::{TrialOutcome, TrialSpec};
 use rayon::prelude::*;
 
@@ -25,8 +26,36 @@ pub struct CellTally {
     ranks_above_or_equal_sum: u128,
     /// Trials in which a competitor tied the best needle row.
     pub trials_with_ties: u64,
-    margin_sd_sum: f64,
-    margin_sd_n: u64,
+    margins_sd: Vec<f64>,
+    /// Rank (strictly above) as a share of k_eff, one per ranked trial.
+    rank_shares: Vec<f64>,
+    selection_recall: Moments,
+    jaccard: Moments,
+    /// Paired with the sweep's first (baseline) precision on the same trials:
+    /// trials this variant kept and the baseline lost, and the reverse.
+    pub gained_vs_baseline: u64,
+    pub lost_vs_baseline: u64,
+}
+
+/// Running sum and sum of squares.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Moments {
+    pub n: u64,
+    pub sum: f64,
+    pub sum_sq: f64,
+}
+
+impl Moments {
+    fn add(&mut self, x: f64) {
+        self.n += 1;
+        self.sum += x;
+        self.sum_sq += x * x;
+    }
+
+    /// (mean, low, high) with a normal 95 % interval.
+    pub fn interval(&self) -> Option<(f64, f64, f64)> {
+        mean_interval(self.sum, self.sum_sq, self.n)
+    }
 }
 
 impl CellTally {
@@ -65,10 +94,42 @@ impl CellTally {
     }
 
     pub fn mean_margin_sd(&self) -> Option<f64> {
-        (self.margin_sd_n > 0).then(|| self.margin_sd_sum / self.margin_sd_n as f64)
+        let n = self.margins_sd.len();
+        (n > 0).then(|| self.margins_sd.iter().sum::<f64>() / n as f64)
     }
 
-    fn add(&mut self, o: &crate::trial::NeedleOutcome) {
+    /// Quantiles ([`crate::stats::QUANTILE_PROBS`]) of the margin in competitor SDs.
+    pub fn margin_sd_quantiles(&self) -> Option<[f64; 5]> {
+        quantiles(&mut self.margins_sd.clone())
+    }
+
+    /// Quantiles of the rank as a share of k_eff (< 1 means kept by rank).
+    pub fn rank_share_quantiles(&self) -> Option<[f64; 5]> {
+        quantiles(&mut self.rank_shares.clone())
+    }
+
+    pub fn selection_recall(&self) -> Option<(f64, f64, f64)> {
+        self.selection_recall.interval()
+    }
+
+    pub fn jaccard(&self) -> Option<(f64, f64, f64)> {
+        self.jaccard.interval()
+    }
+
+    fn add(&mut self, o: &NeedleOutcome, k_eff: u64, baseline: Option<&NeedleOutcome>) {
+        if let Some(b) = baseline {
+            self.gained_vs_baseline += u64::from(o.survived && !b.survived);
+            self.lost_vs_baseline += u64::from(!o.survived && b.survived);
+        }
+        if let (Some(r), true) = (o.rank, k_eff > 0) {
+            self.rank_shares.push(r.above as f64 / k_eff as f64);
+        }
+        if let Some(x) = o.selection_recall {
+            self.selection_recall.add(x);
+        }
+        if let Some(x) = o.jaccard {
+            self.jaccard.add(x);
+        }
         self.trials += 1;
         self.survived += u64::from(o.survived);
         self.survived_via_window += u64::from(o.via_window);
@@ -78,8 +139,7 @@ impl CellTally {
             self.trials_with_ties += u64::from(r.above_or_equal > r.above);
         }
         if let Some(m) = o.margin_sd {
-            self.margin_sd_sum += m;
-            self.margin_sd_n += 1;
+            self.margins_sd.push(m);
         }
     }
 }
@@ -102,12 +162,20 @@ pub fn run_trials(
         .collect()
 }
 
-/// Tallies every cell over trials, in trial order.
+/// Tallies every cell over trials, in trial order. Variants after the first
+/// are also paired with the first (the baseline) trial by trial.
 pub fn tally_cells(spec: &TrialSpec<'_>, outcomes: &[TrialOutcome]) -> Vec<CellTally> {
     let mut cells = vec![CellTally::default(); spec.cell_count()];
     for outcome in outcomes {
-        for (cell, o) in cells.iter_mut().zip(&outcome.cells) {
-            cell.add(o);
+        for (ci, &context) in spec.contexts.iter().enumerate() {
+            let candidates = spec.geometry.candidate_rows(context);
+            for (ki, &k) in spec.topks.iter().enumerate() {
+                let baseline = &outcome.cells[spec.cell_index(ci, ki, 0)];
+                for v in 0..spec.variants.len() {
+                    let i = spec.cell_index(ci, ki, v);
+                    cells[i].add(&outcome.cells[i], k.min(candidates), (v > 0).then_some(baseline));
+                }
+            }
         }
     }
     cells

@@ -52,42 +52,79 @@ pub fn results_jsonl(cells: &[CellResult]) -> String {
     out
 }
 
-fn opt(x: Option<f64>) -> String {
+fn opt<T: ToString>(x: Option<T>) -> String {
     x.map(|v| v.to_string()).unwrap_or_default()
+}
+
+fn quantile_columns(prefix: &str) -> String {
+    ["p05", "p25", "p50", "p75", "p95"].map(|p| format!("{prefix}_{p}")).join(",")
+}
+
+fn quantile_values(q: Option<[f64; 5]>) -> String {
+    match q {
+        Some(v) => v.map(|x| x.to_string()).join(","),
+        None => ",,,,".to_string(),
+    }
+}
+
+/// The CSV header of `summary.csv`.
+pub fn summary_header() -> String {
+    format!(
+        "context_tokens,depth_percent,topk,precision,trials,survived,recall,ci_low,ci_high,\
+         mean_rank,mean_rank_ties,median_rank,trials_with_ties,mean_margin_sd,needle_rows,needle_start_token,\
+         needle_in_window,survived_via_window,visible_rows,candidate_rows,k_eff,coverage_limit,{},{},\
+         fidelity_reference,selection_recall,selection_recall_ci_low,selection_recall_ci_high,jaccard,jaccard_ci_low,jaccard_ci_high,\
+         baseline,recall_diff,discordant_gained,discordant_lost,mcnemar_p",
+        quantile_columns("rank_share"),
+        quantile_columns("margin_sd")
+    )
 }
 
 /// The same cells as a tidy CSV, one row each.
 pub fn summary_csv(cells: &[CellResult]) -> String {
-    let mut out = String::from(
-        "context_tokens,depth_percent,topk,precision,trials,survived,recall,ci_low,ci_high,mean_rank,mean_rank_ties,median_rank,trials_with_ties,mean_margin_sd,needle_rows,needle_start_token,needle_in_window,survived_via_window,visible_rows,candidate_rows,k_eff,coverage_limit\n",
-    );
+    let mut out = summary_header();
+    out.push('\n');
     for c in cells {
-        let _ = writeln!(
-            out,
-            "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
-            c.context_tokens,
-            c.depth_percent,
-            c.topk,
-            c.precision,
-            c.trials,
-            c.survived,
-            c.recall,
-            c.ci_low,
-            c.ci_high,
+        let fields = [
+            c.context_tokens.to_string(),
+            c.depth_percent.to_string(),
+            c.topk.to_string(),
+            c.precision.clone(),
+            c.trials.to_string(),
+            c.survived.to_string(),
+            c.recall.to_string(),
+            c.ci_low.to_string(),
+            c.ci_high.to_string(),
             opt(c.mean_rank),
             opt(c.mean_rank_ties),
             opt(c.median_rank),
-            c.trials_with_ties,
+            c.trials_with_ties.to_string(),
             opt(c.mean_margin_sd),
-            c.needle_rows,
-            c.needle_start_token,
-            c.needle_in_window,
-            c.survived_via_window,
-            c.visible_rows,
-            c.candidate_rows,
-            c.k_eff,
-            c.coverage_limit
-        );
+            c.needle_rows.to_string(),
+            c.needle_start_token.to_string(),
+            c.needle_in_window.to_string(),
+            c.survived_via_window.to_string(),
+            c.visible_rows.to_string(),
+            c.candidate_rows.to_string(),
+            c.k_eff.to_string(),
+            c.coverage_limit.to_string(),
+            quantile_values(c.rank_share_quantiles),
+            quantile_values(c.margin_sd_quantiles),
+            opt(c.fidelity_reference.clone()),
+            opt(c.selection_recall),
+            opt(c.selection_recall_ci_low),
+            opt(c.selection_recall_ci_high),
+            opt(c.jaccard),
+            opt(c.jaccard_ci_low),
+            opt(c.jaccard_ci_high),
+            opt(c.baseline.clone()),
+            opt(c.recall_diff),
+            opt(c.discordant_gained),
+            opt(c.discordant_lost),
+            opt(c.mcnemar_p),
+        ];
+        out.push_str(&fields.join(","));
+        out.push('\n');
     }
     out
 }
@@ -163,6 +200,27 @@ pub fn format_table(s: &Scenario, outcome: &SweepOutcome) -> String {
             out.push('\n');
         }
     }
+    if s.precisions.len() > 1 {
+        let _ = writeln!(
+            out,
+            "\npaired comparison with {} on the same haystacks (recall difference; trials kept only by the variant / only by {}; exact McNemar p)",
+            s.precisions[0].name, s.precisions[0].name
+        );
+        let _ = writeln!(out, "{:>8}  {:>7}  {:>6}  {:<14}  {:>8}  {:>11}  {:>9}", "context", "depth", "k", "precision", "diff", "gained/lost", "p");
+        for c in outcome.cells.iter().filter(|c| c.baseline.is_some()) {
+            let _ = writeln!(
+                out,
+                "{:>8}  {:>7}  {:>6}  {:<14}  {:>+8.3}  {:>11}  {:>9.3}",
+                tokens_label(c.context_tokens),
+                format!("{} %", c.depth_percent),
+                c.topk,
+                c.precision,
+                c.recall_diff.unwrap_or(0.0),
+                format!("{}/{}", c.discordant_gained.unwrap_or(0), c.discordant_lost.unwrap_or(0)),
+                c.mcnemar_p.unwrap_or(1.0)
+            );
+        }
+    }
     let _ = writeln!(out, "\neffective context (longest context with recall ≥ {} at every depth and every shorter context)", s.threshold);
     let _ = writeln!(out, "{:>8}  {:<14}  {:>18}  {:>22}", "k", "precision", "effective context", "coverage limit k·c+W");
     for e in &outcome.effective {
@@ -179,6 +237,22 @@ pub fn format_table(s: &Scenario, outcome: &SweepOutcome) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_csv_row_has_as_many_columns_as_the_header() {
+        let s = crate::config::check(crate::config::resolve(Default::default()).unwrap()).unwrap();
+        let s = crate::config::Scenario { contexts: vec![4096], trials: 5, precisions: vec![
+            crate::precision::PrecisionVariant::builtin("fp32").unwrap(),
+            crate::precision::PrecisionVariant::builtin("bf16").unwrap(),
+        ], ..s };
+        let outcome = crate::sweep::run_sweep(&s, &|| {}).unwrap();
+        let csv = summary_csv(&outcome.cells);
+        let columns = summary_header().split(',').count();
+        assert_eq!(columns, 44);
+        for line in csv.lines() {
+            assert_eq!(line.split(',').count(), columns, "{line}");
+        }
+    }
 
     #[test]
     fn token_labels() {

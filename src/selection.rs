@@ -115,6 +115,48 @@ pub fn tied_ahead(
     n
 }
 
+/// A row's place among equal scores as one number: a larger key wins. Rows
+/// are then totally ordered by (score, tie key), as a top-k kernel orders them.
+pub fn tie_key(rule: TieRule, row: usize, priority: impl Fn(usize) -> u64) -> u64 {
+    match rule {
+        TieRule::LowestIndex => u64::MAX - row as u64,
+        TieRule::HighestIndex => row as u64,
+        // Lower priority wins; equal priorities (2^-64 odds) fall back to the index.
+        TieRule::Random => u64::MAX - priority(row),
+    }
+}
+
+#[inline]
+fn ahead(a: (f32, u64), b: (f32, u64)) -> Ordering {
+    a.0.total_cmp(&b.0).then(a.1.cmp(&b.1))
+}
+
+/// The k-th best (score, tie key) of the rows (1 ≤ k ≤ rows): a row is in
+/// the top k iff its own pair is at least this one.
+pub fn kth_best(scores: &[f32], tie_keys: &[u64], k: usize, rows: &mut Vec<u32>) -> (f32, u64) {
+    rows.clear();
+    rows.extend(0..scores.len() as u32);
+    let key = |i: &u32| (scores[*i as usize], tie_keys[*i as usize]);
+    let (_, kth, _) = rows.select_nth_unstable_by(k - 1, |a, b| ahead(key(b), key(a)));
+    key(kth)
+}
+
+/// Rows selected both by `a` and by `b` (two score vectors over the same
+/// rows), each taking its top k under the same tie keys.
+pub fn selection_overlap(a: &[f32], b: &[f32], tie_keys: &[u64], k: usize, rows: &mut Vec<u32>) -> u64 {
+    if k >= a.len() {
+        return a.len() as u64;
+    }
+    let (ka, kb) = (kth_best(a, tie_keys, k, rows), kth_best(b, tie_keys, k, rows));
+    let mut both = 0;
+    for i in 0..a.len() {
+        let in_a = ahead((a[i], tie_keys[i]), ka).is_ge();
+        let in_b = ahead((b[i], tie_keys[i]), kb).is_ge();
+        both += u64::from(in_a && in_b);
+    }
+    both
+}
+
 /// Descending total order on scores (NaN above +inf, as `total_cmp` puts it).
 #[inline]
 fn descending(a: &f32, b: &f32) -> Ordering {
@@ -171,6 +213,27 @@ mod tests {
         kth_largest_many(&mut scratch, &ks, &mut out);
         for (i, &k) in ks.iter().enumerate() {
             assert_eq!(out[i], sorted[k - 1], "k = {k}");
+        }
+    }
+
+    #[test]
+    fn overlap_of_top_k_sets_matches_brute_force() {
+        let a: Vec<f32> = (0..200).map(|i| ((i * 37) % 101) as f32).collect(); // many ties
+        let b: Vec<f32> = (0..200).map(|i| ((i * 53) % 89) as f32).collect();
+        for rule in [TieRule::LowestIndex, TieRule::HighestIndex, TieRule::Random] {
+            let keys: Vec<u64> = (0..200).map(|i| tie_key(rule, i, |r| crate::rng::mix64(r as u64))).collect();
+            let top = |s: &[f32], k: usize| {
+                let mut idx: Vec<usize> = (0..200).collect();
+                idx.sort_by(|&x, &y| ahead((s[y], keys[y]), (s[x], keys[x])));
+                idx.truncate(k);
+                idx
+            };
+            let mut rows = Vec::new();
+            for k in [1, 7, 50, 199, 200, 250] {
+                let (ta, tb) = (top(&a, k), top(&b, k));
+                let want = ta.iter().filter(|i| tb.contains(i)).count() as u64;
+                assert_eq!(selection_overlap(&a, &b, &keys, k, &mut rows), want, "{rule} k={k}");
+            }
         }
     }
 

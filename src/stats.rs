@@ -41,9 +41,98 @@ pub fn chance_of_hit(n: u64, m: u64, k: u64) -> f64 {
     1.0 - miss
 }
 
+/// Exact two-sided McNemar test: the p-value of `gained` vs `lost` discordant
+/// pairs under H0 (each discordant pair is a fair coin), i.e.
+/// min(1, 2·P[Binomial(n, ½) ≤ min(gained, lost)]), n = gained + lost.
+/// Summed in log space so n in the millions neither underflows nor overflows.
+pub fn mcnemar_exact_p(gained: u64, lost: u64) -> f64 {
+    let n = gained + lost;
+    if n == 0 {
+        return 1.0;
+    }
+    let m = gained.min(lost);
+    let ln_half_n = -(n as f64) * std::f64::consts::LN_2;
+    // log pmf(i), built up from pmf(0) = 2^-n by the ratio (n−i+1)/i.
+    let mut log_pmf = ln_half_n;
+    let mut logs = Vec::with_capacity(m as usize + 1);
+    logs.push(log_pmf);
+    for i in 1..=m {
+        log_pmf += ((n - i + 1) as f64).ln() - (i as f64).ln();
+        logs.push(log_pmf);
+    }
+    let top = logs.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let log_tail = top + logs.iter().map(|l| (l - top).exp()).sum::<f64>().ln();
+    (2.0 * log_tail.exp()).min(1.0)
+}
+
+/// Mean and normal-approximation 95 % interval (mean ± z·s/√n) from a sum
+/// and a sum of squares. None for n = 0; a zero-width interval for n = 1.
+pub fn mean_interval(sum: f64, sum_sq: f64, n: u64) -> Option<(f64, f64, f64)> {
+    if n == 0 {
+        return None;
+    }
+    let nf = n as f64;
+    let mean = sum / nf;
+    let var = if n > 1 { ((sum_sq - nf * mean * mean) / (nf - 1.0)).max(0.0) } else { 0.0 };
+    let half = Z95 * (var / nf).sqrt();
+    Some((mean, mean - half, mean + half))
+}
+
+/// Probabilities of the quantiles stored per cell.
+pub const QUANTILE_PROBS: [f64; 5] = [0.05, 0.25, 0.5, 0.75, 0.95];
+
+/// Quantiles of `values` at [`QUANTILE_PROBS`] by linear interpolation
+/// between order statistics (Hyndman–Fan type 7, as numpy's default).
+pub fn quantiles(values: &mut [f64]) -> Option<[f64; 5]> {
+    if values.is_empty() {
+        return None;
+    }
+    values.sort_by(f64::total_cmp);
+    let n = values.len();
+    Some(QUANTILE_PROBS.map(|p| {
+        let h = (n - 1) as f64 * p;
+        let (lo, frac) = (h.floor() as usize, h - h.floor());
+        let hi = (lo + 1).min(n - 1);
+        values[lo] + frac * (values[hi] - values[lo])
+    }))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn mcnemar_matches_hand_computed_binomial_tails() {
+        // n = 10, min 2: P[X ≤ 2] = (1 + 10 + 45)/1024 = 56/1024; two-sided 0.109375.
+        assert!((mcnemar_exact_p(2, 8) - 0.109375).abs() < 1e-12);
+        assert!((mcnemar_exact_p(8, 2) - 0.109375).abs() < 1e-12);
+        // n = 5, min 0: 2·(1/32) = 0.0625.
+        assert!((mcnemar_exact_p(0, 5) - 0.0625).abs() < 1e-12);
+        assert_eq!(mcnemar_exact_p(3, 3), 1.0);
+        assert_eq!(mcnemar_exact_p(0, 0), 1.0);
+        // Huge n stays finite: 5000 vs 5200 discordant pairs, z ≈ 1.99 → p ≈ 0.047.
+        let p = mcnemar_exact_p(5000, 5200);
+        assert!(p > 0.04 && p < 0.055, "{p}");
+    }
+
+    #[test]
+    fn quantiles_match_numpy_type_7() {
+        // numpy.quantile([1,2,3,4,10], [.05,.25,.5,.75,.95]) = [1.2, 2, 3, 4, 8.8]
+        let q = quantiles(&mut [10.0, 1.0, 3.0, 2.0, 4.0]).unwrap();
+        let want = [1.2, 2.0, 3.0, 4.0, 8.8];
+        for (a, b) in q.iter().zip(want) {
+            assert!((a - b).abs() < 1e-12, "{q:?}");
+        }
+        assert!(quantiles(&mut []).is_none());
+    }
+
+    #[test]
+    fn mean_interval_by_hand() {
+        // values 1, 2, 3: mean 2, s = 1, half-width 1.96/√3.
+        let (m, lo, hi) = mean_interval(6.0, 14.0, 3).unwrap();
+        assert!((m - 2.0).abs() < 1e-12);
+        assert!((hi - m - Z95 / 3f64.sqrt()).abs() < 1e-12 && (m - lo - Z95 / 3f64.sqrt()).abs() < 1e-12);
+    }
 
     #[test]
     fn wilson_matches_published_values() {

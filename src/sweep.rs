@@ -5,8 +5,12 @@
 use crate::config::Scenario;
 use crate::error::SimError;
 use crate::montecarlo::{simulate, CellTally};
+use crate::stats::mcnemar_exact_p;
 use crate::trial::TrialSpec;
 use serde::{Deserialize, Serialize};
+
+/// Selection fidelity is measured against this variant when a sweep has it.
+pub const FIDELITY_REFERENCE: &str = "fp32";
 
 /// Everything known about one cell: its inputs and its outcome. This is one
 /// line of `results.jsonl` and one row of `summary.csv`.
@@ -38,6 +42,29 @@ pub struct CellResult {
     pub candidate_rows: u64,
     pub k_eff: u64,
     pub coverage_limit: u64,
+    /// Quantiles (5, 25, 50, 75, 95 %) of the best needle row's rank as a share of k_eff.
+    pub rank_share_quantiles: Option<[f64; 5]>,
+    /// Quantiles (5, 25, 50, 75, 95 %) of the margin in competitor standard deviations.
+    pub margin_sd_quantiles: Option<[f64; 5]>,
+    /// Selection fidelity reference (`fp32` when in the sweep; absent for the reference itself).
+    pub fidelity_reference: Option<String>,
+    /// Share of the reference's top-k_eff rows this variant also selects: mean and 95 % interval.
+    pub selection_recall: Option<f64>,
+    pub selection_recall_ci_low: Option<f64>,
+    pub selection_recall_ci_high: Option<f64>,
+    /// Jaccard overlap of the two top-k_eff sets: mean and 95 % interval.
+    pub jaccard: Option<f64>,
+    pub jaccard_ci_low: Option<f64>,
+    pub jaccard_ci_high: Option<f64>,
+    /// Paired comparison with the sweep's first precision (absent for that one).
+    pub baseline: Option<String>,
+    /// recall − baseline recall, on the same haystacks.
+    pub recall_diff: Option<f64>,
+    /// Trials kept by this variant and lost by the baseline, and the reverse.
+    pub discordant_gained: Option<u64>,
+    pub discordant_lost: Option<u64>,
+    /// Exact two-sided McNemar p-value of the discordant pairs.
+    pub mcnemar_p: Option<f64>,
 }
 
 /// The longest context at which recall stays at or above the threshold.
@@ -76,12 +103,14 @@ pub fn spec_for(s: &Scenario, depth: f64) -> TrialSpec<'_> {
         topks: &s.topks,
         variants: &s.precisions,
         tie_rule: s.tie_rule,
+        fidelity_reference: s.precisions.iter().position(|p| p.name == FIDELITY_REFERENCE),
     }
 }
 
 /// Cell results of one haystack group from its tallies.
 pub fn cells_for(s: &Scenario, spec: &TrialSpec<'_>, tallies: &[CellTally]) -> Vec<CellResult> {
     let mut cells = Vec::with_capacity(tallies.len());
+    let reference = spec.fidelity_reference.map(|r| s.precisions[r].name.clone());
     for (ci, &context) in s.contexts.iter().enumerate() {
         let placement = spec.placement(context);
         let candidates = s.geometry.candidate_rows(context);
@@ -89,6 +118,10 @@ pub fn cells_for(s: &Scenario, spec: &TrialSpec<'_>, tallies: &[CellTally]) -> V
             for (vi, variant) in s.precisions.iter().enumerate() {
                 let t = &tallies[spec.cell_index(ci, ki, vi)];
                 let (ci_low, ci_high) = t.interval();
+                let base = &tallies[spec.cell_index(ci, ki, 0)];
+                let paired = vi > 0;
+                let fidelity = t.selection_recall();
+                let jaccard = t.jaccard();
                 cells.push(CellResult {
                     context_tokens: context,
                     depth_percent: spec.depth_percent,
@@ -112,6 +145,20 @@ pub fn cells_for(s: &Scenario, spec: &TrialSpec<'_>, tallies: &[CellTally]) -> V
                     candidate_rows: candidates,
                     k_eff: k.min(candidates),
                     coverage_limit: s.geometry.coverage_limit(k),
+                    rank_share_quantiles: t.rank_share_quantiles(),
+                    margin_sd_quantiles: t.margin_sd_quantiles(),
+                    fidelity_reference: reference.clone().filter(|_| fidelity.is_some()),
+                    selection_recall: fidelity.map(|f| f.0),
+                    selection_recall_ci_low: fidelity.map(|f| f.1),
+                    selection_recall_ci_high: fidelity.map(|f| f.2),
+                    jaccard: jaccard.map(|f| f.0),
+                    jaccard_ci_low: jaccard.map(|f| f.1),
+                    jaccard_ci_high: jaccard.map(|f| f.2),
+                    baseline: paired.then(|| s.precisions[0].name.clone()),
+                    recall_diff: paired.then(|| t.recall() - base.recall()),
+                    discordant_gained: paired.then_some(t.gained_vs_baseline),
+                    discordant_lost: paired.then_some(t.lost_vs_baseline),
+                    mcnemar_p: paired.then(|| mcnemar_exact_p(t.gained_vs_baseline, t.lost_vs_baseline)),
                 });
             }
         }

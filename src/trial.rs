@@ -13,7 +13,7 @@ use crate::haystack::{GenerativeModel, TrialHaystack};
 use crate::indexer::IndexerQuery;
 use crate::precision::PrecisionVariant;
 use crate::rng::{self, tag};
-use crate::selection::{kth_largest_many, tally, tied_ahead, NeedleRank, TieRule};
+use crate::selection::{kth_largest_many, selection_overlap, tally, tie_key, tied_ahead, NeedleRank, TieRule};
 use serde::Serialize;
 
 /// Rows generated, quantized and scored together: small enough to stay in
@@ -33,6 +33,9 @@ pub struct TrialSpec<'a> {
     pub topks: &'a [u64],
     pub variants: &'a [PrecisionVariant],
     pub tie_rule: TieRule,
+    /// Variant whose top-k set the others are compared with (selection
+    /// fidelity); the exact `fp32` variant when the sweep has it.
+    pub fidelity_reference: Option<usize>,
 }
 
 /// The needle's fate in one cell of one trial.
@@ -48,6 +51,16 @@ pub struct NeedleOutcome {
     pub margin: Option<f32>,
     /// `margin` in standard deviations of the competitors' scores.
     pub margin_sd: Option<f64>,
+    /// Selection fidelity against the reference variant's top-k_eff set over
+    /// the same rows: the share of its rows this variant also selects …
+    pub selection_recall: Option<f64>,
+    /// … and the Jaccard overlap |A ∩ B| / |A ∪ B| of the two sets.
+    pub jaccard: Option<f64>,
+}
+
+impl NeedleOutcome {
+    const LOST: NeedleOutcome =
+        NeedleOutcome { survived: false, via_window: false, rank: None, margin: None, margin_sd: None, selection_recall: None, jaccard: None };
 }
 
 /// Outcomes of one trial, indexed by [`TrialSpec::cell_index`].
@@ -106,15 +119,20 @@ impl TrialSpec<'_> {
             }
         }
 
-        let mut cells = vec![
-            NeedleOutcome { survived: false, via_window: false, rank: None, margin: None, margin_sd: None };
-            self.cell_count()
-        ];
+        let mut cells = vec![NeedleOutcome::LOST; self.cell_count()];
         let mut key = vec![0.0f32; d];
         let mut quantized_key = vec![0.0f32; d];
         let mut scratch: Vec<f32> = Vec::with_capacity(max_rows);
         let mut kth = Vec::new();
         let priority = |row: usize| rng::derive(trial_seed, &[tag::TIE, row as u64]);
+        // Fidelity compares whole top-k sets, so it needs every row's place in
+        // the tie order, and each variant's scores with the needle rows in.
+        let tie_keys: Vec<u64> = match self.fidelity_reference {
+            Some(_) if self.variants.len() > 1 => (0..max_rows).map(|i| tie_key(self.tie_rule, i, priority)).collect(),
+            _ => Vec::new(),
+        };
+        let mut with_needle: Vec<Vec<f32>> = vec![Vec::new(); if tie_keys.is_empty() { 0 } else { self.variants.len() }];
+        let mut row_order: Vec<u32> = Vec::new();
 
         for (ci, &context) in self.contexts.iter().enumerate() {
             let placement = self.placement(context);
@@ -133,6 +151,14 @@ impl TrialSpec<'_> {
                 }
             }
 
+            if !tie_keys.is_empty() {
+                for (v, buf) in with_needle.iter_mut().enumerate() {
+                    buf.clear();
+                    buf.extend_from_slice(&scores[v][..candidates]);
+                    buf[skip.clone()].copy_from_slice(&needle_scores[v]);
+                }
+            }
+
             for v in 0..self.variants.len() {
                 let visible = &scores[v][..candidates];
                 // Best needle row: highest score (NaN-safe total order), first on ties.
@@ -143,8 +169,7 @@ impl TrialSpec<'_> {
                 let Some(best) = best else {
                     for ki in 0..self.topks.len() {
                         let via_window = placement.in_window;
-                        cells[self.cell_index(ci, ki, v)] =
-                            NeedleOutcome { survived: via_window, via_window, rank: None, margin: None, margin_sd: None };
+                        cells[self.cell_index(ci, ki, v)] = NeedleOutcome { survived: via_window, via_window, ..NeedleOutcome::LOST };
                     }
                     continue;
                 };
@@ -181,7 +206,18 @@ impl TrialSpec<'_> {
                         rank: Some(t.rank),
                         margin,
                         margin_sd,
+                        ..NeedleOutcome::LOST
                     };
+                }
+            }
+            if let Some(r) = self.fidelity_reference.filter(|_| !tie_keys.is_empty()) {
+                for v in (0..self.variants.len()).filter(|&v| v != r) {
+                    for (ki, &k_eff) in k_effs.iter().enumerate().filter(|(_, &k)| k > 0) {
+                        let both = selection_overlap(&with_needle[r], &with_needle[v], &tie_keys[..candidates], k_eff, &mut row_order);
+                        let cell = &mut cells[self.cell_index(ci, ki, v)];
+                        cell.selection_recall = Some(both as f64 / k_eff as f64);
+                        cell.jaccard = Some(both as f64 / (2 * k_eff as u64 - both) as f64);
+                    }
                 }
             }
         }

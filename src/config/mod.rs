@@ -232,7 +232,9 @@ pub fn check(p: ScenarioParams) -> Result<Scenario, ConfigError> {
 
 /// Reads and parses a scenario file.
 pub fn load_scenario_file(path: &std::path::Path) -> Result<ScenarioParams, Error> {
-    let text = std::fs::read_to_string(path).map_err(|e| Error::io(format!("reading scenario file {}", path.display()), e))?;
+    // An unreadable scenario file is bad usage (exit 2), like a malformed one.
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| Error::ScenarioFile { path: path.display().to_string(), message: format!("cannot read the scenario file: {e}") })?;
     params::parse_scenario_toml(&text).map_err(|message| Error::ScenarioFile { path: path.display().to_string(), message })
 }
 

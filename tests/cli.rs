@@ -1,0 +1,822 @@
+//! The command-line contract of the `dsa-recall` binary: subcommands, output
+//! files, exit codes and one-line errors. Every simulation here is tiny
+//! (a few cells of 20–30 trials) so the whole file runs in seconds.
+
+use assert_cmd::Command;
+use predicates::prelude::*;
+use serde_json::Value;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Output;
+use tempfile::TempDir;
+
+/// A tiny sweep grid: 2 contexts × 2 depths × 1 k × 1 precision = 4 cells.
+const TINY: &[&str] = &[
+    "--trials",
+    "20",
+    "--contexts",
+    "1K,4K",
+    "--depths",
+    "0,50",
+    "--topk",
+    "64",
+    "--precisions",
+    "fp32",
+];
+const TINY_CELLS: usize = 2 * 2 * 1 * 1;
+
+/// Keys every line of results.jsonl must carry.
+const RESULT_KEYS: &[&str] = &[
+    "context_tokens",
+    "depth_percent",
+    "topk",
+    "precision",
+    "trials",
+    "survived",
+    "recall",
+    "ci_low",
+    "ci_high",
+    "mean_rank",
+    "needle_rows",
+];
+
+fn bin() -> Command {
+    Command::new(assert_cmd::cargo::cargo_bin!("dsa-recall"))
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// `dsa-recall sweep <TINY> <extra…> --out <out>`.
+fn sweep(out: &Path, extra: &[&str]) -> Output {
+    bin()
+        .arg("sweep")
+        .args(TINY)
+        .args(extra)
+        .arg("--out")
+        .arg(out)
+        .output()
+        .expect("spawn dsa-recall")
+}
+
+/// A failure with exit code 2, no panic, and exactly one line on stderr that
+/// starts with `error: ` and contains every string of `must_contain`.
+fn assert_one_line_error(output: &Output, must_contain: &[&str]) {
+    assert_one_line_error_code(output, Some(2), must_contain);
+}
+
+/// As [`assert_one_line_error`]; `code` None accepts any non-zero exit code.
+fn assert_one_line_error_code(output: &Output, code: Option<i32>, must_contain: &[&str]) {
+    let err = stderr(output);
+    assert!(
+        !output.status.success(),
+        "expected a failure, got success; stderr: {err:?}"
+    );
+    match code {
+        Some(c) => assert_eq!(output.status.code(), Some(c), "exit code; stderr: {err:?}"),
+        None => assert!(
+            output.status.code().is_some_and(|c| c != 0),
+            "exit code {:?}; stderr: {err:?}",
+            output.status.code()
+        ),
+    }
+    assert!(!err.contains("panicked"), "the binary panicked: {err:?}");
+    assert!(
+        !err.contains("RUST_BACKTRACE"),
+        "the binary panicked: {err:?}"
+    );
+    assert!(
+        err.ends_with('\n'),
+        "stderr should end with a newline: {err:?}"
+    );
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.len(), 1, "stderr should be exactly one line: {err:?}");
+    assert!(
+        lines[0].starts_with("error: "),
+        "stderr should start with `error: `: {err:?}"
+    );
+    for s in must_contain {
+        assert!(err.contains(s), "stderr should contain {s:?}: {err:?}");
+    }
+}
+
+fn read(path: &Path) -> String {
+    fs::read_to_string(path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()))
+}
+
+fn results(dir: &Path) -> Vec<Value> {
+    read(&dir.join("results.jsonl"))
+        .lines()
+        .enumerate()
+        .map(|(i, line)| {
+            serde_json::from_str(line)
+                .unwrap_or_else(|e| panic!("results.jsonl line {}: {e}: {line}", i + 1))
+        })
+        .collect()
+}
+
+fn manifest(dir: &Path) -> Value {
+    serde_json::from_str(&read(&dir.join("manifest.json"))).expect("manifest.json parses")
+}
+
+fn write_file(dir: &TempDir, name: &str, text: &str) -> PathBuf {
+    let p = dir.path().join(name);
+    fs::write(&p, text).unwrap();
+    p
+}
+
+/// Snapshot of a directory: file name → bytes.
+fn snapshot(dir: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut v: Vec<_> = fs::read_dir(dir)
+        .unwrap()
+        .map(|e| {
+            let e = e.unwrap();
+            (
+                e.file_name().to_string_lossy().into_owned(),
+                fs::read(e.path()).unwrap(),
+            )
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+// ---------------------------------------------------------------- presets --
+
+#[test]
+fn presets_lists_the_three_presets() {
+    let o = bin().arg("presets").output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    for name in ["deepseek-v4-flash", "deepseek-v4-pro", "deepseek-v3.2"] {
+        assert!(
+            out.lines()
+                .any(|l| l.split_whitespace().next() == Some(name)),
+            "missing preset {name}:\n{out}"
+        );
+    }
+}
+
+#[test]
+fn presets_show_prints_parseable_toml() {
+    let o = bin()
+        .args(["presets", "show", "deepseek-v3.2"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    let v: toml::Value = toml::from_str(&out).unwrap_or_else(|e| panic!("not TOML: {e}\n{out}"));
+    assert!(out.contains("index_topk = 2048"), "{out}");
+    assert_eq!(
+        v.get("indexer")
+            .and_then(|i| i.get("index_topk"))
+            .and_then(toml::Value::as_integer),
+        Some(2048)
+    );
+}
+
+#[test]
+fn presets_show_every_preset_is_toml() {
+    for name in ["deepseek-v4-flash", "deepseek-v4-pro", "deepseek-v3.2"] {
+        let o = bin().args(["presets", "show", name]).output().unwrap();
+        assert!(o.status.success(), "{name}: {}", stderr(&o));
+        toml::from_str::<toml::Value>(&stdout(&o))
+            .unwrap_or_else(|e| panic!("{name}: not TOML: {e}"));
+    }
+}
+
+#[test]
+fn presets_show_unknown_fails() {
+    let o = bin().args(["presets", "show", "nope"]).output().unwrap();
+    assert_one_line_error(&o, &["preset", "nope"]);
+}
+
+// ------------------------------------------------------------------ sweep --
+
+#[test]
+fn sweep_writes_all_outputs() {
+    let tmp = TempDir::new().unwrap();
+    let out = tmp.path().join("out");
+    let o = sweep(&out, &[]);
+    assert!(o.status.success(), "sweep failed: {}", stderr(&o));
+    assert!(!stderr(&o).contains("panicked"));
+    assert!(stdout(&o).contains("effective context"), "{}", stdout(&o));
+
+    for f in [
+        "results.jsonl",
+        "summary.csv",
+        "manifest.json",
+        "recall_vs_context.png",
+    ] {
+        assert!(out.join(f).is_file(), "missing {f}");
+    }
+    let png = fs::read(out.join("recall_vs_context.png")).unwrap();
+    assert!(
+        png.starts_with(b"\x89PNG\r\n\x1a\n"),
+        "recall_vs_context.png is not a PNG"
+    );
+
+    let rows = results(&out);
+    assert_eq!(rows.len(), TINY_CELLS, "one results.jsonl line per cell");
+    for (i, row) in rows.iter().enumerate() {
+        let obj = row
+            .as_object()
+            .unwrap_or_else(|| panic!("line {} is not an object", i + 1));
+        for k in RESULT_KEYS {
+            assert!(obj.contains_key(*k), "line {} lacks {k}: {row}", i + 1);
+        }
+        assert_eq!(row["trials"], 20);
+        assert_eq!(row["topk"], 64);
+        assert_eq!(row["precision"], "fp32");
+        let recall = row["recall"].as_f64().unwrap();
+        assert!((0.0..=1.0).contains(&recall));
+        assert!(
+            row["ci_low"].as_f64().unwrap() <= recall && recall <= row["ci_high"].as_f64().unwrap()
+        );
+    }
+    let mut cells: Vec<(u64, String)> = rows
+        .iter()
+        .map(|r| {
+            (
+                r["context_tokens"].as_u64().unwrap(),
+                r["depth_percent"].to_string(),
+            )
+        })
+        .collect();
+    cells.sort();
+    cells.dedup();
+    assert_eq!(cells.len(), TINY_CELLS, "cells are distinct");
+
+    let csv = read(&out.join("summary.csv"));
+    let lines: Vec<&str> = csv.lines().collect();
+    assert_eq!(
+        lines.len(),
+        1 + TINY_CELLS,
+        "header plus one row per cell:\n{csv}"
+    );
+    let header: Vec<&str> = lines[0].split(',').collect();
+    for k in RESULT_KEYS {
+        assert!(header.contains(k), "summary.csv header lacks {k}");
+    }
+    for l in &lines[1..] {
+        assert_eq!(l.split(',').count(), header.len(), "row width: {l}");
+    }
+
+    let m = manifest(&out);
+    assert!(
+        m.get("version").and_then(Value::as_str).is_some(),
+        "manifest lacks version"
+    );
+    assert_eq!(m["scenario"]["seed"], 42, "manifest scenario.seed");
+}
+
+#[test]
+fn sweep_refuses_non_empty_output_without_force() {
+    let tmp = TempDir::new().unwrap();
+    let out = tmp.path().join("out");
+    let o = sweep(&out, &[]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let before = snapshot(&out);
+
+    // A different seed would change the results if anything were rewritten.
+    let o = sweep(&out, &["--seed", "7"]);
+    assert_one_line_error(&o, &["--force"]);
+    assert_eq!(
+        snapshot(&out),
+        before,
+        "a refused sweep must leave the files untouched"
+    );
+
+    let o = sweep(&out, &["--seed", "7", "--force"]);
+    assert!(o.status.success(), "with --force: {}", stderr(&o));
+    assert_eq!(manifest(&out)["scenario"]["seed"], 7);
+    assert_eq!(results(&out).len(), TINY_CELLS);
+}
+
+#[test]
+fn sweep_into_existing_empty_dir_is_fine() {
+    let tmp = TempDir::new().unwrap();
+    let o = sweep(tmp.path(), &[]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(tmp.path().join("results.jsonl").is_file());
+}
+
+#[test]
+fn sweep_results_do_not_depend_on_threads() {
+    let tmp = TempDir::new().unwrap();
+    let a = tmp.path().join("t1");
+    let b = tmp.path().join("t2");
+    let oa = sweep(&a, &["--threads", "1"]);
+    assert!(oa.status.success(), "{}", stderr(&oa));
+    let ob = sweep(&b, &["--threads", "2"]);
+    assert!(ob.status.success(), "{}", stderr(&ob));
+    for f in ["results.jsonl", "summary.csv"] {
+        assert_eq!(
+            fs::read(a.join(f)).unwrap(),
+            fs::read(b.join(f)).unwrap(),
+            "{f} differs between --threads 1 and 2"
+        );
+    }
+}
+
+// -------------------------------------------------------------------- run --
+
+const RUN: &[&str] = &[
+    "run",
+    "--context",
+    "4K",
+    "--depth",
+    "50",
+    "--topk",
+    "64",
+    "--precision",
+    "fp32",
+    "--trials",
+    "30",
+];
+
+#[test]
+fn run_prints_trials_and_summary() {
+    let o = bin().args(RUN).arg("--print-trials").output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    let trial_lines: Vec<&str> = out
+        .lines()
+        .filter(|l| {
+            l.split_whitespace()
+                .next()
+                .is_some_and(|w| w.parse::<u64>().is_ok())
+        })
+        .filter(|l| !l.contains("recall"))
+        .collect();
+    assert_eq!(trial_lines.len(), 30, "one line per trial:\n{out}");
+    let indices: Vec<u64> = trial_lines
+        .iter()
+        .map(|l| l.split_whitespace().next().unwrap().parse().unwrap())
+        .collect();
+    assert_eq!(
+        indices,
+        (0..30).collect::<Vec<_>>(),
+        "trial lines numbered 0..30"
+    );
+    assert!(
+        out.lines().any(|l| l.contains("recall")),
+        "no summary line with recall:\n{out}"
+    );
+}
+
+#[test]
+fn run_without_print_trials_prints_only_summary() {
+    let o = bin().args(RUN).output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(out.contains("recall"), "{out}");
+    assert!(
+        out.lines().count() < 30,
+        "no trial lines without --print-trials:\n{out}"
+    );
+}
+
+#[test]
+fn run_json_prints_one_object() {
+    let o = bin().args(RUN).arg("--json").output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert_eq!(out.trim_end().lines().count(), 1, "one JSON line:\n{out}");
+    let v: Value =
+        serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("not JSON: {e}\n{out}"));
+    let recall = v.get("recall").and_then(Value::as_f64).expect("recall");
+    assert!((0.0..=1.0).contains(&recall));
+    assert_eq!(v["trials"], 30);
+    assert_eq!(v["context_tokens"], 4096);
+}
+
+#[test]
+fn run_json_is_deterministic() {
+    let a = bin().args(RUN).arg("--json").output().unwrap();
+    let b = bin()
+        .args(RUN)
+        .args(["--json", "--threads", "1"])
+        .output()
+        .unwrap();
+    assert!(a.status.success() && b.status.success());
+    assert_eq!(a.stdout, b.stdout);
+}
+
+#[test]
+fn run_rejects_a_list_of_contexts() {
+    let o = bin()
+        .args([
+            "run",
+            "--context",
+            "1K..4K",
+            "--depth",
+            "50",
+            "--topk",
+            "64",
+            "--precision",
+            "fp32",
+            "--trials",
+            "5",
+        ])
+        .output()
+        .unwrap();
+    assert_one_line_error(&o, &["--context"]);
+    let o = bin()
+        .args([
+            "run",
+            "--context",
+            "1K,4K",
+            "--depth",
+            "50",
+            "--topk",
+            "64",
+            "--precision",
+            "fp32",
+            "--trials",
+            "5",
+        ])
+        .output()
+        .unwrap();
+    assert_one_line_error(&o, &["--context"]);
+}
+
+#[test]
+fn run_rejects_lists_of_depths_topk_precisions() {
+    let base = ["run", "--context", "1K", "--trials", "5"];
+    for (extra, field) in [
+        (
+            ["--depth", "0,50", "--topk", "64", "--precision", "fp32"],
+            "--depth",
+        ),
+        (
+            ["--depth", "50", "--topk", "32,64", "--precision", "fp32"],
+            "--topk",
+        ),
+        (
+            ["--depth", "50", "--topk", "64", "--precision", "fp32,bf16"],
+            "--precision",
+        ),
+    ] {
+        let o = bin().args(base).args(extra).output().unwrap();
+        assert_one_line_error(&o, &[field]);
+    }
+}
+
+// -------------------------------------------------------------- bad input --
+
+/// Runs a tiny sweep with `bad` appended (later flags replace TINY's) into a
+/// not-yet-existing directory; asserts a one-line error naming `must_contain`
+/// and that the directory was not created.
+fn assert_bad_sweep(bad: &[&str], must_contain: &[&str]) {
+    let tmp = TempDir::new().unwrap();
+    let out = tmp.path().join("never");
+    // Drop TINY's flags that `bad` sets again (clap refuses a repeated flag).
+    let mut args: Vec<&str> = Vec::new();
+    let mut i = 0;
+    while i < TINY.len() {
+        if !bad.iter().any(|b| b.split('=').next() == Some(TINY[i])) {
+            args.push(TINY[i]);
+            args.push(TINY[i + 1]);
+        }
+        i += 2;
+    }
+    let o = bin()
+        .arg("sweep")
+        .args(&args)
+        .args(bad)
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    let ctx = format!("sweep {}", bad.join(" "));
+    let err = stderr(&o);
+    assert!(
+        !out.exists(),
+        "{ctx}: output directory created on bad input (stderr {err:?})"
+    );
+    assert!(!err.contains("panicked"), "{ctx}: panicked: {err}");
+    eprintln!("case: {ctx}");
+    assert_one_line_error(&o, must_contain);
+}
+
+#[test]
+fn bad_topk() {
+    assert_bad_sweep(&["--topk", "0"], &["--topk"]);
+}
+
+#[test]
+fn bad_compress_ratio() {
+    assert_bad_sweep(&["--compress-ratio", "0"], &["--compress-ratio"]);
+}
+
+#[test]
+fn bad_depth_over_100() {
+    assert_bad_sweep(&["--depths", "101"], &["--depths"]);
+}
+
+#[test]
+fn bad_depth_negative() {
+    assert_bad_sweep(&["--depths", "-5"], &["--depths"]);
+}
+
+#[test]
+fn bad_depth_negative_with_equals() {
+    assert_bad_sweep(&["--depths=-5"], &["--depths"]);
+}
+
+/// A negative value for a numeric flag must be reported against that flag,
+/// not as an "unexpected argument '-1'".
+#[test]
+fn bad_negative_numbers_name_their_flag() {
+    let mut failures = Vec::new();
+    for (flag, value) in [
+        ("--topk", "-1"),
+        ("--contexts", "-1K"),
+        ("--trials", "-1"),
+        ("--threshold", "-0.5"),
+        ("--window", "-1"),
+    ] {
+        let result = std::panic::catch_unwind(|| assert_bad_sweep(&[flag, value], &[flag]));
+        if result.is_err() {
+            failures.push(format!("{flag} {value}"));
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "errors that do not name their flag: {failures:?}"
+    );
+}
+
+#[test]
+fn bad_preset() {
+    assert_bad_sweep(&["--preset", "nope"], &["preset", "nope"]);
+}
+
+#[test]
+fn bad_precision() {
+    assert_bad_sweep(&["--precisions", "fp7"], &["--precisions", "fp7"]);
+}
+
+#[test]
+fn bad_trials_zero() {
+    assert_bad_sweep(&["--trials", "0"], &["--trials"]);
+}
+
+#[test]
+fn bad_contexts_range() {
+    assert_bad_sweep(&["--contexts", "1K..x"], &["--contexts"]);
+}
+
+#[test]
+fn bad_contexts_word() {
+    assert_bad_sweep(&["--contexts", "abc"], &["--contexts"]);
+}
+
+#[test]
+fn bad_needle_strength_negative() {
+    assert_bad_sweep(&["--needle-strength", "-1"], &["--needle-strength"]);
+}
+
+#[test]
+fn bad_needle_strength_nan() {
+    assert_bad_sweep(&["--needle-strength", "nan"], &["--needle-strength"]);
+}
+
+#[test]
+fn bad_needle_strength_inf() {
+    assert_bad_sweep(&["--needle-strength", "inf"], &["--needle-strength"]);
+}
+
+#[test]
+fn bad_needle_strength_word() {
+    assert_bad_sweep(&["--needle-strength", "abc"], &["--needle-strength"]);
+}
+
+#[test]
+fn bad_tie_rule() {
+    assert_bad_sweep(&["--tie-rule", "first"], &["--tie-rule"]);
+}
+
+#[test]
+fn bad_threshold() {
+    assert_bad_sweep(&["--threshold", "2"], &["--threshold"]);
+}
+
+#[test]
+fn bad_threads() {
+    assert_bad_sweep(&["--threads", "0"], &["--threads"]);
+}
+
+#[test]
+fn bad_trials_not_a_number() {
+    assert_bad_sweep(&["--trials", "abc"], &["--trials"]);
+}
+
+#[test]
+fn bad_unknown_flag() {
+    assert_bad_sweep(&["--bogus"], &["--bogus"]);
+}
+
+#[test]
+fn bad_no_subcommand_or_unknown_subcommand() {
+    let o = bin().arg("frobnicate").output().unwrap();
+    assert_one_line_error(&o, &["frobnicate"]);
+}
+
+#[test]
+fn bad_config_malformed_toml() {
+    let tmp = TempDir::new().unwrap();
+    let f = write_file(&tmp, "bad.toml", "[needle\nstrength = 1\n");
+    let fname = f.display().to_string();
+    assert_bad_sweep(&["--config", &fname], &["bad.toml", "line 1"]);
+}
+
+#[test]
+fn bad_config_misspelled_key() {
+    let tmp = TempDir::new().unwrap();
+    let f = write_file(&tmp, "typo.toml", "[needle]\nstrenght = 2.0\n");
+    let fname = f.display().to_string();
+    assert_bad_sweep(
+        &["--config", &fname],
+        &["typo.toml", "strenght", "line 2", "column"],
+    );
+}
+
+#[test]
+fn bad_config_misspelled_section() {
+    let tmp = TempDir::new().unwrap();
+    let f = write_file(&tmp, "section.toml", "[neddle]\nstrength = 2.0\n");
+    let fname = f.display().to_string();
+    assert_bad_sweep(&["--config", &fname], &["section.toml", "neddle", "line 1"]);
+}
+
+#[test]
+fn bad_config_value_names_field() {
+    let tmp = TempDir::new().unwrap();
+    let f = write_file(&tmp, "value.toml", "[sweep]\ntrials = 0\n");
+    let fname = f.display().to_string();
+    let tmp2 = TempDir::new().unwrap();
+    let out = tmp2.path().join("never");
+    let o = bin()
+        .args([
+            "sweep",
+            "--contexts",
+            "1K",
+            "--depths",
+            "50",
+            "--topk",
+            "64",
+            "--precisions",
+            "fp32",
+            "--config",
+            &fname,
+            "--out",
+        ])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert_one_line_error(&o, &["sweep.trials"]);
+    assert!(!out.exists());
+}
+
+#[test]
+fn bad_config_missing_file() {
+    let tmp = TempDir::new().unwrap();
+    let out = tmp.path().join("never");
+    let o = bin()
+        .arg("sweep")
+        .args(TINY)
+        .args(["--config", "/nonexistent/file.toml", "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert_one_line_error_code(&o, None, &["/nonexistent/file.toml"]);
+    assert!(!out.exists(), "output directory created on bad input");
+}
+
+#[test]
+fn bad_run_input_is_one_line() {
+    for bad in [
+        ["--depth", "101"],
+        ["--precision", "fp7"],
+        ["--context", "abc"],
+        ["--topk", "0"],
+    ] {
+        let mut args: Vec<&str> = vec!["run", "--trials", "5"];
+        for (flag, val) in [
+            ("--context", "1K"),
+            ("--depth", "50"),
+            ("--topk", "64"),
+            ("--precision", "fp32"),
+        ] {
+            if flag != bad[0] {
+                args.extend([flag, val]);
+            }
+        }
+        args.extend(bad);
+        let o = bin().args(&args).output().unwrap();
+        assert_one_line_error(&o, &[bad[0]]);
+    }
+}
+
+#[test]
+fn help_and_version_succeed() {
+    bin()
+        .arg("--help")
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("sweep"));
+    bin()
+        .args(["sweep", "--help"])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("--contexts"));
+    bin()
+        .args(["run", "--help"])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("--print-trials"));
+    bin()
+        .arg("--version")
+        .assert()
+        .success()
+        .stdout(predicate::str::contains(env!("CARGO_PKG_VERSION")));
+}
+
+// ------------------------------------------------------------ valid config --
+
+#[test]
+fn config_file_is_honoured() {
+    let tmp = TempDir::new().unwrap();
+    let f = write_file(
+        &tmp,
+        "ok.toml",
+        "[sweep]\ntrials = 15\n\n[needle]\nstrength = 0.0\n",
+    );
+    let out = tmp.path().join("out");
+    let o = bin()
+        .args([
+            "sweep",
+            "--contexts",
+            "1K,4K",
+            "--depths",
+            "50",
+            "--topk",
+            "64",
+            "--precisions",
+            "fp32",
+            "--config",
+        ])
+        .arg(&f)
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let rows = results(&out);
+    assert_eq!(rows.len(), 2);
+    for r in &rows {
+        assert_eq!(r["trials"], 15, "{r}");
+    }
+    let m = manifest(&out);
+    assert_eq!(
+        m["scenario"]["model"]["needle_strength"].as_f64(),
+        Some(0.0)
+    );
+    assert_eq!(m["scenario"]["trials"], 15);
+}
+
+#[test]
+fn command_line_overrides_config_file() {
+    let tmp = TempDir::new().unwrap();
+    let f = write_file(&tmp, "ok.toml", "[sweep]\ntrials = 15\n");
+    let out = tmp.path().join("out");
+    let o = bin()
+        .args([
+            "sweep",
+            "--contexts",
+            "1K",
+            "--depths",
+            "50",
+            "--topk",
+            "64",
+            "--precisions",
+            "fp32",
+            "--trials",
+            "12",
+            "--config",
+        ])
+        .arg(&f)
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(results(&out).iter().all(|r| r["trials"] == 12));
+}

@@ -22,6 +22,21 @@ pub enum Command {
     Run(RunArgs),
     /// List the embedded presets, or print one as TOML.
     Presets(PresetsArgs),
+    /// Combine the output directories of `sweep --shard I/N` runs into one.
+    Merge(MergeArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct MergeArgs {
+    /// Shard output directories (all N of them, any order).
+    #[arg(required = true, value_name = "DIR")]
+    pub shards: Vec<PathBuf>,
+    /// Output directory for the merged sweep.
+    #[arg(long, value_name = "DIR")]
+    pub out: PathBuf,
+    /// Overwrite a non-empty output directory.
+    #[arg(long)]
+    pub force: bool,
 }
 
 /// Knobs shared by `sweep` and `run`.
@@ -87,6 +102,12 @@ pub struct SweepArgs {
     /// Overwrite a non-empty output directory.
     #[arg(long)]
     pub force: bool,
+    /// Continue an interrupted sweep in --out (refused if the configuration differs).
+    #[arg(long, conflicts_with = "force")]
+    pub resume: bool,
+    /// Run only the I-th of N disjoint parts of the grid (combine them with `merge`).
+    #[arg(long, value_name = "I/N", allow_hyphen_values = true)]
+    pub shard: Option<String>,
 }
 
 #[derive(Args, Debug)]

@@ -43,6 +43,15 @@ pub enum Error {
     OutputNotEmpty(String),
     #[error("chart: {0}")]
     Chart(String),
+    /// A file this tool wrote that no longer parses.
+    #[error("{path}: not a valid dsa-recall file: {message}")]
+    Corrupt { path: String, message: String },
+    /// Directories that cannot be resumed or merged together.
+    #[error("{0}")]
+    Mismatch(String),
+    /// The run would need more memory than the machine has.
+    #[error("{0}")]
+    Resources(String),
 }
 
 impl Error {

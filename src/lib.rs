@@ -23,6 +23,7 @@ pub mod report;
 pub mod rng;
 pub mod selection;
 pub mod stats;
+pub mod store;
 pub mod sweep;
 pub mod trial;
 

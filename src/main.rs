@@ -6,9 +6,10 @@ mod cli;
 
 use clap::error::ErrorKind;
 use clap::Parser;
-use cli::{Cli, Command, PresetsAction, RunArgs, ScenarioArgs, SweepArgs};
+use cli::{Cli, Command, MergeArgs, PresetsAction, RunArgs, ScenarioArgs, SweepArgs};
 use dsa_recall::config::{self, Overlay, Scenario, ScenarioParams};
 use dsa_recall::error::Error;
+use dsa_recall::store::{self, Shard, StoreOptions};
 use dsa_recall::{output, report, sweep};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::process::ExitCode;
@@ -33,7 +34,7 @@ fn main() -> ExitCode {
         Err(e) => {
             eprintln!("error: {e}");
             ExitCode::from(match e {
-                Error::Config(_) | Error::ScenarioFile { .. } | Error::OutputNotEmpty(_) => 2,
+                Error::Config(_) | Error::ScenarioFile { .. } | Error::OutputNotEmpty(_) | Error::Mismatch(_) | Error::Resources(_) => 2,
                 _ => 1,
             })
         }
@@ -44,6 +45,7 @@ fn run(cli: Cli) -> Result<(), Error> {
     match cli.command {
         Command::Sweep(args) => run_sweep(&args),
         Command::Run(args) => run_cell(&args),
+        Command::Merge(args) => run_merge(&args),
         Command::Presets(args) => {
             match args.action {
                 None => {
@@ -89,14 +91,40 @@ fn progress_bar(total: u64) -> ProgressBar {
 
 fn run_sweep(args: &SweepArgs) -> Result<(), Error> {
     let s = scenario(&args.scenario, args.overlay()?)?;
+    let shard = args.shard.as_deref().map(Shard::parse).transpose()?;
     let pool = thread_pool(args.scenario.threads)?;
-    output::prepare_output_dir(&args.out, args.force)?;
+    store::check_memory(&s, pool.current_num_threads())?;
+    let opts = StoreOptions { force: args.force, resume: args.resume, shard };
     let bar = progress_bar(sweep::total_trials(&s));
-    let outcome = pool.install(|| sweep::run_sweep(&s, &|| bar.inc(1)))?;
+    let outcome = pool.install(|| store::sweep_into(&args.out, &s, opts, &|| bar.inc(1)))?;
     bar.finish_and_clear();
-    report::write_sweep(&args.out, &s, &outcome)?;
+    if shard.is_some() {
+        // A shard's table and charts would describe a fragment: `merge` makes them.
+        store::finish(&args.out, &s, shard, &outcome, &[output::MANIFEST_FILE, output::RESULTS_FILE])?;
+        println!("wrote shard {} ({} cells) to {}", args.shard.as_deref().unwrap_or(""), outcome.cells.len(), args.out.display());
+        return Ok(());
+    }
+    let files = report::write_sweep(&args.out, &s, &outcome)?;
+    store::finish(&args.out, &s, None, &outcome, &files)?;
     print!("{}", output::format_table(&s, &outcome));
     println!("\nwrote {}", args.out.display());
+    Ok(())
+}
+
+fn run_merge(args: &MergeArgs) -> Result<(), Error> {
+    let merged = store::merge_shards(&args.shards)?;
+    let s: Scenario = store::scenario_from_manifest(&merged.manifest)?;
+    let (lines, cells) = store::order_cells(&s, merged.lines, merged.cells)?;
+    output::prepare_output_dir(&args.out, args.force)?;
+    let mut text = lines.join("\n");
+    text.push('\n');
+    output::write_atomic(&args.out.join(output::RESULTS_FILE), text.as_bytes())?;
+    let effective = sweep::effective_contexts(&s, &cells);
+    let outcome = sweep::SweepOutcome { cells, effective };
+    let files = report::write_sweep(&args.out, &s, &outcome)?;
+    store::finish(&args.out, &s, None, &outcome, &files)?;
+    print!("{}", output::format_table(&s, &outcome));
+    println!("\nmerged {} shards into {}", args.shards.len(), args.out.display());
     Ok(())
 }
 

@@ -6,8 +6,7 @@
 
 use crate::config::Scenario;
 use crate::error::Error;
-use crate::sweep::{CellResult, EffectiveContext, SweepOutcome};
-use serde::Serialize;
+use crate::sweep::{CellResult, SweepOutcome};
 use std::fmt::Write as _;
 use std::fs;
 use std::io::Write as _;
@@ -127,29 +126,6 @@ pub fn summary_csv(cells: &[CellResult]) -> String {
         out.push('\n');
     }
     out
-}
-
-#[derive(Serialize)]
-struct Manifest<'a> {
-    tool: &'static str,
-    version: &'static str,
-    seed: u64,
-    scenario: &'a Scenario,
-    effective_context: &'a [EffectiveContext],
-    files: Vec<&'static str>,
-}
-
-/// The resolved configuration, seed and crate version.
-pub fn manifest_json(scenario: &Scenario, outcome: &SweepOutcome) -> String {
-    let m = Manifest {
-        tool: "dsa-recall",
-        version: env!("CARGO_PKG_VERSION"),
-        seed: scenario.seed,
-        scenario,
-        effective_context: &outcome.effective,
-        files: vec![RESULTS_FILE, SUMMARY_FILE, MANIFEST_FILE, RECALL_CHART_FILE],
-    };
-    serde_json::to_string_pretty(&m).unwrap_or_default() + "\n"
 }
 
 /// Token counts as people say them: 1024 → "1K", 1536 → "1.5K", 1048576 → "1M".

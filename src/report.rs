@@ -10,13 +10,12 @@ use crate::sweep::{cells_for, spec_for, CellResult, SweepOutcome};
 use std::fmt::Write as _;
 use std::path::Path;
 
-/// Writes every output file of a sweep into `dir` (which must exist).
-/// The manifest goes last: its presence marks a complete output directory.
-pub fn write_sweep(dir: &Path, s: &Scenario, outcome: &SweepOutcome) -> Result<(), Error> {
-    write_atomic(&dir.join(RESULTS_FILE), output::results_jsonl(&outcome.cells).as_bytes())?;
+/// Writes the derived files of a finished sweep into `dir` (results.jsonl
+/// and the manifest are the store's): returns every file the directory holds.
+pub fn write_sweep(dir: &Path, s: &Scenario, outcome: &SweepOutcome) -> Result<Vec<&'static str>, Error> {
     write_atomic(&dir.join(SUMMARY_FILE), output::summary_csv(&outcome.cells).as_bytes())?;
     render_recall_chart(s, &outcome.cells, &dir.join(RECALL_CHART_FILE))?;
-    write_atomic(&dir.join(MANIFEST_FILE), output::manifest_json(s, outcome).as_bytes())
+    Ok(vec![MANIFEST_FILE, RESULTS_FILE, SUMMARY_FILE, RECALL_CHART_FILE])
 }
 
 /// Recall vs context, one line per (k, precision), one chart per depth

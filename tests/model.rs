@@ -140,7 +140,8 @@ fn results_are_byte_identical_across_thread_counts() {
 
 #[test]
 fn a_cell_does_not_depend_on_the_other_cells_of_its_sweep() {
-    let alone = scenario("[sweep]\ncontexts = \"8K\"\ndepths = \"40\"\ntopk = \"256\"\nprecisions = \"bf16\"\ntrials = 50\n");
+    // Same precisions (the paired and fidelity columns compare precisions by design).
+    let alone = scenario("[sweep]\ncontexts = \"8K\"\ndepths = \"40\"\ntopk = \"256\"\nprecisions = \"fp32,bf16\"\ntrials = 50\n");
     let among = scenario("[sweep]\ncontexts = \"2K,8K,32K\"\ndepths = \"40,80\"\ntopk = \"64,256\"\nprecisions = \"fp32,bf16\"\ntrials = 50\n");
     let (a, b) = (sweep(&alone), sweep(&among));
     assert_eq!(cell(&a, 8192, 40.0, 256, "bf16"), cell(&b, 8192, 40.0, 256, "bf16"));

@@ -22,7 +22,7 @@ pub const MAX_CONTEXT: u64 = 1 << 24;
 pub const MAX_TRIALS: u64 = 10_000_000;
 
 /// A validated scenario: every field present and within range.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, serde::Deserialize)]
 pub struct Scenario {
     pub preset: String,
     pub description: String,
@@ -181,6 +181,19 @@ pub fn check(p: ScenarioParams) -> Result<Scenario, ConfigError> {
     topks.sort_unstable();
     topks.dedup();
 
+    let geometry = CompressionGeometry { ratio, overlap, window, window_rows_compete };
+    let most_rows = contexts.iter().map(|&c| geometry.candidate_rows(c)).max().unwrap_or(0);
+    if let Some(&k) = topks.iter().find(|&&k| k > most_rows) {
+        return Err(ConfigError::new(
+            field_name("sweep.topk"),
+            k,
+            format!(
+                "at most {most_rows}, the candidate rows of the longest context ({} tokens): a larger k selects every row at every context",
+                contexts.last().copied().unwrap_or(0)
+            ),
+        ));
+    }
+
     let precision_spec = require(p.sweep.precisions, "sweep.precisions")?;
     let names = lists::parse_names(&field_name("sweep.precisions"), &precision_spec.to_text())?;
     let mut precisions: Vec<PrecisionVariant> = Vec::new();
@@ -216,7 +229,7 @@ pub fn check(p: ScenarioParams) -> Result<Scenario, ConfigError> {
             needle_strength: strength,
             needle_heads,
         },
-        geometry: CompressionGeometry { ratio, overlap, window, window_rows_compete },
+        geometry,
         index_topk,
         needle_tokens,
         tie_rule,

@@ -1,0 +1,383 @@
+//! The output directory as durable state: a manifest written before any
+//! work, one `results.jsonl` line per finished cell appended and synced
+//! before the next unit starts, resume after an interruption, shards of the
+//! cell grid, and merging shards back into one directory.
+//!
+//! Work is done in units of one (depth, context) pair: all k and precisions
+//! of that pair finish together. A cell's result depends only on its own
+//! coordinates (tested in `tests/model.rs`), so any partition of the units
+//! gives the same cells.
+
+use crate::config::Scenario;
+use crate::error::{ConfigError, Error};
+use crate::output::{self, write_atomic, MANIFEST_FILE, RESULTS_FILE};
+use crate::sweep::{self, CellResult, EffectiveContext, SweepOutcome};
+use serde::{Deserialize, Serialize};
+use std::fs::{self, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+/// The I-th (1-based) of N disjoint parts of a sweep's grid.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Shard {
+    pub index: u32,
+    pub count: u32,
+}
+
+impl Shard {
+    /// Parses `I/N` with 1 ≤ I ≤ N ≤ 100000.
+    pub fn parse(text: &str) -> Result<Shard, ConfigError> {
+        let bad = || ConfigError::new("--shard", format!("{text:?}"), "I/N with 1 ≤ I ≤ N ≤ 100000, e.g. 2/8");
+        let (i, n) = text.split_once('/').ok_or_else(bad)?;
+        let (index, count): (u32, u32) = (i.trim().parse().map_err(|_| bad())?, n.trim().parse().map_err(|_| bad())?);
+        if index == 0 || index > count || count > 100_000 {
+            return Err(bad());
+        }
+        Ok(Shard { index, count })
+    }
+
+    /// Whether this shard owns work unit `unit` (units dealt round-robin in
+    /// sweep order, which spreads long and short contexts evenly).
+    pub fn owns(&self, unit: usize) -> bool {
+        unit % self.count as usize == (self.index - 1) as usize
+    }
+}
+
+/// `manifest.json`: what produced a directory and how far it got.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Manifest {
+    pub tool: String,
+    pub version: String,
+    pub seed: u64,
+    /// "running" until the last cell is written, then "complete".
+    pub status: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shard: Option<Shard>,
+    /// The resolved scenario, as JSON (compared field by field on resume and merge).
+    pub scenario: serde_json::Value,
+    #[serde(default)]
+    pub effective_context: Vec<EffectiveContext>,
+    #[serde(default)]
+    pub files: Vec<String>,
+}
+
+impl Manifest {
+    fn new(s: &Scenario, shard: Option<Shard>) -> Manifest {
+        Manifest {
+            tool: "dsa-recall".into(),
+            version: env!("CARGO_PKG_VERSION").into(),
+            seed: s.seed,
+            status: "running".into(),
+            shard,
+            scenario: serde_json::to_value(s).unwrap_or(serde_json::Value::Null),
+            effective_context: Vec::new(),
+            files: vec![MANIFEST_FILE.into(), RESULTS_FILE.into()],
+        }
+    }
+
+    fn write(&self, dir: &Path) -> Result<(), Error> {
+        let text = serde_json::to_string_pretty(self).unwrap_or_default() + "\n";
+        write_atomic(&dir.join(MANIFEST_FILE), text.as_bytes())
+    }
+
+    pub fn read(dir: &Path) -> Result<Manifest, Error> {
+        let path = dir.join(MANIFEST_FILE);
+        let text = fs::read_to_string(&path).map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => Error::Mismatch(format!("{} has no {MANIFEST_FILE}: it is not a dsa-recall output directory", dir.display())),
+            _ => Error::io(format!("reading {}", path.display()), e),
+        })?;
+        serde_json::from_str(&text).map_err(|e| Error::Corrupt { path: path.display().to_string(), message: e.to_string() })
+    }
+}
+
+/// The first place two JSON values differ, as a dotted path (for messages).
+fn first_difference(a: &serde_json::Value, b: &serde_json::Value, path: &str) -> Option<String> {
+    use serde_json::Value::Object;
+    match (a, b) {
+        (Object(x), Object(y)) => {
+            for (k, va) in x {
+                let p = if path.is_empty() { k.clone() } else { format!("{path}.{k}") };
+                match y.get(k) {
+                    Some(vb) => {
+                        if let Some(d) = first_difference(va, vb, &p) {
+                            return Some(d);
+                        }
+                    }
+                    None => return Some(p),
+                }
+            }
+            y.keys().find(|k| !x.contains_key(*k)).map(|k| format!("{path}.{k}"))
+        }
+        _ if a != b => Some(format!("{} ({a} vs {b})", if path.is_empty() { "scenario" } else { path })),
+        _ => None,
+    }
+}
+
+/// How a sweep treats its output directory.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct StoreOptions {
+    pub force: bool,
+    pub resume: bool,
+    pub shard: Option<Shard>,
+}
+
+/// The units of work of a scenario in sweep order: (depth, context).
+pub fn work_units(s: &Scenario) -> Vec<(f64, u64)> {
+    s.depths.iter().flat_map(|&d| s.contexts.iter().map(move |&c| (d, c))).collect()
+}
+
+/// Cells already on disk, as raw lines (kept byte for byte) and parsed.
+struct StoredCells {
+    lines: Vec<String>,
+    cells: Vec<CellResult>,
+}
+
+/// Reads `results.jsonl`, dropping a torn last line (a write cut short by a
+/// kill). Any other unparsable line is an error naming its number.
+fn read_results(path: &Path) -> Result<StoredCells, Error> {
+    let text = match fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+        Err(e) => return Err(Error::io(format!("reading {}", path.display()), e)),
+    };
+    let complete = match text.rfind('\n') {
+        Some(i) => &text[..=i],
+        None => "",
+    };
+    let mut stored = StoredCells { lines: Vec::new(), cells: Vec::new() };
+    for (n, line) in complete.lines().enumerate() {
+        let cell: CellResult = serde_json::from_str(line)
+            .map_err(|e| Error::Corrupt { path: format!("{}:{}", path.display(), n + 1), message: e.to_string() })?;
+        stored.lines.push(line.to_string());
+        stored.cells.push(cell);
+    }
+    Ok(stored)
+}
+
+fn cells_per_unit(s: &Scenario) -> usize {
+    s.topks.len() * s.precisions.len()
+}
+
+/// Runs the scenario into `dir` durably. Returns every cell of the
+/// directory's part of the grid (all of it unless sharded), in sweep order.
+pub fn sweep_into(dir: &Path, s: &Scenario, opts: StoreOptions, on_trial: &(dyn Fn() + Sync)) -> Result<SweepOutcome, Error> {
+    let results_path = dir.join(RESULTS_FILE);
+    let manifest = Manifest::new(s, opts.shard);
+    let mut done = StoredCells { lines: Vec::new(), cells: Vec::new() };
+    if opts.resume {
+        let old = Manifest::read(dir)?;
+        if let Some(field) = first_difference(&old.scenario, &manifest.scenario, "") {
+            return Err(Error::Mismatch(format!(
+                "{} was written by a different configuration ({field}); resume with the same settings, or use a new --out",
+                dir.display()
+            )));
+        }
+        if old.shard != opts.shard {
+            return Err(Error::Mismatch(format!("{} holds a different --shard than the one given", dir.display())));
+        }
+        done = read_results(&results_path)?;
+        // Keep whole units only, as a prefix of the sweep order.
+        let whole = done.cells.len() / cells_per_unit(s) * cells_per_unit(s);
+        done.lines.truncate(whole);
+        done.cells.truncate(whole);
+        let mut text = done.lines.join("\n");
+        if !text.is_empty() {
+            text.push('\n');
+        }
+        write_atomic(&results_path, text.as_bytes())?;
+    } else {
+        output::prepare_output_dir(dir, opts.force)?;
+        write_atomic(&results_path, b"")?;
+    }
+    manifest.write(dir)?;
+
+    let units: Vec<(f64, u64)> =
+        work_units(s).into_iter().enumerate().filter(|(i, _)| opts.shard.is_none_or(|sh| sh.owns(*i))).map(|(_, u)| u).collect();
+    let units_done = done.cells.len() / cells_per_unit(s);
+    if units_done > units.len() {
+        return Err(Error::Mismatch(format!("{} holds more cells than this sweep has", results_path.display())));
+    }
+    let mut file = OpenOptions::new()
+        .append(true)
+        .open(&results_path)
+        .map_err(|e| Error::io(format!("opening {}", results_path.display()), e))?;
+    let mut cells = done.cells;
+    let mut i = units_done;
+    while i < units.len() {
+        // One depth's remaining contexts share one batch of trials.
+        let depth = units[i].0;
+        let mut contexts = Vec::new();
+        while i < units.len() && units[i].0 == depth {
+            contexts.push(units[i].1);
+            i += 1;
+        }
+        let part = Scenario { contexts, depths: vec![depth], ..s.clone() };
+        let new = sweep::run_sweep(&part, on_trial)?.cells;
+        let text = output::results_jsonl(&new);
+        let io = |e| Error::io(format!("appending to {}", results_path.display()), e);
+        file.write_all(text.as_bytes()).map_err(io)?;
+        file.sync_data().map_err(io)?;
+        cells.extend(new);
+    }
+    let effective = if opts.shard.is_none() { sweep::effective_contexts(s, &cells) } else { Vec::new() };
+    Ok(SweepOutcome { cells, effective })
+}
+
+/// Marks a directory complete: its manifest gets the effective contexts and
+/// the list of files written.
+pub fn finish(dir: &Path, s: &Scenario, shard: Option<Shard>, outcome: &SweepOutcome, files: &[&str]) -> Result<(), Error> {
+    let mut m = Manifest::new(s, shard);
+    m.status = "complete".into();
+    m.effective_context = outcome.effective.clone();
+    m.files = files.iter().map(|f| f.to_string()).collect();
+    m.write(dir)
+}
+
+/// Shards read back for merging.
+pub struct MergedShards {
+    pub manifest: Manifest,
+    pub lines: Vec<String>,
+    pub cells: Vec<CellResult>,
+}
+
+/// Reads shard directories and checks that they come from one configuration
+/// and cover the grid exactly once. Returns the cells in sweep order.
+pub fn merge_shards(dirs: &[PathBuf]) -> Result<MergedShards, Error> {
+    let first = dirs.first().ok_or_else(|| Error::Mismatch("merge needs at least one shard directory".into()))?;
+    let mut manifests = Vec::new();
+    for d in dirs {
+        let m = Manifest::read(d)?;
+        if m.status != "complete" {
+            return Err(Error::Mismatch(format!("{} is not complete (status {:?}); finish it with --resume first", d.display(), m.status)));
+        }
+        manifests.push(m);
+    }
+    let base = &manifests[0];
+    let count = base.shard.map_or(1, |s| s.count);
+    let mut seen = vec![false; count as usize];
+    for (d, m) in dirs.iter().zip(&manifests) {
+        if let Some(field) = first_difference(&base.scenario, &m.scenario, "") {
+            return Err(Error::Mismatch(format!("{} and {} come from different configurations ({field})", first.display(), d.display())));
+        }
+        if m.version != base.version {
+            return Err(Error::Mismatch(format!("{} was written by dsa-recall {}, {} by {}", first.display(), base.version, d.display(), m.version)));
+        }
+        let shard = m.shard.unwrap_or(Shard { index: 1, count: 1 });
+        if shard.count != count {
+            return Err(Error::Mismatch(format!("{} is shard {}/{} but {} is one of {count}", d.display(), shard.index, shard.count, first.display())));
+        }
+        let slot = &mut seen[(shard.index - 1) as usize];
+        if *slot {
+            return Err(Error::Mismatch(format!("shard {}/{count} is given twice ({})", shard.index, d.display())));
+        }
+        *slot = true;
+    }
+    if let Some(missing) = seen.iter().position(|&s| !s) {
+        return Err(Error::Mismatch(format!("shard {}/{count} is missing", missing + 1)));
+    }
+    let mut all: Vec<(String, CellResult)> = Vec::new();
+    for d in dirs {
+        let stored = read_results(&d.join(RESULTS_FILE))?;
+        all.extend(stored.lines.into_iter().zip(stored.cells));
+    }
+    Ok(MergedShards { manifest: base.clone(), lines: all.iter().map(|(l, _)| l.clone()).collect(), cells: all.into_iter().map(|(_, c)| c).collect() })
+}
+
+/// Orders merged cells as an unsharded sweep of `s` would, checking that
+/// every cell of the grid is there exactly once.
+pub fn order_cells(s: &Scenario, lines: Vec<String>, cells: Vec<CellResult>) -> Result<(Vec<String>, Vec<CellResult>), Error> {
+    let key = |c: &CellResult| {
+        let d = s.depths.iter().position(|&x| x == c.depth_percent);
+        let ctx = s.contexts.iter().position(|&x| x == c.context_tokens);
+        let k = s.topks.iter().position(|&x| x == c.topk);
+        let p = s.precisions.iter().position(|x| x.name == c.precision);
+        match (d, ctx, k, p) {
+            (Some(d), Some(ctx), Some(k), Some(p)) => Some(((d * s.contexts.len() + ctx) * s.topks.len() + k) * s.precisions.len() + p),
+            _ => None,
+        }
+    };
+    let total = s.depths.len() * s.contexts.len() * s.topks.len() * s.precisions.len();
+    let mut slots: Vec<Option<(String, CellResult)>> = vec![None; total];
+    for (line, cell) in lines.into_iter().zip(cells) {
+        let i = key(&cell).ok_or_else(|| Error::Mismatch(format!("a shard holds a cell outside the grid: {line}")))?;
+        if slots[i].is_some() {
+            return Err(Error::Mismatch(format!("a cell is in more than one shard: {line}")));
+        }
+        slots[i] = Some((line, cell));
+    }
+    if let Some(i) = slots.iter().position(Option::is_none) {
+        let per_depth = s.contexts.len() * s.topks.len() * s.precisions.len();
+        return Err(Error::Mismatch(format!(
+            "the shards miss cells (the first at depth {} %, context {})",
+            s.depths[i / per_depth],
+            s.contexts[(i % per_depth) / (s.topks.len() * s.precisions.len())]
+        )));
+    }
+    Ok(slots.into_iter().flatten().unzip())
+}
+
+/// The scenario a manifest records.
+pub fn scenario_from_manifest(m: &Manifest) -> Result<Scenario, Error> {
+    serde_json::from_value(m.scenario.clone()).map_err(|e| Error::Corrupt { path: MANIFEST_FILE.into(), message: format!("scenario: {e}") })
+}
+
+/// Bytes a sweep needs at its peak: per worker thread, the scores of the
+/// longest context for every precision (twice when selection fidelity is
+/// measured) plus tie keys and scratch; and one depth's trial outcomes.
+pub fn memory_estimate(s: &Scenario, threads: usize) -> u64 {
+    let rows = s.contexts.iter().map(|&c| s.geometry.candidate_rows(c)).max().unwrap_or(0);
+    let variants = s.precisions.len() as u64;
+    let per_row = 4 * 2 * variants + 8 + 4 + 4;
+    let chunk = 2 * 256 * s.model.shape.head_dim as u64 * 4;
+    let cells = (s.contexts.len() * s.topks.len() * s.precisions.len()) as u64;
+    threads as u64 * (rows * per_row + chunk) + s.trials * cells * std::mem::size_of::<crate::trial::NeedleOutcome>() as u64
+}
+
+fn available_memory() -> Option<u64> {
+    let text = fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
+/// Refuses a run that would need more memory than is available.
+pub fn check_memory(s: &Scenario, threads: usize) -> Result<(), Error> {
+    let need = memory_estimate(s, threads);
+    match available_memory() {
+        Some(have) if need > have => Err(Error::Resources(format!(
+            "this sweep needs about {:.1} GiB ({} threads, longest context {} tokens, {} trials) but {:.1} GiB is available; \
+             use fewer --threads, shorter --contexts, fewer --trials per run (--shard), or fewer precisions",
+            need as f64 / (1u64 << 30) as f64,
+            threads,
+            s.contexts.last().copied().unwrap_or(0),
+            s.trials,
+            have as f64 / (1u64 << 30) as f64
+        ))),
+        _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shard_parsing_and_ownership() {
+        assert_eq!(Shard::parse("2/3").unwrap(), Shard { index: 2, count: 3 });
+        for bad in ["0/3", "4/3", "3", "a/b", "1/0", ""] {
+            assert!(Shard::parse(bad).unwrap_err().to_string().starts_with("invalid --shard"), "{bad}");
+        }
+        let shards: Vec<Shard> = (1..=3).map(|i| Shard { index: i, count: 3 }).collect();
+        for unit in 0..20 {
+            assert_eq!(shards.iter().filter(|s| s.owns(unit)).count(), 1);
+        }
+    }
+
+    #[test]
+    fn first_difference_names_the_field() {
+        let a = serde_json::json!({"sweep": {"trials": 10, "seed": 1}});
+        let b = serde_json::json!({"sweep": {"trials": 12, "seed": 1}});
+        assert_eq!(first_difference(&a, &b, "").unwrap(), "sweep.trials (10 vs 12)");
+        assert!(first_difference(&a, &a, "").is_none());
+    }
+}

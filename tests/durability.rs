@@ -1,0 +1,147 @@
+//! Long sweeps never lose or mix work: interruption and resume, shards and
+//! merge, and the checks that refuse to combine what does not belong together.
+
+use assert_cmd::cargo::cargo_bin;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const FILES: [&str; 4] = ["results.jsonl", "summary.csv", "manifest.json", "recall_vs_context.png"];
+
+fn grid() -> Vec<String> {
+    "--contexts 1K..16K --depths 0,20,40,60,80,100 --topk 64,128 --precisions bf16,fp32".split(' ').map(String::from).collect()
+}
+
+fn sweep(args: &[String], extra: &[&str]) -> std::process::Output {
+    Command::new(cargo_bin("dsa-recall")).arg("sweep").args(args).args(extra).output().expect("run dsa-recall")
+}
+
+fn ok(out: std::process::Output) {
+    assert!(out.status.success(), "stderr: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+fn same_files(a: &Path, b: &Path) {
+    for f in FILES {
+        let (x, y) = (std::fs::read(a.join(f)).unwrap(), std::fs::read(b.join(f)).unwrap());
+        assert!(x == y, "{f} differs between {} and {}", a.display(), b.display());
+    }
+}
+
+fn lines(path: &Path) -> usize {
+    std::fs::read_to_string(path).map(|t| t.lines().count()).unwrap_or(0)
+}
+
+fn one_line_error(out: &std::process::Output, needle: &str) {
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.starts_with("error: ") && err.contains(needle), "{err}");
+}
+
+#[test]
+fn a_killed_sweep_resumes_to_the_same_bytes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (full, killed) = (tmp.path().join("full"), tmp.path().join("killed"));
+    let mut args = grid();
+    args.extend(["--trials", "150", "--threads", "1"].map(String::from));
+    ok(sweep(&args, &["--out", full.to_str().unwrap()]));
+    let total = lines(&full.join("results.jsonl"));
+    assert_eq!(total, 5 * 6 * 2 * 2);
+
+    // Kill (SIGKILL) as soon as some but not all cells are on disk.
+    let mut child = Command::new(cargo_bin("dsa-recall"))
+        .arg("sweep")
+        .args(&args)
+        .args(["--out", killed.to_str().unwrap()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    while lines(&killed.join("results.jsonl")) == 0 && start.elapsed() < Duration::from_secs(120) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let at_kill = lines(&killed.join("results.jsonl"));
+    assert!(at_kill > 0 && at_kill < total, "killed with {at_kill} of {total} cells written");
+    assert!(std::fs::read_to_string(killed.join("manifest.json")).unwrap().contains("\"running\""));
+
+    // A torn last line (a write cut short) is dropped on resume too.
+    let mut f = std::fs::OpenOptions::new().append(true).open(killed.join("results.jsonl")).unwrap();
+    std::io::Write::write_all(&mut f, b"{\"context_tokens\":10").unwrap();
+    drop(f);
+
+    ok(sweep(&args, &["--out", killed.to_str().unwrap(), "--resume"]));
+    same_files(&full, &killed);
+}
+
+#[test]
+fn three_shards_merge_to_the_same_bytes_as_one_run() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = |n: &str| tmp.path().join(n);
+    let mut args = grid();
+    args.extend(["--trials", "20"].map(String::from));
+    ok(sweep(&args, &["--out", d("full").to_str().unwrap()]));
+    for i in 1..=3 {
+        ok(sweep(&args, &["--shard", &format!("{i}/3"), "--out", d(&format!("s{i}")).to_str().unwrap()]));
+    }
+    let merge = |dirs: &[&str], out: &str| {
+        Command::new(cargo_bin("dsa-recall"))
+            .arg("merge")
+            .args(dirs.iter().map(|x| d(x)))
+            .args(["--out", d(out).to_str().unwrap()])
+            .output()
+            .unwrap()
+    };
+    ok(merge(&["s2", "s3", "s1"], "merged"));
+    same_files(&d("full"), &d("merged"));
+
+    // Refusals: a missing shard, a shard given twice, a different configuration, an unfinished shard.
+    one_line_error(&merge(&["s1", "s2"], "x1"), "shard 3/3 is missing");
+    one_line_error(&merge(&["s1", "s2", "s2"], "x2"), "given twice");
+    let mut other = grid();
+    other.extend(["--trials", "21", "--shard", "3/3", "--out", d("s3-other").to_str().unwrap()].map(String::from));
+    ok(sweep(&other, &[]));
+    one_line_error(&merge(&["s1", "s2", "s3-other"], "x3"), "trials (20 vs 21)");
+    let manifest = d("s3").join("manifest.json");
+    let text = std::fs::read_to_string(&manifest).unwrap().replace("\"complete\"", "\"running\"");
+    std::fs::write(&manifest, text).unwrap();
+    one_line_error(&merge(&["s1", "s2", "s3"], "x4"), "not complete");
+    for x in ["x1", "x2", "x3", "x4"] {
+        assert!(!d(x).exists(), "{x} was created by a refused merge");
+    }
+}
+
+#[test]
+fn resume_refuses_what_it_cannot_continue() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("run");
+    let mut args = grid();
+    args.extend(["--trials", "10"].map(String::from));
+    ok(sweep(&args, &["--out", dir.to_str().unwrap()]));
+    let mut changed = grid();
+    changed.extend(["--trials", "10", "--seed", "7"].map(String::from));
+    one_line_error(&sweep(&changed, &["--out", dir.to_str().unwrap(), "--resume"]), "seed (42 vs 7)");
+    one_line_error(&sweep(&args, &["--out", dir.to_str().unwrap(), "--resume", "--shard", "1/2"]), "different --shard");
+    one_line_error(&sweep(&args, &["--out", tmp.path().join("none").to_str().unwrap(), "--resume"]), "not a dsa-recall output directory");
+    one_line_error(&sweep(&args, &["--out", dir.to_str().unwrap(), "--resume", "--force"]), "--force");
+    // Resuming a finished sweep changes nothing.
+    let before: Vec<Vec<u8>> = FILES.iter().map(|f| std::fs::read(dir.join(f)).unwrap()).collect();
+    ok(sweep(&args, &["--out", dir.to_str().unwrap(), "--resume"]));
+    let after: Vec<Vec<u8>> = FILES.iter().map(|f| std::fs::read(dir.join(f)).unwrap()).collect();
+    assert!(before == after);
+}
+
+#[test]
+fn validation_refuses_impossible_runs_before_writing_anything() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("never");
+    let o = out.to_str().unwrap();
+    let s = |extra: &[&str]| sweep(&[], &[&["--out", o], extra].concat());
+    one_line_error(&s(&["--shard", "0/3"]), "--shard");
+    one_line_error(&s(&["--shard", "4/3"]), "--shard");
+    one_line_error(&s(&["--contexts", "1K", "--topk", "512"]), "sweep.topk");
+    one_line_error(&s(&["--trials", "10000000"]), "GiB");
+    assert!(!out.exists());
+}

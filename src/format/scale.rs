@@ -150,12 +150,7 @@ impl QuantizedBlocks {
 /// infinite or NaN codes (the value was never stored).
 #[inline]
 fn dequantize_one(element: ElementFormat, code: u32, s: f32) -> f32 {
-    let value = element.decode(code);
-    if s == 0.0 {
-        0f32.copysign(value)
-    } else {
-        value * s
-    }
+    scale_element_value(element.decode(code), s)
 }
 
 /// `2^n` as an f32 for `n` in the ue8m0 range `-127..=127` (2^-127 is an
@@ -258,6 +253,106 @@ fn block_len(len: usize, d: usize, scaling: &BlockScaling) -> Result<usize, Form
     }
 }
 
+/// The amax floor of the reference rule that matches an element format and
+/// scale rule, used when a scheme does not give one:
+///
+/// - `Ue8m0Ceil` (DeepSeek's rule) with e2m1: the V4 indexer's `6·2^-126`;
+///   with any other element: the V3.2 `act_quant` floor 1e-4.
+/// - `Fp32`: 1e-4, the same per-128 activation rule (assumed for the
+///   sglang/vLLM cache, which the reference notes do not pin down).
+/// - `Ue8m0Floor` (OCP MX) and `E4m3` (NVFP4): none (0); an all-zero block
+///   then gets scale 1 (see [`block_scale`]).
+pub fn default_amax_floor(element: ElementFormat, scale: ScaleFormat) -> f32 {
+    match (scale, element) {
+        (ScaleFormat::Ue8m0Ceil, ElementFormat::E2m1) => DEEPSEEK_FP4_AMAX_FLOOR,
+        (ScaleFormat::Ue8m0Ceil | ScaleFormat::Fp32, _) => DEEPSEEK_FP8_AMAX_FLOOR,
+        (ScaleFormat::Ue8m0Floor | ScaleFormat::E4m3, _) => 0.0,
+    }
+}
+
+/// Quantize one block: returns its scale `s` and replaces each value by its
+/// *element value* `decode(code)` (the scale not multiplied back), pushing
+/// the codes when asked. A zero scale stores signed zeros.
+#[inline(always)]
+fn quantize_block(
+    block: &mut [f32],
+    element: ElementFormat,
+    scaling: &BlockScaling,
+    mut codes: Option<&mut Vec<u32>>,
+) -> f32 {
+    // f32::max ignores NaN, so a NaN value cannot poison the scale.
+    let amax = block
+        .iter()
+        .fold(0f32, |acc, v| acc.max(v.abs()))
+        .max(scaling.amax_floor);
+    let s = block_scale(amax, element, scaling.scale);
+    let max = element.max_finite();
+    // For a power-of-two scale whose reciprocal is an f32 (every ue8m0
+    // scale), v·(1/s) and v/s are the same exactly scaled real rounded
+    // once, so the cheaper multiply gives identical bits.
+    let reciprocal = if is_power_of_two(s) { Some(1.0 / s) } else { None };
+    match (reciprocal, element) {
+        // Monomorphic loops for the hot cases: the e2m1 cast by comparisons.
+        (Some(r), ElementFormat::E2m1) if codes.is_none() => {
+            for v in block.iter_mut() {
+                *v = e2m1_round_clamped(*v * r);
+            }
+        }
+        (Some(r), _) => {
+            for v in block.iter_mut() {
+                let code = element.encode((*v * r).clamp(-max, max), Overflow::Cast);
+                if let Some(c) = codes.as_deref_mut() {
+                    c.push(code);
+                }
+                *v = element.decode(code);
+            }
+        }
+        (None, _) => {
+            for v in block.iter_mut() {
+                let scaled = if s == 0.0 { 0f32.copysign(*v) } else { *v / s };
+                let code = element.encode(scaled.clamp(-max, max), Overflow::Cast);
+                if let Some(c) = codes.as_deref_mut() {
+                    c.push(code);
+                }
+                *v = element.decode(code);
+            }
+        }
+    }
+    s
+}
+
+/// True for positive normal powers of two and for the ue8m0 scale 2^-127
+/// (subnormal), whose reciprocals 2^127 are exact.
+#[inline]
+fn is_power_of_two(s: f32) -> bool {
+    let bits = s.to_bits();
+    (s.is_normal() && s > 0.0 && bits & 0x007f_ffff == 0) || bits == 1 << 22
+}
+
+/// e2m1 round-to-nearest-even of `x` clamped to ±6, by counting the
+/// midpoints `|x|` lies above (midpoints tie to the even code: `>` where the
+/// lower neighbour has the even code, `>=` where the upper one does; the
+/// count stops at 7, which is the clamp). Same result as
+/// `E2m1.round_trip(x.clamp(-6, 6), Cast)`, including NaN (every comparison
+/// false: a zero, of the opposite sign as ml_dtypes does) and -0; cheaper
+/// than the generic encoder.
+#[inline(always)]
+fn e2m1_round_clamped(x: f32) -> f32 {
+    const MAGNITUDES: [f32; 8] = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0];
+    let a = x.abs();
+    let code = u32::from(a > 0.25)
+        + u32::from(a >= 0.75)
+        + u32::from(a > 1.25)
+        + u32::from(a >= 1.75)
+        + u32::from(a > 2.5)
+        + u32::from(a >= 3.5)
+        + u32::from(a > 5.0);
+    let magnitude = MAGNITUDES[code as usize & 7];
+    // ml_dtypes turns NaN into a zero of the opposite sign.
+    let sign = if x.is_nan() { !x.to_bits() } else { x.to_bits() } & 0x8000_0000;
+    f32::from_bits(magnitude.to_bits() | sign)
+}
+
 /// Quantize row-major `values` (rows of length `d`) block by block and
 /// replace each value by its dequantized value `decode(code) * s`. When `out`
 /// is given, its codes and scales are replaced by this tensor's. The steps
@@ -282,27 +377,47 @@ pub fn quantize_dequantize(
         out.scales.clear();
         out.scales.reserve(values.len() / block_len);
     }
-    let max = element.max_finite();
     for block in values.chunks_exact_mut(block_len) {
-        // f32::max ignores NaN, so a NaN value cannot poison the scale.
-        let amax = block
-            .iter()
-            .fold(0f32, |acc, v| acc.max(v.abs()))
-            .max(scaling.amax_floor);
-        let s = block_scale(amax, element, scaling.scale);
+        let codes = out.as_deref_mut().map(|o| &mut o.codes);
+        let s = quantize_block(block, element, scaling, codes);
         for v in block.iter_mut() {
-            let scaled = if s == 0.0 { 0f32.copysign(*v) } else { *v / s };
-            let code = element.encode(scaled.clamp(-max, max), Overflow::Cast);
-            *v = dequantize_one(element, code, s);
-            if let Some(out) = out.as_deref_mut() {
-                out.codes.push(code);
-            }
+            *v = scale_element_value(*v, s);
         }
         if let Some(out) = out.as_deref_mut() {
             out.scales.push(s);
         }
     }
     Ok(())
+}
+
+/// `value * s`, a signed zero when `s` is zero (the value was never stored).
+#[inline(always)]
+fn scale_element_value(value: f32, s: f32) -> f32 {
+    if s == 0.0 {
+        0f32.copysign(value)
+    } else {
+        value * s
+    }
+}
+
+/// Like [`quantize_dequantize`], but leaves each value as its element value
+/// `decode(code)` (no scale) and writes one scale per block to `scales`
+/// (cleared first), so a caller can apply the scale later, as the indexer
+/// kernels do. Returns the block length. `decode(code) * s` (signed zero for
+/// `s = 0`) is exactly what [`quantize_dequantize`] gives.
+pub fn quantize_to_elements(
+    values: &mut [f32],
+    d: usize,
+    element: ElementFormat,
+    scaling: &BlockScaling,
+    scales: &mut Vec<f32>,
+) -> Result<usize, FormatError> {
+    let block_len = block_len(values.len(), d, scaling)?;
+    scales.clear();
+    for block in values.chunks_exact_mut(block_len) {
+        scales.push(quantize_block(block, element, scaling, None));
+    }
+    Ok(block_len)
 }
 
 #[cfg(test)]

@@ -280,11 +280,8 @@ fn quantize_block(
     scaling: &BlockScaling,
     mut codes: Option<&mut Vec<u32>>,
 ) -> f32 {
-    // f32::max ignores NaN, so a NaN value cannot poison the scale.
-    let amax = block
-        .iter()
-        .fold(0f32, |acc, v| acc.max(v.abs()))
-        .max(scaling.amax_floor);
+    let (amax, has_nan) = abs_max_and_nan(block);
+    let amax = amax.max(scaling.amax_floor);
     let s = block_scale(amax, element, scaling.scale);
     let max = element.max_finite();
     // For a power-of-two scale whose reciprocal is an f32 (every ue8m0
@@ -292,10 +289,20 @@ fn quantize_block(
     // once, so the cheaper multiply gives identical bits.
     let reciprocal = if is_power_of_two(s) { Some(1.0 / s) } else { None };
     match (reciprocal, element) {
-        // Monomorphic loops for the hot cases: the e2m1 cast by comparisons.
-        (Some(r), ElementFormat::E2m1) if codes.is_none() => {
+        // The hot case of a trial: no codes wanted, a power-of-two scale,
+        // no NaN. Rounding by float arithmetic vectorises; it is checked
+        // bit for bit against the encoder (see `fast_round_matches_encoder`).
+        (Some(r), _) if codes.is_none() && !has_nan && element != ElementFormat::F32 => {
+            let rounding = ClampedRounding::of(element);
             for v in block.iter_mut() {
-                *v = e2m1_round_clamped(*v * r);
+                *v = rounding.round((*v * r).clamp(-max, max));
+            }
+        }
+        // Other scales (fp32, e4m3) need the division, but round the same way.
+        (None, _) if codes.is_none() && !has_nan && element != ElementFormat::F32 && s.is_finite() && s > 0.0 => {
+            let rounding = ClampedRounding::of(element);
+            for v in block.iter_mut() {
+                *v = rounding.round((*v / s).clamp(-max, max));
             }
         }
         (Some(r), _) => {
@@ -321,36 +328,86 @@ fn quantize_block(
     s
 }
 
+/// Round-to-nearest-even into a binary format with `mantissa_bits` and
+/// smallest normal exponent, for finite inputs already within ±max (so
+/// nothing overflows), returning the rounded value as an f32. Normal range:
+/// the integer round-half-even on the f32 bits (a carry bumps the exponent,
+/// which is right). Subnormal range: adding `magic`, whose f32 ulp is the
+/// format's subnormal step, makes the f32 adder round half-even; subtracting
+/// it again is exact.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ClampedRounding {
+    drop_bits: u32,
+    min_normal: f32,
+    magic: f32,
+}
+
+impl ClampedRounding {
+    pub(crate) fn of(element: ElementFormat) -> Self {
+        let mantissa_bits = match element {
+            ElementFormat::F32 => 23,
+            ElementFormat::Bf16 => 7,
+            ElementFormat::F16 => 10,
+            ElementFormat::E4m3fn => 3,
+            ElementFormat::E5m2 => 2,
+            ElementFormat::E2m1 => 1,
+        };
+        let min_normal = element.min_normal();
+        let min_exponent = min_normal.to_bits() as i32 >> 23; // biased
+        let magic_biased = min_exponent - mantissa_bits as i32 + 23;
+        ClampedRounding {
+            drop_bits: 23 - mantissa_bits,
+            min_normal,
+            magic: f32::from_bits((magic_biased.clamp(1, 254) as u32) << 23),
+        }
+    }
+
+    #[inline(always)]
+    pub(crate) fn round(self, x: f32) -> f32 {
+        if self.drop_bits == 0 {
+            return x;
+        }
+        let bits = x.to_bits();
+        let sign = bits & 0x8000_0000;
+        let abs = bits & 0x7fff_ffff;
+        let odd = (abs >> self.drop_bits) & 1;
+        let half = (1u32 << (self.drop_bits - 1)) - 1;
+        let normal = (abs + half + odd) & !((1u32 << self.drop_bits) - 1);
+        let a = f32::from_bits(abs);
+        let subnormal = ((a + self.magic) - self.magic).to_bits();
+        let magnitude = if a < self.min_normal { subnormal } else { normal };
+        f32::from_bits(sign | magnitude)
+    }
+}
+
+/// The largest |v| ignoring NaN (0 for an empty block), and whether any
+/// value is NaN. Eight independent lanes instead of one serial chain: max
+/// is exact and order-free, so the result is the same.
+#[inline(always)]
+fn abs_max_and_nan(block: &[f32]) -> (f32, bool) {
+    let mut lanes = [0f32; 8];
+    let mut nan = [false; 8];
+    let mut chunks = block.chunks_exact(8);
+    for chunk in &mut chunks {
+        for l in 0..8 {
+            // f32::max ignores NaN, so a NaN value cannot poison the scale.
+            lanes[l] = lanes[l].max(chunk[l].abs());
+            nan[l] |= chunk[l].is_nan();
+        }
+    }
+    for &v in chunks.remainder() {
+        lanes[0] = lanes[0].max(v.abs());
+        nan[0] |= v.is_nan();
+    }
+    (lanes.iter().fold(0f32, |a, &b| a.max(b)), nan.iter().any(|&n| n))
+}
+
 /// True for positive normal powers of two and for the ue8m0 scale 2^-127
 /// (subnormal), whose reciprocals 2^127 are exact.
 #[inline]
 fn is_power_of_two(s: f32) -> bool {
     let bits = s.to_bits();
     (s.is_normal() && s > 0.0 && bits & 0x007f_ffff == 0) || bits == 1 << 22
-}
-
-/// e2m1 round-to-nearest-even of `x` clamped to ±6, by counting the
-/// midpoints `|x|` lies above (midpoints tie to the even code: `>` where the
-/// lower neighbour has the even code, `>=` where the upper one does; the
-/// count stops at 7, which is the clamp). Same result as
-/// `E2m1.round_trip(x.clamp(-6, 6), Cast)`, including NaN (every comparison
-/// false: a zero, of the opposite sign as ml_dtypes does) and -0; cheaper
-/// than the generic encoder.
-#[inline(always)]
-fn e2m1_round_clamped(x: f32) -> f32 {
-    const MAGNITUDES: [f32; 8] = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0];
-    let a = x.abs();
-    let code = u32::from(a > 0.25)
-        + u32::from(a >= 0.75)
-        + u32::from(a > 1.25)
-        + u32::from(a >= 1.75)
-        + u32::from(a > 2.5)
-        + u32::from(a >= 3.5)
-        + u32::from(a > 5.0);
-    let magnitude = MAGNITUDES[code as usize & 7];
-    // ml_dtypes turns NaN into a zero of the opposite sign.
-    let sign = if x.is_nan() { !x.to_bits() } else { x.to_bits() } & 0x8000_0000;
-    f32::from_bits(magnitude.to_bits() | sign)
 }
 
 /// Quantize row-major `values` (rows of length `d`) block by block and
@@ -423,6 +480,24 @@ pub fn quantize_to_elements(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn fast_round_matches_encoder() {
+        // Every f32 bit pattern on a stride, clamped like a block's values.
+        for element in ElementFormat::ALL {
+            let rounding = ClampedRounding::of(element);
+            let max = element.max_finite();
+            for bits in (0..=u32::MAX).step_by(997).chain([0, 0x8000_0000, 1, 0x8000_0001]) {
+                let x = f32::from_bits(bits);
+                if x.is_nan() {
+                    continue;
+                }
+                let x = x.clamp(-max, max);
+                let want = element.round_trip(x, Overflow::Cast);
+                assert_eq!(rounding.round(x).to_bits(), want.to_bits(), "{element} {x:e}");
+            }
+        }
+    }
 
     #[test]
     fn ue8m0_ceil_is_exact_at_powers_of_two() {

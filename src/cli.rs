@@ -22,6 +22,36 @@ pub enum Command {
     Run(RunArgs),
     /// List the embedded presets, or print one as TOML.
     Presets(PresetsArgs),
+    /// Quantize numbers and print each dequantized value, one per line.
+    Quantize(QuantizeArgs),
+}
+
+/// `dsa-recall quantize --format F [--block B] [--scale S] [--saturate] [VALUES…]`
+#[derive(Args, Debug)]
+pub struct QuantizeArgs {
+    /// Element format: bf16, fp16, e4m3fn, e5m2, e2m1.
+    #[arg(long, value_name = "F")]
+    pub format: String,
+    /// Values per scale: each run of B consecutive inputs is scaled together (needs --scale; without it one scale covers all inputs).
+    #[arg(long, value_name = "B")]
+    pub block: Option<usize>,
+    /// Scale rule: none (default: a plain cast), fp32 (amax/max), ue8m0 (DeepSeek: power of two rounded up), ue8m0-floor (OCP MX), e4m3 (NVFP4).
+    #[arg(long, value_name = "S")]
+    pub scale: Option<String>,
+    /// Plain casts: clamp overflow to ±max instead of giving NaN (e4m3fn) or ±inf. Scaled values are always clamped.
+    #[arg(long)]
+    pub saturate: bool,
+    /// Floor on a block's amax (default: that of the matching reference rule, see docs/NUMERICS.md).
+    #[arg(long, value_name = "X", allow_negative_numbers = true)]
+    pub amax_floor: Option<f32>,
+    /// Print each code's bit pattern in hex after its value: `value 0xHH`.
+    #[arg(long)]
+    pub codes: bool,
+    /// Numbers to quantize; without any, one per line is read from stdin (blank lines skipped).
+    /// Negative numbers are fine; put `--` before the values if one is -inf or -nan.
+    /// Printed values parse back to the exact f32 (infinities print as inf/-inf, NaN as NaN).
+    #[arg(value_name = "VALUES", allow_negative_numbers = true)]
+    pub values: Vec<String>,
 }
 
 /// Knobs shared by `sweep` and `run`.

@@ -43,6 +43,8 @@ pub enum Error {
     OutputNotEmpty(String),
     #[error("chart: {0}")]
     Chart(String),
+    #[error(transparent)]
+    Quantize(#[from] crate::quantize::QuantizeError),
 }
 
 impl Error {

@@ -90,6 +90,13 @@ pub struct ScenarioArgs {
     /// Recall threshold for the effective context.
     #[arg(long, value_name = "R")]
     pub threshold: Option<f64>,
+    /// Define a custom precision variant (repeatable), usable by name in --precisions:
+    /// 'name=N;q=SIDE;k=SIDE;logits=f32|bf16|f16;weights=f32|bf16', where SIDE is
+    /// ELEMENT[/BLOCK][/SCALE][/hadamard][/floor=X] (ELEMENT f32|bf16|fp16|e4m3fn|e5m2|e2m1;
+    /// BLOCK a size dividing head_dim, row or tensor; SCALE fp32|ue8m0|ue8m0-floor|e4m3);
+    /// a side left out is exact f32. Example: 'name=kfp8;q=bf16;k=e4m3fn/128/ue8m0/hadamard'.
+    #[arg(long = "precision-def", value_name = "SPEC")]
+    pub precision_def: Vec<String>,
     /// Worker threads (default: all cores). Results do not depend on it.
     #[arg(long, value_name = "N")]
     pub threads: Option<usize>,
@@ -177,6 +184,7 @@ impl ScenarioArgs {
         p.geometry.compress_ratio = self.compress_ratio;
         p.geometry.window = self.window;
         p.selection.tie_rule = self.tie_rule.clone();
+        p.precision = self.precision_def.iter().map(|d| config::precision::parse_compact(d)).collect::<Result<_, _>>()?;
         Ok(p)
     }
 }

@@ -24,6 +24,8 @@ pub enum Command {
     Presets(PresetsArgs),
     /// Combine the output directories of `sweep --shard I/N` runs into one.
     Merge(MergeArgs),
+    /// Quantize numbers and print each dequantized value, one per line.
+    Quantize(QuantizeArgs),
 }
 
 #[derive(Args, Debug)]
@@ -37,6 +39,34 @@ pub struct MergeArgs {
     /// Overwrite a non-empty output directory.
     #[arg(long)]
     pub force: bool,
+}
+
+/// `dsa-recall quantize --format F [--block B] [--scale S] [--saturate] [VALUES…]`
+#[derive(Args, Debug)]
+pub struct QuantizeArgs {
+    /// Element format: bf16, fp16, e4m3fn, e5m2, e2m1.
+    #[arg(long, value_name = "F")]
+    pub format: String,
+    /// Values per scale: each run of B consecutive inputs is scaled together (needs --scale; without it one scale covers all inputs).
+    #[arg(long, value_name = "B")]
+    pub block: Option<usize>,
+    /// Scale rule: none (default: a plain cast), fp32 (amax/max), ue8m0 (DeepSeek: power of two rounded up), ue8m0-floor (OCP MX), e4m3 (NVFP4).
+    #[arg(long, value_name = "S")]
+    pub scale: Option<String>,
+    /// Plain casts: clamp overflow to ±max instead of giving NaN (e4m3fn) or ±inf. Scaled values are always clamped.
+    #[arg(long)]
+    pub saturate: bool,
+    /// Floor on a block's amax (default: that of the matching reference rule, see docs/NUMERICS.md).
+    #[arg(long, value_name = "X", allow_negative_numbers = true)]
+    pub amax_floor: Option<f32>,
+    /// Print each code's bit pattern in hex after its value: `value 0xHH`.
+    #[arg(long)]
+    pub codes: bool,
+    /// Numbers to quantize; without any, one per line is read from stdin (blank lines skipped).
+    /// Negative numbers are fine; put `--` before the values if one is -inf or -nan.
+    /// Printed values parse back to the exact f32 (infinities print as inf/-inf, NaN as NaN).
+    #[arg(value_name = "VALUES", allow_negative_numbers = true)]
+    pub values: Vec<String>,
 }
 
 /// Knobs shared by `sweep` and `run`.
@@ -75,6 +105,13 @@ pub struct ScenarioArgs {
     /// Recall threshold for the effective context.
     #[arg(long, allow_negative_numbers = true, value_name = "R")]
     pub threshold: Option<f64>,
+    /// Define a custom precision variant (repeatable), usable by name in --precisions:
+    /// 'name=N;q=SIDE;k=SIDE;logits=f32|bf16|f16;weights=f32|bf16', where SIDE is
+    /// ELEMENT[/BLOCK][/SCALE][/hadamard][/floor=X] (ELEMENT f32|bf16|fp16|e4m3fn|e5m2|e2m1;
+    /// BLOCK a size dividing head_dim, row or tensor; SCALE fp32|ue8m0|ue8m0-floor|e4m3);
+    /// a side left out is exact f32. Example: 'name=kfp8;q=bf16;k=e4m3fn/128/ue8m0/hadamard'.
+    #[arg(long = "precision-def", value_name = "SPEC")]
+    pub precision_def: Vec<String>,
     /// Worker threads (default: all cores). Results do not depend on it.
     #[arg(long, allow_negative_numbers = true, value_name = "N")]
     pub threads: Option<usize>,
@@ -168,6 +205,7 @@ impl ScenarioArgs {
         p.geometry.compress_ratio = self.compress_ratio;
         p.geometry.window = self.window;
         p.selection.tie_rule = self.tie_rule.clone();
+        p.precision = self.precision_def.iter().map(|d| config::precision::parse_compact(d)).collect::<Result<_, _>>()?;
         Ok(p)
     }
 }

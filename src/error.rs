@@ -52,6 +52,8 @@ pub enum Error {
     /// The run would need more memory than the machine has.
     #[error("{0}")]
     Resources(String),
+    #[error(transparent)]
+    Quantize(#[from] crate::quantize::QuantizeError),
 }
 
 impl Error {

@@ -19,6 +19,7 @@ pub mod indexer;
 pub mod montecarlo;
 pub mod output;
 pub mod precision;
+pub mod quantize;
 pub mod report;
 pub mod rng;
 pub mod selection;

@@ -6,7 +6,7 @@ mod cli;
 
 use clap::error::ErrorKind;
 use clap::Parser;
-use cli::{Cli, Command, MergeArgs, PresetsAction, RunArgs, ScenarioArgs, SweepArgs};
+use cli::{Cli, Command, MergeArgs, PresetsAction, QuantizeArgs, RunArgs, ScenarioArgs, SweepArgs};
 use dsa_recall::config::{self, Overlay, Scenario, ScenarioParams};
 use dsa_recall::error::Error;
 use dsa_recall::store::{self, Shard, StoreOptions};
@@ -34,7 +34,12 @@ fn main() -> ExitCode {
         Err(e) => {
             eprintln!("error: {e}");
             ExitCode::from(match e {
-                Error::Config(_) | Error::ScenarioFile { .. } | Error::OutputNotEmpty(_) | Error::Mismatch(_) | Error::Resources(_) => 2,
+                Error::Config(_)
+                | Error::ScenarioFile { .. }
+                | Error::OutputNotEmpty(_)
+                | Error::Mismatch(_)
+                | Error::Resources(_)
+                | Error::Quantize(_) => 2,
                 _ => 1,
             })
         }
@@ -46,6 +51,7 @@ fn run(cli: Cli) -> Result<(), Error> {
         Command::Sweep(args) => run_sweep(&args),
         Command::Run(args) => run_cell(&args),
         Command::Merge(args) => run_merge(&args),
+        Command::Quantize(args) => run_quantize(&args),
         Command::Presets(args) => {
             match args.action {
                 None => {
@@ -162,4 +168,28 @@ fn run_cell(args: &RunArgs) -> Result<(), Error> {
         print!("{}", cell.text);
     }
     Ok(())
+}
+
+fn run_quantize(args: &QuantizeArgs) -> Result<(), Error> {
+    use dsa_recall::quantize::{format_line, parse_value, QuantizeSpec};
+    use std::io::{BufRead, Write};
+    let spec = QuantizeSpec::from_flags(&args.format, args.block, args.scale.as_deref(), args.saturate, args.amax_floor)?;
+    let mut inputs = Vec::new();
+    if args.values.is_empty() {
+        for (i, line) in std::io::stdin().lock().lines().enumerate() {
+            let line = line.map_err(|e| Error::io("reading stdin", e))?;
+            if !line.trim().is_empty() {
+                inputs.push(parse_value(&line, || format!("line {}", i + 1))?);
+            }
+        }
+    } else {
+        for (i, text) in args.values.iter().enumerate() {
+            inputs.push(parse_value(text, || format!("argument {}", i + 1))?);
+        }
+    }
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    for (value, code) in spec.quantize(&inputs) {
+        writeln!(out, "{}", format_line(&spec, value, code, args.codes)).map_err(|e| Error::io("writing stdout", e))?;
+    }
+    out.flush().map_err(|e| Error::io("writing stdout", e))
 }

@@ -11,7 +11,7 @@ use crate::error::SimError;
 use crate::geometry::{CompressionGeometry, NeedlePlacement};
 use crate::haystack::{GenerativeModel, TrialHaystack};
 use crate::indexer::IndexerQuery;
-use crate::precision::PrecisionVariant;
+use crate::precision::{PrecisionVariant, QuantizedRows};
 use crate::rng::{self, tag};
 use crate::selection::{kth_largest_many, selection_overlap, tally, tie_key, tied_ahead, NeedleRank, TieRule};
 use serde::Serialize;
@@ -91,9 +91,8 @@ impl TrialSpec<'_> {
             .variants
             .iter()
             .map(|v| {
-                let mut q = haystack.queries.clone();
-                v.query.apply(&mut q, d)?;
-                Ok(IndexerQuery::new(q, &haystack.weights, d, v.logits))
+                let q = v.query.quantize_rows(&haystack.queries, d)?;
+                Ok(IndexerQuery::new(q, &haystack.weights, d, v.scoring))
             })
             .collect::<Result<_, SimError>>()?;
 
@@ -101,7 +100,7 @@ impl TrialSpec<'_> {
         let max_rows = self.contexts.iter().map(|&l| self.geometry.candidate_rows(l)).max().unwrap_or(0) as usize;
         let mut scores: Vec<Vec<f32>> = vec![vec![0.0; max_rows]; self.variants.len()];
         let mut raw = vec![0.0f32; CHUNK_ROWS * d];
-        let mut quantized = vec![0.0f32; CHUNK_ROWS * d];
+        let mut quantized = QuantizedRows::with_capacity(CHUNK_ROWS, d);
         for start in (0..max_rows).step_by(CHUNK_ROWS) {
             let n = CHUNK_ROWS.min(max_rows - start);
             for (r, key) in raw[..n * d].chunks_exact_mut(d).enumerate() {
@@ -112,16 +111,15 @@ impl TrialSpec<'_> {
                 if variant.key.is_identity() {
                     queries[v].score_rows(&raw[..n * d], out);
                 } else {
-                    quantized[..n * d].copy_from_slice(&raw[..n * d]);
-                    variant.key.apply(&mut quantized[..n * d], d)?;
-                    queries[v].score_rows(&quantized[..n * d], out);
+                    variant.key.quantize_rows_into(&raw[..n * d], d, &mut quantized)?;
+                    queries[v].score_quantized_rows(&quantized, out);
                 }
             }
         }
 
         let mut cells = vec![NeedleOutcome::LOST; self.cell_count()];
         let mut key = vec![0.0f32; d];
-        let mut quantized_key = vec![0.0f32; d];
+        let mut quantized_key = QuantizedRows::with_capacity(1, d);
         let mut scratch: Vec<f32> = Vec::with_capacity(max_rows);
         let mut kth = Vec::new();
         let priority = |row: usize| rng::derive(trial_seed, &[tag::TIE, row as u64]);
@@ -145,9 +143,8 @@ impl TrialSpec<'_> {
             for row in placement.rows.clone() {
                 haystack.fill_needle_row(row, &mut key);
                 for (v, variant) in self.variants.iter().enumerate() {
-                    quantized_key.copy_from_slice(&key);
-                    variant.key.apply(&mut quantized_key, d)?;
-                    needle_scores[v].push(queries[v].score_one(&quantized_key));
+                    variant.key.quantize_rows_into(&key, d, &mut quantized_key)?;
+                    needle_scores[v].push(queries[v].score_one_scaled(&quantized_key.values, quantized_key.row_scales[0]));
                 }
             }
 

@@ -4,6 +4,7 @@
 
 pub mod lists;
 pub mod params;
+pub mod precision;
 pub mod preset;
 
 pub use params::{ListSpec, Overlay, ScenarioParams};
@@ -194,12 +195,22 @@ pub fn check(p: ScenarioParams) -> Result<Scenario, ConfigError> {
         ));
     }
 
+    let mut custom: Vec<PrecisionVariant> = Vec::new();
+    for (i, def) in p.precision.iter().enumerate() {
+        let v = precision::custom_variant(i, def, head_dim, &custom)?;
+        custom.push(v);
+    }
     let precision_spec = require(p.sweep.precisions, "sweep.precisions")?;
     let names = lists::parse_names(&field_name("sweep.precisions"), &precision_spec.to_text())?;
     let mut precisions: Vec<PrecisionVariant> = Vec::new();
     for name in names {
-        let v = PrecisionVariant::builtin(&name).ok_or_else(|| {
-            ConfigError::new(field_name("sweep.precisions"), format!("{name:?}"), format!("one of {}", PrecisionVariant::builtin_names().join(", ")))
+        let v = PrecisionVariant::builtin(&name).or_else(|| custom.iter().find(|c| c.name == name).cloned()).ok_or_else(|| {
+            let mut known = PrecisionVariant::builtin_names().join(", ");
+            for c in &custom {
+                known.push_str(", ");
+                known.push_str(&c.name);
+            }
+            ConfigError::new(field_name("sweep.precisions"), format!("{name:?}"), format!("one of {known} (or a [[precision]] defined in the scenario)"))
         })?;
         if let Some(reason) = v.unsupported(head_dim) {
             return Err(ConfigError::new(field_name("sweep.precisions"), format!("{name:?}"), format!("not with indexer.head_dim = {head_dim}: {reason}")));
@@ -289,6 +300,16 @@ mod tests {
             assert!(err.starts_with(&format!("invalid {field} = ")), "{toml}: {err}");
             assert!(!err.contains('\n'));
         }
+    }
+
+    #[test]
+    fn custom_precisions_are_usable_by_name() {
+        let s = with("[sweep]\nprecisions = \"bf16,kq\"\n[[precision]]\nname = \"kq\"\nlogits = \"f16\"\n[precision.key]\nelement = \"e5m2\"\n").unwrap();
+        assert_eq!(s.precisions.len(), 2);
+        assert_eq!(s.precisions[1].name, "kq");
+        assert_eq!(s.precisions[1].key.element, crate::format::ElementFormat::E5m2);
+        let err = with("[sweep]\nprecisions = \"kq\"\n").unwrap_err().to_string();
+        assert!(err.starts_with("invalid sweep.precisions (--precisions) = \"kq\""), "{err}");
     }
 
     #[test]

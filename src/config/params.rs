@@ -120,6 +120,36 @@ section!(
     }
 );
 
+section!(
+    /// `[precision.query]` / `[precision.key]`: one side of a custom variant.
+    PrecisionSideParams {
+        /// none | hadamard (default none).
+        rotation: String,
+        /// f32 | bf16 | fp16 | e4m3fn | e5m2 | e2m1 (default f32).
+        element: String,
+        /// 16, 32, 64, 128 … (must divide head_dim), "row" or "tensor"; absent: no scale.
+        block: ListItem,
+        /// fp32 | ue8m0 | ue8m0-floor | e4m3; required with `block`.
+        scale: String,
+        /// Floor on a block's amax (default: the matching reference rule's).
+        amax_floor: f64,
+    }
+);
+
+section!(
+    /// `[[precision]]`: a custom precision variant, usable by name in
+    /// `sweep.precisions`.
+    PrecisionParams {
+        name: String,
+        /// f32 | bf16 | f16 (default f32).
+        logits: String,
+        /// f32 | bf16 (default f32).
+        weights: String,
+        query: PrecisionSideParams,
+        key: PrecisionSideParams,
+    }
+);
+
 /// A whole scenario, every field optional.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -141,6 +171,9 @@ pub struct ScenarioParams {
     pub selection: SelectionParams,
     #[serde(default)]
     pub sweep: SweepParams,
+    /// Custom precision variants (`[[precision]]`). Layers add to the list.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub precision: Vec<PrecisionParams>,
 }
 
 impl Overlay for ScenarioParams {
@@ -157,6 +190,7 @@ impl Overlay for ScenarioParams {
         self.needle.overlay(top.needle);
         self.selection.overlay(top.selection);
         self.sweep.overlay(top.sweep);
+        self.precision.extend(top.precision);
     }
 }
 

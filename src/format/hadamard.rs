@@ -18,6 +18,27 @@ pub fn hadamard_in_place(x: &mut [f32]) -> Result<(), FormatError> {
     }
     // Butterflies of doubling span; each stage is one Kronecker factor [[1,1],[1,-1]].
     let mut span = 1;
+    if n >= 8 {
+        // Spans 1, 2 and 4 stay inside groups of 8: run them on a local
+        // array the compiler unrolls, with the same operations in the same
+        // order as the loop below (so the same bits), instead of slices of
+        // one, two and four values.
+        for group in x.chunks_exact_mut(8) {
+            let mut v = [0f32; 8];
+            v.copy_from_slice(group);
+            for stage_span in [1, 2, 4] {
+                for base in (0..8).step_by(2 * stage_span) {
+                    for i in base..base + stage_span {
+                        let (a, b) = (v[i], v[i + stage_span]);
+                        v[i] = a + b;
+                        v[i + stage_span] = a - b;
+                    }
+                }
+            }
+            group.copy_from_slice(&v);
+        }
+        span = 8;
+    }
     while span < n {
         for pair_block in x.chunks_exact_mut(2 * span) {
             let (low, high) = pair_block.split_at_mut(span);

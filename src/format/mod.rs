@@ -21,6 +21,6 @@ pub use element::{ElementFormat, Overflow};
 pub use error::FormatError;
 pub use hadamard::{hadamard_in_place, hadamard_rows_in_place};
 pub use scale::{
-    block_scale, quantize_dequantize, BlockScaling, BlockShape, QuantizedBlocks, ScaleFormat,
+    block_scale, default_amax_floor, quantize_dequantize, quantize_to_elements, BlockScaling, BlockShape, QuantizedBlocks, ScaleFormat,
     DEEPSEEK_FP4_AMAX_FLOOR, DEEPSEEK_FP8_AMAX_FLOOR,
 };

@@ -150,12 +150,7 @@ impl QuantizedBlocks {
 /// infinite or NaN codes (the value was never stored).
 #[inline]
 fn dequantize_one(element: ElementFormat, code: u32, s: f32) -> f32 {
-    let value = element.decode(code);
-    if s == 0.0 {
-        0f32.copysign(value)
-    } else {
-        value * s
-    }
+    scale_element_value(element.decode(code), s)
 }
 
 /// `2^n` as an f32 for `n` in the ue8m0 range `-127..=127` (2^-127 is an
@@ -258,6 +253,163 @@ fn block_len(len: usize, d: usize, scaling: &BlockScaling) -> Result<usize, Form
     }
 }
 
+/// The amax floor of the reference rule that matches an element format and
+/// scale rule, used when a scheme does not give one:
+///
+/// - `Ue8m0Ceil` (DeepSeek's rule) with e2m1: the V4 indexer's `6·2^-126`;
+///   with any other element: the V3.2 `act_quant` floor 1e-4.
+/// - `Fp32`: 1e-4, the same per-128 activation rule (assumed for the
+///   sglang/vLLM cache, which the reference notes do not pin down).
+/// - `Ue8m0Floor` (OCP MX) and `E4m3` (NVFP4): none (0); an all-zero block
+///   then gets scale 1 (see [`block_scale`]).
+pub fn default_amax_floor(element: ElementFormat, scale: ScaleFormat) -> f32 {
+    match (scale, element) {
+        (ScaleFormat::Ue8m0Ceil, ElementFormat::E2m1) => DEEPSEEK_FP4_AMAX_FLOOR,
+        (ScaleFormat::Ue8m0Ceil | ScaleFormat::Fp32, _) => DEEPSEEK_FP8_AMAX_FLOOR,
+        (ScaleFormat::Ue8m0Floor | ScaleFormat::E4m3, _) => 0.0,
+    }
+}
+
+/// Quantize one block: returns its scale `s` and replaces each value by its
+/// *element value* `decode(code)` (the scale not multiplied back), pushing
+/// the codes when asked. A zero scale stores signed zeros.
+#[inline(always)]
+fn quantize_block(
+    block: &mut [f32],
+    element: ElementFormat,
+    scaling: &BlockScaling,
+    mut codes: Option<&mut Vec<u32>>,
+) -> f32 {
+    let (amax, has_nan) = abs_max_and_nan(block);
+    let amax = amax.max(scaling.amax_floor);
+    let s = block_scale(amax, element, scaling.scale);
+    let max = element.max_finite();
+    // For a power-of-two scale whose reciprocal is an f32 (every ue8m0
+    // scale), v·(1/s) and v/s are the same exactly scaled real rounded
+    // once, so the cheaper multiply gives identical bits.
+    let reciprocal = if is_power_of_two(s) { Some(1.0 / s) } else { None };
+    match (reciprocal, element) {
+        // The hot case of a trial: no codes wanted, a power-of-two scale,
+        // no NaN. Rounding by float arithmetic vectorises; it is checked
+        // bit for bit against the encoder (see `fast_round_matches_encoder`).
+        (Some(r), _) if codes.is_none() && !has_nan && element != ElementFormat::F32 => {
+            let rounding = ClampedRounding::of(element);
+            for v in block.iter_mut() {
+                *v = rounding.round((*v * r).clamp(-max, max));
+            }
+        }
+        // Other scales (fp32, e4m3) need the division, but round the same way.
+        (None, _) if codes.is_none() && !has_nan && element != ElementFormat::F32 && s.is_finite() && s > 0.0 => {
+            let rounding = ClampedRounding::of(element);
+            for v in block.iter_mut() {
+                *v = rounding.round((*v / s).clamp(-max, max));
+            }
+        }
+        (Some(r), _) => {
+            for v in block.iter_mut() {
+                let code = element.encode((*v * r).clamp(-max, max), Overflow::Cast);
+                if let Some(c) = codes.as_deref_mut() {
+                    c.push(code);
+                }
+                *v = element.decode(code);
+            }
+        }
+        (None, _) => {
+            for v in block.iter_mut() {
+                let scaled = if s == 0.0 { 0f32.copysign(*v) } else { *v / s };
+                let code = element.encode(scaled.clamp(-max, max), Overflow::Cast);
+                if let Some(c) = codes.as_deref_mut() {
+                    c.push(code);
+                }
+                *v = element.decode(code);
+            }
+        }
+    }
+    s
+}
+
+/// Round-to-nearest-even into a binary format with `mantissa_bits` and
+/// smallest normal exponent, for finite inputs already within ±max (so
+/// nothing overflows), returning the rounded value as an f32. Normal range:
+/// the integer round-half-even on the f32 bits (a carry bumps the exponent,
+/// which is right). Subnormal range: adding `magic`, whose f32 ulp is the
+/// format's subnormal step, makes the f32 adder round half-even; subtracting
+/// it again is exact.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ClampedRounding {
+    drop_bits: u32,
+    min_normal: f32,
+    magic: f32,
+}
+
+impl ClampedRounding {
+    pub(crate) fn of(element: ElementFormat) -> Self {
+        let mantissa_bits = match element {
+            ElementFormat::F32 => 23,
+            ElementFormat::Bf16 => 7,
+            ElementFormat::F16 => 10,
+            ElementFormat::E4m3fn => 3,
+            ElementFormat::E5m2 => 2,
+            ElementFormat::E2m1 => 1,
+        };
+        let min_normal = element.min_normal();
+        let min_exponent = min_normal.to_bits() as i32 >> 23; // biased
+        let magic_biased = min_exponent - mantissa_bits as i32 + 23;
+        ClampedRounding {
+            drop_bits: 23 - mantissa_bits,
+            min_normal,
+            magic: f32::from_bits((magic_biased.clamp(1, 254) as u32) << 23),
+        }
+    }
+
+    #[inline(always)]
+    pub(crate) fn round(self, x: f32) -> f32 {
+        if self.drop_bits == 0 {
+            return x;
+        }
+        let bits = x.to_bits();
+        let sign = bits & 0x8000_0000;
+        let abs = bits & 0x7fff_ffff;
+        let odd = (abs >> self.drop_bits) & 1;
+        let half = (1u32 << (self.drop_bits - 1)) - 1;
+        let normal = (abs + half + odd) & !((1u32 << self.drop_bits) - 1);
+        let a = f32::from_bits(abs);
+        let subnormal = ((a + self.magic) - self.magic).to_bits();
+        let magnitude = if a < self.min_normal { subnormal } else { normal };
+        f32::from_bits(sign | magnitude)
+    }
+}
+
+/// The largest |v| ignoring NaN (0 for an empty block), and whether any
+/// value is NaN. Eight independent lanes instead of one serial chain: max
+/// is exact and order-free, so the result is the same.
+#[inline(always)]
+fn abs_max_and_nan(block: &[f32]) -> (f32, bool) {
+    let mut lanes = [0f32; 8];
+    let mut nan = [false; 8];
+    let mut chunks = block.chunks_exact(8);
+    for chunk in &mut chunks {
+        for l in 0..8 {
+            // f32::max ignores NaN, so a NaN value cannot poison the scale.
+            lanes[l] = lanes[l].max(chunk[l].abs());
+            nan[l] |= chunk[l].is_nan();
+        }
+    }
+    for &v in chunks.remainder() {
+        lanes[0] = lanes[0].max(v.abs());
+        nan[0] |= v.is_nan();
+    }
+    (lanes.iter().fold(0f32, |a, &b| a.max(b)), nan.iter().any(|&n| n))
+}
+
+/// True for positive normal powers of two and for the ue8m0 scale 2^-127
+/// (subnormal), whose reciprocals 2^127 are exact.
+#[inline]
+fn is_power_of_two(s: f32) -> bool {
+    let bits = s.to_bits();
+    (s.is_normal() && s > 0.0 && bits & 0x007f_ffff == 0) || bits == 1 << 22
+}
+
 /// Quantize row-major `values` (rows of length `d`) block by block and
 /// replace each value by its dequantized value `decode(code) * s`. When `out`
 /// is given, its codes and scales are replaced by this tensor's. The steps
@@ -282,21 +434,11 @@ pub fn quantize_dequantize(
         out.scales.clear();
         out.scales.reserve(values.len() / block_len);
     }
-    let max = element.max_finite();
     for block in values.chunks_exact_mut(block_len) {
-        // f32::max ignores NaN, so a NaN value cannot poison the scale.
-        let amax = block
-            .iter()
-            .fold(0f32, |acc, v| acc.max(v.abs()))
-            .max(scaling.amax_floor);
-        let s = block_scale(amax, element, scaling.scale);
+        let codes = out.as_deref_mut().map(|o| &mut o.codes);
+        let s = quantize_block(block, element, scaling, codes);
         for v in block.iter_mut() {
-            let scaled = if s == 0.0 { 0f32.copysign(*v) } else { *v / s };
-            let code = element.encode(scaled.clamp(-max, max), Overflow::Cast);
-            *v = dequantize_one(element, code, s);
-            if let Some(out) = out.as_deref_mut() {
-                out.codes.push(code);
-            }
+            *v = scale_element_value(*v, s);
         }
         if let Some(out) = out.as_deref_mut() {
             out.scales.push(s);
@@ -305,9 +447,57 @@ pub fn quantize_dequantize(
     Ok(())
 }
 
+/// `value * s`, a signed zero when `s` is zero (the value was never stored).
+#[inline(always)]
+fn scale_element_value(value: f32, s: f32) -> f32 {
+    if s == 0.0 {
+        0f32.copysign(value)
+    } else {
+        value * s
+    }
+}
+
+/// Like [`quantize_dequantize`], but leaves each value as its element value
+/// `decode(code)` (no scale) and writes one scale per block to `scales`
+/// (cleared first), so a caller can apply the scale later, as the indexer
+/// kernels do. Returns the block length. `decode(code) * s` (signed zero for
+/// `s = 0`) is exactly what [`quantize_dequantize`] gives.
+pub fn quantize_to_elements(
+    values: &mut [f32],
+    d: usize,
+    element: ElementFormat,
+    scaling: &BlockScaling,
+    scales: &mut Vec<f32>,
+) -> Result<usize, FormatError> {
+    let block_len = block_len(values.len(), d, scaling)?;
+    scales.clear();
+    for block in values.chunks_exact_mut(block_len) {
+        scales.push(quantize_block(block, element, scaling, None));
+    }
+    Ok(block_len)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn fast_round_matches_encoder() {
+        // Every f32 bit pattern on a stride, clamped like a block's values.
+        for element in ElementFormat::ALL {
+            let rounding = ClampedRounding::of(element);
+            let max = element.max_finite();
+            for bits in (0..=u32::MAX).step_by(997).chain([0, 0x8000_0000, 1, 0x8000_0001]) {
+                let x = f32::from_bits(bits);
+                if x.is_nan() {
+                    continue;
+                }
+                let x = x.clamp(-max, max);
+                let want = element.round_trip(x, Overflow::Cast);
+                assert_eq!(rounding.round(x).to_bits(), want.to_bits(), "{element} {x:e}");
+            }
+        }
+    }
 
     #[test]
     fn ue8m0_ceil_is_exact_at_powers_of_two() {

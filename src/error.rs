@@ -43,6 +43,10 @@ pub enum Error {
     OutputNotEmpty(String),
     #[error("chart: {0}")]
     Chart(String),
+    /// A missing or unreadable input file of `plot` (`location` names the
+    /// file, and the line when there is one).
+    #[error("{location}: {message}")]
+    Input { location: String, message: String },
 }
 
 impl Error {

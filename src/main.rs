@@ -6,7 +6,7 @@ mod cli;
 
 use clap::error::ErrorKind;
 use clap::Parser;
-use cli::{Cli, Command, PresetsAction, RunArgs, ScenarioArgs, SweepArgs};
+use cli::{Cli, Command, PlotArgs, PresetsAction, RunArgs, ScenarioArgs, SweepArgs};
 use dsa_recall::config::{self, Overlay, Scenario, ScenarioParams};
 use dsa_recall::error::Error;
 use dsa_recall::{output, report, sweep};
@@ -33,7 +33,7 @@ fn main() -> ExitCode {
         Err(e) => {
             eprintln!("error: {e}");
             ExitCode::from(match e {
-                Error::Config(_) | Error::ScenarioFile { .. } | Error::OutputNotEmpty(_) => 2,
+                Error::Config(_) | Error::ScenarioFile { .. } | Error::OutputNotEmpty(_) | Error::Input { .. } => 2,
                 _ => 1,
             })
         }
@@ -44,6 +44,7 @@ fn run(cli: Cli) -> Result<(), Error> {
     match cli.command {
         Command::Sweep(args) => run_sweep(&args),
         Command::Run(args) => run_cell(&args),
+        Command::Plot(args) => run_plot(&args),
         Command::Presets(args) => {
             match args.action {
                 None => {
@@ -89,12 +90,19 @@ fn progress_bar(total: u64) -> ProgressBar {
 
 fn run_sweep(args: &SweepArgs) -> Result<(), Error> {
     let s = scenario(&args.scenario, args.overlay()?)?;
+    let opts = report::PlotOptions { detail_context: cli::detail_context(&args.detail_context)?, ..Default::default() };
+    if let Some(c) = opts.detail_context {
+        if !s.contexts.contains(&c) {
+            let list = s.contexts.iter().map(|&c| output::tokens_label(c)).collect::<Vec<_>>().join(", ");
+            return Err(dsa_recall::ConfigError::new("--detail-context", c, format!("one of the sweep's contexts: {list}")).into());
+        }
+    }
     let pool = thread_pool(args.scenario.threads)?;
     output::prepare_output_dir(&args.out, args.force)?;
     let bar = progress_bar(sweep::total_trials(&s));
     let outcome = pool.install(|| sweep::run_sweep(&s, &|| bar.inc(1)))?;
     bar.finish_and_clear();
-    report::write_sweep(&args.out, &s, &outcome)?;
+    report::write_sweep(&args.out, &s, &outcome, &opts)?;
     print!("{}", output::format_table(&s, &outcome));
     println!("\nwrote {}", args.out.display());
     Ok(())
@@ -133,5 +141,18 @@ fn run_cell(args: &RunArgs) -> Result<(), Error> {
     } else {
         print!("{}", cell.text);
     }
+    Ok(())
+}
+
+fn run_plot(args: &PlotArgs) -> Result<(), Error> {
+    use dsa_recall::chart::ImageFormat;
+    let formats = match args.format.as_str() {
+        "svg" => vec![ImageFormat::Svg],
+        "both" => vec![ImageFormat::Png, ImageFormat::Svg],
+        _ => vec![ImageFormat::Png],
+    };
+    let opts = report::PlotOptions { formats, detail_context: cli::detail_context(&args.detail_context)? };
+    let files = report::plot_dir(&args.dir, &opts)?;
+    println!("wrote {} files in {}: {}", files.len(), args.dir.display(), files.join(", "));
     Ok(())
 }

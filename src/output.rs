@@ -136,18 +136,18 @@ struct Manifest<'a> {
     seed: u64,
     scenario: &'a Scenario,
     effective_context: &'a [EffectiveContext],
-    files: Vec<&'static str>,
+    files: &'a [String],
 }
 
-/// The resolved configuration, seed and crate version.
-pub fn manifest_json(scenario: &Scenario, outcome: &SweepOutcome) -> String {
+/// The resolved configuration, seed, crate version, and the files written.
+pub fn manifest_json(scenario: &Scenario, outcome: &SweepOutcome, files: &[String]) -> String {
     let m = Manifest {
         tool: "dsa-recall",
         version: env!("CARGO_PKG_VERSION"),
         seed: scenario.seed,
         scenario,
         effective_context: &outcome.effective,
-        files: vec![RESULTS_FILE, SUMMARY_FILE, MANIFEST_FILE, RECALL_CHART_FILE],
+        files,
     };
     serde_json::to_string_pretty(&m).unwrap_or_default() + "\n"
 }

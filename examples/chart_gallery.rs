@@ -143,6 +143,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         title: "Needle recall by depth and context (synthetic demo data)".into(),
         panels: panels.clone(),
         diverging: false,
+        diverging_limit: None,
     };
     render_heatmap(&hm, &dir.join("heatmap.png"), 1600, 1000)?;
 
@@ -167,6 +168,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         title: "Recall difference fp8 − bf16 (synthetic demo data)".into(),
         panels: vec![diff_panel(&panels[0], &panels[1])],
         diverging: true,
+        diverging_limit: None,
     };
     render_heatmap(&diff, &dir.join("heatmap_diff.png"), 1600, 1000)?;
 
@@ -177,6 +179,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             .map(|&k| panel(k, "fp8", 0.6))
             .collect(),
         diverging: false,
+        diverging_limit: None,
     };
     render_heatmap(&many, &dir.join("heatmap_grid.png"), 1600, 1000)?;
 

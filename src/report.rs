@@ -221,7 +221,7 @@ fn render_recall_charts(meta: &ReportMeta, cells: &[CellResult], path: &Path) ->
 }
 
 /// Pixel size of a heatmap with `panels` panels of `depths` × `contexts` cells.
-fn heatmap_size(panels: usize, depths: usize, contexts: usize) -> (u32, u32) {
+pub fn heatmap_size(panels: usize, depths: usize, contexts: usize) -> (u32, u32) {
     let cols = if panels <= 3 { panels.max(1) } else { (panels as f64).sqrt().ceil() as usize };
     let rows = panels.div_ceil(cols);
     let w = 260 + cols * (90 + 78 * contexts);
@@ -259,7 +259,14 @@ pub fn heatmap(meta: &ReportMeta, cells: &[CellResult]) -> Heatmap {
         title: format!("Needle recall by depth and context · {} · {trials} trials per cell", meta.preset),
         panels,
         diverging: false,
+        diverging_limit: None,
     }
+}
+
+/// The diverging colour scale's half-width for differences up to `largest`:
+/// the smallest of 0.05, 0.1, 0.25, 0.5 and 1 that holds it.
+pub fn diff_scale(largest: f64) -> f64 {
+    [0.05, 0.1, 0.25, 0.5].into_iter().find(|&l| largest <= l + 1e-12).unwrap_or(1.0)
 }
 
 /// Recall difference of every other precision against the baseline (the
@@ -284,10 +291,12 @@ pub fn heatmap_diff(meta: &ReportMeta, cells: &[CellResult]) -> Option<Heatmap> 
             });
         }
     }
+    let largest = panels.iter().flat_map(|p| p.recall.iter().flatten().flatten()).fold(0.0f64, |m, v| m.max(v.abs()));
     (!panels.is_empty()).then(|| Heatmap {
         title: format!("Recall difference against {baseline} on the same haystacks · {}", meta.preset),
         panels,
         diverging: true,
+        diverging_limit: Some(diff_scale(largest)),
     })
 }
 
@@ -526,4 +535,18 @@ pub fn run_single_cell(s: &Scenario, print_trials: bool) -> Result<SingleCell, E
         );
     }
     Ok(SingleCell { result, text })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn difference_scale_holds_the_largest_difference() {
+        assert_eq!(diff_scale(0.0), 0.05);
+        assert_eq!(diff_scale(0.05), 0.05);
+        assert_eq!(diff_scale(0.06), 0.1);
+        assert_eq!(diff_scale(0.3), 0.5);
+        assert_eq!(diff_scale(0.9), 1.0);
+    }
 }

@@ -75,6 +75,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         ],
         coverage_limits: vec![(512, cov(512)), (1024, cov(1024)), (2048, cov(2048))],
         effective_threshold: Some(0.9),
+        effective: Vec::new(),
     };
     for (name, w, h) in [
         ("recall_vs_context.png", 1600, 1000),
@@ -93,6 +94,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         series: vec![series(256, "fp8", cov(256), 0.3, 9..=22)],
         coverage_limits: vec![(256, cov(256)), (64, cov(64))],
         effective_threshold: None,
+        effective: Vec::new(),
     };
     render_recall_vs_context(&short, &dir.join("recall_vs_context_wide.png"), 1600, 1000)?;
 
@@ -141,6 +143,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         title: "Needle recall by depth and context (synthetic demo data)".into(),
         panels: panels.clone(),
         diverging: false,
+        diverging_limit: None,
     };
     render_heatmap(&hm, &dir.join("heatmap.png"), 1600, 1000)?;
 
@@ -165,6 +168,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         title: "Recall difference fp8 − bf16 (synthetic demo data)".into(),
         panels: vec![diff_panel(&panels[0], &panels[1])],
         diverging: true,
+        diverging_limit: None,
     };
     render_heatmap(&diff, &dir.join("heatmap_diff.png"), 1600, 1000)?;
 
@@ -175,6 +179,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             .map(|&k| panel(k, "fp8", 0.6))
             .collect(),
         diverging: false,
+        diverging_limit: None,
     };
     render_heatmap(&many, &dir.join("heatmap_grid.png"), 1600, 1000)?;
 

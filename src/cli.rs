@@ -26,6 +26,32 @@ pub enum Command {
     Merge(MergeArgs),
     /// Quantize numbers and print each dequantized value, one per line.
     Quantize(QuantizeArgs),
+    /// Re-render every chart and report.html of a sweep directory from its results.jsonl, without simulating.
+    Plot(PlotArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct PlotArgs {
+    /// A sweep's output directory (holding results.jsonl and manifest.json).
+    #[arg(value_name = "DIR")]
+    pub dir: PathBuf,
+    /// Chart format.
+    #[arg(long, value_parser = ["png", "svg", "both"], default_value = "png")]
+    pub format: String,
+    /// Context of the needle rank/margin chart (default: the longest in the sweep).
+    #[arg(long, allow_hyphen_values = true, allow_negative_numbers = true, value_name = "TOKENS")]
+    pub detail_context: Option<String>,
+}
+
+/// Parses `--detail-context` (K/M suffixes allowed).
+pub fn detail_context(text: &Option<String>) -> Result<Option<u64>, ConfigError> {
+    match text {
+        None => Ok(None),
+        Some(t) => config::lists::parse_size(t)
+            .filter(|&v| v > 0)
+            .map(Some)
+            .ok_or_else(|| ConfigError::new("--detail-context", format!("{t:?}"), "a context length of the sweep, e.g. 32K")),
+    }
 }
 
 #[derive(Args, Debug)]
@@ -124,7 +150,7 @@ pub struct SweepArgs {
     /// Context lengths: 1K,4K,… or a doubling range 1K..128K (K = 1024, M = 1048576).
     #[arg(long, allow_hyphen_values = true, allow_negative_numbers = true, value_name = "LIST")]
     pub contexts: Option<String>,
-    /// Needle depths in percent (0 = start, 100 = end): 0,50,100 or 0..100:10.
+    /// Needle depths in percent (0 = start, 100 = end): 0,50,100, 0..100:10, linear:11 or sigmoid:11 (packed near 0 and 100).
     #[arg(long, allow_hyphen_values = true, allow_negative_numbers = true, value_name = "LIST")]
     pub depths: Option<String>,
     /// Top-k values (default: the preset's index_topk and twice it).
@@ -145,6 +171,9 @@ pub struct SweepArgs {
     /// Run only the I-th of N disjoint parts of the grid (combine them with `merge`).
     #[arg(long, value_name = "I/N", allow_hyphen_values = true)]
     pub shard: Option<String>,
+    /// Context of the needle rank/margin chart (default: the longest).
+    #[arg(long, allow_hyphen_values = true, allow_negative_numbers = true, value_name = "TOKENS")]
+    pub detail_context: Option<String>,
 }
 
 #[derive(Args, Debug)]

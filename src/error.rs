@@ -54,6 +54,10 @@ pub enum Error {
     Resources(String),
     #[error(transparent)]
     Quantize(#[from] crate::quantize::QuantizeError),
+    /// A missing or unreadable input file of `plot` (`location` names the
+    /// file, and the line when there is one).
+    #[error("{location}: {message}")]
+    Input { location: String, message: String },
 }
 
 impl Error {

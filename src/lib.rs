@@ -15,6 +15,7 @@ pub mod error;
 pub mod format;
 pub mod geometry;
 pub mod haystack;
+pub mod html;
 pub mod indexer;
 pub mod montecarlo;
 pub mod output;

@@ -6,7 +6,7 @@ mod cli;
 
 use clap::error::ErrorKind;
 use clap::Parser;
-use cli::{Cli, Command, MergeArgs, PresetsAction, QuantizeArgs, RunArgs, ScenarioArgs, SweepArgs};
+use cli::{Cli, Command, MergeArgs, PlotArgs, PresetsAction, QuantizeArgs, RunArgs, ScenarioArgs, SweepArgs};
 use dsa_recall::config::{self, Overlay, Scenario, ScenarioParams};
 use dsa_recall::error::Error;
 use dsa_recall::store::{self, Shard, StoreOptions};
@@ -39,7 +39,8 @@ fn main() -> ExitCode {
                 | Error::OutputNotEmpty(_)
                 | Error::Mismatch(_)
                 | Error::Resources(_)
-                | Error::Quantize(_) => 2,
+                | Error::Quantize(_)
+                | Error::Input { .. } => 2,
                 _ => 1,
             })
         }
@@ -52,6 +53,7 @@ fn run(cli: Cli) -> Result<(), Error> {
         Command::Run(args) => run_cell(&args),
         Command::Merge(args) => run_merge(&args),
         Command::Quantize(args) => run_quantize(&args),
+        Command::Plot(args) => run_plot(&args),
         Command::Presets(args) => {
             match args.action {
                 None => {
@@ -98,19 +100,26 @@ fn progress_bar(total: u64) -> ProgressBar {
 fn run_sweep(args: &SweepArgs) -> Result<(), Error> {
     let s = scenario(&args.scenario, args.overlay()?)?;
     let shard = args.shard.as_deref().map(Shard::parse).transpose()?;
+    let plot = report::PlotOptions { detail_context: cli::detail_context(&args.detail_context)?, ..Default::default() };
+    if let Some(c) = plot.detail_context {
+        if !s.contexts.contains(&c) {
+            let list = s.contexts.iter().map(|&c| output::tokens_label(c)).collect::<Vec<_>>().join(", ");
+            return Err(dsa_recall::ConfigError::new("--detail-context", c, format!("one of the sweep's contexts: {list}")).into());
+        }
+    }
     let pool = thread_pool(args.scenario.threads)?;
     store::check_memory(&s, pool.current_num_threads())?;
-    let opts = StoreOptions { force: args.force, resume: args.resume, shard };
+    let store_opts = StoreOptions { force: args.force, resume: args.resume, shard };
     let bar = progress_bar(sweep::total_trials(&s));
-    let outcome = pool.install(|| store::sweep_into(&args.out, &s, opts, &|| bar.inc(1)))?;
+    let outcome = pool.install(|| store::sweep_into(&args.out, &s, store_opts, &|| bar.inc(1)))?;
     bar.finish_and_clear();
     if shard.is_some() {
         // A shard's table and charts would describe a fragment: `merge` makes them.
-        store::finish(&args.out, &s, shard, &outcome, &[output::MANIFEST_FILE, output::RESULTS_FILE])?;
+        store::finish(&args.out, &s, shard, &outcome, &[output::MANIFEST_FILE.to_string(), output::RESULTS_FILE.to_string()])?;
         println!("wrote shard {} ({} cells) to {}", args.shard.as_deref().unwrap_or(""), outcome.cells.len(), args.out.display());
         return Ok(());
     }
-    let files = report::write_sweep(&args.out, &s, &outcome)?;
+    let files = report::write_sweep(&args.out, &s, &outcome, &plot)?;
     store::finish(&args.out, &s, None, &outcome, &files)?;
     print!("{}", output::format_table(&s, &outcome));
     println!("\nwrote {}", args.out.display());
@@ -127,7 +136,7 @@ fn run_merge(args: &MergeArgs) -> Result<(), Error> {
     output::write_atomic(&args.out.join(output::RESULTS_FILE), text.as_bytes())?;
     let effective = sweep::effective_contexts(&s, &cells);
     let outcome = sweep::SweepOutcome { cells, effective };
-    let files = report::write_sweep(&args.out, &s, &outcome)?;
+    let files = report::write_sweep(&args.out, &s, &outcome, &report::PlotOptions::default())?;
     store::finish(&args.out, &s, None, &outcome, &files)?;
     print!("{}", output::format_table(&s, &outcome));
     println!("\nmerged {} shards into {}", args.shards.len(), args.out.display());
@@ -192,4 +201,17 @@ fn run_quantize(args: &QuantizeArgs) -> Result<(), Error> {
         writeln!(out, "{}", format_line(&spec, value, code, args.codes)).map_err(|e| Error::io("writing stdout", e))?;
     }
     out.flush().map_err(|e| Error::io("writing stdout", e))
+}
+
+fn run_plot(args: &PlotArgs) -> Result<(), Error> {
+    use dsa_recall::chart::ImageFormat;
+    let formats = match args.format.as_str() {
+        "svg" => vec![ImageFormat::Svg],
+        "both" => vec![ImageFormat::Png, ImageFormat::Svg],
+        _ => vec![ImageFormat::Png],
+    };
+    let opts = report::PlotOptions { formats, detail_context: cli::detail_context(&args.detail_context)? };
+    let files = report::plot_dir(&args.dir, &opts)?;
+    println!("wrote {} files in {}: {}", files.len(), args.dir.display(), files.join(", "));
+    Ok(())
 }

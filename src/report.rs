@@ -1,58 +1,487 @@
 //! Turning simulation outcomes into files and text: a sweep's output
-//! directory, and `run`'s single-cell report.
+//! directory (data, charts, `report.html`), `plot`'s re-rendering of a
+//! finished directory, and `run`'s single-cell report.
+//!
+//! Every chart is drawn from the cells and a [`ReportMeta`] alone, which a
+//! sweep builds from its scenario and `plot` reads back from `manifest.json`,
+//! so `plot` redraws byte-identical files without simulating.
 
-use crate::chart::{render_recall_vs_context, RecallChart, RecallPoint, RecallSeries};
+use crate::chart::{
+    render_fidelity, render_heatmap, render_rank_margin, render_recall_vs_context, DistributionRow, EffectiveMark,
+    FidelityChart, FidelityPoint, FidelitySeries, Heatmap, HeatmapPanel, ImageFormat, RankMarginChart, RecallChart,
+    RecallPoint, RecallSeries,
+};
 use crate::config::Scenario;
-use crate::error::Error;
+use crate::error::{ConfigError, Error};
 use crate::montecarlo::{run_trials, tally_cells};
-use crate::output::{self, write_atomic, MANIFEST_FILE, RECALL_CHART_FILE, RESULTS_FILE, SUMMARY_FILE};
-use crate::sweep::{cells_for, spec_for, CellResult, SweepOutcome};
+use crate::output::{self, tokens_label, write_atomic, MANIFEST_FILE, RECALL_CHART_FILE, RESULTS_FILE, SUMMARY_FILE};
+use crate::sweep::{cells_for, effective_contexts, spec_for, CellResult, EffectiveContext, SweepOutcome};
 use std::fmt::Write as _;
 use std::path::Path;
 
-/// Writes the derived files of a finished sweep into `dir` (results.jsonl
-/// and the manifest are the store's): returns every file the directory holds.
-pub fn write_sweep(dir: &Path, s: &Scenario, outcome: &SweepOutcome) -> Result<Vec<&'static str>, Error> {
-    write_atomic(&dir.join(SUMMARY_FILE), output::summary_csv(&outcome.cells).as_bytes())?;
-    render_recall_chart(s, &outcome.cells, &dir.join(RECALL_CHART_FILE))?;
-    Ok(vec![MANIFEST_FILE, RESULTS_FILE, SUMMARY_FILE, RECALL_CHART_FILE])
+/// The self-contained HTML report.
+pub const REPORT_FILE: &str = "report.html";
+/// Chart stems (the extension follows the format).
+pub const HEATMAP_STEM: &str = "heatmap";
+pub const HEATMAP_DIFF_STEM: &str = "heatmap_diff";
+pub const FIDELITY_STEM: &str = "fidelity";
+pub const RANK_MARGIN_STEM: &str = "rank_margin";
+/// The engines' pass rule for top-k overlap, drawn on the fidelity chart.
+pub const FIDELITY_PASS_RULE: f64 = 0.99;
+
+/// How charts are drawn: formats, and the context of the rank/margin chart.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PlotOptions {
+    pub formats: Vec<ImageFormat>,
+    /// Context of the rank/margin chart; None = the longest in the sweep.
+    pub detail_context: Option<u64>,
+}
+
+impl Default for PlotOptions {
+    fn default() -> Self {
+        PlotOptions { formats: vec![ImageFormat::Png], detail_context: None }
+    }
+}
+
+/// What charts and the report need beyond the cells.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ReportMeta {
+    pub preset: String,
+    pub needle_strength: f64,
+    pub needle_tokens: u64,
+    pub seed: u64,
+    pub threshold: f64,
+    pub version: String,
+    pub effective: Vec<EffectiveContext>,
+    /// The resolved scenario, as in `manifest.json`.
+    pub scenario: serde_json::Value,
+}
+
+impl ReportMeta {
+    pub fn from_scenario(s: &Scenario, effective: &[EffectiveContext]) -> Self {
+        ReportMeta {
+            preset: s.preset.clone(),
+            needle_strength: s.model.needle_strength,
+            needle_tokens: s.needle_tokens,
+            seed: s.seed,
+            threshold: s.threshold,
+            version: env!("CARGO_PKG_VERSION").to_string(),
+            effective: effective.to_vec(),
+            scenario: serde_json::to_value(s).unwrap_or_default(),
+        }
+    }
+
+    /// Reads the fields back from a `manifest.json` text (`location` names the file in errors).
+    pub fn from_manifest(text: &str, location: &str) -> Result<Self, Error> {
+        let bad = |message: String| Error::Input { location: location.to_string(), message };
+        let v: serde_json::Value = serde_json::from_str(text).map_err(|e| bad(format!("not valid JSON: {e}")))?;
+        let sc = &v["scenario"];
+        let num = |x: &serde_json::Value, what: &str| x.as_f64().ok_or_else(|| bad(format!("missing number {what}")));
+        let int = |x: &serde_json::Value, what: &str| x.as_u64().ok_or_else(|| bad(format!("missing integer {what}")));
+        let effective: Vec<EffectiveContext> = serde_json::from_value(v["effective_context"].clone())
+            .map_err(|e| bad(format!("effective_context: {e}")))?;
+        Ok(ReportMeta {
+            preset: sc["preset"].as_str().ok_or_else(|| bad("missing scenario.preset".into()))?.to_string(),
+            needle_strength: num(&sc["model"]["needle_strength"], "scenario.model.needle_strength")?,
+            needle_tokens: int(&sc["needle_tokens"], "scenario.needle_tokens")?,
+            seed: int(&v["seed"], "seed")?,
+            threshold: num(&sc["threshold"], "scenario.threshold")?,
+            version: v["version"].as_str().unwrap_or("unknown").to_string(),
+            effective,
+            scenario: sc.clone(),
+        })
+    }
+}
+
+/// The axes of a sweep, read from its cells: depths, contexts and k
+/// ascending, precisions in sweep order (the first is the paired baseline).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Grid {
+    pub depths: Vec<f64>,
+    pub contexts: Vec<u64>,
+    pub topks: Vec<u64>,
+    pub precisions: Vec<String>,
+}
+
+impl Grid {
+    pub fn of(cells: &[CellResult]) -> Self {
+        let mut g = Grid { depths: vec![], contexts: vec![], topks: vec![], precisions: vec![] };
+        for c in cells {
+            if !g.depths.contains(&c.depth_percent) {
+                g.depths.push(c.depth_percent);
+            }
+            if !g.contexts.contains(&c.context_tokens) {
+                g.contexts.push(c.context_tokens);
+            }
+            if !g.topks.contains(&c.topk) {
+                g.topks.push(c.topk);
+            }
+            if !g.precisions.contains(&c.precision) {
+                g.precisions.push(c.precision.clone());
+            }
+        }
+        g.depths.sort_by(f64::total_cmp);
+        g.contexts.sort_unstable();
+        g.topks.sort_unstable();
+        g
+    }
+
+    /// The depth the single-depth charts (fidelity, rank/margin) use: the one closest to 50 %.
+    pub fn detail_depth(&self) -> f64 {
+        self.depths.iter().copied().min_by(|a, b| (a - 50.0).abs().total_cmp(&(b - 50.0).abs())).unwrap_or(50.0)
+    }
+}
+
+fn find<'a>(cells: &'a [CellResult], depth: f64, context: u64, k: u64, p: &str) -> Option<&'a CellResult> {
+    cells.iter().find(|c| c.depth_percent == depth && c.context_tokens == context && c.topk == k && c.precision == p)
+}
+
+fn chart_err(e: crate::chart::ChartError) -> Error {
+    Error::Chart(e.to_string())
+}
+
+fn effective_label(e: &EffectiveContext, shortest: u64) -> String {
+    match (e.effective_context, e.held_at_longest) {
+        (None, _) => format!("< {}", tokens_label(shortest)),
+        (Some(c), true) => format!("≥ {}", tokens_label(c)),
+        (Some(c), false) => tokens_label(c),
+    }
+}
+
+/// The recall-vs-context chart of one depth.
+pub fn recall_chart(meta: &ReportMeta, cells: &[CellResult], depth: f64) -> RecallChart {
+    let g = Grid::of(cells);
+    let trials = cells.first().map_or(0, |c| c.trials);
+    let mut series = Vec::new();
+    for &k in &g.topks {
+        for p in &g.precisions {
+            let points: Vec<RecallPoint> = cells
+                .iter()
+                .filter(|c| c.depth_percent == depth && c.topk == k && c.precision == *p)
+                .map(|c| RecallPoint { context_tokens: c.context_tokens, recall: c.recall, ci_low: c.ci_low, ci_high: c.ci_high })
+                .collect();
+            if !points.is_empty() {
+                series.push(RecallSeries { topk: k as u32, precision: p.clone(), points });
+            }
+        }
+    }
+    let coverage_limits = g
+        .topks
+        .iter()
+        .filter_map(|&k| cells.iter().find(|c| c.topk == k).map(|c| (k as u32, c.coverage_limit)))
+        .collect();
+    RecallChart {
+        title: format!("Needle recall vs context · {}", meta.preset),
+        subtitle: format!(
+            "needle depth {depth} %, strength {} sd, {} tokens · {trials} trials per point · Wilson 95 % bands · seed {}",
+            meta.needle_strength, meta.needle_tokens, meta.seed
+        ),
+        series,
+        coverage_limits,
+        effective_threshold: Some(meta.threshold),
+        effective: meta
+            .effective
+            .iter()
+            .map(|e| EffectiveMark {
+                topk: e.topk as u32,
+                precision: e.precision.clone(),
+                context_tokens: e.effective_context,
+                held_at_longest: e.held_at_longest,
+            })
+            .collect(),
+    }
 }
 
 /// Recall vs context, one line per (k, precision), one chart per depth
 /// (`recall_vs_context.png` for the first depth, `recall_vs_context_depthD.png`
-/// for the others).
+/// for the others); effective contexts are computed from `cells`.
 pub fn render_recall_chart(s: &Scenario, cells: &[CellResult], path: &Path) -> Result<(), Error> {
-    for (i, &depth) in s.depths.iter().enumerate() {
-        let mut series = Vec::new();
-        for &k in &s.topks {
-            for p in &s.precisions {
-                let points = cells
-                    .iter()
-                    .filter(|c| c.depth_percent == depth && c.topk == k && c.precision == p.name)
-                    .map(|c| RecallPoint { context_tokens: c.context_tokens, recall: c.recall, ci_low: c.ci_low, ci_high: c.ci_high })
-                    .collect();
-                series.push(RecallSeries { topk: k as u32, precision: p.name.clone(), points });
+    let meta = ReportMeta::from_scenario(s, &effective_contexts(s, cells));
+    render_recall_charts(&meta, cells, path).map(|_| ())
+}
+
+fn recall_chart_path(first: &Path, index: usize, depth: f64) -> std::path::PathBuf {
+    if index == 0 {
+        return first.to_path_buf();
+    }
+    let stem = first.file_stem().map(|x| x.to_string_lossy().into_owned()).unwrap_or_default();
+    let ext = first.extension().map(|x| x.to_string_lossy().into_owned()).unwrap_or_else(|| "png".into());
+    first.with_file_name(format!("{stem}_depth{depth}.{ext}"))
+}
+
+fn render_recall_charts(meta: &ReportMeta, cells: &[CellResult], path: &Path) -> Result<Vec<std::path::PathBuf>, Error> {
+    let g = Grid::of(cells);
+    let mut written = Vec::new();
+    for (i, &depth) in g.depths.iter().enumerate() {
+        let target = recall_chart_path(path, i, depth);
+        render_recall_vs_context(&recall_chart(meta, cells, depth), &target, 1600, 1000).map_err(chart_err)?;
+        written.push(target);
+    }
+    Ok(written)
+}
+
+/// Pixel size of a heatmap with `panels` panels of `depths` × `contexts` cells.
+pub fn heatmap_size(panels: usize, depths: usize, contexts: usize) -> (u32, u32) {
+    let cols = if panels <= 3 { panels.max(1) } else { (panels as f64).sqrt().ceil() as usize };
+    let rows = panels.div_ceil(cols);
+    let w = 260 + cols * (90 + 78 * contexts);
+    let h = 140 + rows * (110 + 36 * depths.max(3));
+    (w.clamp(1600, 6000) as u32, h.clamp(1000, 6000) as u32)
+}
+
+/// Depth × context recall, one panel per (k, precision).
+pub fn heatmap(meta: &ReportMeta, cells: &[CellResult]) -> Heatmap {
+    let g = Grid::of(cells);
+    let trials = cells.first().map_or(0, |c| c.trials);
+    let mut panels = Vec::new();
+    for &k in &g.topks {
+        for p in &g.precisions {
+            let recall = g
+                .depths
+                .iter()
+                .map(|&d| g.contexts.iter().map(|&c| find(cells, d, c, k, p).map(|x| x.recall)).collect())
+                .collect();
+            let eff = meta.effective.iter().find(|e| e.topk == k && e.precision == *p);
+            let title = match eff {
+                Some(e) => format!("k={k}, {p} · eff. {}", effective_label(e, g.contexts[0])),
+                None => format!("k={k}, {p}"),
+            };
+            panels.push(HeatmapPanel {
+                title,
+                depths_percent: g.depths.clone(),
+                contexts: g.contexts.clone(),
+                recall,
+                coverage_limit: cells.iter().find(|c| c.topk == k).map(|c| c.coverage_limit),
+            });
+        }
+    }
+    Heatmap {
+        title: format!("Needle recall by depth and context · {} · {trials} trials per cell", meta.preset),
+        panels,
+        diverging: false,
+        diverging_limit: None,
+    }
+}
+
+/// The diverging colour scale's half-width for differences up to `largest`:
+/// the smallest of 0.05, 0.1, 0.25, 0.5 and 1 that holds it.
+pub fn diff_scale(largest: f64) -> f64 {
+    [0.05, 0.1, 0.25, 0.5].into_iter().find(|&l| largest <= l + 1e-12).unwrap_or(1.0)
+}
+
+/// Recall difference of every other precision against the baseline (the
+/// first precision), per k, on the same haystacks. None with one precision.
+pub fn heatmap_diff(meta: &ReportMeta, cells: &[CellResult]) -> Option<Heatmap> {
+    let g = Grid::of(cells);
+    let baseline = g.precisions.first()?.clone();
+    let mut panels = Vec::new();
+    for &k in &g.topks {
+        for p in g.precisions.iter().skip(1) {
+            let recall = g
+                .depths
+                .iter()
+                .map(|&d| g.contexts.iter().map(|&c| find(cells, d, c, k, p).and_then(|x| x.recall_diff)).collect())
+                .collect();
+            panels.push(HeatmapPanel {
+                title: format!("k={k}: {p} − {baseline}"),
+                depths_percent: g.depths.clone(),
+                contexts: g.contexts.clone(),
+                recall,
+                coverage_limit: cells.iter().find(|c| c.topk == k).map(|c| c.coverage_limit),
+            });
+        }
+    }
+    let largest = panels.iter().flat_map(|p| p.recall.iter().flatten().flatten()).fold(0.0f64, |m, v| m.max(v.abs()));
+    (!panels.is_empty()).then(|| Heatmap {
+        title: format!("Recall difference against {baseline} on the same haystacks · {}", meta.preset),
+        panels,
+        diverging: true,
+        diverging_limit: Some(diff_scale(largest)),
+    })
+}
+
+/// Selection fidelity against the reference at the detail depth. None
+/// when no cell has a fidelity reference.
+pub fn fidelity_chart(meta: &ReportMeta, cells: &[CellResult]) -> Option<FidelityChart> {
+    let g = Grid::of(cells);
+    let depth = g.detail_depth();
+    let reference = cells.iter().find_map(|c| c.fidelity_reference.clone())?;
+    let trials = cells.first().map_or(0, |c| c.trials);
+    let mut series = Vec::new();
+    for &k in &g.topks {
+        for p in &g.precisions {
+            let mine: Vec<&CellResult> = g.contexts.iter().filter_map(|&c| find(cells, depth, c, k, p)).collect();
+            let pick = |f: fn(&CellResult) -> (Option<f64>, Option<f64>, Option<f64>)| -> Vec<FidelityPoint> {
+                mine.iter()
+                    .filter_map(|c| match f(c) {
+                        (Some(mean), Some(lo), Some(hi)) => Some(FidelityPoint {
+                            context_tokens: c.context_tokens,
+                            mean: mean.clamp(0.0, 1.0),
+                            ci_low: lo.clamp(0.0, 1.0),
+                            ci_high: hi.clamp(0.0, 1.0),
+                        }),
+                        _ => None,
+                    })
+                    .collect()
+            };
+            let selection_recall = pick(|c| (c.selection_recall, c.selection_recall_ci_low, c.selection_recall_ci_high));
+            let jaccard = pick(|c| (c.jaccard, c.jaccard_ci_low, c.jaccard_ci_high));
+            if !selection_recall.is_empty() || !jaccard.is_empty() {
+                series.push(FidelitySeries { topk: k as u32, precision: p.clone(), selection_recall, jaccard });
             }
         }
-        let chart = RecallChart {
-            title: format!("Needle recall vs context · {}", s.preset),
-            subtitle: format!(
-                "needle depth {depth} %, strength {} sd, {} tokens · {} trials per point · Wilson 95 % bands · seed {}",
-                s.model.needle_strength, s.needle_tokens, s.trials, s.seed
-            ),
-            series,
-            coverage_limits: s.topks.iter().map(|&k| (k as u32, s.geometry.coverage_limit(k))).collect(),
-            effective_threshold: Some(s.threshold),
-        };
-        let target = if i == 0 {
-            path.to_path_buf()
-        } else {
-            let stem = path.file_stem().map(|x| x.to_string_lossy().into_owned()).unwrap_or_default();
-            path.with_file_name(format!("{stem}_depth{depth}.png"))
-        };
-        render_recall_vs_context(&chart, &target, 1600, 1000).map_err(|e| Error::Chart(e.to_string()))?;
     }
-    Ok(())
+    (!series.is_empty()).then(|| FidelityChart {
+        title: format!("Selection fidelity against the {reference} top-k · {}", meta.preset),
+        subtitle: format!("needle depth {depth} % · {trials} trials per point · mean and 95 % interval over trials · seed {}", meta.seed),
+        reference,
+        series,
+        pass_rule: Some(FIDELITY_PASS_RULE),
+    })
+}
+
+/// The context the rank/margin chart shows: `requested` (which must be one
+/// of the sweep's contexts) or the longest.
+pub fn detail_context(cells: &[CellResult], requested: Option<u64>) -> Result<u64, Error> {
+    let g = Grid::of(cells);
+    match requested {
+        None => g.contexts.last().copied().ok_or_else(|| Error::Chart("no cells".into())),
+        Some(c) if g.contexts.contains(&c) => Ok(c),
+        Some(c) => Err(ConfigError::new(
+            "--detail-context",
+            c,
+            format!("one of the sweep's contexts: {}", g.contexts.iter().map(|&c| tokens_label(c)).collect::<Vec<_>>().join(", ")),
+        )
+        .into()),
+    }
+}
+
+/// Needle rank ÷ k_eff and margin quantiles per (k, precision) at `context`
+/// and the detail depth.
+pub fn rank_margin_chart(meta: &ReportMeta, cells: &[CellResult], context: u64) -> RankMarginChart {
+    let g = Grid::of(cells);
+    let depth = g.detail_depth();
+    let trials = cells.first().map_or(0, |c| c.trials);
+    let mut rows = Vec::new();
+    for &k in &g.topks {
+        for p in &g.precisions {
+            if let Some(c) = find(cells, depth, context, k, p) {
+                rows.push(DistributionRow {
+                    topk: k as u32,
+                    precision: p.clone(),
+                    rank_share: c.rank_share_quantiles,
+                    margin_sd: c.margin_sd_quantiles,
+                    recall: Some(c.recall),
+                });
+            }
+        }
+    }
+    RankMarginChart {
+        title: format!("Why needles are lost: rank and margin at {} tokens · {}", tokens_label(context), meta.preset),
+        subtitle: format!(
+            "needle depth {depth} %, strength {} sd · {trials} trials per row · rank = competitors scoring above the best needle row",
+            meta.needle_strength
+        ),
+        rows,
+    }
+}
+
+/// Renders every chart into `dir` in each of `opts.formats`; returns the
+/// file names written, in a stable order.
+pub fn render_charts(dir: &Path, meta: &ReportMeta, cells: &[CellResult], opts: &PlotOptions) -> Result<Vec<String>, Error> {
+    let g = Grid::of(cells);
+    if cells.is_empty() {
+        return Err(Error::Chart("no cells to draw".into()));
+    }
+    let context = detail_context(cells, opts.detail_context)?;
+    let name = |p: &Path| p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let mut files = Vec::new();
+    for &format in &opts.formats {
+        let ext = format.extension();
+        let recall_first = dir.join(RECALL_CHART_FILE).with_extension(ext);
+        files.extend(render_recall_charts(meta, cells, &recall_first)?.iter().map(|p| name(p)));
+        if g.depths.len() >= 2 {
+            let hm = heatmap(meta, cells);
+            let (w, h) = heatmap_size(hm.panels.len(), g.depths.len(), g.contexts.len());
+            let path = dir.join(format!("{HEATMAP_STEM}.{ext}"));
+            render_heatmap(&hm, &path, w, h).map_err(chart_err)?;
+            files.push(name(&path));
+            if let Some(diff) = heatmap_diff(meta, cells) {
+                let (w, h) = heatmap_size(diff.panels.len(), g.depths.len(), g.contexts.len());
+                let path = dir.join(format!("{HEATMAP_DIFF_STEM}.{ext}"));
+                render_heatmap(&diff, &path, w, h).map_err(chart_err)?;
+                files.push(name(&path));
+            }
+        }
+        if let Some(f) = fidelity_chart(meta, cells) {
+            let path = dir.join(format!("{FIDELITY_STEM}.{ext}"));
+            render_fidelity(&f, &path, 1600, 1000).map_err(chart_err)?;
+            files.push(name(&path));
+        }
+        let rm = rank_margin_chart(meta, cells, context);
+        let h = (300 + 70 * rm.rows.len()).clamp(1000, 4000) as u32;
+        let path = dir.join(format!("{RANK_MARGIN_STEM}.{ext}"));
+        render_rank_margin(&rm, &path, 1600, h).map_err(chart_err)?;
+        files.push(name(&path));
+    }
+    Ok(files)
+}
+
+/// Renders the charts and `report.html` (which embeds them); returns every file name written.
+pub fn render_all(dir: &Path, meta: &ReportMeta, cells: &[CellResult], opts: &PlotOptions) -> Result<Vec<String>, Error> {
+    let mut files = render_charts(dir, meta, cells, opts)?;
+    let html = crate::html::report_html(dir, meta, cells, &files)?;
+    write_atomic(&dir.join(REPORT_FILE), html.as_bytes())?;
+    files.push(REPORT_FILE.to_string());
+    Ok(files)
+}
+
+/// Writes every output file of a sweep into `dir` (which must exist).
+/// The manifest goes last: its presence marks a complete output directory.
+/// results.jsonl and the manifest are the store's (`crate::store`): returns
+/// every file the directory holds, for the manifest's list.
+pub fn write_sweep(dir: &Path, s: &Scenario, outcome: &SweepOutcome, opts: &PlotOptions) -> Result<Vec<String>, Error> {
+    write_atomic(&dir.join(SUMMARY_FILE), output::summary_csv(&outcome.cells).as_bytes())?;
+    let meta = ReportMeta::from_scenario(s, &outcome.effective);
+    let mut files = vec![RESULTS_FILE.to_string(), SUMMARY_FILE.to_string(), MANIFEST_FILE.to_string()];
+    files.extend(render_all(dir, &meta, &outcome.cells, opts)?);
+    Ok(files)
+}
+
+/// Reads `results.jsonl` (one cell per line; `location` names the file).
+pub fn parse_results(text: &str, location: &str) -> Result<Vec<CellResult>, Error> {
+    let mut cells = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let cell: CellResult = serde_json::from_str(line)
+            .map_err(|e| Error::Input { location: format!("{location} line {}", i + 1), message: format!("not a result cell: {e}") })?;
+        cells.push(cell);
+    }
+    if cells.is_empty() {
+        return Err(Error::Input { location: location.to_string(), message: "no result cells".into() });
+    }
+    Ok(cells)
+}
+
+/// `dsa-recall plot DIR`: re-renders every chart and `report.html` of a
+/// finished sweep directory from `results.jsonl` and `manifest.json`.
+pub fn plot_dir(dir: &Path, opts: &PlotOptions) -> Result<Vec<String>, Error> {
+    if !dir.is_dir() {
+        return Err(Error::Input { location: dir.display().to_string(), message: "no such directory (give a sweep's output directory)".into() });
+    }
+    let read = |name: &str| {
+        let path = dir.join(name);
+        std::fs::read_to_string(&path)
+            .map_err(|e| Error::Input { location: path.display().to_string(), message: format!("cannot read: {e}") })
+            .map(|t| (t, path.display().to_string()))
+    };
+    let (results, results_loc) = read(RESULTS_FILE)?;
+    let cells = parse_results(&results, &results_loc)?;
+    let (manifest, manifest_loc) = read(MANIFEST_FILE)?;
+    let meta = ReportMeta::from_manifest(&manifest, &manifest_loc)?;
+    render_all(dir, &meta, &cells, opts)
 }
 
 /// A single simulated cell and its text report.
@@ -107,4 +536,18 @@ pub fn run_single_cell(s: &Scenario, print_trials: bool) -> Result<SingleCell, E
         );
     }
     Ok(SingleCell { result, text })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn difference_scale_holds_the_largest_difference() {
+        assert_eq!(diff_scale(0.0), 0.05);
+        assert_eq!(diff_scale(0.05), 0.05);
+        assert_eq!(diff_scale(0.06), 0.1);
+        assert_eq!(diff_scale(0.3), 0.5);
+        assert_eq!(diff_scale(0.9), 1.0);
+    }
 }

@@ -225,11 +225,11 @@ pub fn sweep_into(dir: &Path, s: &Scenario, opts: StoreOptions, on_trial: &(dyn 
 
 /// Marks a directory complete: its manifest gets the effective contexts and
 /// the list of files written.
-pub fn finish(dir: &Path, s: &Scenario, shard: Option<Shard>, outcome: &SweepOutcome, files: &[&str]) -> Result<(), Error> {
+pub fn finish(dir: &Path, s: &Scenario, shard: Option<Shard>, outcome: &SweepOutcome, files: &[String]) -> Result<(), Error> {
     let mut m = Manifest::new(s, shard);
     m.status = "complete".into();
     m.effective_context = outcome.effective.clone();
-    m.files = files.iter().map(|f| f.to_string()).collect();
+    m.files = files.to_vec();
     m.write(dir)
 }
 

@@ -210,3 +210,94 @@ pub fn effective_contexts(s: &Scenario, cells: &[CellResult]) -> Vec<EffectiveCo
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::precision::PrecisionVariant;
+
+    fn cell(context: u64, depth: f64, k: u64, p: &str, recall: f64) -> CellResult {
+        CellResult {
+            context_tokens: context,
+            depth_percent: depth,
+            topk: k,
+            precision: p.into(),
+            trials: 100,
+            survived: (recall * 100.0).round() as u64,
+            recall,
+            ci_low: recall,
+            ci_high: recall,
+            mean_rank: None,
+            mean_rank_ties: None,
+            median_rank: None,
+            trials_with_ties: 0,
+            mean_margin_sd: None,
+            needle_rows: 2,
+            needle_start_token: 0,
+            needle_in_window: false,
+            survived_via_window: 0,
+            visible_rows: context / 4,
+            candidate_rows: context / 4,
+            k_eff: k.min(context / 4),
+            coverage_limit: k * 4 + 128,
+            rank_share_quantiles: None,
+            margin_sd_quantiles: None,
+            fidelity_reference: None,
+            selection_recall: None,
+            selection_recall_ci_low: None,
+            selection_recall_ci_high: None,
+            jaccard: None,
+            jaccard_ci_low: None,
+            jaccard_ci_high: None,
+            baseline: None,
+            recall_diff: None,
+            discordant_gained: None,
+            discordant_lost: None,
+            mcnemar_p: None,
+        }
+    }
+
+    #[test]
+    fn effective_context_against_a_hand_made_grid() {
+        let base = crate::config::check(crate::config::resolve(Default::default()).unwrap()).unwrap();
+        let s = Scenario {
+            contexts: vec![1024, 2048, 4096],
+            depths: vec![0.0, 100.0],
+            topks: vec![64, 128],
+            precisions: vec![PrecisionVariant::builtin("fp32").unwrap(), PrecisionVariant::builtin("bf16").unwrap()],
+            threshold: 0.9,
+            ..base
+        };
+        // recall[context index] at depth 0 and at depth 100
+        let grid: [(u64, &str, [f64; 3], [f64; 3]); 4] = [
+            // held at every context, 0.9 exactly counts as held → "≥ 4K"
+            (64, "fp32", [1.0, 0.95, 0.9], [1.0, 1.0, 0.92]),
+            // fails at the shortest context (depth 100 only) → "< 1K"
+            (64, "bf16", [1.0, 1.0, 1.0], [0.85, 1.0, 1.0]),
+            // fails at 4K at one depth → 2K
+            (128, "fp32", [1.0, 0.99, 0.89], [1.0, 1.0, 1.0]),
+            // recovers at 4K after failing at 2K: a later pass does not count → 1K
+            (128, "bf16", [1.0, 0.5, 1.0], [1.0, 1.0, 1.0]),
+        ];
+        let mut cells = Vec::new();
+        for (k, p, d0, d100) in grid {
+            for (i, &c) in s.contexts.iter().enumerate() {
+                cells.push(cell(c, 0.0, k, p, d0[i]));
+                cells.push(cell(c, 100.0, k, p, d100[i]));
+            }
+        }
+        let eff = effective_contexts(&s, &cells);
+        let got: Vec<(u64, &str, Option<u64>, bool, u64)> =
+            eff.iter().map(|e| (e.topk, e.precision.as_str(), e.effective_context, e.held_at_longest, e.coverage_limit)).collect();
+        assert_eq!(
+            got,
+            vec![
+                (64, "fp32", Some(4096), true, 64 * 4 + 128),
+                (64, "bf16", None, false, 64 * 4 + 128),
+                (128, "fp32", Some(2048), false, 128 * 4 + 128),
+                (128, "bf16", Some(1024), false, 128 * 4 + 128),
+            ]
+        );
+        assert!(eff.iter().all(|e| e.threshold == 0.9));
+    }
+}

@@ -44,7 +44,8 @@ pub(crate) fn svg_font_defs() -> &'static str {
     })
 }
 
-fn base64(data: &[u8]) -> String {
+/// Standard base64 (RFC 4648, with padding).
+pub(crate) fn base64(data: &[u8]) -> String {
     const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     let mut out = String::with_capacity(data.len().div_ceil(3) * 4);
     for chunk in data.chunks(3) {

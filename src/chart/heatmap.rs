@@ -35,6 +35,19 @@ pub struct Heatmap {
     pub panels: Vec<HeatmapPanel>,
     /// Difference heatmap: values in −1..1 on a diverging scale.
     pub diverging: bool,
+    /// Diverging scale only: the colour scale and bar span −limit..+limit
+    /// (values beyond it take the end colours); None = ±1. A small limit
+    /// makes differences of a few points visible.
+    pub diverging_limit: Option<f64>,
+}
+
+impl Heatmap {
+    fn limit(&self) -> f64 {
+        match self.diverging_limit {
+            Some(l) if l.is_finite() && l > 0.0 && self.diverging => l.min(1.0),
+            _ => 1.0,
+        }
+    }
 }
 
 /// Renders `h` to `path` (`.png` or `.svg`), atomically.
@@ -91,7 +104,7 @@ fn validate(h: &Heatmap) -> Result<(), ChartError> {
 impl Heatmap {
     fn color(&self, v: f64) -> RGBColor {
         if self.diverging {
-            diverging_color(v)
+            diverging_color(v / self.limit())
         } else {
             recall_color(v)
         }
@@ -197,7 +210,7 @@ impl Painter for Heatmap {
         ))
         .map_err(draw_err)?;
         let (vlo, vhi) = if self.diverging {
-            (-1.0, 1.0)
+            (-self.limit(), self.limit())
         } else {
             (0.0, 1.0)
         };
@@ -225,10 +238,12 @@ impl Painter for Heatmap {
                 INK_SOFT.stroke_width(1),
             ))
             .map_err(draw_err)?;
+            // 0.025 needs three decimals, 0.25 two
+            let d = if ((v * 100.0).round() - v * 100.0).abs() > 1e-9 { 3 } else { 2 };
             let txt = if self.diverging && v > 0.0 {
-                format!("+{v:.2}")
+                format!("+{v:.d$}")
             } else {
-                format!("{v:.2}")
+                format!("{v:.d$}")
             };
             root.draw(&Text::new(txt, (bar_x1 + px(9.0), y), tick_style.clone()))
                 .map_err(draw_err)?;
@@ -458,6 +473,7 @@ mod tests {
             title: "t".into(),
             panels,
             diverging,
+            diverging_limit: None,
         }
     }
 

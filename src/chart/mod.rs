@@ -3,6 +3,10 @@
 //! * [`render_recall_vs_context`]: recall against context length (log2 axis)
 //!   per (top-k, precision) series, with Wilson bands and coverage limits.
 //! * [`render_heatmap`]: needle depth × context length recall grids.
+//! * [`render_fidelity`]: recall@k and Jaccard overlap of the quantized top-k
+//!   with the exact one, against context length.
+//! * [`render_rank_margin`]: box plots of the needle's rank ÷ k and score
+//!   margin per (top-k, precision) at one context.
 //!
 //! The output format follows the file extension (`.png` or `.svg`). Files
 //! are written atomically: the chart is rendered into a hidden temporary
@@ -10,8 +14,10 @@
 //! never leaves a half-written chart behind. All text uses the embedded
 //! DejaVu Sans font (see [`font`]).
 
+pub mod fidelity;
 pub mod font;
 pub mod heatmap;
+pub mod rank_margin;
 pub mod recall_vs_context;
 pub mod style;
 
@@ -22,7 +28,9 @@ use plotters::prelude::{BitMapBackend, DrawingArea, DrawingBackend, IntoDrawingA
 
 pub use font::{ensure_font_registered, FONT_FAMILY};
 pub use heatmap::{render_heatmap, Heatmap, HeatmapPanel};
-pub use recall_vs_context::{render_recall_vs_context, RecallChart, RecallPoint, RecallSeries};
+pub use fidelity::{render_fidelity, FidelityChart, FidelityPoint, FidelitySeries};
+pub use rank_margin::{render_rank_margin, DistributionRow, RankMarginChart};
+pub use recall_vs_context::{render_recall_vs_context, EffectiveMark, RecallChart, RecallPoint, RecallSeries};
 
 /// Smallest accepted image side, in pixels.
 pub const MIN_SIDE_PX: u32 = 200;

@@ -46,6 +46,31 @@ pub struct RecallChart {
     pub coverage_limits: Vec<(u32, u64)>,
     /// Drawn as a horizontal dotted line, e.g. 0.9.
     pub effective_threshold: Option<f64>,
+    /// Effective-context notes, appended to the matching series' legend
+    /// entry ("k=512, bf16 · eff. 16K"), outside the plot so no data is covered.
+    pub effective: Vec<EffectiveMark>,
+}
+
+/// The effective context of one (top-k, precision) series.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EffectiveMark {
+    pub topk: u32,
+    pub precision: String,
+    /// The longest context that held (None: failed at the shortest).
+    pub context_tokens: Option<u64>,
+    /// Recall held at every tested context: the true value may be longer.
+    pub held_at_longest: bool,
+}
+
+impl EffectiveMark {
+    /// "eff. 16K", "eff. ≥ 128K" or "eff. < 1K" (`shortest` = the shortest tested context).
+    pub fn label(&self, shortest: u64) -> String {
+        match (self.context_tokens, self.held_at_longest) {
+            (None, _) => format!("eff. < {}", format_tokens(shortest)),
+            (Some(c), true) => format!("eff. ≥ {}", format_tokens(c)),
+            (Some(c), false) => format!("eff. {}", format_tokens(c)),
+        }
+    }
 }
 
 /// Renders `chart` to `path` (`.png` or `.svg`, chosen from the extension),
@@ -129,19 +154,44 @@ fn validate(chart: &RecallChart) -> Result<(), ChartError> {
 
 /// Visual encoding of one series.
 #[derive(Debug, Clone, Copy)]
-struct SeriesLook {
-    color: RGBColor,
-    dash: Dash,
-    marker: Marker,
+pub(crate) struct SeriesLook {
+    pub color: RGBColor,
+    pub dash: Dash,
+    pub marker: Marker,
 }
 
 /// Colour per top-k (ascending k), dash + marker per precision (first appearance).
-struct Encoding {
-    topks: Vec<u32>,
-    precisions: Vec<String>,
+pub(crate) struct Encoding {
+    pub topks: Vec<u32>,
+    pub precisions: Vec<String>,
 }
 
 impl Encoding {
+    /// From (top-k, precision) pairs, plus extra top-k values that only own a colour.
+    pub fn from_pairs<'a>(pairs: impl IntoIterator<Item = (u32, &'a str)>, extra_topks: &[u32]) -> Self {
+        let mut topks: Vec<u32> = extra_topks.to_vec();
+        let mut precisions: Vec<String> = Vec::new();
+        for (k, p) in pairs {
+            topks.push(k);
+            if !precisions.iter().any(|q| q == p) {
+                precisions.push(p.to_string());
+            }
+        }
+        topks.sort_unstable();
+        topks.dedup();
+        Encoding { topks, precisions }
+    }
+
+    /// Look of the series (topk, precision).
+    pub fn look_of(&self, topk: u32, precision: &str) -> SeriesLook {
+        let p = self.precisions.iter().position(|q| q == precision).unwrap_or(0);
+        SeriesLook {
+            color: self.topk_color(topk),
+            dash: Dash::CYCLE[p % Dash::CYCLE.len()],
+            marker: Marker::CYCLE[p % Marker::CYCLE.len()],
+        }
+    }
+
     fn new(chart: &RecallChart) -> Self {
         let mut topks: Vec<u32> = chart
             .series
@@ -160,7 +210,7 @@ impl Encoding {
         Encoding { topks, precisions }
     }
 
-    fn topk_color(&self, k: u32) -> RGBColor {
+    pub fn topk_color(&self, k: u32) -> RGBColor {
         palette_color(self.topks.iter().position(|&t| t == k).unwrap_or(0))
     }
 
@@ -179,11 +229,11 @@ impl Encoding {
 }
 
 /// Darkens light palette colours so text in them stays legible on white.
-fn text_color(c: RGBColor) -> RGBColor {
+pub(crate) fn text_color(c: RGBColor) -> RGBColor {
     lerp_color(c, RGBColor(0, 0, 0), 0.25)
 }
 
-fn draw_marker<DB: DrawingBackend>(
+pub(crate) fn draw_marker<DB: DrawingBackend>(
     area: &DrawingArea<DB, Shift>,
     m: Marker,
     (x, y): (i32, i32),
@@ -242,7 +292,7 @@ fn draw_marker<DB: DrawingBackend>(
     Ok(())
 }
 
-fn draw_dashed<DB: DrawingBackend>(
+pub(crate) fn draw_dashed<DB: DrawingBackend>(
     area: &DrawingArea<DB, Shift>,
     pts: &[(f64, f64)],
     dash: Dash,
@@ -335,7 +385,14 @@ impl Painter for RecallChart {
         });
         let series_labels: Vec<String> = order
             .iter()
-            .map(|&i| format!("k={}, {}", self.series[i].topk, self.series[i].precision))
+            .map(|&i| {
+                let sr = &self.series[i];
+                let base = format!("k={}, {}", sr.topk, sr.precision);
+                match self.effective.iter().find(|e| e.topk == sr.topk && e.precision == sr.precision) {
+                    Some(e) => format!("{base} · {}", e.label(cmin)),
+                    None => base,
+                }
+            })
             .collect();
         let visible_limit = |c: u64| {
             let l = (c as f64).log2();
@@ -362,6 +419,15 @@ impl Painter for RecallChart {
                 .map_err(draw_err)?;
             legend_text_w = legend_text_w.max(tw as i32);
         }
+        let legend_head = if self.effective.is_empty() {
+            "series (k, precision)"
+        } else {
+            "series (k, precision) · effective context"
+        };
+        let (head_w, _) = root
+            .estimate_text_size(legend_head, &legend_head_style)
+            .map_err(draw_err)?;
+        legend_text_w = legend_text_w.max(head_w as i32 - swatch_w - px(12.0));
         let legend_w = swatch_w + px(12.0) + legend_text_w + px(40.0);
 
         // ---- vertical layout
@@ -571,7 +637,7 @@ impl Painter for RecallChart {
         let entry_h = px(30.0);
         let mut y = plot_top + px(4.0);
         root.draw(&Text::new(
-            "series (k, precision)",
+            legend_head,
             (lx, y),
             legend_head_style.clone(),
         ))
@@ -706,6 +772,7 @@ mod tests {
             ],
             coverage_limits: vec![(512, 2176), (1024, 4224)],
             effective_threshold: Some(0.9),
+            effective: vec![EffectiveMark { topk: 512, precision: "bf16".into(), context_tokens: Some(8192), held_at_longest: false }],
         }
     }
 

@@ -1,0 +1,269 @@
+//! `report.html`: one self-contained file for an incident review — the
+//! effective-context table, every chart (embedded as base64 data URIs), the
+//! per-cell recall table, the paired comparisons, the selection fidelity
+//! numbers and the resolved configuration. No external CSS, JS or fonts.
+
+use crate::error::Error;
+use crate::output::tokens_label;
+use crate::report::{Grid, ReportMeta};
+use crate::sweep::CellResult;
+use std::fmt::Write as _;
+use std::path::Path;
+
+/// Significance level highlighted in the paired-comparison table.
+pub const SIGNIFICANCE: f64 = 0.05;
+
+/// Escapes text for HTML element content and attribute values.
+pub fn escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for ch in text.chars() {
+        match ch {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+const STYLE: &str = "body{font-family:'DejaVu Sans',Verdana,Arial,sans-serif;color:#222;max-width:1400px;margin:24px auto;padding:0 20px;line-height:1.4}\
+h1{font-size:26px;margin-bottom:4px}h2{font-size:20px;margin-top:36px;border-bottom:1px solid #ddd;padding-bottom:4px}\
+.meta{color:#555}table{border-collapse:collapse;margin:8px 0;font-size:13px}\
+th,td{border:1px solid #ddd;padding:3px 8px;text-align:right;white-space:nowrap}th{background:#f4f4f4}\
+td.l,th.l{text-align:left}tr.sig td{background:#fff1c2;font-weight:bold}\
+.lost{color:#b2182b}.kept{color:#1a7f5a}figure{margin:16px 0}figure img{max-width:100%;border:1px solid #eee}\
+figcaption{color:#555;font-size:13px}pre{background:#f7f7f7;padding:10px;overflow-x:auto;font-size:12px}\
+.scroll{overflow-x:auto}";
+
+fn caption(file: &str) -> &'static str {
+    if file.starts_with("recall_vs_context") {
+        "Needle recall vs context (log2 axis), one line per (k, precision), Wilson 95 % bands; dashed verticals mark the coverage limit k·c+W, the dotted line the recall threshold; the legend gives each series' effective context."
+    } else if file.starts_with("heatmap_diff") {
+        "Recall difference against the baseline precision on the same haystacks (blue: better than the baseline, red: worse)."
+    } else if file.starts_with("heatmap") {
+        "Needle recall by depth (0 % = start of the context, at the top) and context length; the dashed line marks the coverage limit k·c+W."
+    } else if file.starts_with("fidelity") {
+        "Selection fidelity: the share of the exact top-k kept by each quantized selection (recall@k) and the Jaccard overlap of the two sets, with 95 % intervals; the dashed line is the 0.99 pass rule."
+    } else if file.starts_with("rank_margin") {
+        "Why needles are lost: rank of the best needle row as a share of k_eff (beyond 1 it is lost) and its score margin to the k-th competitor (below 0 it is lost); whiskers 5–95 %, box 25–75 %, bar = median."
+    } else {
+        ""
+    }
+}
+
+fn mime(file: &str) -> Option<&'static str> {
+    if file.ends_with(".png") {
+        Some("image/png")
+    } else if file.ends_with(".svg") {
+        Some("image/svg+xml")
+    } else {
+        None
+    }
+}
+
+fn fmt_ci(v: Option<f64>, lo: Option<f64>, hi: Option<f64>) -> String {
+    match (v, lo, hi) {
+        (Some(v), Some(lo), Some(hi)) => format!("{v:.3} [{lo:.3}, {hi:.3}]"),
+        (Some(v), _, _) => format!("{v:.3}"),
+        _ => "–".into(),
+    }
+}
+
+fn fmt_p(p: f64) -> String {
+    if p < 0.001 {
+        format!("{p:.1e}")
+    } else {
+        format!("{p:.3}")
+    }
+}
+
+/// The report of a sweep directory whose charts `chart_files` (names in
+/// `dir`) were just written. PNGs are embedded; an SVG is embedded only when
+/// no PNG of the same chart exists.
+pub fn report_html(dir: &Path, meta: &ReportMeta, cells: &[CellResult], chart_files: &[String]) -> Result<String, Error> {
+    let g = Grid::of(cells);
+    let trials = cells.first().map_or(0, |c| c.trials);
+    let mut h = String::new();
+    let _ = write!(
+        h,
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>dsa-recall report · {}</title><style>{STYLE}</style></head><body>\n",
+        escape(&meta.preset)
+    );
+    let _ = writeln!(h, "<h1>dsa-recall sweep report · {}</h1>", escape(&meta.preset));
+    let _ = writeln!(
+        h,
+        "<p class=\"meta\">dsa-recall {} · needle strength {} sd, {} tokens · {trials} trials per cell · seed {} · recall threshold {} · {} contexts ({} … {}) × {} depths × k {} × precisions {}</p>",
+        escape(&meta.version),
+        meta.needle_strength,
+        meta.needle_tokens,
+        meta.seed,
+        meta.threshold,
+        g.contexts.len(),
+        tokens_label(g.contexts[0]),
+        tokens_label(*g.contexts.last().unwrap_or(&0)),
+        g.depths.len(),
+        g.topks.iter().map(|k| k.to_string()).collect::<Vec<_>>().join(", "),
+        escape(&g.precisions.join(", "))
+    );
+    let _ = writeln!(
+        h,
+        "<p>Synthetic model: these numbers are properties of the model's knobs (listed under <a href=\"#configuration\">Configuration</a>), not measurements of a real checkpoint.</p>"
+    );
+
+    // effective context
+    let _ = writeln!(h, "<h2>Effective context</h2>");
+    let _ = writeln!(
+        h,
+        "<p>The longest tested context with recall ≥ {} at every depth and every shorter context (point estimates); “≥” when recall held at the longest context tested, “&lt;” when it failed at the shortest.</p>",
+        meta.threshold
+    );
+    h.push_str("<table><tr><th>k</th><th class=\"l\">precision</th><th>effective context</th><th>coverage limit k·c+W</th></tr>\n");
+    for e in &meta.effective {
+        let eff = match (e.effective_context, e.held_at_longest) {
+            (None, _) => format!("&lt; {}", tokens_label(g.contexts[0])),
+            (Some(c), true) => format!("≥ {}", tokens_label(c)),
+            (Some(c), false) => tokens_label(c),
+        };
+        let _ = writeln!(
+            h,
+            "<tr><td>{}</td><td class=\"l\">{}</td><td>{eff}</td><td>{}</td></tr>",
+            e.topk,
+            escape(&e.precision),
+            e.coverage_limit
+        );
+    }
+    h.push_str("</table>\n");
+
+    // charts
+    let _ = writeln!(h, "<h2>Charts</h2>");
+    for file in chart_files {
+        let Some(kind) = mime(file) else { continue };
+        if kind == "image/svg+xml" && chart_files.iter().any(|f| *f == file.replace(".svg", ".png")) {
+            continue;
+        }
+        let path = dir.join(file);
+        let bytes = std::fs::read(&path).map_err(|e| Error::io(format!("reading {}", path.display()), e))?;
+        let _ = writeln!(
+            h,
+            "<figure id=\"{}\"><img alt=\"{}\" src=\"data:{kind};base64,{}\"><figcaption><b>{}</b> · {}</figcaption></figure>",
+            escape(file),
+            escape(file),
+            crate::chart::font::base64(&bytes),
+            escape(file),
+            caption(file)
+        );
+    }
+
+    // recall tables
+    let _ = writeln!(h, "<h2>Needle recall per cell</h2><p>Recall with its Wilson 95 % interval.</p>");
+    for &depth in &g.depths {
+        let _ = writeln!(h, "<h3>depth {depth} %</h3><div class=\"scroll\"><table><tr><th>context</th>");
+        for &k in &g.topks {
+            for p in &g.precisions {
+                let _ = write!(h, "<th>k={k} {}</th>", escape(p));
+            }
+        }
+        h.push_str("</tr>\n");
+        for &c in &g.contexts {
+            let _ = write!(h, "<tr><td>{}</td>", tokens_label(c));
+            for &k in &g.topks {
+                for p in &g.precisions {
+                    let cell = cells.iter().find(|x| x.depth_percent == depth && x.context_tokens == c && x.topk == k && x.precision == *p);
+                    let text = cell.map_or("–".to_string(), |x| {
+                        let class = if x.recall >= meta.threshold { "kept" } else { "lost" };
+                        format!("<span class=\"{class}\">{:.3}</span> [{:.3}, {:.3}]", x.recall, x.ci_low, x.ci_high)
+                    });
+                    let _ = write!(h, "<td>{text}</td>");
+                }
+            }
+            h.push_str("</tr>\n");
+        }
+        h.push_str("</table></div>\n");
+    }
+
+    // paired comparisons
+    let paired: Vec<&CellResult> = cells.iter().filter(|c| c.baseline.is_some()).collect();
+    if !paired.is_empty() {
+        let base = paired[0].baseline.clone().unwrap_or_default();
+        let _ = writeln!(
+            h,
+            "<h2>Paired comparison with {}</h2><p>Each variant against {} on the same haystacks: recall difference, trials kept only by the variant / only by {}, and the exact two-sided McNemar p-value. Rows with p &lt; {SIGNIFICANCE} are highlighted.</p>",
+            escape(&base),
+            escape(&base),
+            escape(&base)
+        );
+        h.push_str("<div class=\"scroll\"><table><tr><th>context</th><th>depth</th><th>k</th><th class=\"l\">precision</th><th>recall</th><th>baseline recall</th><th>difference</th><th>gained/lost</th><th>McNemar p</th></tr>\n");
+        for c in &paired {
+            let p = c.mcnemar_p.unwrap_or(1.0);
+            let diff = c.recall_diff.unwrap_or(0.0);
+            let _ = writeln!(
+                h,
+                "<tr{}><td>{}</td><td>{} %</td><td>{}</td><td class=\"l\">{}</td><td>{:.3}</td><td>{:.3}</td><td>{:+.3}</td><td>{}/{}</td><td>{}</td></tr>",
+                if p < SIGNIFICANCE { " class=\"sig\"" } else { "" },
+                tokens_label(c.context_tokens),
+                c.depth_percent,
+                c.topk,
+                escape(&c.precision),
+                c.recall,
+                c.recall - diff,
+                diff,
+                c.discordant_gained.unwrap_or(0),
+                c.discordant_lost.unwrap_or(0),
+                fmt_p(p)
+            );
+        }
+        h.push_str("</table></div>\n");
+    }
+
+    // fidelity
+    let fid: Vec<&CellResult> = cells.iter().filter(|c| c.selection_recall.is_some()).collect();
+    if !fid.is_empty() {
+        let reference = fid[0].fidelity_reference.clone().unwrap_or_default();
+        let _ = writeln!(
+            h,
+            "<h2>Selection fidelity against {}</h2><p>Share of the {} top-k_eff rows the variant also selects (recall@k) and the Jaccard overlap of the two sets: mean over trials and 95 % interval. Engines' pass rule: ≥ 0.99.</p>",
+            escape(&reference),
+            escape(&reference)
+        );
+        h.push_str("<div class=\"scroll\"><table><tr><th>context</th><th>depth</th><th>k</th><th class=\"l\">precision</th><th>recall@k</th><th>Jaccard</th></tr>\n");
+        for c in &fid {
+            let _ = writeln!(
+                h,
+                "<tr><td>{}</td><td>{} %</td><td>{}</td><td class=\"l\">{}</td><td>{}</td><td>{}</td></tr>",
+                tokens_label(c.context_tokens),
+                c.depth_percent,
+                c.topk,
+                escape(&c.precision),
+                fmt_ci(c.selection_recall, c.selection_recall_ci_low, c.selection_recall_ci_high),
+                fmt_ci(c.jaccard, c.jaccard_ci_low, c.jaccard_ci_high)
+            );
+        }
+        h.push_str("</table></div>\n");
+    }
+
+    // configuration
+    let _ = writeln!(h, "<h2 id=\"configuration\">Configuration</h2><p>The resolved scenario (as in <code>manifest.json</code>).</p>");
+    let _ = writeln!(h, "<pre>{}</pre>", escape(&serde_json::to_string_pretty(&meta.scenario).unwrap_or_default()));
+    h.push_str("</body></html>\n");
+    Ok(h)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escapes_markup() {
+        assert_eq!(escape("a<b>&\"c'"), "a&lt;b&gt;&amp;&quot;c&#39;");
+        assert_eq!(escape("k·c+W ≥ 1"), "k·c+W ≥ 1");
+    }
+
+    #[test]
+    fn p_values_format() {
+        assert_eq!(fmt_p(0.5), "0.500");
+        assert_eq!(fmt_p(0.00012), "1.2e-4");
+    }
+}

@@ -1,0 +1,169 @@
+//! Every chart type from a small sweep, report.html, and `plot` re-rendering.
+
+use assert_cmd::Command;
+use std::path::Path;
+
+fn bin() -> Command {
+    Command::cargo_bin("dsa-recall").unwrap()
+}
+
+/// (width, height) from a PNG's IHDR chunk.
+fn png_dims(path: &Path) -> (u32, u32) {
+    let b = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    assert_eq!(&b[..8], b"\x89PNG\r\n\x1a\n", "{} is not a PNG", path.display());
+    assert_eq!(&b[12..16], b"IHDR");
+    let be = |x: &[u8]| u32::from_be_bytes([x[0], x[1], x[2], x[3]]);
+    (be(&b[16..20]), be(&b[20..24]))
+}
+
+/// A tiny sweep: 2 depths, 2 contexts, 2 precisions (fp32 = reference and baseline), one k.
+fn small_sweep(dir: &Path) {
+    bin()
+        .args(["sweep", "--trials", "12", "--depths", "0,100", "--contexts", "1K,4K", "--precisions", "fp32,bf16"])
+        .args(["--topk", "64", "--threads", "2", "--force", "--out"])
+        .arg(dir)
+        .assert()
+        .success();
+}
+
+const CHARTS: [(&str, Option<(u32, u32)>); 6] = [
+    ("recall_vs_context.png", Some((1600, 1000))),
+    ("recall_vs_context_depth100.png", Some((1600, 1000))),
+    ("heatmap.png", None),
+    ("heatmap_diff.png", None),
+    ("fidelity.png", Some((1600, 1000))),
+    ("rank_margin.png", Some((1600, 1000))),
+];
+
+#[test]
+fn a_sweep_writes_every_chart_and_a_self_contained_report() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("out");
+    small_sweep(&dir);
+    for (name, size) in CHARTS {
+        let (w, h) = png_dims(&dir.join(name));
+        match size {
+            Some(s) => assert_eq!((w, h), s, "{name}"),
+            None => assert!(w >= 1600 && h >= 1000, "{name}: {w}×{h}"),
+        }
+    }
+    // heatmaps are sized from their grid: 1 k × 2 precisions, 2 depths × 2 contexts
+    assert_eq!(png_dims(&dir.join("heatmap.png")), (1600, 1000));
+
+    let manifest: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("manifest.json")).unwrap()).unwrap();
+    let files: Vec<&str> = manifest["files"].as_array().unwrap().iter().map(|f| f.as_str().unwrap()).collect();
+    for (name, _) in CHARTS {
+        assert!(files.contains(&name), "{name} not in manifest files {files:?}");
+    }
+    for f in &files {
+        assert!(dir.join(f).exists(), "manifest lists {f}, which is missing");
+    }
+    assert!(files.contains(&"report.html"));
+
+    let html = std::fs::read_to_string(dir.join("report.html")).unwrap();
+    assert!(html.starts_with("<!DOCTYPE html>"));
+    assert_eq!(html.matches("src=\"data:image/png;base64,").count(), CHARTS.len());
+    for needle in ["Effective context", "Paired comparison with fp32", "McNemar p", "Selection fidelity against fp32", "&quot;preset&quot;: &quot;deepseek-v4-flash&quot;", "recall@k"] {
+        assert!(html.contains(needle), "report.html lacks {needle:?}");
+    }
+    // nothing external
+    for external in ["<script", "<link", "http://", "https://", "@import"] {
+        assert!(!html.contains(external), "report.html contains {external:?}");
+    }
+}
+
+#[test]
+fn plot_re_renders_byte_identical_pngs_and_svgs() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("out");
+    small_sweep(&dir);
+    let mut before = Vec::new();
+    for (name, _) in CHARTS.iter().chain(&[("report.html", None)]) {
+        before.push((name.to_string(), std::fs::read(dir.join(name)).unwrap()));
+        std::fs::remove_file(dir.join(name)).unwrap();
+    }
+    bin().arg("plot").arg(&dir).assert().success();
+    for (name, bytes) in &before {
+        let now = std::fs::read(dir.join(name)).unwrap_or_else(|e| panic!("plot did not write {name}: {e}"));
+        assert!(now == *bytes, "{name} differs after plot");
+    }
+
+    bin().arg("plot").arg(&dir).args(["--format", "svg"]).assert().success();
+    for (name, _) in CHARTS {
+        let svg_name = name.replace(".png", ".svg");
+        let svg = std::fs::read_to_string(dir.join(&svg_name)).unwrap_or_else(|e| panic!("{svg_name}: {e}"));
+        assert!(svg.contains("<svg"), "{svg_name}");
+        assert!(svg.contains("@font-face"), "{svg_name} does not embed its font");
+    }
+    // an svg-only report embeds the SVGs
+    let html = std::fs::read_to_string(dir.join("report.html")).unwrap();
+    assert_eq!(html.matches("src=\"data:image/svg+xml;base64,").count(), CHARTS.len());
+
+    // the detail context picks the rank/margin chart's context; others are refused
+    bin().arg("plot").arg(&dir).args(["--detail-context", "1K"]).assert().success();
+    let out = bin().arg("plot").arg(&dir).args(["--detail-context", "2K"]).assert().code(2).get_output().stderr.clone();
+    let err = String::from_utf8(out).unwrap();
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("--detail-context") && err.contains("1K, 4K"), "{err}");
+}
+
+fn plot_error(dir: &Path) -> String {
+    let out = bin().arg("plot").arg(dir).assert().code(2).get_output().stderr.clone();
+    let err = String::from_utf8(out).unwrap();
+    assert_eq!(err.lines().count(), 1, "not one line: {err}");
+    assert!(err.starts_with("error: "), "{err}");
+    err
+}
+
+#[test]
+fn plot_errors_are_one_line_naming_the_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let missing = tmp.path().join("nope");
+    assert!(plot_error(&missing).contains("nope"));
+
+    let dir = tmp.path().join("out");
+    small_sweep(&dir);
+    let results = dir.join("results.jsonl");
+    let text = std::fs::read_to_string(&results).unwrap();
+    let mut lines: Vec<&str> = text.lines().collect();
+    lines[2] = "{\"context_tokens\": 1024, \"recall\": oops";
+    std::fs::write(&results, lines.join("\n")).unwrap();
+    let err = plot_error(&dir);
+    assert!(err.contains("results.jsonl line 3"), "{err}");
+
+    std::fs::write(&results, text).unwrap();
+    std::fs::remove_file(dir.join("manifest.json")).unwrap();
+    assert!(plot_error(&dir).contains("manifest.json"));
+
+    let empty = tmp.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    assert!(plot_error(&empty).contains("results.jsonl"));
+
+    // bad usage from clap is exit 2 too
+    bin().arg("plot").arg(&dir).args(["--format", "gif"]).assert().code(2);
+}
+
+#[test]
+fn one_trial_jaccard_matches_selection_recall_by_hand() {
+    // Both sets have k_eff rows; with `both` rows in common, recall@k = both/k
+    // and Jaccard = both/(2k − both) = r/(2 − r). With one trial the means are
+    // the per-trial values, so the identity holds exactly.
+    use dsa_recall::config::{self, ScenarioParams};
+    let mut p = ScenarioParams::default();
+    p.sweep.trials = Some(1);
+    p.sweep.contexts = Some(dsa_recall::config::ListSpec::Text("2K,8K".into()));
+    p.sweep.topk = Some(dsa_recall::config::ListSpec::Text("64".into()));
+    p.sweep.precisions = Some(dsa_recall::config::ListSpec::Text("fp32,fp4".into()));
+    let s = config::check(config::resolve(p).unwrap()).unwrap();
+    let out = dsa_recall::sweep::run_sweep(&s, &|| {}).unwrap();
+    let mut checked = 0;
+    for c in out.cells.iter().filter(|c| c.precision == "fp4") {
+        let (r, j) = (c.selection_recall.unwrap(), c.jaccard.unwrap());
+        let both = (r * c.k_eff as f64).round();
+        assert!((r - both / c.k_eff as f64).abs() < 1e-12);
+        assert!((j - both / (2.0 * c.k_eff as f64 - both)).abs() < 1e-12, "{r} {j}");
+        assert!(j <= r);
+        checked += 1;
+    }
+    assert_eq!(checked, 2);
+}

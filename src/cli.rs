@@ -24,6 +24,10 @@ pub enum Command {
     Presets(PresetsArgs),
     /// Combine the output directories of `sweep --shard I/N` runs into one.
     Merge(MergeArgs),
+    /// Simulate one trial of one cell and write all its tensors (--dump FILE.safetensors).
+    Trial(TrialArgs),
+    /// Replay recorded indexer tensors through each precision variant against fp32.
+    Replay(ReplayArgs),
     /// Quantize numbers and print each dequantized value, one per line.
     Quantize(QuantizeArgs),
     /// Re-render every chart and report.html of a sweep directory from its results.jsonl, without simulating.
@@ -52,6 +56,67 @@ pub fn detail_context(text: &Option<String>) -> Result<Option<u64>, ConfigError>
             .map(Some)
             .ok_or_else(|| ConfigError::new("--detail-context", format!("{t:?}"), "a context length of the sweep, e.g. 32K")),
     }
+}
+
+#[derive(Args, Debug)]
+pub struct TrialArgs {
+    #[command(flatten)]
+    pub scenario: ScenarioArgs,
+    /// Context length in tokens (K/M suffixes allowed).
+    #[arg(long, allow_hyphen_values = true, value_name = "TOKENS")]
+    pub context: Option<String>,
+    /// Needle depth in percent.
+    #[arg(long, allow_hyphen_values = true, value_name = "PERCENT")]
+    pub depth: Option<String>,
+    /// Top-k.
+    #[arg(long, allow_hyphen_values = true, value_name = "K")]
+    pub topk: Option<String>,
+    /// Precision variants to dump (default: the preset's).
+    #[arg(long, allow_hyphen_values = true, value_name = "LIST")]
+    pub precisions: Option<String>,
+    /// Which trial of the cell (its seed is the sweep's trial seed).
+    #[arg(long, default_value_t = 0)]
+    pub trial: u64,
+    /// Write the trial's tensors to this safetensors file.
+    #[arg(long, value_name = "FILE")]
+    pub dump: PathBuf,
+}
+
+#[derive(Args, Debug)]
+pub struct ReplayArgs {
+    /// A safetensors file (a `trial --dump` or recorded tensors).
+    #[arg(value_name = "FILE", required_unless_present = "q_npy")]
+    pub file: Option<PathBuf>,
+    /// Queries as .npy ([heads, dim] or [tokens, heads, dim]), instead of FILE.
+    #[arg(long, value_name = "FILE", requires_all = ["k_npy", "weights_npy"], conflicts_with = "file")]
+    pub q_npy: Option<PathBuf>,
+    /// Keys as .npy ([rows, dim]).
+    #[arg(long, value_name = "FILE")]
+    pub k_npy: Option<PathBuf>,
+    /// Head weights as .npy ([heads] or [tokens, heads]).
+    #[arg(long, value_name = "FILE")]
+    pub weights_npy: Option<PathBuf>,
+    #[arg(long, default_value = "queries", value_name = "NAME")]
+    pub q_name: String,
+    #[arg(long, default_value = "keys", value_name = "NAME")]
+    pub k_name: String,
+    #[arg(long, default_value = "weights", value_name = "NAME")]
+    pub weights_name: String,
+    /// Tensor of needle row indices (I64), if the file has one.
+    #[arg(long, default_value = "needle_rows", value_name = "NAME")]
+    pub needle_rows_name: String,
+    /// Needle rows given directly (overrides the tensor).
+    #[arg(long, value_name = "LIST")]
+    pub needle_rows: Option<String>,
+    /// Top-k values.
+    #[arg(long, allow_hyphen_values = true, value_name = "LIST", default_value = "512")]
+    pub topk: String,
+    /// Precision variants to compare with fp32.
+    #[arg(long, allow_hyphen_values = true, value_name = "LIST", default_value = "bf16,fp8,fp8-fp32scale,fp4,mxfp4,nvfp4")]
+    pub precisions: String,
+    /// Print JSON lines instead of a table.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Args, Debug)]
@@ -244,6 +309,17 @@ impl SweepArgs {
         let mut p = self.scenario.overlay()?;
         p.sweep.contexts = text(&self.contexts);
         p.sweep.depths = text(&self.depths);
+        p.sweep.topk = text(&self.topk);
+        p.sweep.precisions = text(&self.precisions);
+        Ok(p)
+    }
+}
+
+impl TrialArgs {
+    pub fn overlay(&self) -> Result<ScenarioParams, ConfigError> {
+        let mut p = self.scenario.overlay()?;
+        p.sweep.contexts = text(&self.context);
+        p.sweep.depths = text(&self.depth);
         p.sweep.topk = text(&self.topk);
         p.sweep.precisions = text(&self.precisions);
         Ok(p)

@@ -27,6 +27,7 @@ pub mod selection;
 pub mod stats;
 pub mod store;
 pub mod sweep;
+pub mod tensors;
 pub mod trial;
 
 pub use config::{Scenario, ScenarioParams};

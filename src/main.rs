@@ -6,7 +6,7 @@ mod cli;
 
 use clap::error::ErrorKind;
 use clap::Parser;
-use cli::{Cli, Command, MergeArgs, PlotArgs, PresetsAction, QuantizeArgs, RunArgs, ScenarioArgs, SweepArgs};
+use cli::{Cli, Command, MergeArgs, PlotArgs, PresetsAction, QuantizeArgs, ReplayArgs, RunArgs, ScenarioArgs, SweepArgs, TrialArgs};
 use dsa_recall::config::{self, Overlay, Scenario, ScenarioParams};
 use dsa_recall::error::Error;
 use dsa_recall::store::{self, Shard, StoreOptions};
@@ -52,6 +52,8 @@ fn run(cli: Cli) -> Result<(), Error> {
         Command::Sweep(args) => run_sweep(&args),
         Command::Run(args) => run_cell(&args),
         Command::Merge(args) => run_merge(&args),
+        Command::Trial(args) => run_trial_dump(&args),
+        Command::Replay(args) => run_replay(&args),
         Command::Quantize(args) => run_quantize(&args),
         Command::Plot(args) => run_plot(&args),
         Command::Presets(args) => {
@@ -213,5 +215,85 @@ fn run_plot(args: &PlotArgs) -> Result<(), Error> {
     let opts = report::PlotOptions { formats, detail_context: cli::detail_context(&args.detail_context)? };
     let files = report::plot_dir(&args.dir, &opts)?;
     println!("wrote {} files in {}: {}", files.len(), args.dir.display(), files.join(", "));
+    Ok(())
+}
+
+fn run_trial_dump(args: &TrialArgs) -> Result<(), Error> {
+    let s = scenario(&args.scenario, args.overlay()?).map_err(with_run_flags)?;
+    for (n, field) in [(s.contexts.len(), "--context"), (s.depths.len(), "--depth"), (s.topks.len(), "--topk")] {
+        if n != 1 {
+            return Err(dsa_recall::ConfigError::new(field, format!("{n} values"), "`trial` simulates one cell: give one value").into());
+        }
+    }
+    let summary = dsa_recall::tensors::dump::dump_trial(&s, args.trial, &args.dump)?;
+    println!(
+        "trial {} of {} tokens, depth {} %, k={} (k_eff {} of {} rows) → {}",
+        args.trial,
+        s.contexts[0],
+        s.depths[0],
+        s.topks[0],
+        summary.k_eff,
+        summary.rows,
+        args.dump.display()
+    );
+    println!("{:<16} {:>9} {:>12} {:>18}", "precision", "survived", "needle rank", "overlap with fp32");
+    for (name, survived, rank, overlap) in &summary.variants {
+        let rank = rank.map_or("-".to_string(), |r| r.to_string());
+        println!("{name:<16} {:>9} {rank:>12} {overlap:>18.4}", if *survived { "yes" } else { "no" });
+    }
+    Ok(())
+}
+
+fn run_replay(args: &ReplayArgs) -> Result<(), Error> {
+    use dsa_recall::tensors::replay::{load_npy, load_safetensors, replay, TensorNames};
+    let topks = config::lists::parse_sizes("--topk", &args.topk)?;
+    let mut variants = Vec::new();
+    for name in config::lists::parse_names("--precisions", &args.precisions)? {
+        let v = dsa_recall::precision::PrecisionVariant::builtin(&name).ok_or_else(|| {
+            dsa_recall::ConfigError::new("--precisions", format!("{name:?}"), format!("one of {}", dsa_recall::precision::PrecisionVariant::builtin_names().join(", ")))
+        })?;
+        variants.push(v);
+    }
+    let mut rec = match (&args.file, &args.q_npy, &args.k_npy, &args.weights_npy) {
+        (Some(file), None, _, _) => {
+            let names = TensorNames {
+                queries: args.q_name.clone(),
+                keys: args.k_name.clone(),
+                weights: args.weights_name.clone(),
+                needle_rows: args.needle_rows_name.clone(),
+            };
+            load_safetensors(file, &names)?
+        }
+        (None, Some(q), Some(k), Some(w)) => load_npy(q, k, w)?,
+        _ => return Err(dsa_recall::ConfigError::new("replay", "(inputs)", "a safetensors FILE, or --q-npy, --k-npy and --weights-npy").into()),
+    };
+    for v in &variants {
+        if let Some(reason) = v.unsupported(rec.dim) {
+            return Err(dsa_recall::ConfigError::new("--precisions", &v.name, format!("not with head_dim {}: {reason}", rec.dim)).into());
+        }
+    }
+    if let Some(list) = &args.needle_rows {
+        rec.needle_rows = list
+            .split(',')
+            .map(|x| x.trim().parse::<u64>().map_err(|_| dsa_recall::ConfigError::new("--needle-rows", format!("{list:?}"), "row indices, e.g. 12,13")))
+            .collect::<Result<_, _>>()?;
+        if rec.needle_rows.iter().any(|&r| r as usize >= rec.rows) {
+            return Err(dsa_recall::ConfigError::new("--needle-rows", list, format!("row indices below {}", rec.rows)).into());
+        }
+    }
+    let rows = replay(&rec, &variants, &topks)?;
+    if args.json {
+        for r in &rows {
+            println!("{}", serde_json::to_string(r).unwrap_or_default());
+        }
+        return Ok(());
+    }
+    println!("{} tokens × {} heads × {} dims against {} key rows; selection compared with fp32", rec.tokens, rec.heads, rec.dim, rec.rows);
+    println!("{:>6} {:>7} {:<14} {:>16} {:>9} {:>9} {:>12}", "token", "k", "precision", "recall@k vs fp32", "jaccard", "needle", "needle rank");
+    for r in &rows {
+        let needle = r.needle_survived.map_or("-", |s| if s { "kept" } else { "lost" });
+        let rank = r.needle_rank.map_or("-".to_string(), |x| x.to_string());
+        println!("{:>6} {:>7} {:<14} {:>16.4} {:>9.4} {:>9} {:>12}", r.token, r.topk, r.precision, r.selection_recall, r.jaccard, needle, rank);
+    }
     Ok(())
 }

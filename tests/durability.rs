@@ -6,7 +6,17 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-const FILES: [&str; 4] = ["results.jsonl", "summary.csv", "manifest.json", "recall_vs_context.png"];
+const FILES: [&str; 9] = [
+    "results.jsonl",
+    "summary.csv",
+    "manifest.json",
+    "recall_vs_context.png",
+    "heatmap.png",
+    "heatmap_diff.png",
+    "fidelity.png",
+    "rank_margin.png",
+    "report.html",
+];
 
 fn grid() -> Vec<String> {
     "--contexts 1K..16K --depths 0,20,40,60,80,100 --topk 64,128 --precisions bf16,fp32".split(' ').map(String::from).collect()

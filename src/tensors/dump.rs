@@ -1,0 +1,201 @@
+//! `dsa-recall trial … --dump FILE.safetensors`: one trial, completely.
+
+use super::bad_file;
+use crate::config::Scenario;
+use crate::error::Error;
+use crate::format::{hadamard_rows_in_place, quantize_dequantize, Overflow, QuantizedBlocks};
+use crate::haystack::TrialHaystack;
+use crate::indexer::IndexerQuery;
+use crate::montecarlo::trial_seed;
+use crate::precision::{PrecisionVariant, QuantPipeline, Rotation};
+use crate::rng::{self, tag};
+use crate::selection::{tie_key, TieRule};
+use safetensors::{Dtype, View};
+use serde::Serialize;
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::path::Path;
+
+/// One side (q or k) of a variant as stored: element codes and block scales.
+#[derive(Clone, Debug, PartialEq)]
+pub struct EncodedSide {
+    /// One code per value (bit pattern in the low bits).
+    pub codes: Vec<u32>,
+    /// One scale per block of `block_len` values; empty for a plain cast.
+    pub scales: Vec<f32>,
+    pub block_len: usize,
+}
+
+/// rotation → block scale → element codes, the stored form of a pipeline.
+pub fn encode_side(p: &QuantPipeline, input: &[f32], dim: usize) -> Result<EncodedSide, Error> {
+    let mut values = input.to_vec();
+    if p.rotation == Rotation::Hadamard {
+        hadamard_rows_in_place(&mut values, dim).map_err(crate::SimError::from)?;
+    }
+    match &p.scaling {
+        Some(scaling) => {
+            let mut blocks = QuantizedBlocks::default();
+            quantize_dequantize(&mut values, dim, p.element, scaling, Some(&mut blocks)).map_err(crate::SimError::from)?;
+            Ok(EncodedSide { codes: blocks.codes, scales: blocks.scales, block_len: blocks.block_len })
+        }
+        None => Ok(EncodedSide { codes: values.iter().map(|&x| p.element.encode(x, Overflow::Cast)).collect(), scales: vec![], block_len: 0 }),
+    }
+}
+
+/// Scores of every row of `keys` under `variant`, exactly as a sweep computes them.
+pub fn variant_logits(v: &PrecisionVariant, queries: &[f32], weights: &[f32], keys: &[f32], dim: usize) -> Result<Vec<f32>, Error> {
+    let q = v.query.quantize_rows(queries, dim).map_err(crate::SimError::from)?;
+    let k = v.key.quantize_rows(keys, dim).map_err(crate::SimError::from)?;
+    let iq = IndexerQuery::new(q, weights, dim, v.scoring);
+    let mut out = vec![0.0; keys.len() / dim.max(1)];
+    iq.score_quantized_rows(&k, &mut out);
+    Ok(out)
+}
+
+/// Indices (ascending) of the top `k` rows by (logit, tie key), as a kernel
+/// with this tie order would select them.
+pub fn select_top_k(logits: &[f32], k: usize, rule: TieRule, seed: Option<u64>) -> Vec<u64> {
+    let priority = |i: usize| seed.map_or(i as u64, |s| rng::derive(s, &[tag::TIE, i as u64]));
+    let keys: Vec<u64> = (0..logits.len()).map(|i| tie_key(rule, i, priority)).collect();
+    let mut idx: Vec<usize> = (0..logits.len()).collect();
+    idx.sort_by(|&a, &b| logits[b].total_cmp(&logits[a]).then(keys[b].cmp(&keys[a])));
+    let mut top: Vec<u64> = idx.into_iter().take(k).map(|i| i as u64).collect();
+    top.sort_unstable();
+    top
+}
+
+/// A tensor to write: dtype, shape and little-endian bytes.
+pub(crate) struct OwnedTensor {
+    dtype: Dtype,
+    shape: Vec<usize>,
+    bytes: Vec<u8>,
+}
+
+impl View for &OwnedTensor {
+    fn dtype(&self) -> Dtype {
+        self.dtype
+    }
+    fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+    fn data(&self) -> Cow<'_, [u8]> {
+        Cow::Borrowed(&self.bytes)
+    }
+    fn data_len(&self) -> usize {
+        self.bytes.len()
+    }
+}
+
+fn f32s(v: &[f32], shape: Vec<usize>) -> OwnedTensor {
+    OwnedTensor { dtype: Dtype::F32, shape, bytes: v.iter().flat_map(|x| x.to_le_bytes()).collect() }
+}
+
+fn i64s(v: &[u64], shape: Vec<usize>) -> OwnedTensor {
+    OwnedTensor { dtype: Dtype::I64, shape, bytes: v.iter().flat_map(|&x| (x as i64).to_le_bytes()).collect() }
+}
+
+/// Codes in the narrowest unsigned type that holds the element format.
+fn codes(v: &[u32], bits: u32, shape: Vec<usize>) -> OwnedTensor {
+    match bits {
+        0..=8 => OwnedTensor { dtype: Dtype::U8, shape, bytes: v.iter().map(|&c| c as u8).collect() },
+        9..=16 => OwnedTensor { dtype: Dtype::U16, shape, bytes: v.iter().flat_map(|&c| (c as u16).to_le_bytes()).collect() },
+        _ => OwnedTensor { dtype: Dtype::U32, shape, bytes: v.iter().flat_map(|&c| c.to_le_bytes()).collect() },
+    }
+}
+
+/// What the dump's metadata says about the trial (JSON under key `dsa_recall`).
+#[derive(Serialize)]
+struct DumpMeta<'a> {
+    tool: &'static str,
+    version: &'static str,
+    scenario: &'a Scenario,
+    trial: u64,
+    trial_seed: u64,
+    context_tokens: u64,
+    depth_percent: f64,
+    topk: u64,
+    k_eff: u64,
+    needle_tokens: [u64; 2],
+    tie_rule: TieRule,
+    variants: &'a [PrecisionVariant],
+}
+
+/// What a dump found, per variant: (name, needle survived, best needle rank, overlap with fp32).
+pub struct DumpSummary {
+    pub rows: usize,
+    pub k_eff: usize,
+    pub variants: Vec<(String, bool, Option<u64>, f64)>,
+}
+
+/// Writes trial `trial` of the scenario's single cell (its first context,
+/// depth and k) to `path`, with every precision variant of the scenario.
+pub fn dump_trial(s: &Scenario, trial: u64, path: &Path) -> Result<DumpSummary, Error> {
+    let (context, depth, k) = (s.contexts[0], s.depths[0], s.topks[0]);
+    let d = s.model.shape.head_dim;
+    let seed = trial_seed(s.seed, depth, trial);
+    let hay = TrialHaystack::draw(&s.model, seed)?;
+    let placement = s.geometry.place_needle(context, s.needle_tokens, depth);
+    let rows = s.geometry.candidate_rows(context) as usize;
+    let k_eff = (k as usize).min(rows);
+    let mut keys = vec![0.0f32; rows * d];
+    for (i, key) in keys.chunks_exact_mut(d).enumerate() {
+        if placement.rows.contains(&(i as u64)) {
+            hay.fill_needle_row(i as u64, key);
+        } else {
+            hay.fill_haystack_row(i as u64, key);
+        }
+    }
+    let heads = s.model.shape.heads;
+    let mut tensors: Vec<(String, OwnedTensor)> = vec![
+        ("queries".into(), f32s(&hay.queries, vec![heads, d])),
+        ("weights".into(), f32s(&hay.weights, vec![heads])),
+        ("keys".into(), f32s(&keys, vec![rows, d])),
+        ("needle_rows".into(), i64s(&placement.rows.clone().collect::<Vec<_>>(), vec![placement.rows.clone().count()])),
+    ];
+    let exact = PrecisionVariant::builtin("fp32").ok_or_else(|| bad_file(path, "fp32 variant missing"))?;
+    let reference = select_top_k(&variant_logits(&exact, &hay.queries, &hay.weights, &keys, d)?, k_eff, s.tie_rule, Some(seed));
+    let mut summary = DumpSummary { rows, k_eff, variants: Vec::new() };
+    for v in &s.precisions {
+        let q = encode_side(&v.query, &hay.queries, d)?;
+        let kk = encode_side(&v.key, &keys, d)?;
+        let logits = variant_logits(v, &hay.queries, &hay.weights, &keys, d)?;
+        let selected = select_top_k(&logits, k_eff, s.tie_rule, Some(seed));
+        tensors.push((format!("{}.q_codes", v.name), codes(&q.codes, v.query.element.bits(), vec![heads, d])));
+        if !q.scales.is_empty() {
+            tensors.push((format!("{}.q_scales", v.name), f32s(&q.scales, vec![heads, q.scales.len() / heads])));
+        }
+        tensors.push((format!("{}.k_codes", v.name), codes(&kk.codes, v.key.element.bits(), vec![rows, d])));
+        if !kk.scales.is_empty() {
+            tensors.push((format!("{}.k_scales", v.name), f32s(&kk.scales, vec![rows, kk.scales.len() / rows.max(1)])));
+        }
+        tensors.push((format!("{}.logits", v.name), f32s(&logits, vec![rows])));
+        tensors.push((format!("{}.selected", v.name), i64s(&selected, vec![selected.len()])));
+        let best = placement.rows.clone().map(|r| logits[r as usize]).reduce(f32::max);
+        let rank = best.map(|b| {
+            (0..rows).filter(|i| !placement.rows.contains(&(*i as u64)) && logits[*i] > b).count() as u64
+        });
+        let survived = placement.in_window || placement.rows.clone().any(|r| selected.binary_search(&r).is_ok());
+        let overlap = selected.iter().filter(|i| reference.binary_search(i).is_ok()).count() as f64 / k_eff.max(1) as f64;
+        summary.variants.push((v.name.clone(), survived, rank, overlap));
+    }
+    let meta = DumpMeta {
+        tool: "dsa-recall",
+        version: env!("CARGO_PKG_VERSION"),
+        scenario: s,
+        trial,
+        trial_seed: seed,
+        context_tokens: context,
+        depth_percent: depth,
+        topk: k,
+        k_eff: k_eff as u64,
+        needle_tokens: [placement.tokens.start, placement.tokens.end],
+        tie_rule: s.tie_rule,
+        variants: &s.precisions,
+    };
+    let info: HashMap<String, String> =
+        [("dsa_recall".to_string(), serde_json::to_string(&meta).unwrap_or_default())].into_iter().collect();
+    let bytes = safetensors::serialize(tensors.iter().map(|(n, t)| (n.clone(), t)), Some(info))
+        .map_err(|e| bad_file(path, format!("cannot serialize: {e}")))?;
+    crate::output::write_atomic(path, &bytes)?;
+    Ok(summary)
+}

@@ -1,0 +1,110 @@
+//! A strict reader of NumPy `.npy` files (format 1.0–3.0) holding f32, f16,
+//! bf16-as-`<V2`-is-not-standard, or f64 little-endian C-order arrays. Every
+//! declared size is checked against the bytes present before allocating.
+
+use super::{bad_file, read_bounded};
+use crate::error::Error;
+use std::path::Path;
+
+/// An array as f32 values and its shape.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Array {
+    pub shape: Vec<usize>,
+    pub data: Vec<f32>,
+}
+
+/// Reads `path` as a `.npy` array converted to f32.
+pub fn read_npy(path: &Path) -> Result<Array, Error> {
+    let bytes = read_bounded(path)?;
+    parse_npy(&bytes).map_err(|m| bad_file(path, m))
+}
+
+/// Parses `.npy` bytes (errors are messages for the caller to locate).
+pub fn parse_npy(b: &[u8]) -> Result<Array, String> {
+    if b.len() < 10 || &b[..6] != b"\x93NUMPY" {
+        return Err("not a .npy file (bad magic)".into());
+    }
+    let (header_len, start): (usize, usize) = match b[6] {
+        1 => (u16::from_le_bytes([b[8], b[9]]) as usize, 10),
+        2 | 3 => {
+            if b.len() < 12 {
+                return Err("truncated header".into());
+            }
+            (u32::from_le_bytes([b[8], b[9], b[10], b[11]]) as usize, 12)
+        }
+        v => return Err(format!("unsupported .npy version {v}")),
+    };
+    let end = start.checked_add(header_len).filter(|&e| e <= b.len()).ok_or("header longer than the file")?;
+    let header = std::str::from_utf8(&b[start..end]).map_err(|_| "header is not text")?;
+    let field = |key: &str| -> Result<&str, String> {
+        let i = header.find(&format!("'{key}'")).ok_or(format!("header has no '{key}'"))?;
+        let rest = header[i + key.len() + 2..].trim_start().strip_prefix(':').ok_or("malformed header")?;
+        Ok(rest.trim_start())
+    };
+    let descr = field("descr")?;
+    let descr = descr.split('\'').nth(1).ok_or("malformed descr")?;
+    let fortran = field("fortran_order")?;
+    if fortran.starts_with("True") {
+        return Err("Fortran-order arrays are not supported; save with np.ascontiguousarray".into());
+    }
+    let shape_text = field("shape")?;
+    let shape_text = shape_text.strip_prefix('(').and_then(|s| s.split(')').next()).ok_or("malformed shape")?;
+    let mut shape = Vec::new();
+    for part in shape_text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        shape.push(part.parse::<usize>().map_err(|_| format!("bad shape entry {part:?}"))?);
+    }
+    let count = shape.iter().try_fold(1usize, |a, &x| a.checked_mul(x)).ok_or("declared shape overflows")?;
+    let width = match descr {
+        "<f4" | "f4" => 4,
+        "<f2" | "f2" => 2,
+        "<f8" | "f8" => 8,
+        other => return Err(format!("dtype {other:?} is not supported (use float32, float16 or float64, little-endian)")),
+    };
+    let need = count.checked_mul(width).ok_or("declared size overflows")?;
+    let payload = &b[end..];
+    if payload.len() != need {
+        return Err(format!("declares {count} values ({need} bytes) but holds {} bytes", payload.len()));
+    }
+    let data = match width {
+        4 => payload.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect(),
+        2 => payload.chunks_exact(2).map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32()).collect(),
+        _ => payload.chunks_exact(8).map(|c| f64::from_le_bytes(c.try_into().unwrap_or([0; 8])) as f32).collect(),
+    };
+    Ok(Array { shape, data })
+}
+
+/// Serializes an f32 array as `.npy` 1.0 (for tests and tools).
+pub fn write_npy(shape: &[usize], data: &[f32]) -> Vec<u8> {
+    let dims: Vec<String> = shape.iter().map(|d| d.to_string()).collect();
+    let shape_text = if dims.len() == 1 { format!("({},)", dims[0]) } else { format!("({})", dims.join(", ")) };
+    let mut header = format!("{{'descr': '<f4', 'fortran_order': False, 'shape': {shape_text}, }}");
+    while (10 + header.len() + 1) % 64 != 0 {
+        header.push(' ');
+    }
+    header.push('\n');
+    let mut out = b"\x93NUMPY\x01\x00".to_vec();
+    out.extend_from_slice(&(header.len() as u16).to_le_bytes());
+    out.extend_from_slice(header.as_bytes());
+    out.extend(data.iter().flat_map(|x| x.to_le_bytes()));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trips_and_rejects_lies() {
+        let bytes = write_npy(&[2, 3], &[1.0, 2.0, 3.0, 4.0, 5.0, -6.0]);
+        let a = parse_npy(&bytes).unwrap();
+        assert_eq!(a.shape, vec![2, 3]);
+        assert_eq!(a.data[5], -6.0);
+        assert!(parse_npy(&bytes[..bytes.len() - 1]).unwrap_err().contains("holds"));
+        let huge = String::from_utf8_lossy(&bytes).replace("(2, 3)", "(99999999999, 99999999999)").into_owned();
+        assert!(parse_npy(huge.as_bytes()).is_err());
+        assert!(parse_npy(b"\x93NUMPY").is_err());
+        assert!(parse_npy(b"garbage garbage").unwrap_err().contains("magic"));
+        let f8 = String::from_utf8_lossy(&bytes).replace("<f4", "<i8").into_owned();
+        assert!(parse_npy(f8.as_bytes()).unwrap_err().contains("not supported"));
+    }
+}

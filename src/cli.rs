@@ -117,6 +117,9 @@ pub struct ReplayArgs {
     /// Print JSON lines instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// Also draw the overlap with fp32 per k and variant (.png or .svg).
+    #[arg(long, value_name = "FILE")]
+    pub chart: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]

@@ -282,6 +282,14 @@ fn run_replay(args: &ReplayArgs) -> Result<(), Error> {
         }
     }
     let rows = replay(&rec, &variants, &topks)?;
+    if let Some(path) = &args.chart {
+        let chart = dsa_recall::chart::overlap::OverlapChart {
+            title: "Top-k kept under each precision, against fp32".into(),
+            subtitle: format!("replayed tensors: {} query token(s), {} heads × {} dims, {} key rows", rec.tokens, rec.heads, rec.dim, rec.rows),
+            bars: dsa_recall::tensors::replay::overlap_bars(&rows),
+        };
+        dsa_recall::chart::overlap::render_overlap(&chart, path, 1400, 800).map_err(|e| Error::Chart(e.to_string()))?;
+    }
     if args.json {
         for r in &rows {
             println!("{}", serde_json::to_string(r).unwrap_or_default());

@@ -3,7 +3,8 @@
 //! hang; every rejection must be a one-line error. Case counts are fixed
 //! (and reported in the issue note): 6,000 raw strings and 6,000 structured
 //! scenario files through parse + resolve + check, 10,000 strings through
-//! each list parser.
+//! each list parser, 3,000 random and 3,000 mutated `.npy` byte strings and
+//! 3,000 mutated safetensors files through the tensor readers.
 
 use dsa_recall::config::{self, lists, params::parse_scenario_toml};
 use proptest::prelude::*;
@@ -108,5 +109,54 @@ proptest! {
     #[test]
     fn name_lists_never_panic(text in "\\PC{0,40}") {
         let _ = lists::parse_names("f", &text);
+    }
+}
+
+fn npy_bytes() -> Vec<u8> {
+    dsa_recall::tensors::npy::write_npy(&[2, 3], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0])
+}
+
+fn safetensors_bytes() -> Vec<u8> {
+    use safetensors::{Dtype, tensor::TensorView};
+    let q: Vec<u8> = (0..8).flat_map(|i| (i as f32).to_le_bytes()).collect();
+    let k: Vec<u8> = (0..12).flat_map(|i| (i as f32 * 0.5).to_le_bytes()).collect();
+    let w: Vec<u8> = (0..2).flat_map(|i| (i as f32 + 1.0).to_le_bytes()).collect();
+    let views = vec![
+        ("queries", TensorView::new(Dtype::F32, vec![2, 4], &q).unwrap()),
+        ("keys", TensorView::new(Dtype::F32, vec![3, 4], &k).unwrap()),
+        ("weights", TensorView::new(Dtype::F32, vec![2], &w).unwrap()),
+    ];
+    safetensors::serialize(views, None).unwrap()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 3000, failure_persistence: None, ..ProptestConfig::default() })]
+
+    #[test]
+    fn npy_parser_never_panics(bytes in prop::collection::vec(any::<u8>(), 0..300), edits in prop::collection::vec((0usize..200, any::<u8>()), 0..6)) {
+        let _ = dsa_recall::tensors::npy::parse_npy(&bytes);
+        let mut good = npy_bytes();
+        for (i, b) in edits {
+            let n = good.len();
+            good[i % n] = b;
+        }
+        let _ = dsa_recall::tensors::npy::parse_npy(&good);
+    }
+
+    #[test]
+    fn safetensors_reader_never_panics(edits in prop::collection::vec((0usize..400, any::<u8>()), 1..6), cut in 0usize..400) {
+        let mut bytes = safetensors_bytes();
+        for (i, b) in edits {
+            let n = bytes.len();
+            bytes[i % n] = b;
+        }
+        // Sometimes cut the file short as well.
+        let n = bytes.len();
+        bytes.truncate(n - cut % (n / 2));
+        let dir = std::env::temp_dir().join(format!("dsa-recall-fuzz-{}", std::process::id()));
+        let _ = std::fs::create_dir_all(&dir);
+        let path = dir.join("x.safetensors");
+        std::fs::write(&path, &bytes).unwrap();
+        let _ = dsa_recall::tensors::replay::load_safetensors(&path, &Default::default());
     }
 }

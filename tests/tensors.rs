@@ -130,6 +130,10 @@ fn malformed_files_give_one_line_errors() {
     lying.extend_from_slice(&q[128..]);
     let lying = write("lie.npy", &lying);
     one_line_error(&replay_cli(&["--q-npy", &lying, "--k-npy", &kp, "--weights-npy", &wp]), "lie.npy");
-    let ok = replay_cli(&["--q-npy", &qp, "--k-npy", &kp, "--weights-npy", &wp, "--topk", "4", "--precisions", "fp8"]);
+    let chart = p("overlap.png");
+    let ok = replay_cli(&["--q-npy", &qp, "--k-npy", &kp, "--weights-npy", &wp, "--topk", "4,8", "--precisions", "fp8,fp4", "--chart", chart.to_str().unwrap()]);
     assert!(ok.status.success(), "{}", String::from_utf8_lossy(&ok.stderr));
+    let png = std::fs::read(&chart).unwrap();
+    assert_eq!(&png[1..4], b"PNG");
+    assert_eq!(u32::from_be_bytes(png[16..20].try_into().unwrap()), 1400);
 }

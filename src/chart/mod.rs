@@ -17,6 +17,7 @@
 pub mod fidelity;
 pub mod font;
 pub mod heatmap;
+pub mod overlap;
 pub mod rank_margin;
 pub mod recall_vs_context;
 pub mod style;

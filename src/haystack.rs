@@ -125,11 +125,16 @@ impl TrialHaystack {
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2")]
     unsafe fn fill_rows_avx2(&self, first_row: u64, out: &mut [f32]) {
-        self.fill_rows_portable(first_row, out);
+        self.fill_rows::<true>(first_row, out);
     }
 
-    #[inline(always)]
     pub(crate) fn fill_rows_portable(&self, first_row: u64, out: &mut [f32]) {
+        self.fill_rows::<false>(first_row, out);
+    }
+
+    /// With `AVX2`, only ever inlined into [`Self::fill_rows_avx2`].
+    #[inline(always)]
+    fn fill_rows<const AVX2: bool>(&self, first_row: u64, out: &mut [f32]) {
         let d = self.shape.head_dim;
         debug_assert_eq!(out.len() % d, 0);
         let mut z = [0.0f32; rng::NORMAL_GROUP];
@@ -141,6 +146,14 @@ impl TrialHaystack {
                 .zip(self.channel_std.chunks(rng::NORMAL_GROUP))
                 .enumerate()
             {
+                #[cfg(target_arch = "x86_64")]
+                if AVX2 {
+                    // SAFETY: AVX2 is true only inside `fill_rows_avx2`, called once AVX2 was detected.
+                    unsafe { rng::normal_group_avx2(self.row_seed, row, g as u32, &mut z) };
+                } else {
+                    rng::normal_group(self.row_seed, row, g as u32, &mut z);
+                }
+                #[cfg(not(target_arch = "x86_64"))]
                 rng::normal_group(self.row_seed, row, g as u32, &mut z);
                 for (((o, &c), &s), &z) in o.iter_mut().zip(c).zip(s).zip(&z) {
                     *o = c + s * z;

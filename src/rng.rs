@@ -89,6 +89,31 @@ pub const NORMAL_MAX_ABS: f64 = 6.660_437;
 /// can be drawn in any order, on any thread, with the same bits.
 #[inline(always)]
 pub fn normal_group(key: u64, row: u64, group: u32, out: &mut [f32; NORMAL_GROUP]) {
+    let [c0, c1, c2, c3] = philox8(key, row, group);
+    let (a, b) = out.split_at_mut(2 * NORMAL_LANES);
+    box_muller(&c0, &c1, a);
+    box_muller(&c2, &c3, b);
+}
+
+/// [`normal_group`] with the Philox rounds in AVX2 integer intrinsics (exact
+/// integer arithmetic, so the same words) and the same f32 Box–Muller code
+/// compiled for AVX2 (no FMA: the same bits).
+///
+/// # Safety
+/// The CPU must support AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+#[inline]
+pub unsafe fn normal_group_avx2(key: u64, row: u64, group: u32, out: &mut [f32; NORMAL_GROUP]) {
+    let [c0, c1, c2, c3] = philox8_avx2(key, row, group);
+    let (a, b) = out.split_at_mut(2 * NORMAL_LANES);
+    box_muller(&c0, &c1, a);
+    box_muller(&c2, &c3, b);
+}
+
+/// Words of the 8 Philox blocks of one group, as 4 arrays of 8 lanes.
+#[inline(always)]
+fn philox8(key: u64, row: u64, group: u32) -> [[u32; NORMAL_LANES]; 4] {
     let base = group.wrapping_mul(NORMAL_LANES as u32);
     let mut c0: [u32; NORMAL_LANES] = std::array::from_fn(|l| base.wrapping_add(l as u32));
     let mut c1 = [0u32; NORMAL_LANES];
@@ -110,9 +135,48 @@ pub fn normal_group(key: u64, row: u64, group: u32, out: &mut [f32; NORMAL_GROUP
             c3[l] = n3;
         }
     }
-    let (a, b) = out.split_at_mut(2 * NORMAL_LANES);
-    box_muller(&c0, &c1, a);
-    box_muller(&c2, &c3, b);
+    [c0, c1, c2, c3]
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+#[inline]
+fn philox8_avx2(key: u64, row: u64, group: u32) -> [[u32; NORMAL_LANES]; 4] {
+    use std::arch::x86_64::*;
+    // (hi, lo) of the 32×32→64-bit products of each lane with m.
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    fn mulhilo(a: __m256i, m: __m256i) -> (__m256i, __m256i) {
+        let even = _mm256_mul_epu32(a, m);
+        let odd = _mm256_mul_epu32(_mm256_srli_epi64::<32>(a), m);
+        let lo = _mm256_blend_epi32::<0b1010_1010>(even, _mm256_slli_epi64::<32>(odd));
+        let hi = _mm256_blend_epi32::<0b1010_1010>(_mm256_srli_epi64::<32>(even), odd);
+        (hi, lo)
+    }
+    let base = group.wrapping_mul(NORMAL_LANES as u32) as i32;
+    let mut c0 = _mm256_add_epi32(_mm256_set1_epi32(base), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    let mut c1 = _mm256_setzero_si256();
+    let mut c2 = _mm256_set1_epi32(row as u32 as i32);
+    let mut c3 = _mm256_set1_epi32((row >> 32) as u32 as i32);
+    let (m0, m1) = (_mm256_set1_epi32(PHILOX_M0 as i32), _mm256_set1_epi32(PHILOX_M1 as i32));
+    let (mut k0, mut k1) = (key as u32, (key >> 32) as u32);
+    for round in 0..10 {
+        if round > 0 {
+            k0 = k0.wrapping_add(PHILOX_W0);
+            k1 = k1.wrapping_add(PHILOX_W1);
+        }
+        let (hi0, lo0) = mulhilo(c0, m0);
+        let (hi1, lo1) = mulhilo(c2, m1);
+        let n0 = _mm256_xor_si256(_mm256_xor_si256(hi1, c1), _mm256_set1_epi32(k0 as i32));
+        let n2 = _mm256_xor_si256(_mm256_xor_si256(hi0, c3), _mm256_set1_epi32(k1 as i32));
+        (c0, c1, c2, c3) = (n0, lo1, n2, lo0);
+    }
+    let mut words = [[0u32; NORMAL_LANES]; 4];
+    for (w, c) in words.iter_mut().zip([c0, c1, c2, c3]) {
+        // SAFETY: [u32; 8] is 32 bytes, the width of an unaligned store.
+        unsafe { _mm256_storeu_si256(w.as_mut_ptr().cast(), c) };
+    }
+    words
 }
 
 /// Box–Muller on 8 pairs of words (u, v) → 16 normals (first 8: one of each
@@ -370,6 +434,21 @@ mod tests {
                 });
                 let (r, n) = corr(&mut it, square);
                 assert!(r.abs() < 4.0 / n.sqrt(), "{name} (squared: {square}): correlation {r}, n {n}");
+            }
+        }
+    }
+
+    #[test]
+    fn avx2_groups_equal_portable_groups() {
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx2") {
+            let (mut a, mut b) = ([0.0f32; NORMAL_GROUP], [0.0f32; NORMAL_GROUP]);
+            for i in 0..20_000u64 {
+                let (key, row, group) = (mix64(i), mix64(i ^ 0xabc) >> (i % 64), (i % 7) as u32 + (i as u32) * 977);
+                normal_group(key, row, group, &mut a);
+                // SAFETY: AVX2 detected above.
+                unsafe { normal_group_avx2(key, row, group, &mut b) };
+                assert_eq!(a.map(f32::to_bits), b.map(f32::to_bits), "key {key} row {row} group {group}");
             }
         }
     }

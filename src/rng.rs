@@ -111,6 +111,73 @@ pub unsafe fn normal_group_avx2(key: u64, row: u64, group: u32, out: &mut [f32; 
     box_muller(&c2, &c3, b);
 }
 
+/// Groups `group` and `group + 1` of a row at once, in 16 AVX-512 lanes:
+/// exactly the numbers [`normal_group`] gives for each (integer Philox, then
+/// the same f32 Box–Muller lane by lane; no FMA is ever formed).
+///
+/// # Safety
+/// The CPU must support AVX-512F.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+#[inline]
+pub unsafe fn normal_group_pair_avx512(key: u64, row: u64, group: u32, out: &mut [[f32; NORMAL_GROUP]; 2]) {
+    let [c0, c1, c2, c3] = philox16_avx512(key, row, group);
+    let mut a = [0.0f32; 4 * NORMAL_LANES];
+    let mut b = [0.0f32; 4 * NORMAL_LANES];
+    box_muller(&c0, &c1, &mut a);
+    box_muller(&c2, &c3, &mut b);
+    // a = [z1 of lanes 0..16 | z2 of lanes 0..16]; lanes 0..8 are `group`, 8..16 `group + 1`.
+    for (h, o) in out.iter_mut().enumerate() {
+        let lanes = h * NORMAL_LANES..(h + 1) * NORMAL_LANES;
+        o[..8].copy_from_slice(&a[lanes.clone()]);
+        o[8..16].copy_from_slice(&a[16 + lanes.start..16 + lanes.end]);
+        o[16..24].copy_from_slice(&b[lanes.clone()]);
+        o[24..32].copy_from_slice(&b[16 + lanes.start..16 + lanes.end]);
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+#[inline]
+fn philox16_avx512(key: u64, row: u64, group: u32) -> [[u32; 2 * NORMAL_LANES]; 4] {
+    use std::arch::x86_64::*;
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    fn mulhilo(a: __m512i, m: __m512i) -> (__m512i, __m512i) {
+        let even = _mm512_mul_epu32(a, m);
+        let odd = _mm512_mul_epu32(_mm512_srli_epi64::<32>(a), m);
+        let lo = _mm512_mask_blend_epi32(0xAAAA, even, _mm512_slli_epi64::<32>(odd));
+        let hi = _mm512_mask_blend_epi32(0xAAAA, _mm512_srli_epi64::<32>(even), odd);
+        (hi, lo)
+    }
+    let base = group.wrapping_mul(NORMAL_LANES as u32);
+    let first: [u32; 2 * NORMAL_LANES] = std::array::from_fn(|l| base.wrapping_add(l as u32));
+    // SAFETY: 64 bytes read from a [u32; 16].
+    let mut c0 = unsafe { _mm512_loadu_si512(first.as_ptr().cast()) };
+    let mut c1 = _mm512_setzero_si512();
+    let mut c2 = _mm512_set1_epi32(row as u32 as i32);
+    let mut c3 = _mm512_set1_epi32((row >> 32) as u32 as i32);
+    let (m0, m1) = (_mm512_set1_epi32(PHILOX_M0 as i32), _mm512_set1_epi32(PHILOX_M1 as i32));
+    let (mut k0, mut k1) = (key as u32, (key >> 32) as u32);
+    for round in 0..10 {
+        if round > 0 {
+            k0 = k0.wrapping_add(PHILOX_W0);
+            k1 = k1.wrapping_add(PHILOX_W1);
+        }
+        let (hi0, lo0) = mulhilo(c0, m0);
+        let (hi1, lo1) = mulhilo(c2, m1);
+        let n0 = _mm512_xor_si512(_mm512_xor_si512(hi1, c1), _mm512_set1_epi32(k0 as i32));
+        let n2 = _mm512_xor_si512(_mm512_xor_si512(hi0, c3), _mm512_set1_epi32(k1 as i32));
+        (c0, c1, c2, c3) = (n0, lo1, n2, lo0);
+    }
+    let mut words = [[0u32; 2 * NORMAL_LANES]; 4];
+    for (w, c) in words.iter_mut().zip([c0, c1, c2, c3]) {
+        // SAFETY: [u32; 16] is 64 bytes, the width of an unaligned store.
+        unsafe { _mm512_storeu_si512(w.as_mut_ptr().cast(), c) };
+    }
+    words
+}
+
 /// Words of the 8 Philox blocks of one group, as 4 arrays of 8 lanes.
 #[inline(always)]
 fn philox8(key: u64, row: u64, group: u32) -> [[u32; NORMAL_LANES]; 4] {
@@ -189,11 +256,11 @@ fn philox8_avx2(key: u64, row: u64, group: u32) -> [[u32; NORMAL_LANES]; 4] {
 /// * With cos θ = (cos t − sin t)/√2 and sin θ = (cos t + sin t)/√2, the pair
 ///   is √(−ln u1)·(cos t ∓ sin t).
 #[inline(always)]
-fn box_muller(u: &[u32; NORMAL_LANES], v: &[u32; NORMAL_LANES], out: &mut [f32]) {
+fn box_muller<const N: usize>(u: &[u32; N], v: &[u32; N], out: &mut [f32]) {
     const TWO_POW_M31: f32 = 1.0 / 2_147_483_648.0;
     const TWO_POW_M22: f32 = 1.0 / 4_194_304.0;
-    let (first, second) = out.split_at_mut(NORMAL_LANES);
-    for l in 0..NORMAL_LANES {
+    let (first, second) = out.split_at_mut(N);
+    for l in 0..N {
         let u1 = (((u[l] >> 1) as i32) as f32 + 0.5) * TWO_POW_M31;
         let radius = (-ln_unit(u1)).sqrt();
         let f = (((v[l] & 0x3F_FFFF) as i32) as f32 + 0.5) * TWO_POW_M22;
@@ -449,6 +516,23 @@ mod tests {
                 // SAFETY: AVX2 detected above.
                 unsafe { normal_group_avx2(key, row, group, &mut b) };
                 assert_eq!(a.map(f32::to_bits), b.map(f32::to_bits), "key {key} row {row} group {group}");
+            }
+        }
+    }
+
+    #[test]
+    fn avx512_group_pairs_equal_portable_groups() {
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            let (mut a, mut b) = ([0.0f32; NORMAL_GROUP], [[0.0f32; NORMAL_GROUP]; 2]);
+            for i in 0..20_000u64 {
+                let (key, row, group) = (mix64(i), mix64(i ^ 0xabc) >> (i % 64), (i % 7) as u32 + (i as u32) * 977);
+                // SAFETY: AVX-512F detected above.
+                unsafe { normal_group_pair_avx512(key, row, group, &mut b) };
+                for h in 0..2 {
+                    normal_group(key, row, group.wrapping_add(h as u32), &mut a);
+                    assert_eq!(a.map(f32::to_bits), b[h].map(f32::to_bits), "key {key} row {row} group {group}+{h}");
+                }
             }
         }
     }

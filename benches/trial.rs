@@ -1,11 +1,26 @@
-//! Trials per second of one V4-Flash trial (default preset: bf16 and fp4,
-//! k 512 and 1024) at 32K and 128K tokens, on one thread and on all cores.
+//! End-to-end performance, all timings of one run side by side
+//! (`cargo bench --bench trial`; docs/PERFORMANCE.md quotes it):
 //!
-//! `cargo bench --bench trial`. Prints the median of repeated timings; each
-//! timing runs a batch of real trials (nothing is cached between them).
+//! 1. V4-Flash trials at 32K, 128K and 1M tokens, for one precision (fp32,
+//!    fp8) and for the preset's pair (bf16 + fp4, k 512 and 1024), on 1 and 2
+//!    threads: median ms per trial and trials/s;
+//! 2. our scoring of 32K rows against an optimized GEMM (`gemm` crate) on the
+//!    same [32K × 128]·[128 × 64] product: the share of its throughput;
+//! 3. the README's default sweep end to end (2 threads);
+//! 4. peak memory (VmHWM) of a process that runs one 1M-token trial;
+//! 5. NumPy (`tools/numpy_reference.py`, when python3 with numpy is there) on
+//!    the same fp32 cells: trials/s and our ratio to it.
+//!
+//! Repetitions are interleaved (every configuration once per round), so
+//! load from elsewhere on the machine hits all of them alike; medians are
+//! printed. DSA_BENCH_QUICK=1 runs fewer rounds.
 
-use dsa_recall::config::{self, params::parse_scenario_toml};
+use dsa_recall::config::{self, params::parse_scenario_toml, Scenario};
+use dsa_recall::haystack::TrialHaystack;
+use dsa_recall::indexer::IndexerQuery;
+use dsa_recall::precision::PrecisionVariant;
 use dsa_recall::sweep::run_sweep;
+use std::process::Command;
 use std::time::Instant;
 
 fn median(mut xs: Vec<f64>) -> f64 {
@@ -13,28 +28,178 @@ fn median(mut xs: Vec<f64>) -> f64 {
     xs[xs.len() / 2]
 }
 
+fn scenario(text: &str) -> Scenario {
+    config::check(config::resolve(parse_scenario_toml(text).expect("toml")).expect("preset")).expect("scenario")
+}
+
+fn pool(threads: usize) -> rayon::ThreadPool {
+    rayon::ThreadPoolBuilder::new().num_threads(threads).build().expect("pool")
+}
+
+fn time(f: impl FnOnce()) -> f64 {
+    let start = Instant::now();
+    f();
+    start.elapsed().as_secs_f64()
+}
+
+fn vm_hwm_kib() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// One 1M-token V4-Flash trial (preset precisions, k 512 and 1024), then VmHWM.
+fn peak_child() {
+    let s = scenario("[sweep]\ncontexts = \"1M\"\ntrials = 1\n");
+    pool(1).install(|| run_sweep(&s, &|| {})).expect("sweep");
+    println!("VmHWM_KiB {}", vm_hwm_kib().unwrap_or(0));
+}
+
+struct Case {
+    label: String,
+    scenario: Scenario,
+    threads: usize,
+    trials: u64,
+    times: Vec<f64>,
+}
+
 fn main() {
-    for (context, trials) in [("32K", 40u64), ("128K", 12)] {
-        for threads in [1usize, 0] {
-            let text = format!("[sweep]\ncontexts = \"{context}\"\ntrials = {trials}\n");
-            let s = config::check(config::resolve(parse_scenario_toml(&text).expect("toml")).expect("preset")).expect("scenario");
-            let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().expect("pool");
-            let timings: Vec<f64> = (0..5)
-                .map(|_| {
-                    let start = Instant::now();
-                    pool.install(|| run_sweep(&s, &|| {})).expect("sweep");
-                    start.elapsed().as_secs_f64()
-                })
-                .collect();
-            let t = median(timings);
+    if std::env::var_os("DSA_BENCH_PEAK_CHILD").is_some() {
+        return peak_child();
+    }
+    if std::env::args().any(|a| a == "--list") {
+        return; // `cargo bench -- --list` and test harness probes
+    }
+    let quick = std::env::var_os("DSA_BENCH_QUICK").is_some();
+    let rounds = if quick { 1 } else { 3 };
+
+    // 1. Trials.
+    let mut cases = Vec::new();
+    for (context, trials) in [("32K", 16u64), ("128K", 6), ("1M", 2)] {
+        for (what, precisions) in [("fp32", "fp32"), ("fp8", "fp8"), ("bf16+fp4", "bf16,fp4")] {
+            for threads in [1usize, 2] {
+                let topk = if precisions.contains(',') { "" } else { "topk = \"512\"\n" };
+                let text = format!("[sweep]\ncontexts = \"{context}\"\ntrials = {trials}\nprecisions = \"{precisions}\"\n{topk}");
+                cases.push(Case { label: format!("{context:>5} {what:<9} {threads} thr"), scenario: scenario(&text), threads, trials, times: vec![] });
+            }
+        }
+    }
+    let pools = [pool(1), pool(2)];
+    for _ in 0..rounds {
+        for c in &mut cases {
+            let p = &pools[c.threads - 1];
+            c.times.push(time(|| {
+                p.install(|| run_sweep(&c.scenario, &|| {})).expect("sweep");
+            }));
+        }
+    }
+    println!("## V4-Flash trials (median of {rounds} rounds)");
+    println!("{:<24} {:>12} {:>12}", "context precision thr", "ms/trial", "trials/s");
+    let mut per_trial = std::collections::HashMap::new();
+    for c in &cases {
+        let t = median(c.times.clone()) / c.trials as f64;
+        per_trial.insert(c.label.clone(), t);
+        println!("{:<24} {:>12.2} {:>12.2}", c.label, 1e3 * t, 1.0 / t);
+    }
+    for context in ["32K", "128K", "1M"] {
+        let a = per_trial[&format!("{context:>5} {:<9} 1 thr", "fp8")];
+        let b = per_trial[&format!("{context:>5} {:<9} 1 thr", "fp32")];
+        println!("fp8 / fp32 time per trial at {context}: {:.2}×", a / b);
+    }
+
+    // 2. Scoring vs GEMM on [32K × 128]·[128 × 64].
+    let s = scenario("");
+    let h = TrialHaystack::draw(&s.model, 42).expect("draw");
+    let (rows, d) = (32 * 1024, 128);
+    let mut keys = vec![0.0f32; rows * d];
+    let gen_t = median((0..5).map(|_| time(|| h.fill_haystack_rows(0, &mut keys))).collect());
+    println!("\n## generation: {:.2} ms for 32K rows × 128 ({:.3} ns per Gaussian, 1 thread)", 1e3 * gen_t, 1e9 * gen_t / (rows * d) as f64);
+    let mut out = vec![0.0f32; rows];
+    let mut c = vec![0.0f32; rows * 64];
+    println!("\n## scoring 32K rows vs gemm {{32K×128}}·{{128×64}} f32 (median of 7, interleaved)");
+    for name in ["fp32", "bf16"] {
+        let v = PrecisionVariant::builtin(name).expect("variant");
+        let mut k = keys.clone();
+        v.key.apply(&mut k, d).expect("quantize");
+        let mut q = h.queries.clone();
+        v.query.apply(&mut q, d).expect("quantize");
+        let iq = IndexerQuery::new(q, &h.weights, d, v.logits);
+        for threads in [1usize, 2] {
+            let p = &pools[threads - 1];
+            let (mut ours, mut theirs) = (vec![], vec![]);
+            for _ in 0..7 {
+                ours.push(time(|| {
+                    p.install(|| {
+                        let (ka, kb) = k.split_at(rows / 2 * d);
+                        let (oa, ob) = out.split_at_mut(rows / 2);
+                        rayon::join(|| iq.score_rows(ka, oa), || iq.score_rows(kb, ob));
+                    })
+                }));
+                theirs.push(time(|| p.install(|| gemm_f32(&k, &h.queries, &mut c, threads))));
+            }
+            let (o, t) = (median(ours), median(theirs));
             println!(
-                "v4-flash trial at {context:>5}, {} thread(s): median {:.1} ms per trial, {:.1} trials/s ({} precisions × {} k per trial)",
-                pool.current_num_threads(),
-                1e3 * t / trials as f64,
-                trials as f64 / t,
-                s.precisions.len(),
-                s.topks.len()
+                "{name:<5} {threads} thr: ours {:.2} ms ({:.1} GFLOP/s), gemm {:.2} ms ({:.1} GFLOP/s): ours = {:.0} % of gemm",
+                1e3 * o,
+                2.0 * (rows * d * 64) as f64 / o / 1e9,
+                1e3 * t,
+                2.0 * (rows * d * 64) as f64 / t / 1e9,
+                100.0 * t / o
             );
         }
+    }
+
+    // 3. The README's default sweep.
+    let sweep_rounds = if quick { 1 } else { 2 };
+    let default = scenario("");
+    let t = median((0..sweep_rounds).map(|_| time(|| { pools[1].install(|| run_sweep(&default, &|| {})).expect("sweep"); })).collect());
+    println!("\n## default sweep (deepseek-v4-flash, 1K..128K, k 512/1024, bf16+fp4, 400 trials), 2 threads: {t:.2} s (median of {sweep_rounds})");
+
+    // 4. Peak memory at 1M tokens, in a fresh process.
+    let exe = std::env::current_exe().expect("exe");
+    let child = Command::new(exe).env("DSA_BENCH_PEAK_CHILD", "1").output().expect("child");
+    let text = String::from_utf8_lossy(&child.stdout);
+    if let Some(kib) = text.lines().find_map(|l| l.strip_prefix("VmHWM_KiB ")).and_then(|v| v.trim().parse::<f64>().ok()) {
+        println!("\n## peak memory (VmHWM) of one 1M-token V4-Flash trial (bf16+fp4, k 512/1024): {:.1} MiB", kib / 1024.0);
+    }
+
+    // 5. NumPy on the same fp32 cells.
+    println!("\n## NumPy reference (tools/numpy_reference.py, fp32, k 512, depth 50 %)");
+    for (context, trials) in [("32K", 20u64), ("128K", 6)] {
+        let py = Command::new("python3")
+            .args(["tools/numpy_reference.py", "--contexts", context, "--trials", &trials.to_string(), "--json"])
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .output();
+        let Some(json) = py.ok().filter(|o| o.status.success()).map(|o| String::from_utf8_lossy(&o.stdout).into_owned()) else {
+            println!("python3 with numpy not available: skipped");
+            break;
+        };
+        let tps: f64 = json
+            .split("\"trials_per_s\": ")
+            .nth(1)
+            .and_then(|r| r.split([',', '}']).next())
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(f64::NAN);
+        for threads in [1, 2] {
+            let ours = 1.0 / per_trial[&format!("{context:>5} {:<9} {threads} thr", "fp32")];
+            let fp8 = 1.0 / per_trial[&format!("{context:>5} {:<9} {threads} thr", "fp8")];
+            println!(
+                "{context:>5}: numpy {tps:.2} trials/s; ours fp32 {threads} thr {ours:.2} trials/s = {:.1}× numpy; ours fp8 {:.2} trials/s = {:.1}× numpy",
+                ours / tps,
+                fp8,
+                fp8 / tps
+            );
+        }
+    }
+}
+
+/// C = K·Qᵀ for row-major K [n × 128], Q [64 × 128], C [n × 64], `gemm` crate.
+fn gemm_f32(k: &[f32], q: &[f32], c: &mut [f32], threads: usize) {
+    let d = 128;
+    let n = k.len() / d;
+    let par = if threads <= 1 { gemm::Parallelism::None } else { gemm::Parallelism::Rayon(threads) };
+    // SAFETY: the slices have the sizes the strides describe.
+    unsafe {
+        gemm::gemm(n, 64, d, c.as_mut_ptr(), 1, 64, false, k.as_ptr(), 1, d as isize, q.as_ptr(), d as isize, 1, 0.0, 1.0, false, false, false, par);
     }
 }

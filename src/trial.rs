@@ -103,9 +103,7 @@ impl TrialSpec<'_> {
         let mut quantized = QuantizedRows::with_capacity(CHUNK_ROWS, d);
         for start in (0..max_rows).step_by(CHUNK_ROWS) {
             let n = CHUNK_ROWS.min(max_rows - start);
-            for (r, key) in raw[..n * d].chunks_exact_mut(d).enumerate() {
-                haystack.fill_haystack_row((start + r) as u64, key);
-            }
+            haystack.fill_haystack_rows(start as u64, &mut raw[..n * d]);
             for (v, variant) in self.variants.iter().enumerate() {
                 let out = &mut scores[v][start..start + n];
                 if variant.key.is_identity() {

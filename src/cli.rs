@@ -307,35 +307,33 @@ impl ScenarioArgs {
     }
 }
 
+impl ScenarioArgs {
+    /// The overlay plus the grid's four lists (each as typed, or absent).
+    fn with_grid(&self, grid: [&Option<String>; 4]) -> Result<ScenarioParams, ConfigError> {
+        let mut p = self.overlay()?;
+        let [contexts, depths, topk, precisions] = grid;
+        p.sweep.contexts = text(contexts);
+        p.sweep.depths = text(depths);
+        p.sweep.topk = text(topk);
+        p.sweep.precisions = text(precisions);
+        Ok(p)
+    }
+}
+
 impl SweepArgs {
     pub fn overlay(&self) -> Result<ScenarioParams, ConfigError> {
-        let mut p = self.scenario.overlay()?;
-        p.sweep.contexts = text(&self.contexts);
-        p.sweep.depths = text(&self.depths);
-        p.sweep.topk = text(&self.topk);
-        p.sweep.precisions = text(&self.precisions);
-        Ok(p)
+        self.scenario.with_grid([&self.contexts, &self.depths, &self.topk, &self.precisions])
     }
 }
 
 impl TrialArgs {
     pub fn overlay(&self) -> Result<ScenarioParams, ConfigError> {
-        let mut p = self.scenario.overlay()?;
-        p.sweep.contexts = text(&self.context);
-        p.sweep.depths = text(&self.depth);
-        p.sweep.topk = text(&self.topk);
-        p.sweep.precisions = text(&self.precisions);
-        Ok(p)
+        self.scenario.with_grid([&self.context, &self.depth, &self.topk, &self.precisions])
     }
 }
 
 impl RunArgs {
     pub fn overlay(&self) -> Result<ScenarioParams, ConfigError> {
-        let mut p = self.scenario.overlay()?;
-        p.sweep.contexts = text(&self.context);
-        p.sweep.depths = text(&self.depth);
-        p.sweep.topk = text(&self.topk);
-        p.sweep.precisions = text(&self.precision);
-        Ok(p)
+        self.scenario.with_grid([&self.context, &self.depth, &self.topk, &self.precision])
     }
 }

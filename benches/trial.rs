@@ -166,30 +166,47 @@ fn main() {
     // 5. NumPy on the same fp32 cells.
     println!("\n## NumPy reference (tools/numpy_reference.py, fp32, k 512, depth 50 %)");
     for (context, trials) in [("32K", 20u64), ("128K", 6)] {
-        let py = Command::new("python3")
-            .args(["tools/numpy_reference.py", "--contexts", context, "--trials", &trials.to_string(), "--json"])
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
-            .output();
-        let Some(json) = py.ok().filter(|o| o.status.success()).map(|o| String::from_utf8_lossy(&o.stdout).into_owned()) else {
+        // Three rounds, each timing our fp32 and fp8 trials (1 and 2 threads)
+        // right before a NumPy run (which times its trials after one warm-up).
+        let find = |what: &str, threads: usize| {
+            cases.iter().find(|c| c.label == format!("{context:>5} {what:<9} {threads} thr")).expect("case")
+        };
+        let mut ours: [Vec<f64>; 4] = Default::default();
+        let mut runs = Vec::new();
+        for _ in 0..3 {
+            for (slot, (what, threads)) in [("fp32", 1), ("fp32", 2), ("fp8", 1), ("fp8", 2)].into_iter().enumerate() {
+                let c = find(what, threads);
+                let t = time(|| {
+                    pools[threads - 1].install(|| run_sweep(&c.scenario, &|| {})).expect("sweep");
+                });
+                ours[slot].push(c.trials as f64 / t);
+            }
+            let out = Command::new("python3")
+                .args(["tools/numpy_reference.py", "--contexts", context, "--trials", &trials.to_string(), "--json"])
+                .current_dir(env!("CARGO_MANIFEST_DIR"))
+                .output()
+                .ok()
+                .filter(|o| o.status.success());
+            let Some(out) = out else { break };
+            let json = String::from_utf8_lossy(&out.stdout).into_owned();
+            if let Some(tps) = json.split("\"trials_per_s\": ").nth(1).and_then(|r| r.split([',', '}']).next()).and_then(|v| v.trim().parse::<f64>().ok()) {
+                runs.push(tps);
+            }
+        }
+        if runs.is_empty() {
             println!("python3 with numpy not available: skipped");
             break;
-        };
-        let tps: f64 = json
-            .split("\"trials_per_s\": ")
-            .nth(1)
-            .and_then(|r| r.split([',', '}']).next())
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or(f64::NAN);
-        for threads in [1, 2] {
-            let ours = 1.0 / per_trial[&format!("{context:>5} {:<9} {threads} thr", "fp32")];
-            let fp8 = 1.0 / per_trial[&format!("{context:>5} {:<9} {threads} thr", "fp8")];
-            println!(
-                "{context:>5}: numpy {tps:.2} trials/s; ours fp32 {threads} thr {ours:.2} trials/s = {:.1}× numpy; ours fp8 {:.2} trials/s = {:.1}× numpy",
-                ours / tps,
-                fp8,
-                fp8 / tps
-            );
         }
+        let tps = median(runs);
+        let [f1, f2, e1, e2] = ours.map(median);
+        println!(
+            "{context:>5}: numpy {tps:.2} trials/s; ours fp32 {f1:.2} (1 thr) = {:.1}×, {f2:.2} (2 thr) = {:.1}×; ours fp8 {e1:.2} (1 thr) = {:.1}×, {e2:.2} (2 thr) = {:.1}×; fp8/fp32 time {:.2}× (1 thr)",
+            f1 / tps,
+            f2 / tps,
+            e1 / tps,
+            e2 / tps,
+            f1 / e1
+        );
     }
 }
 

@@ -529,9 +529,9 @@ mod tests {
                 let (key, row, group) = (mix64(i), mix64(i ^ 0xabc) >> (i % 64), (i % 7) as u32 + (i as u32) * 977);
                 // SAFETY: AVX-512F detected above.
                 unsafe { normal_group_pair_avx512(key, row, group, &mut b) };
-                for h in 0..2 {
+                for (h, bh) in b.iter().enumerate() {
                     normal_group(key, row, group.wrapping_add(h as u32), &mut a);
-                    assert_eq!(a.map(f32::to_bits), b[h].map(f32::to_bits), "key {key} row {row} group {group}+{h}");
+                    assert_eq!(a.map(f32::to_bits), bh.map(f32::to_bits), "key {key} row {row} group {group}+{h}");
                 }
             }
         }

@@ -40,9 +40,7 @@ fn keys(rows: usize) -> (TrialHaystack, Vec<f32>) {
 }
 
 fn query(h: &TrialHaystack, v: &PrecisionVariant) -> IndexerQuery {
-    let mut q = h.queries.clone();
-    v.query.apply(&mut q, D).unwrap();
-    IndexerQuery::new(q, &h.weights, D, v.logits)
+    IndexerQuery::new(v.query.quantize_rows(&h.queries, D).unwrap(), &h.weights, D, v.scoring)
 }
 
 /// Gaussians per second of haystack keys (256 rows × 128 = 32,768 per iteration).
@@ -85,15 +83,15 @@ fn quantize_score(b: Bencher, name: &str) {
     let v = PrecisionVariant::builtin(name).unwrap();
     let (h, raw) = keys(CHUNK);
     let q = query(&h, &v);
-    let mut quantized = raw.clone();
+    // The engine's path (src/trial.rs): element values plus row scales.
+    let mut quantized = dsa_recall::precision::QuantizedRows::with_capacity(CHUNK, D);
     let mut out = vec![0.0f32; CHUNK];
     b.counter(ItemsCount::new(CHUNK)).bench_local(|| {
         if v.key.is_identity() {
             q.score_rows(black_box(&raw), &mut out);
         } else {
-            quantized.copy_from_slice(&raw);
-            v.key.apply(&mut quantized, D).unwrap();
-            q.score_rows(&quantized, &mut out);
+            v.key.quantize_rows_into(black_box(&raw), D, &mut quantized).unwrap();
+            q.score_quantized_rows(&quantized, &mut out);
         }
     });
 }

@@ -121,9 +121,8 @@ fn main() {
         let v = PrecisionVariant::builtin(name).expect("variant");
         let mut k = keys.clone();
         v.key.apply(&mut k, d).expect("quantize");
-        let mut q = h.queries.clone();
-        v.query.apply(&mut q, d).expect("quantize");
-        let iq = IndexerQuery::new(q, &h.weights, d, v.logits);
+        let q = v.query.quantize_rows(&h.queries, d).expect("quantize");
+        let iq = IndexerQuery::new(q, &h.weights, d, v.scoring);
         for threads in [1usize, 2] {
             let p = &pools[threads - 1];
             let (mut ours, mut theirs) = (vec![], vec![]);

@@ -137,9 +137,9 @@ pub fn tokens_label(n: u64) -> String {
         let s = s.trim_end_matches('0').trim_end_matches('.');
         format!("{s}{unit}")
     };
-    if n >= M && (n * 100) % M == 0 {
+    if n >= M && (n * 100).is_multiple_of(M) {
         fmt(n as f64 / M as f64, "M")
-    } else if n >= K && (n * 100) % K == 0 {
+    } else if n >= K && (n * 100).is_multiple_of(K) {
         fmt(n as f64 / K as f64, "K")
     } else {
         n.to_string()

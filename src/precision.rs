@@ -177,7 +177,7 @@ impl QuantPipeline {
         if dim == 0 {
             return Err(FormatError::ZeroRowLength);
         }
-        if input.len() % dim != 0 {
+        if !input.len().is_multiple_of(dim) {
             return Err(FormatError::LengthNotMultipleOfRow { len: input.len(), d: dim });
         }
         let rows = input.len() / dim;
@@ -227,7 +227,7 @@ impl QuantPipeline {
             return Some(format!("the Hadamard rotation needs a power-of-two head_dim, not {dim}"));
         }
         match self.scaling.map(|s| s.shape) {
-            Some(BlockShape::Block(b)) if b == 0 || dim % b != 0 => Some(format!("block size {b} does not divide head_dim {dim}")),
+            Some(BlockShape::Block(b)) if b == 0 || !dim.is_multiple_of(b) => Some(format!("block size {b} does not divide head_dim {dim}")),
             _ => None,
         }
     }

@@ -23,7 +23,7 @@ const TINY: &[&str] = &[
     "--precisions",
     "fp32",
 ];
-const TINY_CELLS: usize = 2 * 2 * 1 * 1;
+const TINY_CELLS: usize = 2 * 2;
 
 /// Keys every line of results.jsonl must carry.
 const RESULT_KEYS: &[&str] = &[

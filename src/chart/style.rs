@@ -24,7 +24,7 @@ pub fn format_tokens(n: u64) -> String {
     } else {
         return n.to_string();
     };
-    if n % unit == 0 {
+    if n.is_multiple_of(unit) {
         return format!("{}{suffix}", n / unit);
     }
     let v = n as f64 / unit as f64;
@@ -38,7 +38,7 @@ pub fn format_thousands(n: u64) -> String {
     let digits = n.to_string();
     let mut out = String::with_capacity(digits.len() + digits.len() / 3);
     for (i, ch) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
             out.push(',');
         }
         out.push(ch);
@@ -210,7 +210,7 @@ pub fn dash_polyline(points: &[(f64, f64)], pattern: &[f64], scale: f64) -> Vec<
             pos += left;
             let t = pos / seg_len;
             let p = (a.0 + (b.0 - a.0) * t, a.1 + (b.1 - a.1) * t);
-            if idx % 2 == 0 {
+            if idx.is_multiple_of(2) {
                 current.push(p);
                 out.push(std::mem::take(&mut current));
             } else {
@@ -220,11 +220,11 @@ pub fn dash_polyline(points: &[(f64, f64)], pattern: &[f64], scale: f64) -> Vec<
             left = pattern[idx];
         }
         left -= seg_len - pos;
-        if idx % 2 == 0 {
+        if idx.is_multiple_of(2) {
             current.push(b);
         }
     }
-    if idx % 2 == 0 && current.len() >= 2 {
+    if idx.is_multiple_of(2) && current.len() >= 2 {
         out.push(current);
     }
     out.into_iter()

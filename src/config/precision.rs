@@ -59,7 +59,7 @@ fn side(prefix: &str, p: &PrecisionSideParams, head_dim: usize) -> Result<QuantP
     };
     let shape = match &p.block {
         None => None,
-        Some(ListItem::Int(b)) if *b > 0 && head_dim % (*b as usize) == 0 => Some(BlockShape::Block(*b as usize)),
+        Some(ListItem::Int(b)) if *b > 0 && head_dim.is_multiple_of(*b as usize) => Some(BlockShape::Block(*b as usize)),
         Some(ListItem::Int(b)) if *b > 0 => {
             return Err(ConfigError::new(field("block"), b, format!("a block size that divides indexer.head_dim = {head_dim}")))
         }

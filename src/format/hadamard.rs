@@ -63,7 +63,7 @@ pub fn hadamard_rows_in_place(x: &mut [f32], d: usize) -> Result<(), FormatError
     if !d.is_power_of_two() {
         return Err(FormatError::NotPowerOfTwo { len: d });
     }
-    if x.len() % d != 0 {
+    if !x.len().is_multiple_of(d) {
         return Err(FormatError::LengthNotMultipleOfRow { len: x.len(), d });
     }
     x.chunks_exact_mut(d).try_for_each(hadamard_in_place)

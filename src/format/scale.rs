@@ -235,7 +235,7 @@ fn block_len(len: usize, d: usize, scaling: &BlockScaling) -> Result<usize, Form
     if d == 0 {
         return Err(FormatError::ZeroRowLength);
     }
-    if len % d != 0 {
+    if !len.is_multiple_of(d) {
         return Err(FormatError::LengthNotMultipleOfRow { len, d });
     }
     if !(scaling.amax_floor.is_finite() && scaling.amax_floor >= 0.0) {
@@ -244,7 +244,7 @@ fn block_len(len: usize, d: usize, scaling: &BlockScaling) -> Result<usize, Form
         });
     }
     match scaling.shape {
-        BlockShape::Block(block) if block == 0 || d % block != 0 => {
+        BlockShape::Block(block) if block == 0 || !d.is_multiple_of(block) => {
             Err(FormatError::InvalidBlockSize { block, d })
         }
         BlockShape::Block(block) => Ok(block),

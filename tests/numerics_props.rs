@@ -34,7 +34,13 @@ fn same(a: f32, b: f32) -> bool {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(2000))]
+    // A fixed seed: CI runs are reproducible (a new seed is a code change).
+    #![proptest_config(ProptestConfig {
+        cases: 2000,
+        rng_seed: proptest::test_runner::RngSeed::Fixed(0x5eed_d5a),
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    })]
 
     #[test]
     fn round_trip_is_idempotent(x in any_f32()) {
@@ -109,7 +115,10 @@ proptest! {
 
     /// The kernel order (q scale in the head weight, k scale after the head
     /// sum) against dequantize-first: identical bits with power-of-two
-    /// scales; within 1e-5 of the largest head term with fp32 scales.
+    /// scales; with fp32 scales, within the standard worst-case bound of two
+    /// f32 evaluations of the same sum of products: each is within
+    /// γ_n·Σ|terms| of the exact value (Higham, γ_n = nε/(1−nε), n = d + H +
+    /// 4 roundings in sequence), so they differ by at most 2γ_n·Σ|terms|.
     #[test]
     fn folded_scores_match_dequantize_first(
         q in prop::collection::vec(-4f32..4f32, 4 * 128),
@@ -133,13 +142,18 @@ proptest! {
                 if name == "fp8" {
                     prop_assert_eq!(a[r].to_bits(), b[r].to_bits(), "row {}", r);
                 } else {
-                    // Largest |w'_h · dot_h| bounds the rounding differences.
-                    let scale = plain.head_weights();
-                    let biggest = (0..4).map(|h| {
-                        let dot: f32 = (0..128).map(|j| dq[h * 128 + j] * dk[r * 128 + j]).sum();
-                        (scale[h] * dot).abs()
-                    }).fold(0f32, f32::max);
-                    prop_assert!((a[r] - b[r]).abs() <= 1e-5 * biggest + f32::MIN_POSITIVE, "row {}: {} vs {}", r, a[r], b[r]);
+                    let weights = plain.head_weights();
+                    let magnitude: f64 = (0..4)
+                        .map(|h| {
+                            let terms: f64 = (0..128).map(|j| f64::from(dq[h * 128 + j] * dk[r * 128 + j]).abs()).sum();
+                            f64::from(weights[h]).abs() * terms
+                        })
+                        .sum();
+                    let n = (128 + 4 + 4) as f64;
+                    let eps = f64::from(f32::EPSILON) / 2.0;
+                    let gamma = n * eps / (1.0 - n * eps);
+                    let bound = 2.0 * gamma * magnitude + f64::from(f32::MIN_POSITIVE);
+                    prop_assert!(f64::from((a[r] - b[r]).abs()) <= bound, "row {}: {} vs {} (bound {:e})", r, a[r], b[r], bound);
                 }
             }
         }

@@ -121,10 +121,17 @@ fn run_sweep(args: &SweepArgs) -> Result<(), Error> {
         println!("wrote shard {} ({} cells) to {}", args.shard.as_deref().unwrap_or(""), outcome.cells.len(), args.out.display());
         return Ok(());
     }
-    let files = report::write_sweep(&args.out, &s, &outcome, &plot)?;
-    store::finish(&args.out, &s, None, &outcome, &files)?;
-    print!("{}", output::format_table(&s, &outcome));
+    complete_sweep(&args.out, &s, &outcome, &plot)?;
     println!("\nwrote {}", args.out.display());
+    Ok(())
+}
+
+/// Derived files, the final manifest and the stdout table of a whole grid
+/// (a finished sweep, or merged shards).
+fn complete_sweep(dir: &std::path::Path, s: &Scenario, outcome: &sweep::SweepOutcome, plot: &report::PlotOptions) -> Result<(), Error> {
+    let files = report::write_sweep(dir, s, outcome, plot)?;
+    store::finish(dir, s, None, outcome, &files)?;
+    print!("{}", output::format_table(s, outcome));
     Ok(())
 }
 
@@ -133,16 +140,29 @@ fn run_merge(args: &MergeArgs) -> Result<(), Error> {
     let s: Scenario = store::scenario_from_manifest(&merged.manifest)?;
     let (lines, cells) = store::order_cells(&s, merged.lines, merged.cells)?;
     output::prepare_output_dir(&args.out, args.force)?;
-    let mut text = lines.join("\n");
-    text.push('\n');
-    output::write_atomic(&args.out.join(output::RESULTS_FILE), text.as_bytes())?;
+    store::write_result_lines(&args.out.join(output::RESULTS_FILE), &lines)?;
     let effective = sweep::effective_contexts(&s, &cells);
     let outcome = sweep::SweepOutcome { cells, effective };
-    let files = report::write_sweep(&args.out, &s, &outcome, &report::PlotOptions::default())?;
-    store::finish(&args.out, &s, None, &outcome, &files)?;
-    print!("{}", output::format_table(&s, &outcome));
+    complete_sweep(&args.out, &s, &outcome, &report::PlotOptions::default())?;
     println!("\nmerged {} shards into {}", args.shards.len(), args.out.display());
     Ok(())
+}
+
+/// `run` and `trial` take one context, depth and k (and `run` one precision).
+fn one_cell(s: &Scenario, command: &str, one_precision: bool) -> Result<(), Error> {
+    let mut axes = vec![(s.contexts.len(), "--context"), (s.depths.len(), "--depth"), (s.topks.len(), "--topk")];
+    if one_precision {
+        axes.push((s.precisions.len(), "--precision"));
+    }
+    match axes.into_iter().find(|&(n, _)| n != 1) {
+        Some((n, field)) => Err(dsa_recall::ConfigError::new(
+            field,
+            format!("{n} values"),
+            format!("`{command}` simulates one cell: give one value (use `sweep` for lists)"),
+        )
+        .into()),
+        None => Ok(()),
+    }
 }
 
 /// `run` spells the list flags of `sweep` in the singular.
@@ -160,17 +180,7 @@ fn with_run_flags(e: Error) -> Error {
 
 fn run_cell(args: &RunArgs) -> Result<(), Error> {
     let s = scenario(&args.scenario, args.overlay()?).map_err(with_run_flags)?;
-    let single = |n: usize, field: &str| {
-        if n == 1 {
-            Ok(())
-        } else {
-            Err(dsa_recall::ConfigError::new(field, format!("{n} values"), "`run` simulates one cell: give one value (use `sweep` for lists)"))
-        }
-    };
-    single(s.contexts.len(), "--context")?;
-    single(s.depths.len(), "--depth")?;
-    single(s.topks.len(), "--topk")?;
-    single(s.precisions.len(), "--precision")?;
+    one_cell(&s, "run", true)?;
     let pool = thread_pool(args.scenario.threads)?;
     let cell = pool.install(|| report::run_single_cell(&s, args.print_trials))?;
     if args.json {
@@ -220,11 +230,7 @@ fn run_plot(args: &PlotArgs) -> Result<(), Error> {
 
 fn run_trial_dump(args: &TrialArgs) -> Result<(), Error> {
     let s = scenario(&args.scenario, args.overlay()?).map_err(with_run_flags)?;
-    for (n, field) in [(s.contexts.len(), "--context"), (s.depths.len(), "--depth"), (s.topks.len(), "--topk")] {
-        if n != 1 {
-            return Err(dsa_recall::ConfigError::new(field, format!("{n} values"), "`trial` simulates one cell: give one value").into());
-        }
-    }
+    one_cell(&s, "trial", false)?;
     let summary = dsa_recall::tensors::dump::dump_trial(&s, args.trial, &args.dump)?;
     println!(
         "trial {} of {} tokens, depth {} %, k={} (k_eff {} of {} rows) → {}",

@@ -158,6 +158,12 @@ fn cells_per_unit(s: &Scenario) -> usize {
     s.topks.len() * s.precisions.len()
 }
 
+/// Rewrites `results.jsonl` atomically from whole lines (kept byte for byte).
+pub fn write_result_lines(path: &Path, lines: &[String]) -> Result<(), Error> {
+    let text: String = lines.iter().flat_map(|l| [l.as_str(), "\n"]).collect();
+    write_atomic(path, text.as_bytes())
+}
+
 /// Runs the scenario into `dir` durably. Returns every cell of the
 /// directory's part of the grid (all of it unless sharded), in sweep order.
 pub fn sweep_into(dir: &Path, s: &Scenario, opts: StoreOptions, on_trial: &(dyn Fn() + Sync)) -> Result<SweepOutcome, Error> {
@@ -180,11 +186,7 @@ pub fn sweep_into(dir: &Path, s: &Scenario, opts: StoreOptions, on_trial: &(dyn 
         let whole = done.cells.len() / cells_per_unit(s) * cells_per_unit(s);
         done.lines.truncate(whole);
         done.cells.truncate(whole);
-        let mut text = done.lines.join("\n");
-        if !text.is_empty() {
-            text.push('\n');
-        }
-        write_atomic(&results_path, text.as_bytes())?;
+        write_result_lines(&results_path, &done.lines)?;
     } else {
         output::prepare_output_dir(dir, opts.force)?;
         write_atomic(&results_path, b"")?;

@@ -72,7 +72,24 @@ impl CompressionGeometry {
 
     /// Places a needle of `len` tokens at `depth_percent` in a context.
     pub fn place_needle(&self, context: u64, len: u64, depth_percent: f64) -> NeedlePlacement {
-        let start = Self::needle_start(context, len, depth_percent);
+        self.place_needle_at(context, len, depth_percent, None)
+    }
+
+    /// Like [`Self::place_needle`], but with `offset` the needle starts at
+    /// token `offset` of the row stride its depth falls in (`offset < ratio`),
+    /// one stride earlier if it would not fit.
+    pub fn place_needle_at(&self, context: u64, len: u64, depth_percent: f64, offset: Option<u64>) -> NeedlePlacement {
+        let mut start = Self::needle_start(context, len, depth_percent);
+        if let Some(o) = offset {
+            start = start / self.ratio * self.ratio + o;
+            while start + len > context && start >= self.ratio {
+                start -= self.ratio;
+            }
+        }
+        self.placement_from(context, start.min(context.saturating_sub(len)), len)
+    }
+
+    fn placement_from(&self, context: u64, start: u64, len: u64) -> NeedlePlacement {
         let end = (start + len).min(context);
         let first_row = start / self.ratio;
         let last_token = end.saturating_sub(1);
@@ -137,6 +154,21 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn offsets_put_the_needle_at_that_token_of_its_stride() {
+        let g = csa();
+        for o in 0..4 {
+            let p = g.place_needle_at(1000, 4, 50.0, Some(o));
+            assert_eq!(p.tokens.start % 4, o);
+            assert!(p.tokens.start.abs_diff(498) < 4, "{:?}", p.tokens);
+            // At the very end the needle moves one stride back to fit.
+            let end = g.place_needle_at(1000, 4, 100.0, Some(o));
+            assert_eq!(end.tokens.start % 4, o);
+            assert!(end.tokens.end <= 1000);
+        }
+        assert_eq!(g.place_needle_at(1000, 4, 50.0, None), g.place_needle(1000, 4, 50.0));
     }
 
     #[test]

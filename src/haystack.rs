@@ -212,6 +212,16 @@ impl TrialHaystack {
     pub fn needle_offset(&self) -> &[f32] {
         &self.needle_offset
     }
+
+    /// `a·u`, the component every key shares.
+    pub fn common(&self) -> &[f32] {
+        &self.common
+    }
+
+    /// Per-channel standard deviation σ of a key's random part.
+    pub fn channel_std(&self) -> &[f32] {
+        &self.channel_std
+    }
 }
 
 /// Minimum-norm δ with `q_h·δ = strength·σ_h` for looking heads and

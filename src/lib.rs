@@ -10,6 +10,7 @@
 //! [`trial`] → [`montecarlo`] → [`sweep`] → [`output`] and [`chart`].
 
 pub mod chart;
+pub mod compressor;
 pub mod config;
 pub mod error;
 pub mod format;
@@ -19,10 +20,13 @@ pub mod html;
 pub mod indexer;
 pub mod montecarlo;
 pub mod output;
+pub mod physics;
 pub mod precision;
 pub mod quantize;
 pub mod report;
 pub mod rng;
+pub mod rope;
+pub mod row_source;
 pub mod selection;
 pub mod stats;
 pub mod store;

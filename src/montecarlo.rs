@@ -169,11 +169,13 @@ pub fn tally_cells(spec: &TrialSpec<'_>, outcomes: &[TrialOutcome]) -> Vec<CellT
     for outcome in outcomes {
         for (ci, &context) in spec.contexts.iter().enumerate() {
             let candidates = spec.geometry.candidate_rows(context);
-            for (ki, &k) in spec.topks.iter().enumerate() {
-                let baseline = &outcome.cells[spec.cell_index(ci, ki, 0)];
-                for v in 0..spec.variants.len() {
-                    let i = spec.cell_index(ci, ki, v);
-                    cells[i].add(&outcome.cells[i], k.min(candidates), (v > 0).then_some(baseline));
+            for oi in 0..spec.needle_offsets.len() {
+                for (ki, &k) in spec.topks.iter().enumerate() {
+                    let baseline = &outcome.cells[spec.cell_index(ci, oi, ki, 0)];
+                    for v in 0..spec.variants.len() {
+                        let i = spec.cell_index(ci, oi, ki, v);
+                        cells[i].add(&outcome.cells[i], k.min(candidates), (v > 0).then_some(baseline));
+                    }
                 }
             }
         }

@@ -69,7 +69,7 @@ fn quantile_values(q: Option<[f64; 5]>) -> String {
 /// The CSV header of `summary.csv`.
 pub fn summary_header() -> String {
     format!(
-        "context_tokens,depth_percent,topk,precision,trials,survived,recall,ci_low,ci_high,\
+        "context_tokens,depth_percent,needle_offset,topk,precision,trials,survived,recall,ci_low,ci_high,\
          mean_rank,mean_rank_ties,median_rank,trials_with_ties,mean_margin_sd,needle_rows,needle_start_token,\
          needle_in_window,survived_via_window,visible_rows,candidate_rows,k_eff,coverage_limit,{},{},\
          fidelity_reference,selection_recall,selection_recall_ci_low,selection_recall_ci_high,jaccard,jaccard_ci_low,jaccard_ci_high,\
@@ -87,6 +87,7 @@ pub fn summary_csv(cells: &[CellResult]) -> String {
         let fields = [
             c.context_tokens.to_string(),
             c.depth_percent.to_string(),
+            opt(c.needle_offset),
             c.topk.to_string(),
             c.precision.clone(),
             c.trials.to_string(),
@@ -224,7 +225,7 @@ mod tests {
         let outcome = crate::sweep::run_sweep(&s, &|| {}).unwrap();
         let csv = summary_csv(&outcome.cells);
         let columns = summary_header().split(',').count();
-        assert_eq!(columns, 44);
+        assert_eq!(columns, 45);
         for line in csv.lines() {
             assert_eq!(line.split(',').count(), columns, "{line}");
         }

@@ -21,6 +21,9 @@ pub mod tag {
     pub const QUERY: u64 = 0x7175_6572_7900_0002; // query, head weights, common direction
     pub const ROW: u64 = 0x726f_7700_0000_0003; // one haystack key row
     pub const TIE: u64 = 0x7469_6500_0000_0004; // random tie-break priority of a row
+    pub const PHYSICS: u64 = 0x7068_7973_0000_0005; // gate biases, distractors (physics on)
+    pub const TOKEN: u64 = 0x746f_6b00_0000_0006; // token-level values and gates
+    pub const SPECIAL: u64 = 0x7370_6563_0000_0007; // tokens of a needle or distractor row (shortcut)
 }
 
 /// SplitMix64 finaliser: a bijective 64-bit mixer with good avalanche.
@@ -93,6 +96,27 @@ pub fn normal_group(key: u64, row: u64, group: u32, out: &mut [f32; NORMAL_GROUP
     let (a, b) = out.split_at_mut(2 * NORMAL_LANES);
     box_muller(&c0, &c1, a);
     box_muller(&c2, &c3, b);
+}
+
+/// Fills `out` with the normals of groups `first_group`, `first_group + 1`, …
+/// of row `row` of the stream `key` (the last group may be cut short):
+/// the same bits on every CPU path.
+pub fn fill_normals(key: u64, row: u64, first_group: u32, out: &mut [f32]) {
+    let mut z = [0.0f32; NORMAL_GROUP];
+    for (g, chunk) in out.chunks_mut(NORMAL_GROUP).enumerate() {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::arch::is_x86_feature_detected!("avx2") {
+                // SAFETY: AVX2 was detected just above.
+                unsafe { normal_group_avx2(key, row, first_group + g as u32, &mut z) };
+            } else {
+                normal_group(key, row, first_group + g as u32, &mut z);
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        normal_group(key, row, first_group + g as u32, &mut z);
+        chunk.copy_from_slice(&z[..chunk.len()]);
+    }
 }
 
 /// [`normal_group`] with the Philox rounds in AVX2 integer intrinsics (exact

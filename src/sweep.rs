@@ -18,6 +18,9 @@ pub const FIDELITY_REFERENCE: &str = "fp32";
 pub struct CellResult {
     pub context_tokens: u64,
     pub depth_percent: f64,
+    /// Needle offset inside its row stride, when the sweep has that axis.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub needle_offset: Option<u64>,
     pub topk: u64,
     pub precision: String,
     pub trials: u64,
@@ -96,7 +99,9 @@ pub fn total_trials(s: &Scenario) -> u64 {
 pub fn spec_for(s: &Scenario, depth: f64) -> TrialSpec<'_> {
     TrialSpec {
         model: &s.model,
+        physics: &s.physics,
         geometry: s.geometry,
+        needle_offsets: &s.needle_offsets,
         contexts: &s.contexts,
         depth_percent: depth,
         needle_tokens: s.needle_tokens,
@@ -112,19 +117,21 @@ pub fn cells_for(s: &Scenario, spec: &TrialSpec<'_>, tallies: &[CellTally]) -> V
     let mut cells = Vec::with_capacity(tallies.len());
     let reference = spec.fidelity_reference.map(|r| s.precisions[r].name.clone());
     for (ci, &context) in s.contexts.iter().enumerate() {
-        let placement = spec.placement(context);
+      for (oi, &needle_offset) in s.needle_offsets.iter().enumerate() {
+        let placement = spec.placement(context, needle_offset);
         let candidates = s.geometry.candidate_rows(context);
         for (ki, &k) in s.topks.iter().enumerate() {
             for (vi, variant) in s.precisions.iter().enumerate() {
-                let t = &tallies[spec.cell_index(ci, ki, vi)];
+                let t = &tallies[spec.cell_index(ci, oi, ki, vi)];
                 let (ci_low, ci_high) = t.interval();
-                let base = &tallies[spec.cell_index(ci, ki, 0)];
+                let base = &tallies[spec.cell_index(ci, oi, ki, 0)];
                 let paired = vi > 0;
                 let fidelity = t.selection_recall();
                 let jaccard = t.jaccard();
                 cells.push(CellResult {
                     context_tokens: context,
                     depth_percent: spec.depth_percent,
+                    needle_offset,
                     topk: k,
                     precision: variant.name.clone(),
                     trials: t.trials,
@@ -162,6 +169,7 @@ pub fn cells_for(s: &Scenario, spec: &TrialSpec<'_>, tallies: &[CellTally]) -> V
                 });
             }
         }
+      }
     }
     cells
 }
@@ -220,6 +228,7 @@ mod tests {
         CellResult {
             context_tokens: context,
             depth_percent: depth,
+            needle_offset: None,
             topk: k,
             precision: p.into(),
             trials: 100,

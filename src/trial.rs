@@ -9,6 +9,8 @@
 
 use crate::error::SimError;
 use crate::geometry::{CompressionGeometry, NeedlePlacement};
+use crate::physics::{Physics, RopeChoice};
+use crate::row_source::{Item, TrialRows};
 use crate::haystack::{GenerativeModel, TrialHaystack};
 use crate::indexer::IndexerQuery;
 use crate::precision::{PrecisionVariant, QuantizedRows};
@@ -24,10 +26,13 @@ const CHUNK_ROWS: usize = 256;
 #[derive(Clone, Debug)]
 pub struct TrialSpec<'a> {
     pub model: &'a GenerativeModel,
+    pub physics: &'a Physics,
     pub geometry: CompressionGeometry,
     /// Context lengths in tokens, ascending.
     pub contexts: &'a [u64],
     pub depth_percent: f64,
+    /// Needle offsets inside a row stride (None: wherever the depth puts it).
+    pub needle_offsets: &'a [Option<u64>],
     pub needle_tokens: u64,
     /// Top-k values, ascending.
     pub topks: &'a [u64],
@@ -69,55 +74,147 @@ pub struct TrialOutcome {
     pub cells: Vec<NeedleOutcome>,
 }
 
+/// One (context, needle offset) pair of a trial: where the needle and the
+/// distractors sit, and the scores of the rows that hold them.
+struct Case {
+    ci: usize,
+    oi: usize,
+    placement: NeedlePlacement,
+    candidates: usize,
+    items: Vec<Item>,
+    /// Rows holding needle or distractor tokens, ascending.
+    special: Vec<u64>,
+    /// Their keys, finalized, [special × d].
+    special_keys: Vec<f32>,
+    /// Scores that replace the shared ones: [variant] → (row, score).
+    patches: Vec<Vec<(u32, f32)>>,
+}
+
 impl TrialSpec<'_> {
-    /// Index of (context, topk, variant) in [`TrialOutcome::cells`].
-    pub fn cell_index(&self, context: usize, topk: usize, variant: usize) -> usize {
-        (context * self.topks.len() + topk) * self.variants.len() + variant
+    /// Index of (context, needle offset, topk, variant) in [`TrialOutcome::cells`].
+    pub fn cell_index(&self, context: usize, offset: usize, topk: usize, variant: usize) -> usize {
+        ((context * self.needle_offsets.len() + offset) * self.topks.len() + topk) * self.variants.len() + variant
     }
 
     pub fn cell_count(&self) -> usize {
-        self.contexts.len() * self.topks.len() * self.variants.len()
+        self.contexts.len() * self.needle_offsets.len() * self.topks.len() * self.variants.len()
     }
 
-    pub fn placement(&self, context: u64) -> NeedlePlacement {
-        self.geometry.place_needle(context, self.needle_tokens, self.depth_percent)
+    pub fn placement(&self, context: u64, offset: Option<u64>) -> NeedlePlacement {
+        self.geometry.place_needle_at(context, self.needle_tokens, self.depth_percent, offset)
     }
 
     /// Runs the trial seeded by `trial_seed`.
     pub fn run(&self, trial_seed: u64) -> Result<TrialOutcome, SimError> {
         let d = self.model.shape.head_dim;
         let haystack = TrialHaystack::draw(self.model, trial_seed)?;
-        let queries: Vec<IndexerQuery> = self
-            .variants
-            .iter()
-            .map(|v| {
-                let q = v.query.quantize_rows(&haystack.queries, d)?;
-                Ok(IndexerQuery::new(q, &haystack.weights, d, v.scoring))
-            })
-            .collect::<Result<_, SimError>>()?;
+        let mut source = TrialRows::new(self.model, self.physics, self.geometry, &haystack, trial_seed)?;
 
-        // Score every candidate row of the longest context once per variant.
-        let max_rows = self.contexts.iter().map(|&l| self.geometry.candidate_rows(l)).max().unwrap_or(0) as usize;
-        let mut scores: Vec<Vec<f32>> = vec![vec![0.0; max_rows]; self.variants.len()];
-        let mut raw = vec![0.0f32; CHUNK_ROWS * d];
+        // With RoPE the query sits at position L−1 of each context, so each
+        // context scores with its own query; otherwise one query serves all.
+        let positional = self.physics.rope != RopeChoice::Off;
+        let group_of = |ci: usize| if positional { ci } else { 0 };
+        let groups = if positional { self.contexts.len() } else { 1 };
+        let mut queries: Vec<Vec<IndexerQuery>> = Vec::with_capacity(groups);
+        for g in 0..groups {
+            let mut q = haystack.queries.clone();
+            if positional {
+                source.rotate_queries(&mut q, self.contexts[g] - 1);
+            }
+            queries.push(
+                self.variants
+                    .iter()
+                    .map(|v| Ok(IndexerQuery::new(v.query.quantize_rows(&q, d)?, &haystack.weights, d, v.scoring)))
+                    .collect::<Result<_, SimError>>()?,
+            );
+        }
+        let candidates_of = |ci: usize| self.geometry.candidate_rows(self.contexts[ci]) as usize;
+        let group_rows: Vec<usize> = (0..groups)
+            .map(|g| if positional { candidates_of(g) } else { (0..self.contexts.len()).map(candidates_of).max().unwrap_or(0) })
+            .collect();
+        let max_rows = group_rows.iter().copied().max().unwrap_or(0);
+
+        let mut cases: Vec<Case> = Vec::with_capacity(self.contexts.len() * self.needle_offsets.len());
+        for ci in 0..self.contexts.len() {
+            for (oi, &offset) in self.needle_offsets.iter().enumerate() {
+                let placement = self.placement(self.contexts[ci], offset);
+                let candidates = candidates_of(ci);
+                let items = source.items(self.contexts[ci], placement.tokens.clone());
+                let special = source.special_rows(&items, candidates as u64);
+                let special_keys = vec![0.0; special.len() * d];
+                cases.push(Case { ci, oi, placement, candidates, items, special, special_keys, patches: vec![Vec::new(); self.variants.len()] });
+            }
+        }
+
+        // Score every row once per (query group, variant), chunk by chunk;
+        // rows that hold needle or distractor tokens are keyed per case.
+        let mut scores: Vec<Vec<Vec<f32>>> = group_rows.iter().map(|&n| vec![vec![0.0; n]; self.variants.len()]).collect();
+        let mut pre = vec![0.0f32; CHUNK_ROWS * d];
+        let mut fin = vec![0.0f32; CHUNK_ROWS * d];
+        let mut patched = vec![0.0f32; CHUNK_ROWS * d];
+        let mut chunk_scores = vec![0.0f32; CHUNK_ROWS];
         let mut quantized = QuantizedRows::with_capacity(CHUNK_ROWS, d);
+        let mut key = vec![0.0f32; d];
         for start in (0..max_rows).step_by(CHUNK_ROWS) {
             let n = CHUNK_ROWS.min(max_rows - start);
-            haystack.fill_haystack_rows(start as u64, &mut raw[..n * d]);
+            let rows = start as u64..(start + n) as u64;
+            source.next_chunk(rows.start, &mut pre[..n * d]);
+            for case in &mut cases {
+                for (i, &row) in case.special.iter().enumerate().filter(|(_, r)| rows.contains(r)) {
+                    let at = (row - rows.start) as usize * d;
+                    source.special_row(row, &case.items, &pre[at..at + d], &mut key);
+                    source.finalize(row, &mut key);
+                    case.special_keys[i * d..(i + 1) * d].copy_from_slice(&key);
+                }
+            }
+            fin[..n * d].copy_from_slice(&pre[..n * d]);
+            source.finalize(rows.start, &mut fin[..n * d]);
+
             for (v, variant) in self.variants.iter().enumerate() {
-                let out = &mut scores[v][start..start + n];
-                if variant.key.is_identity() {
-                    queries[v].score_rows(&raw[..n * d], out);
-                } else {
-                    variant.key.quantize_rows_into(&raw[..n * d], d, &mut quantized)?;
-                    queries[v].score_quantized_rows(&quantized, out);
+                store_keys(variant, &fin[..n * d], rows.start, d, &mut quantized)?;
+                for (g, group_scores) in scores.iter_mut().enumerate().filter(|(g, _)| group_rows[*g] > start) {
+                    let m = n.min(group_rows[g] - start);
+                    if m == n {
+                        queries[g][v].score_quantized_rows(&quantized, &mut group_scores[v][start..start + n]);
+                    } else {
+                        queries[g][v].score_quantized_rows(&quantized, &mut chunk_scores[..n]);
+                        group_scores[v][start..start + m].copy_from_slice(&chunk_scores[..m]);
+                    }
+                }
+                for case in cases.iter_mut() {
+                    let in_chunk: Vec<usize> = (0..case.special.len()).filter(|&i| rows.contains(&case.special[i])).collect();
+                    if in_chunk.is_empty() {
+                        continue;
+                    }
+                    let q = &queries[group_of(case.ci)][v];
+                    if store_is_row_local(variant) {
+                        // Each row's stored key depends on that row alone:
+                        // store and score just the rows that changed.
+                        let mut keys = Vec::with_capacity(in_chunk.len() * d);
+                        for &i in &in_chunk {
+                            keys.extend_from_slice(&case.special_keys[i * d..(i + 1) * d]);
+                        }
+                        store_keys(variant, &keys, rows.start, d, &mut quantized)?;
+                        q.score_quantized_rows(&quantized, &mut chunk_scores[..in_chunk.len()]);
+                        for (j, &i) in in_chunk.iter().enumerate() {
+                            case.patches[v].push((case.special[i] as u32, chunk_scores[j]));
+                        }
+                    } else {
+                        // Pages and neighbours matter: store the whole chunk with the special rows in.
+                        patched[..n * d].copy_from_slice(&fin[..n * d]);
+                        for &i in &in_chunk {
+                            let at = (case.special[i] - rows.start) as usize * d;
+                            patched[at..at + d].copy_from_slice(&case.special_keys[i * d..(i + 1) * d]);
+                        }
+                        store_keys(variant, &patched[..n * d], rows.start, d, &mut quantized)?;
+                        q.score_quantized_rows(&quantized, &mut chunk_scores[..n]);
+                        case.patches[v].extend((0..n).map(|r| ((start + r) as u32, chunk_scores[r])));
+                    }
                 }
             }
         }
 
         let mut cells = vec![NeedleOutcome::LOST; self.cell_count()];
-        let mut key = vec![0.0f32; d];
-        let mut quantized_key = QuantizedRows::with_capacity(1, d);
         let mut scratch: Vec<f32> = Vec::with_capacity(max_rows);
         let mut kth = Vec::new();
         let priority = |row: usize| rng::derive(trial_seed, &[tag::TIE, row as u64]);
@@ -127,44 +224,33 @@ impl TrialSpec<'_> {
             Some(_) if self.variants.len() > 1 => (0..max_rows).map(|i| tie_key(self.tie_rule, i, priority)).collect(),
             _ => Vec::new(),
         };
-        let mut with_needle: Vec<Vec<f32>> = vec![Vec::new(); if tie_keys.is_empty() { 0 } else { self.variants.len() }];
         let mut row_order: Vec<u32> = Vec::new();
+        let mut assembled: Vec<Vec<f32>> = vec![Vec::new(); self.variants.len()];
 
-        for (ci, &context) in self.contexts.iter().enumerate() {
-            let placement = self.placement(context);
-            let candidates = self.geometry.candidate_rows(context) as usize;
+        for case in &cases {
+            let (ci, oi, candidates) = (case.ci, case.oi, case.candidates);
+            let placement = &case.placement;
             let skip = placement.rows.start as usize..placement.rows.end as usize;
             let k_effs: Vec<usize> = self.topks.iter().map(|&k| (k as usize).min(candidates)).collect();
-
-            // Needle rows' scores: [variant][needle row].
-            let mut needle_scores = vec![Vec::with_capacity(skip.len()); self.variants.len()];
-            for row in placement.rows.clone() {
-                haystack.fill_needle_row(row, &mut key);
-                for (v, variant) in self.variants.iter().enumerate() {
-                    variant.key.quantize_rows_into(&key, d, &mut quantized_key)?;
-                    needle_scores[v].push(queries[v].score_one_scaled(&quantized_key.values, quantized_key.row_scales[0]));
-                }
-            }
-
-            if !tie_keys.is_empty() {
-                for (v, buf) in with_needle.iter_mut().enumerate() {
-                    buf.clear();
-                    buf.extend_from_slice(&scores[v][..candidates]);
-                    buf[skip.clone()].copy_from_slice(&needle_scores[v]);
+            for (v, buf) in assembled.iter_mut().enumerate() {
+                buf.clear();
+                buf.extend_from_slice(&scores[group_of(ci)][v][..candidates]);
+                for &(row, score) in &case.patches[v] {
+                    if let Some(slot) = buf.get_mut(row as usize) {
+                        *slot = score;
+                    }
                 }
             }
 
             for v in 0..self.variants.len() {
-                let visible = &scores[v][..candidates];
+                let visible = &assembled[v][..];
+                let needle_scores = &visible[skip.clone()];
                 // Best needle row: highest score (NaN-safe total order), first on ties.
-                let best = needle_scores[v]
-                    .iter()
-                    .copied()
-                    .reduce(|a, b| if b.total_cmp(&a).is_gt() { b } else { a });
+                let best = needle_scores.iter().copied().reduce(|a, b| if b.total_cmp(&a).is_gt() { b } else { a });
                 let Some(best) = best else {
                     for ki in 0..self.topks.len() {
                         let via_window = placement.in_window;
-                        cells[self.cell_index(ci, ki, v)] = NeedleOutcome { survived: via_window, via_window, ..NeedleOutcome::LOST };
+                        cells[self.cell_index(ci, oi, ki, v)] = NeedleOutcome { survived: via_window, via_window, ..NeedleOutcome::LOST };
                     }
                     continue;
                 };
@@ -172,7 +258,7 @@ impl TrialSpec<'_> {
                 // Tied competitors the tie rule puts ahead of the best needle
                 // row; if several needle rows tie for best, the luckiest counts.
                 let tied = if t.rank.above_or_equal > t.rank.above {
-                    needle_scores[v]
+                    needle_scores
                         .iter()
                         .enumerate()
                         .filter(|(_, &s)| s == best)
@@ -195,7 +281,7 @@ impl TrialSpec<'_> {
                     let by_rank = (t.rank.above + tied) < k_eff as u64;
                     let margin = ks_with_margin.iter().position(|&k| k == k_eff).map(|p| best - kth[p]);
                     let margin_sd = margin.filter(|_| t.std > 0.0).map(|m| f64::from(m) / t.std);
-                    cells[self.cell_index(ci, ki, v)] = NeedleOutcome {
+                    cells[self.cell_index(ci, oi, ki, v)] = NeedleOutcome {
                         survived: placement.in_window || by_rank,
                         via_window: placement.in_window,
                         rank: Some(t.rank),
@@ -208,8 +294,8 @@ impl TrialSpec<'_> {
             if let Some(r) = self.fidelity_reference.filter(|_| !tie_keys.is_empty()) {
                 for v in (0..self.variants.len()).filter(|&v| v != r) {
                     for (ki, &k_eff) in k_effs.iter().enumerate().filter(|(_, &k)| k > 0) {
-                        let both = selection_overlap(&with_needle[r], &with_needle[v], &tie_keys[..candidates], k_eff, &mut row_order);
-                        let cell = &mut cells[self.cell_index(ci, ki, v)];
+                        let both = selection_overlap(&assembled[r], &assembled[v], &tie_keys[..candidates], k_eff, &mut row_order);
+                        let cell = &mut cells[self.cell_index(ci, oi, ki, v)];
                         cell.selection_recall = Some(both as f64 / k_eff as f64);
                         cell.jaccard = Some(both as f64 / (2 * k_eff as u64 - both) as f64);
                     }
@@ -219,3 +305,17 @@ impl TrialSpec<'_> {
         Ok(TrialOutcome { cells })
     }
 }
+
+/// Writes a chunk of keys (rows `first_row …`) to the indexer cache as
+/// `variant` stores them and reads back what the scorer sees.
+fn store_keys(variant: &PrecisionVariant, keys: &[f32], _first_row: u64, d: usize, out: &mut QuantizedRows) -> Result<(), SimError> {
+    variant.key.quantize_rows_into(keys, d, out)?;
+    Ok(())
+}
+
+/// Whether a row's stored key depends on that row alone (no page or tensor
+/// scale, no cache-layout fault), so changed rows can be stored on their own.
+fn store_is_row_local(_variant: &PrecisionVariant) -> bool {
+    true
+}
+

@@ -13,6 +13,7 @@ pub use preset::{preset_names, preset_params, preset_text, DEFAULT_PRESET, PRESE
 use crate::error::{ConfigError, Error};
 use crate::geometry::CompressionGeometry;
 use crate::haystack::{GenerativeModel, IndexerShape};
+use crate::physics::{Physics, Pooling, RopeChoice};
 use crate::precision::PrecisionVariant;
 use crate::selection::TieRule;
 use serde::Serialize;
@@ -33,10 +34,13 @@ pub struct Scenario {
     pub index_topk: u64,
     pub needle_tokens: u64,
     pub tie_rule: TieRule,
-    /// Ascending, without duplicates.
+    pub physics: Physics,
+    /// Ascending, without duplicates (after `sweep.length_mods`).
     pub contexts: Vec<u64>,
     /// Ascending, without duplicates.
     pub depths: Vec<f64>,
+    /// Needle offsets inside a row stride; `[None]` places the needle where its depth falls.
+    pub needle_offsets: Vec<Option<u64>>,
     /// Ascending, without duplicates.
     pub topks: Vec<u64>,
     pub precisions: Vec<PrecisionVariant>,
@@ -61,6 +65,16 @@ fn flag(path: &str) -> Option<&'static str> {
         "geometry.compress_ratio" => "--compress-ratio",
         "geometry.window" => "--window",
         "selection.tie_rule" => "--tie-rule",
+        "physics.rope" => "--rope",
+        "physics.pooling" => "--pooling",
+        "physics.gate_bias_std" => "--gate-bias-std",
+        "physics.gate_noise_std" => "--gate-noise-std",
+        "physics.needle_gate_boost" => "--needle-gate-boost",
+        "physics.correlation_length" => "--correlation-length",
+        "physics.distractors" => "--distractors",
+        "physics.distractor_similarity" => "--distractor-similarity",
+        "sweep.needle_offsets" => "--needle-offsets",
+        "sweep.length_mods" => "--length-mods",
         _ => return None,
     })
 }
@@ -144,8 +158,23 @@ pub fn check(p: ScenarioParams) -> Result<Scenario, ConfigError> {
         .map_err(|()| ConfigError::new(field_name("selection.tie_rule"), format!("{tie_text:?}"), format!("one of {}", TieRule::NAMES)))?;
     let window_rows_compete = require(p.selection.window_rows_compete, "selection.window_rows_compete")?;
 
+    let physics = check_physics(&p.physics, head_dim)?;
+
     let contexts_spec = require(p.sweep.contexts, "sweep.contexts")?;
     let mut contexts = lists::parse_sizes(&field_name("sweep.contexts"), &contexts_spec.to_text())?;
+    if let Some(spec) = &p.sweep.length_mods {
+        let mods = stride_positions(&spec.to_text(), ratio, "sweep.length_mods")?;
+        if let Some(mods) = mods {
+            contexts = contexts.iter().flat_map(|&l| mods.iter().map(move |&m| l / ratio * ratio + m)).collect();
+        }
+    }
+    let needle_offsets: Vec<Option<u64>> = match &p.sweep.needle_offsets {
+        Some(spec) => match stride_positions(&spec.to_text(), ratio, "sweep.needle_offsets")? {
+            Some(offsets) => offsets.into_iter().map(Some).collect(),
+            None => vec![None],
+        },
+        None => vec![None],
+    };
     for &c in &contexts {
         if !(needle_tokens..=MAX_CONTEXT).contains(&c) {
             return Err(ConfigError::new(
@@ -244,14 +273,74 @@ pub fn check(p: ScenarioParams) -> Result<Scenario, ConfigError> {
         index_topk,
         needle_tokens,
         tie_rule,
+        physics,
         contexts,
         depths,
+        needle_offsets,
         topks,
         precisions,
         trials,
         seed,
         threshold,
     })
+}
+
+/// Positions inside a row stride (0 … c−1): a list of integers, `all`, or
+/// `natural` (None: no such axis).
+fn stride_positions(text: &str, ratio: u64, path: &str) -> Result<Option<Vec<u64>>, ConfigError> {
+    let words = lists::parse_names(&field_name(path), text)?;
+    if words.len() == 1 && words[0] == "natural" {
+        return Ok(None);
+    }
+    if words.len() == 1 && words[0] == "all" {
+        return Ok(Some((0..ratio).collect()));
+    }
+    let mut out = Vec::with_capacity(words.len());
+    for w in words {
+        match w.parse::<u64>() {
+            Ok(v) if v < ratio => out.push(v),
+            _ => {
+                return Err(ConfigError::new(
+                    field_name(path),
+                    format!("{w:?}"),
+                    format!("integers from 0 to {} (geometry.compress_ratio − 1), `all` or `natural`", ratio - 1),
+                ))
+            }
+        }
+    }
+    out.sort_unstable();
+    out.dedup();
+    Ok(Some(out))
+}
+
+/// Validates `[physics]`; fields left out are off.
+fn check_physics(p: &params::PhysicsParams, head_dim: usize) -> Result<Physics, ConfigError> {
+    let mut physics = Physics::NULL;
+    if let Some(text) = &p.rope {
+        physics.rope = RopeChoice::parse(text)
+            .ok_or_else(|| ConfigError::new(field_name("physics.rope"), format!("{text:?}"), format!("one of {}", RopeChoice::NAMES)))?;
+        if physics.rope != RopeChoice::Off && head_dim < 128 {
+            return Err(ConfigError::new(field_name("physics.rope"), format!("{text:?}"), format!("off with indexer.head_dim = {head_dim}: the DeepSeek layouts rotate 64 of 128 dims")));
+        }
+    }
+    if let Some(text) = &p.pooling {
+        physics.pooling = Pooling::parse(text)
+            .ok_or_else(|| ConfigError::new(field_name("physics.pooling"), format!("{text:?}"), format!("one of {}", Pooling::NAMES)))?;
+    }
+    let bounded = |value: Option<f64>, lo: f64, hi: f64, path: &str| -> Result<f64, ConfigError> {
+        match value {
+            None => Ok(0.0),
+            Some(x) if x.is_finite() && (lo..=hi).contains(&x) => Ok(x),
+            Some(x) => Err(ConfigError::new(field_name(path), x, format!("a number from {lo} to {hi}"))),
+        }
+    };
+    physics.gate_bias_std = bounded(p.gate_bias_std, 0.0, 20.0, "physics.gate_bias_std")?;
+    physics.gate_noise_std = bounded(p.gate_noise_std, 0.0, 20.0, "physics.gate_noise_std")?;
+    physics.needle_gate_boost = bounded(p.needle_gate_boost, -50.0, 50.0, "physics.needle_gate_boost")?;
+    physics.correlation_length = bounded(p.correlation_length, 0.0, 1e6, "physics.correlation_length")?;
+    physics.distractors = int_in(p.distractors.unwrap_or(0), 0, 1000, "physics.distractors")?;
+    physics.distractor_similarity = bounded(p.distractor_similarity, 0.0, 1.0, "physics.distractor_similarity")?;
+    Ok(physics)
 }
 
 /// Reads and parses a scenario file.

@@ -108,10 +108,31 @@ section!(
 );
 
 section!(
+    /// `[physics]`: position, pooling, correlated tokens, distractors (docs/MODEL.md, "Physics").
+    PhysicsParams {
+        /// off | v3.2 | v4
+        rope: String,
+        /// off | on | full
+        pooling: String,
+        gate_bias_std: f64,
+        gate_noise_std: f64,
+        needle_gate_boost: f64,
+        /// In tokens; 0 = independent tokens.
+        correlation_length: f64,
+        distractors: u64,
+        distractor_similarity: f64,
+    }
+);
+
+section!(
     /// `[sweep]`: the cell grid and the Monte Carlo.
     SweepParams {
         contexts: ListSpec,
+        /// Added to every context: each context L becomes ⌊L/c⌋·c + m for each m (prompt length mod the ratio).
+        length_mods: ListSpec,
         depths: ListSpec,
+        /// Needle offsets inside a row stride, 0 … c−1, or "natural".
+        needle_offsets: ListSpec,
         topk: ListSpec,
         precisions: ListSpec,
         trials: u64,
@@ -170,6 +191,8 @@ pub struct ScenarioParams {
     #[serde(default)]
     pub selection: SelectionParams,
     #[serde(default)]
+    pub physics: PhysicsParams,
+    #[serde(default)]
     pub sweep: SweepParams,
     /// Custom precision variants (`[[precision]]`). Layers add to the list.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -189,6 +212,7 @@ impl Overlay for ScenarioParams {
         self.keys.overlay(top.keys);
         self.needle.overlay(top.needle);
         self.selection.overlay(top.selection);
+        self.physics.overlay(top.physics);
         self.sweep.overlay(top.sweep);
         self.precision.extend(top.precision);
     }

@@ -209,6 +209,36 @@ pub struct ScenarioArgs {
     /// Worker threads (default: all cores). Results do not depend on it.
     #[arg(long, allow_negative_numbers = true, value_name = "N")]
     pub threads: Option<usize>,
+    /// RoPE on the indexer's keys and query: off, v3.2 (first 64 dims, halves) or v4 (last 64, interleaved).
+    #[arg(long, allow_hyphen_values = true, value_name = "LAYOUT", help_heading = "Physics")]
+    pub rope: Option<String>,
+    /// Rows pooled from tokens with softmax gates and RMSNorm: off, on, or full (token by token everywhere).
+    #[arg(long, allow_hyphen_values = true, value_name = "MODE", help_heading = "Physics")]
+    pub pooling: Option<String>,
+    /// Spread of the learned per-slot gate bias.
+    #[arg(long, allow_negative_numbers = true, value_name = "X", help_heading = "Physics")]
+    pub gate_bias_std: Option<f64>,
+    /// Spread of the token-dependent part of the gates (> 0 generates every token).
+    #[arg(long, allow_negative_numbers = true, value_name = "X", help_heading = "Physics")]
+    pub gate_noise_std: Option<f64>,
+    /// Gate logit added to needle and distractor tokens.
+    #[arg(long, allow_negative_numbers = true, value_name = "X", help_heading = "Physics")]
+    pub needle_gate_boost: Option<f64>,
+    /// Correlation length of neighbouring tokens, in tokens (0 = independent).
+    #[arg(long, allow_negative_numbers = true, value_name = "TOKENS", help_heading = "Physics")]
+    pub correlation_length: Option<f64>,
+    /// Near-copies of the needle at random positions.
+    #[arg(long, allow_negative_numbers = true, value_name = "N", help_heading = "Physics")]
+    pub distractors: Option<u64>,
+    /// Cosine similarity of each distractor's key offset to the needle's (0 … 1).
+    #[arg(long, allow_negative_numbers = true, value_name = "S", help_heading = "Physics")]
+    pub distractor_similarity: Option<f64>,
+    /// Needle offsets inside a row stride: 0,1,2,3, all, or natural (where the depth puts it).
+    #[arg(long, allow_hyphen_values = true, value_name = "LIST")]
+    pub needle_offsets: Option<String>,
+    /// Prompt length mod the ratio: each context L becomes ⌊L/c⌋·c + m for each m (0,1,2,3 or all).
+    #[arg(long, allow_hyphen_values = true, value_name = "LIST")]
+    pub length_mods: Option<String>,
 }
 
 #[derive(Args, Debug)]
@@ -302,6 +332,16 @@ impl ScenarioArgs {
         p.geometry.compress_ratio = self.compress_ratio;
         p.geometry.window = self.window;
         p.selection.tie_rule = self.tie_rule.clone();
+        p.physics.rope = self.rope.clone();
+        p.physics.pooling = self.pooling.clone();
+        p.physics.gate_bias_std = self.gate_bias_std;
+        p.physics.gate_noise_std = self.gate_noise_std;
+        p.physics.needle_gate_boost = self.needle_gate_boost;
+        p.physics.correlation_length = self.correlation_length;
+        p.physics.distractors = self.distractors;
+        p.physics.distractor_similarity = self.distractor_similarity;
+        p.sweep.needle_offsets = text(&self.needle_offsets);
+        p.sweep.length_mods = text(&self.length_mods);
         p.precision = self.precision_def.iter().map(|d| config::precision::parse_compact(d)).collect::<Result<_, _>>()?;
         Ok(p)
     }

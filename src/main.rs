@@ -150,7 +150,12 @@ fn run_merge(args: &MergeArgs) -> Result<(), Error> {
 
 /// `run` and `trial` take one context, depth and k (and `run` one precision).
 fn one_cell(s: &Scenario, command: &str, one_precision: bool) -> Result<(), Error> {
-    let mut axes = vec![(s.contexts.len(), "--context"), (s.depths.len(), "--depth"), (s.topks.len(), "--topk")];
+    let mut axes = vec![
+        (s.contexts.len(), "--context"),
+        (s.depths.len(), "--depth"),
+        (s.topks.len(), "--topk"),
+        (s.needle_offsets.len(), "--needle-offsets"),
+    ];
     if one_precision {
         axes.push((s.precisions.len(), "--precision"));
     }

@@ -393,3 +393,148 @@ fn distractor_offset(needle: &[f32], norm: f64, similarity: f64, rng: &mut impl 
     let orth = (1.0 - similarity * similarity).max(0.0).sqrt();
     unit.iter().zip(&e).map(|(&u, &x)| (norm * (similarity * u + orth * x / e_norm)) as f32).collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::haystack::IndexerShape;
+    use crate::physics::Pooling;
+
+    fn model() -> GenerativeModel {
+        GenerativeModel {
+            shape: IndexerShape { heads: 16, head_dim: 128 },
+            key_common: 0.5,
+            outlier_channels: 4,
+            outlier_scale: 8.0,
+            weight_mean: 0.0,
+            weight_std: 1.0,
+            needle_strength: 1.0,
+            needle_heads: 4,
+        }
+    }
+
+    fn csa() -> CompressionGeometry {
+        CompressionGeometry { ratio: 4, overlap: true, window: 128, window_rows_compete: true }
+    }
+
+    #[test]
+    fn physics_off_gives_the_null_model_rows_bit_for_bit() {
+        let m = model();
+        let hay = TrialHaystack::draw(&m, 5).unwrap();
+        let mut rows = TrialRows::new(&m, &Physics::NULL, csa(), &hay, 5).unwrap();
+        let mut a = vec![0.0f32; 300 * 128];
+        let mut b = vec![0.0f32; 300 * 128];
+        rows.next_chunk(0, &mut a[..256 * 128]);
+        rows.next_chunk(256, &mut a[256 * 128..]);
+        rows.finalize(0, &mut a);
+        hay.fill_haystack_rows(0, &mut b);
+        assert_eq!(a.iter().map(|x| x.to_bits()).collect::<Vec<_>>(), b.iter().map(|x| x.to_bits()).collect::<Vec<_>>());
+    }
+
+    /// Lag-1 correlation of channel `j`'s standardised values over rows.
+    fn lag1(rows: &[f32], d: usize, j: usize, common: f32, sd: f32) -> f64 {
+        let z: Vec<f64> = rows.chunks_exact(d).map(|r| f64::from((r[j] - common) / sd)).collect();
+        let n = z.len() - 1;
+        let (mut sxy, mut sxx) = (0.0, 0.0);
+        for i in 0..n {
+            sxy += z[i] * z[i + 1];
+            sxx += z[i] * z[i];
+        }
+        sxy / sxx
+    }
+
+    #[test]
+    fn correlated_rows_follow_an_ar1_over_rows() {
+        // Pooling off, ratio 4, ℓ = 16 tokens: ρ_row = exp(−4/16) ≈ 0.7788.
+        let m = model();
+        let physics = Physics { correlation_length: 16.0, ..Physics::NULL };
+        let hay = TrialHaystack::draw(&m, 9).unwrap();
+        let mut src = TrialRows::new(&m, &physics, csa(), &hay, 9).unwrap();
+        let n = 8192;
+        let mut rows = vec![0.0f32; n * 128];
+        for start in (0..n).step_by(256) {
+            src.next_chunk(start as u64, &mut rows[start * 128..(start + 256) * 128]);
+        }
+        let want = (-0.25f64).exp();
+        // The lag-1 estimate of an AR(1) has standard error ≈ sqrt((1 − ρ²)/n) ≈ 0.0069
+        // at n = 8192; 5 standard errors.
+        let tol = 5.0 * ((1.0 - want * want) / n as f64).sqrt();
+        for j in [0usize, 10, 100] {
+            let got = lag1(&rows, 128, j, hay.common()[j], hay.channel_std()[j]);
+            assert!((got - want).abs() < tol, "channel {j}: lag-1 {got}, want {want} ± {tol}");
+        }
+    }
+
+    /// Per-channel variance of rows (before normalisation) over `n` rows.
+    fn variances(physics: &Physics, n: usize, seed: u64) -> (Vec<f64>, Vec<f32>) {
+        let m = model();
+        let hay = TrialHaystack::draw(&m, seed).unwrap();
+        let mut src = TrialRows::new(&m, physics, csa(), &hay, seed).unwrap();
+        let mut rows = vec![0.0f32; n * 128];
+        for start in (0..n).step_by(256) {
+            src.next_chunk(start as u64, &mut rows[start * 128..(start + 256).min(n) * 128]);
+        }
+        let common = hay.common();
+        // Skip row 0 (it pools only its own tokens).
+        let var = (0..128)
+            .map(|j| rows.chunks_exact(128).skip(1).map(|r| f64::from(r[j] - common[j]).powi(2)).sum::<f64>() / (n - 1) as f64)
+            .collect();
+        (var, hay.channel_std().to_vec())
+    }
+
+    #[test]
+    fn token_level_pooling_has_the_shortcut_distribution() {
+        // Token values are scaled so that a full window under the trial's
+        // gate biases has the null row spread σ: check token by token pooling
+        // against that. Var estimate of n iid normals has relative SE sqrt(2/n)
+        // = 0.0221 at n = 4096; 5 SE.
+        let physics = Physics { pooling: Pooling::Full, gate_bias_std: 1.0, ..Physics::NULL };
+        let n = 4096;
+        let (var, sigma) = variances(&physics, n, 3);
+        let tol = 5.0 * (2.0 / (n - 1) as f64).sqrt();
+        for j in [0usize, 3, 7, 64, 127] {
+            let ratio = var[j] / f64::from(sigma[j]).powi(2);
+            assert!((ratio - 1.0).abs() < tol, "channel {j}: variance ratio {ratio} ± {tol}");
+        }
+    }
+
+    #[test]
+    fn distractor_offsets_have_the_needle_norm_and_the_set_similarity() {
+        let m = model();
+        let hay = TrialHaystack::draw(&m, 4).unwrap();
+        for s in [0.0, 0.5, 0.9, 1.0] {
+            let physics = Physics { distractors: 3, distractor_similarity: s, ..Physics::NULL };
+            let src = TrialRows::new(&m, &physics, csa(), &hay, 4).unwrap();
+            let norm = |v: &[f32]| v.iter().map(|&x| f64::from(x).powi(2)).sum::<f64>().sqrt();
+            let needle = &src.offsets[0];
+            for dis in &src.offsets[1..] {
+                let cos = needle.iter().zip(dis).map(|(&a, &b)| f64::from(a) * f64::from(b)).sum::<f64>() / (norm(needle) * norm(dis));
+                // f32 storage of 128 values: relative error well under 1e-5.
+                assert!((cos - s).abs() < 1e-5, "similarity {s}: cosine {cos}");
+                assert!((norm(dis) / norm(needle) - 1.0).abs() < 1e-5);
+            }
+        }
+    }
+
+    #[test]
+    fn special_rows_are_the_rows_whose_window_holds_an_item_token() {
+        let m = model();
+        let hay = TrialHaystack::draw(&m, 4).unwrap();
+        let physics = Physics { distractors: 5, ..Physics::NULL };
+        let g = csa();
+        let src = TrialRows::new(&m, &physics, g, &hay, 4).unwrap();
+        for context in [1000u64, 4099, 70_001] {
+            let p = g.place_needle(context, 6, 37.0);
+            let items = src.items(context, p.tokens.clone());
+            assert_eq!(items.len(), 6);
+            let candidates = g.candidate_rows(context);
+            let brute: Vec<u64> = (0..candidates)
+                .filter(|&r| {
+                    let w = g.row_tokens(r);
+                    items.iter().any(|i| i.tokens.start < w.end && w.start < i.tokens.end)
+                })
+                .collect();
+            assert_eq!(src.special_rows(&items, candidates), brute, "context {context}");
+        }
+    }
+}

@@ -352,6 +352,43 @@ impl<'a> TrialRows<'a> {
     }
 }
 
+/// Every candidate row's key of one context, as scored (pooled, normalised,
+/// rotated, with the needle and distractors in), and the query rotated to
+/// the context's last position: for dumps and checks, not the hot path
+/// (it holds a whole context).
+pub fn context_keys(
+    model: &GenerativeModel,
+    physics: &Physics,
+    geometry: CompressionGeometry,
+    hay: &TrialHaystack,
+    trial_seed: u64,
+    context: u64,
+    needle: Range<u64>,
+) -> Result<(Vec<f32>, Vec<f32>), SimError> {
+    let d = model.shape.head_dim;
+    let mut src = TrialRows::new(model, physics, geometry, hay, trial_seed)?;
+    let rows = geometry.candidate_rows(context) as usize;
+    let items = src.items(context, needle);
+    let special = src.special_rows(&items, rows as u64);
+    let mut keys = vec![0.0f32; rows * d];
+    let mut key = vec![0.0f32; d];
+    const CHUNK: usize = 256;
+    for start in (0..rows).step_by(CHUNK) {
+        let n = CHUNK.min(rows - start);
+        let chunk = &mut keys[start * d..(start + n) * d];
+        src.next_chunk(start as u64, chunk);
+        for &row in special.iter().filter(|&&r| (start..start + n).contains(&(r as usize))) {
+            let at = (row as usize - start) * d;
+            src.special_row(row, &items, &chunk[at..at + d], &mut key);
+            chunk[at..at + d].copy_from_slice(&key);
+        }
+        src.finalize(start as u64, chunk);
+    }
+    let mut queries = hay.queries.clone();
+    src.rotate_queries(&mut queries, context.saturating_sub(1));
+    Ok((keys, queries))
+}
+
 struct PoolScratch {
     tokens: Vec<f32>,
     gates: Vec<f32>,

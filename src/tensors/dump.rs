@@ -134,31 +134,26 @@ pub fn dump_trial(s: &Scenario, trial: u64, path: &Path) -> Result<DumpSummary, 
     let d = s.model.shape.head_dim;
     let seed = trial_seed(s.seed, depth, trial);
     let hay = TrialHaystack::draw(&s.model, seed)?;
-    let placement = s.geometry.place_needle(context, s.needle_tokens, depth);
+    let placement = s.geometry.place_needle_at(context, s.needle_tokens, depth, s.needle_offsets[0]);
     let rows = s.geometry.candidate_rows(context) as usize;
     let k_eff = (k as usize).min(rows);
-    let mut keys = vec![0.0f32; rows * d];
-    for (i, key) in keys.chunks_exact_mut(d).enumerate() {
-        if placement.rows.contains(&(i as u64)) {
-            hay.fill_needle_row(i as u64, key);
-        } else {
-            hay.fill_haystack_row(i as u64, key);
-        }
-    }
+    // Keys and query as scored: with the scenario's physics (RoPE, pooling,
+    // distractors) when it has any, else exactly the null model's rows.
+    let (keys, queries) = crate::row_source::context_keys(&s.model, &s.physics, s.geometry, &hay, seed, context, placement.tokens.clone())?;
     let heads = s.model.shape.heads;
     let mut tensors: Vec<(String, OwnedTensor)> = vec![
-        ("queries".into(), f32s(&hay.queries, vec![heads, d])),
+        ("queries".into(), f32s(&queries, vec![heads, d])),
         ("weights".into(), f32s(&hay.weights, vec![heads])),
         ("keys".into(), f32s(&keys, vec![rows, d])),
         ("needle_rows".into(), i64s(&placement.rows.clone().collect::<Vec<_>>(), vec![placement.rows.clone().count()])),
     ];
     let exact = PrecisionVariant::builtin("fp32").ok_or_else(|| bad_file(path, "fp32 variant missing"))?;
-    let reference = select_top_k(&variant_logits(&exact, &hay.queries, &hay.weights, &keys, d)?, k_eff, s.tie_rule, Some(seed));
+    let reference = select_top_k(&variant_logits(&exact, &queries, &hay.weights, &keys, d)?, k_eff, s.tie_rule, Some(seed));
     let mut summary = DumpSummary { rows, k_eff, variants: Vec::new() };
     for v in &s.precisions {
-        let q = encode_side(&v.query, &hay.queries, d)?;
+        let q = encode_side(&v.query, &queries, d)?;
         let kk = encode_side(&v.key, &keys, d)?;
-        let logits = variant_logits(v, &hay.queries, &hay.weights, &keys, d)?;
+        let logits = variant_logits(v, &queries, &hay.weights, &keys, d)?;
         let selected = select_top_k(&logits, k_eff, s.tie_rule, Some(seed));
         tensors.push((format!("{}.q_codes", v.name), codes(&q.codes, v.query.element.bits(), vec![heads, d])));
         if !q.scales.is_empty() {

@@ -23,6 +23,7 @@ pub mod precision;
 pub mod quantize;
 pub mod report;
 pub mod rng;
+pub mod rope;
 pub mod selection;
 pub mod stats;
 pub mod store;

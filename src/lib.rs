@@ -10,6 +10,7 @@
 //! [`trial`] → [`montecarlo`] → [`sweep`] → [`output`] and [`chart`].
 
 pub mod chart;
+pub mod compressor;
 pub mod config;
 pub mod error;
 pub mod format;

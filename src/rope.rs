@@ -159,7 +159,7 @@ impl RopeConfig {
     /// Checks the settings and precomputes frequencies and tables.
     pub fn new(head_dim: usize, dims: RopeDims, pairing: Pairing, theta: f64, yarn: Option<Yarn>) -> Result<Self, RopeError> {
         let inside = dims.offset.checked_add(dims.len).is_some_and(|end| end <= head_dim);
-        if dims.len == 0 || dims.len % 2 != 0 || !inside {
+        if dims.len == 0 || !dims.len.is_multiple_of(2) || !inside {
             return Err(RopeError::Dims { offset: dims.offset, len: dims.len, head_dim });
         }
         if !(theta.is_finite() && theta > 1.0) {
@@ -256,7 +256,7 @@ impl RopeConfig {
     /// `first_position + r · position_stride` (compressed row i at ratio·i:
     /// stride = ratio; all heads of one query: stride 0).
     pub fn rotate_rows(&self, rows: &mut [f32], first_position: u64, position_stride: u64) -> Result<(), RopeError> {
-        if rows.len() % self.head_dim != 0 {
+        if !rows.len().is_multiple_of(self.head_dim) {
             return Err(RopeError::RowsLength { len: rows.len(), head_dim: self.head_dim });
         }
         let n = rows.len() / self.head_dim;
@@ -420,12 +420,12 @@ mod tests {
         let mut v = [1.0f32, 0.0];
         cfg.rotate(&mut v, 1).unwrap();
         // cos 1, sin 1 to 16 digits.
-        assert_eq!(v, [0.540_302_305_868_139_8_f32, 0.841_470_984_807_896_5_f32]);
+        assert_eq!(v, [0.540_302_305_868_139_8_f64 as f32, 0.841_470_984_807_896_5_f64 as f32]);
         // 355 = 113π + 3.0144353388e-5: half a turn plus a tiny angle, a test of
         // the exact reduction (a naive f32 angle would be off by ~1e-5).
         let mut v = [1.0f32, 0.0];
         cfg.rotate(&mut v, 355).unwrap();
-        assert_eq!(v, [-1.0, -3.014_435_338_855e-5_f32]);
+        assert_eq!(v, [-1.0, -3.014_435_338_855e-5_f64 as f32]);
         // 33 = 5·2π + π/2 + 0.01327: nearly a quarter turn, (0, 1) → (−sin 33, cos 33).
         let mut v = [0.0f32, 1.0];
         cfg.rotate(&mut v, 33).unwrap();
@@ -645,8 +645,9 @@ mod tests {
     fn print_wavelengths() {
         for (name, cfg) in [("V3.2", RopeConfig::deepseek_v32()), ("V4", RopeConfig::deepseek_v4())] {
             let plain = RopeConfig::new(128, cfg.dims(), cfg.pairing(), cfg.theta(), None).unwrap();
-            println!("{name}: ramp {:?}", cfg.yarn().unwrap().correction_range(64, cfg.theta()));
-            for m in [0usize, 8, 15, 16, 20, 24, 25, 31] {
+            let (low, high) = cfg.yarn().unwrap().correction_range(64, cfg.theta());
+            println!("{name}: ramp {low} … {high}");
+            for m in [0, 8, low as usize, 16, 20, high as usize, 31] {
                 let tau = std::f64::consts::TAU;
                 println!(
                     "| {name} | {m} | {:.4e} | {:.1} | {:.1} |",

@@ -1,20 +1,451 @@
-//! TEMPORARY stand-in, replaced by the physics branch's module on merge.
-pub fn pool_window(values: &[f32], gates: &[f32], tokens: usize, d: usize, out: &mut [f32]) {
-    for c in 0..d {
-        let m = (0..tokens).map(|j| gates[j * d + c]).fold(f32::NEG_INFINITY, f32::max);
-        let (mut num, mut den) = (0.0f32, 0.0f32);
-        for j in 0..tokens {
-            let e = (gates[j * d + c] - m).exp();
-            num += e * values[j * d + c];
-            den += e;
-        }
-        out[c] = num / den;
-    }
+//! How DeepSeek-V4 builds one compressed row from its tokens: a per-channel
+//! softmax over the tokens' gate logits weights their value vectors, then
+//! RMSNorm. RoPE (at the row's first position) is the caller's next step.
+//! Sources and assumptions: docs/MODEL.md, "Compression (pooling)".
+//!
+//! * HCA (ratio c = 128, no overlap): row i pools tokens c·i … c·i+c−1.
+//! * CSA (c = 4, overlap): row i pools its own c tokens, projected by the
+//!   "current" half, and the c tokens before them, projected by the
+//!   "previous" half; one softmax over all 2c gates per channel. Row 0 has no
+//!   previous tokens.
+//!
+//! **Reproducibility.** Everything is f32 with a fixed order: per channel,
+//! the max over the gates, e_j = exp(g_j − max) (our own exp, computed in f64
+//! and rounded once, so no libm and no CPU-dependent paths), S = Σ e_j in
+//! token order (previous half first, then current), a_j = e_j / S, and the
+//! row value Σ a_j·x_j in token order. Channels are independent, so loops
+//! over channels may be vectorized without changing any bit.
+//!
+//! **Shortcut for haystack rows.** With gate logits that are the same for
+//! every window (a per-(slot, channel) bias, no token-dependent part) and
+//! token values drawn iid N(m, diag σ²) independently across tokens and
+//! halves, the pooled row (before RMSNorm) is exactly N(m·Σa, diag σ²·Σa²)
+//! per channel, Σa = 1 up to f32 rounding: [`pooled_std_factors`] gives
+//! √(Σ_j a_j²). It is not exact when gates depend on the tokens (the row is
+//! then a Gaussian scale mixture), when tokens are correlated, when the two
+//! halves have different (m, σ), or for windows holding needle tokens.
+//! RMSNorm is applied to both paths in the same way, so it does not change
+//! the exactness.
+
+use thiserror::Error;
+
+/// RMSNorm epsilon of the V4 compressor.
+pub const RMS_NORM_EPS: f32 = 1e-6;
+
+/// The tokens one half of the projection pools: `tokens × dim` values and
+/// `tokens × dim` gate logits (projection plus the slot's bias), token-major.
+#[derive(Clone, Copy, Debug)]
+pub struct TokenHalf<'a> {
+    pub values: &'a [f32],
+    pub gate_logits: &'a [f32],
 }
-pub fn rms_norm(row: &mut [f32], eps: f32) {
-    let ms = row.iter().map(|x| x * x).sum::<f32>() / row.len() as f32;
-    let inv = 1.0 / (ms + eps).sqrt();
-    for x in row {
-        *x *= inv;
+
+/// Inputs of the wrong shape or value. Nothing here panics on bad input.
+#[derive(Clone, Debug, PartialEq, Error)]
+pub enum CompressorError {
+    #[error("channel count (dim) must be positive")]
+    ZeroDim,
+    #[error("{what}: {len} values do not form one or more whole tokens of {dim} channels")]
+    NotWholeTokens { what: &'static str, len: usize, dim: usize },
+    #[error("{what}: {len} values, expected {expected}")]
+    Length { what: &'static str, len: usize, expected: usize },
+    #[error("the previous half has {previous} tokens, the current half {current}; both halves pool the same count")]
+    HalvesDiffer { current: usize, previous: usize },
+    #[error("gate logit {value} of token {token}, channel {channel} is not finite")]
+    NonFiniteGate { token: usize, channel: usize, value: f32 },
+    #[error("RMSNorm eps = {0} must be finite and > 0")]
+    Eps(f32),
+}
+
+/// Pools one compressed row into `out` (length `dim`), before RMSNorm.
+/// `previous` is `None` for HCA and for CSA row 0.
+pub fn pool_row(current: TokenHalf<'_>, previous: Option<TokenHalf<'_>>, dim: usize, out: &mut [f32]) -> Result<(), CompressorError> {
+    let tokens = check_half(current, dim, "current")?;
+    if let Some(prev) = previous {
+        let previous_tokens = check_half(prev, dim, "previous")?;
+        if previous_tokens != tokens {
+            return Err(CompressorError::HalvesDiffer { current: tokens, previous: previous_tokens });
+        }
+    }
+    if out.len() != dim {
+        return Err(CompressorError::Length { what: "output row", len: out.len(), expected: dim });
+    }
+    let gates: Vec<&[f32]> = previous.iter().map(|h| h.gate_logits).chain([current.gate_logits]).collect();
+    let values: Vec<&[f32]> = previous.iter().map(|h| h.values).chain([current.values]).collect();
+    let weights = softmax_over_tokens(&gates, dim)?;
+    out.fill(0.0);
+    let token_rows = values.iter().flat_map(|v| v.chunks_exact(dim));
+    for (x, a) in token_rows.zip(weights.chunks_exact(dim)) {
+        for ((o, &x), &a) in out.iter_mut().zip(x).zip(a) {
+            *o += a * x;
+        }
+    }
+    Ok(())
+}
+
+/// RMSNorm with unit weight: x / √(mean(x²) + eps), in f32 (sum of squares
+/// in index order, then one reciprocal square root multiplied into every value).
+pub fn rms_norm(row: &mut [f32], eps: f32) -> Result<(), CompressorError> {
+    if !(eps.is_finite() && eps > 0.0) {
+        return Err(CompressorError::Eps(eps));
+    }
+    if row.is_empty() {
+        return Err(CompressorError::ZeroDim);
+    }
+    let sum_sq = row.iter().fold(0.0f32, |s, &x| s + x * x);
+    let scale = 1.0 / (sum_sq / row.len() as f32 + eps).sqrt();
+    row.iter_mut().for_each(|x| *x *= scale);
+    Ok(())
+}
+
+/// √(Σ_j a_j²) per channel for fixed gate logits (`c × dim` per half,
+/// previous optional as in [`pool_row`]): the factor by which pooling shrinks
+/// the standard deviation of iid token values (see the module note for when
+/// this is exact). The weights a_j are the f32 weights [`pool_row`] uses; the
+/// sum of squares is taken in f64.
+pub fn pooled_std_factors(gate_bias_current: &[f32], gate_bias_previous: Option<&[f32]>, dim: usize) -> Result<Vec<f32>, CompressorError> {
+    if dim == 0 {
+        return Err(CompressorError::ZeroDim);
+    }
+    let tokens = whole_tokens(gate_bias_current, dim, "current gate bias")?;
+    if let Some(prev) = gate_bias_previous {
+        let previous_tokens = whole_tokens(prev, dim, "previous gate bias")?;
+        if previous_tokens != tokens {
+            return Err(CompressorError::HalvesDiffer { current: tokens, previous: previous_tokens });
+        }
+    }
+    let gates: Vec<&[f32]> = gate_bias_previous.into_iter().chain([gate_bias_current]).collect();
+    let weights = softmax_over_tokens(&gates, dim)?;
+    let mut sum_sq = vec![0.0f64; dim];
+    for a in weights.chunks_exact(dim) {
+        for (s, &a) in sum_sq.iter_mut().zip(a) {
+            *s += (a as f64) * (a as f64);
+        }
+    }
+    Ok(sum_sq.into_iter().map(|s| s.sqrt() as f32).collect())
+}
+
+fn whole_tokens(values: &[f32], dim: usize, what: &'static str) -> Result<usize, CompressorError> {
+    if values.is_empty() || !values.len().is_multiple_of(dim) {
+        return Err(CompressorError::NotWholeTokens { what, len: values.len(), dim });
+    }
+    Ok(values.len() / dim)
+}
+
+fn check_half(half: TokenHalf<'_>, dim: usize, what: &'static str) -> Result<usize, CompressorError> {
+    if dim == 0 {
+        return Err(CompressorError::ZeroDim);
+    }
+    let tokens = whole_tokens(half.values, dim, what)?;
+    if half.gate_logits.len() != half.values.len() {
+        return Err(CompressorError::Length { what: "gate logits", len: half.gate_logits.len(), expected: half.values.len() });
+    }
+    Ok(tokens)
+}
+
+/// Softmax weights per channel over all tokens of the halves, in order;
+/// returns `tokens × dim` weights, token-major.
+fn softmax_over_tokens(halves: &[&[f32]], dim: usize) -> Result<Vec<f32>, CompressorError> {
+    let token_rows = || halves.iter().flat_map(|g| g.chunks_exact(dim));
+    let mut max = vec![f32::NEG_INFINITY; dim];
+    for (token, g) in token_rows().enumerate() {
+        for (channel, (m, &g)) in max.iter_mut().zip(g).enumerate() {
+            if !g.is_finite() {
+                return Err(CompressorError::NonFiniteGate { token, channel, value: g });
+            }
+            *m = m.max(g);
+        }
+    }
+    let mut weights: Vec<f32> = Vec::with_capacity(token_rows().count() * dim);
+    let mut sum = vec![0.0f32; dim];
+    for g in token_rows() {
+        for ((s, &m), &g) in sum.iter_mut().zip(&max).zip(g) {
+            let e = exp_nonpositive(g - m);
+            *s += e;
+            weights.push(e);
+        }
+    }
+    // S ≥ 1 (the largest gate contributes exp(0) = 1), so the division is safe.
+    for a in weights.chunks_exact_mut(dim) {
+        a.iter_mut().zip(&sum).for_each(|(a, &s)| *a /= s);
+    }
+    Ok(weights)
+}
+
+/// ln 2 split so that k·LN2_HI is exact for |k| < 2²⁰ (LN2_HI has 32
+/// trailing zero bits); LN2_LO is the rest.
+const LN2_HI: f64 = 6.931_471_803_691_238e-1;
+const LN2_LO: f64 = 1.908_214_929_270_587_7e-10;
+
+/// exp(x) for x ≤ 0 (NaN maps to NaN), computed in f64 and rounded to f32
+/// once; only IEEE basic operations, so identical on every machine.
+fn exp_nonpositive(x: f32) -> f32 {
+    // e^-104 is below half the smallest f32 subnormal: the result rounds to 0.
+    if x < -104.0 {
+        return 0.0;
+    }
+    let x = x as f64;
+    let k = (x * std::f64::consts::LOG2_E).round();
+    let r = (x - k * LN2_HI) - k * LN2_LO;
+    // Taylor series to r¹⁴/14! for |r| ≤ ½ ln 2: the omitted r¹⁵/15! < 10⁻¹⁸.
+    let mut e = 1.0;
+    for n in (1..=14u32).rev() {
+        e = 1.0 + r / f64::from(n) * e;
+    }
+    let two_k = f64::from_bits(((k as i64 + 1023) as u64) << 52);
+    (e * two_k) as f32
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::{Rng, SeedableRng};
+    use rand_chacha::ChaCha8Rng;
+    use rand_distr::{Distribution, Normal};
+
+    const U: f64 = 1.0 / (1u64 << 24) as f64; // f32 unit roundoff
+
+    fn random(rng: &mut ChaCha8Rng, n: usize, spread: f32) -> Vec<f32> {
+        (0..n).map(|_| rng.random_range(-spread..spread)).collect()
+    }
+
+    /// Naive f64 pooling, and the rounding bound of the f32 path for each
+    /// channel (derivation in `pooling_matches_a_naive_f64_computation`).
+    fn naive(gates: &[&[f32]], values: &[&[f32]], dim: usize) -> (Vec<f64>, Vec<f64>) {
+        let g: Vec<f32> = gates.concat();
+        let x: Vec<f32> = values.concat();
+        let n = g.len() / dim;
+        let mut exact = vec![0.0; dim];
+        let mut bound = vec![0.0; dim];
+        for c in 0..dim {
+            let max = (0..n).map(|j| g[j * dim + c] as f64).fold(f64::NEG_INFINITY, f64::max);
+            let d: Vec<f64> = (0..n).map(|j| g[j * dim + c] as f64 - max).collect();
+            let s: f64 = d.iter().map(|d| d.exp()).sum();
+            let a: Vec<f64> = d.iter().map(|d| d.exp() / s).collect();
+            exact[c] = (0..n).map(|j| a[j] * x[j * dim + c] as f64).sum();
+            let big_d: f64 = (0..n).map(|j| a[j] * (1.0 + d[j].abs())).sum();
+            bound[c] = 1.01 * U * (0..n).map(|j| (a[j] * x[j * dim + c] as f64).abs() * (d[j].abs() + 2.0 * n as f64 + 2.0 + big_d)).sum::<f64>();
+        }
+        (exact, bound)
+    }
+
+    /// Rounding bound, per channel, with u = 2⁻²⁴ and n tokens: fl(g − max)
+    /// has relative error u, so e_j is off by ≤ (1 + |d_j|)u relative (our exp
+    /// adds ≤ u); S = Σe_j sums n terms in order (≤ (n−1)u plus the e_j
+    /// errors, ≤ D·u with D = Σ a_j(1 + |d_j|)); a_j = e_j/S adds u; the
+    /// products a_j·x_j add u and their sum (n−1)u. Altogether
+    /// |out − exact| ≤ u·Σ_j |a_j x_j|·(|d_j| + 2n + 2 + D), times 1.01 for
+    /// second-order terms.
+    #[test]
+    fn pooling_matches_a_naive_f64_computation() {
+        let mut rng = ChaCha8Rng::seed_from_u64(1);
+        let dim = 64;
+        for (c, overlap) in [(4usize, true), (4, false), (128, false)] {
+            for spread in [0.1f32, 3.0, 30.0] {
+                let (g_cur, x_cur) = (random(&mut rng, c * dim, spread), random(&mut rng, c * dim, 5.0));
+                let (g_prev, x_prev) = (random(&mut rng, c * dim, spread), random(&mut rng, c * dim, 5.0));
+                let current = TokenHalf { values: &x_cur, gate_logits: &g_cur };
+                let previous = overlap.then_some(TokenHalf { values: &x_prev, gate_logits: &g_prev });
+                let mut out = vec![0.0; dim];
+                pool_row(current, previous, dim, &mut out).unwrap();
+                let (exact, bound) = if overlap {
+                    naive(&[&g_prev, &g_cur], &[&x_prev, &x_cur], dim)
+                } else {
+                    naive(&[&g_cur], &[&x_cur], dim)
+                };
+                for ch in 0..dim {
+                    let err = (out[ch] as f64 - exact[ch]).abs();
+                    assert!(err <= bound[ch], "c {c} spread {spread} ch {ch}: err {err:e} > {:e}", bound[ch]);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn equal_gates_give_the_plain_average() {
+        let dim = 3;
+        let x = [1.0f32, 10.0, -4.0, 3.0, 20.0, 0.0, 5.0, 30.0, 4.0, 7.0, 40.0, 8.0];
+        let g = [0.7f32; 12];
+        let mut out = [0.0; 3];
+        pool_row(TokenHalf { values: &x, gate_logits: &g }, None, dim, &mut out).unwrap();
+        // Each weight is exactly 1/4 (e = 1, S = 4), so the sums are exact.
+        assert_eq!(out, [4.0, 25.0, 2.0]);
+    }
+
+    #[test]
+    fn a_dominant_gate_selects_its_token() {
+        let dim = 2;
+        let x_prev = [9.0f32, -9.0, 8.0, -8.0];
+        let g_prev = [0.0f32, 0.0, 0.0, 200.0];
+        let x_cur = [1.0f32, 2.0, 3.0, 4.0];
+        let g_cur = [200.0f32, 0.0, 0.0, 0.0];
+        let mut out = [0.0; 2];
+        let prev = TokenHalf { values: &x_prev, gate_logits: &g_prev };
+        pool_row(TokenHalf { values: &x_cur, gate_logits: &g_cur }, Some(prev), dim, &mut out).unwrap();
+        // Others get exp(−200) = 0 in f32: channel 0 takes current token 0, channel 1 previous token 1.
+        assert_eq!(out, [1.0, -8.0]);
+    }
+
+    #[test]
+    fn softmax_is_stable_for_huge_and_equal_logits() {
+        let dim = 1;
+        let x = [2.0f32, 6.0];
+        let mut out = [0.0];
+        pool_row(TokenHalf { values: &x, gate_logits: &[1e4, 1e4] }, None, dim, &mut out).unwrap();
+        assert_eq!(out, [4.0]);
+        // 1e4 and 1e4 − 1: weights 1/(1+e⁻¹) and e⁻¹/(1+e⁻¹), finite.
+        pool_row(TokenHalf { values: &x, gate_logits: &[1e4, 1e4 - 1.0] }, None, dim, &mut out).unwrap();
+        let w = 1.0 / (1.0 + (-1.0f64).exp());
+        assert!((out[0] as f64 - (2.0 * w + 6.0 * (1.0 - w))).abs() < 1e-5);
+        pool_row(TokenHalf { values: &x, gate_logits: &[-1e4, -1e4] }, None, dim, &mut out).unwrap();
+        assert_eq!(out, [4.0]);
+    }
+
+    #[test]
+    fn csa_row_zero_pools_only_its_own_tokens() {
+        // Without a previous half the softmax runs over the 4 current tokens only.
+        let dim = 1;
+        let x = [1.0f32, 2.0, 3.0, 4.0];
+        let mut out = [0.0];
+        pool_row(TokenHalf { values: &x, gate_logits: &[0.0; 4] }, None, dim, &mut out).unwrap();
+        assert_eq!(out, [2.5]);
+        // With a previous half of zeros the same gates give half the weight to zeros.
+        let zeros = [0.0f32; 4];
+        let prev = TokenHalf { values: &zeros, gate_logits: &[0.0; 4] };
+        pool_row(TokenHalf { values: &x, gate_logits: &[0.0; 4] }, Some(prev), dim, &mut out).unwrap();
+        assert_eq!(out, [1.25]);
+    }
+
+    /// The vectorizable loops must give the bits of a plain per-channel loop
+    /// with the same operation order.
+    #[test]
+    fn pooling_equals_a_scalar_per_channel_loop_bit_for_bit() {
+        let mut rng = ChaCha8Rng::seed_from_u64(2);
+        let (c, dim) = (4, 128);
+        let (g_prev, g_cur) = (random(&mut rng, c * dim, 8.0), random(&mut rng, c * dim, 8.0));
+        let (x_prev, x_cur) = (random(&mut rng, c * dim, 3.0), random(&mut rng, c * dim, 3.0));
+        let mut out = vec![0.0; dim];
+        let prev = TokenHalf { values: &x_prev, gate_logits: &g_prev };
+        pool_row(TokenHalf { values: &x_cur, gate_logits: &g_cur }, Some(prev), dim, &mut out).unwrap();
+        let (g, x) = ([g_prev, g_cur].concat(), [x_prev, x_cur].concat());
+        for ch in 0..dim {
+            let col = |v: &[f32], j: usize| v[j * dim + ch];
+            let max = (0..2 * c).map(|j| col(&g, j)).fold(f32::NEG_INFINITY, f32::max);
+            let e: Vec<f32> = (0..2 * c).map(|j| exp_nonpositive(col(&g, j) - max)).collect();
+            let s = e.iter().fold(0.0f32, |s, &e| s + e);
+            let v = (0..2 * c).fold(0.0f32, |acc, j| acc + e[j] / s * col(&x, j));
+            assert_eq!(v.to_bits(), out[ch].to_bits(), "channel {ch}");
+        }
+    }
+
+    /// Our exp against libm over its whole domain: within ½ ulp plus the f64
+    /// evaluation error (10⁻¹⁵ relative) — i.e. at most 1 ulp, and 0 below −104.
+    #[test]
+    fn own_exp_is_accurate() {
+        let mut x = 0.0f32;
+        while x > -110.0 {
+            let (ours, exact) = (exp_nonpositive(x) as f64, (x as f64).exp());
+            let half_ulp = 0.5 * (f32::from_bits((exact as f32).to_bits() + 1) as f64 - exact as f32 as f64);
+            assert!((ours - exact).abs() <= half_ulp + 1e-15 * exact, "x {x}: {ours:e} vs {exact:e}");
+            x -= 0.0137;
+        }
+        assert_eq!(exp_nonpositive(0.0), 1.0);
+        assert_eq!(exp_nonpositive(-1e4), 0.0);
+    }
+
+    /// Mean square after RMSNorm: exactly ms/(ms + eps) in real numbers. In
+    /// f32 the sum of squares is off by ≤ d·u relative, the mean and + eps add
+    /// u each, the square root halves that and adds u, the reciprocal and the
+    /// product add u each: each output is within (d/2 + 4)u, its square within
+    /// (d + 8)u (times 1.01 for second-order terms).
+    #[test]
+    fn rms_norm_gives_unit_mean_square() {
+        let mut rng = ChaCha8Rng::seed_from_u64(4);
+        for spread in [1e-2f32, 1.0, 1e3] {
+            let mut row = random(&mut rng, 128, spread);
+            let ms = row.iter().map(|&x| (x as f64).powi(2)).sum::<f64>() / 128.0;
+            rms_norm(&mut row, RMS_NORM_EPS).unwrap();
+            let out_ms = row.iter().map(|&x| (x as f64).powi(2)).sum::<f64>() / 128.0;
+            let expected = ms / (ms + RMS_NORM_EPS as f64);
+            assert!((out_ms - expected).abs() <= 1.01 * (128.0 + 8.0) * U * expected, "spread {spread}: {out_ms}");
+            assert!((out_ms - 1.0).abs() <= 1.01 * (128.0 + 8.0) * U + RMS_NORM_EPS as f64 / ms);
+        }
+        let mut zeros = [0.0f32; 4];
+        rms_norm(&mut zeros, RMS_NORM_EPS).unwrap();
+        assert_eq!(zeros, [0.0; 4]);
+    }
+
+    #[test]
+    fn std_factors_of_simple_gates() {
+        // Equal gates over n tokens: √(n · (1/n)²) = 1/√n.
+        let f = pooled_std_factors(&[0.0; 4 * 2], Some(&[0.0; 4 * 2]), 2).unwrap();
+        assert_eq!(f, vec![(1.0f64 / 8.0).sqrt() as f32; 2]);
+        // One dominant gate: a single token, factor 1.
+        let f = pooled_std_factors(&[500.0, 0.0, 0.0, 0.0], None, 1).unwrap();
+        assert_eq!(f, vec![1.0]);
+    }
+
+    /// Monte Carlo check of the shortcut: N = 20000 rows of iid N(m, σ²)
+    /// tokens under fixed gates. Per channel, (N−1)·s²/(σ²f²) is χ² with
+    /// N − 1 = 19999 degrees of freedom; we test 16 channels with a Bonferroni
+    /// split of a 99.9 % family-wise level (two-sided 0.1 %/16 per channel,
+    /// z = 4.0032), Wilson–Hilferty quantiles: s²/(σ²f²) ∈ [0.96047, 1.04054].
+    #[test]
+    fn shortcut_variance_matches_monte_carlo() {
+        let (c, dim, n) = (4usize, 16usize, 20_000usize);
+        let mut rng = ChaCha8Rng::seed_from_u64(20_260_101);
+        let bias_cur = random(&mut rng, c * dim, 2.5);
+        let bias_prev = random(&mut rng, c * dim, 2.5);
+        let factors = pooled_std_factors(&bias_cur, Some(&bias_prev), dim).unwrap();
+        let (mean, sigma) = (0.3f64, 1.7f64);
+        let normal = Normal::new(mean as f32, sigma as f32).unwrap();
+        let (mut sum, mut sum_sq) = (vec![0.0f64; dim], vec![0.0f64; dim]);
+        let mut out = vec![0.0f32; dim];
+        for _ in 0..n {
+            let x_cur: Vec<f32> = (0..c * dim).map(|_| normal.sample(&mut rng)).collect();
+            let x_prev: Vec<f32> = (0..c * dim).map(|_| normal.sample(&mut rng)).collect();
+            let prev = TokenHalf { values: &x_prev, gate_logits: &bias_prev };
+            pool_row(TokenHalf { values: &x_cur, gate_logits: &bias_cur }, Some(prev), dim, &mut out).unwrap();
+            for ch in 0..dim {
+                sum[ch] += out[ch] as f64;
+                sum_sq[ch] += (out[ch] as f64).powi(2);
+            }
+        }
+        let k = (n - 1) as f64;
+        let z = 4.0032;
+        let wh = |z: f64| (1.0 - 2.0 / (9.0 * k) + z * (2.0 / (9.0 * k)).sqrt()).powi(3);
+        let (lo, hi) = (wh(-z), wh(z));
+        assert!((lo - 0.96047).abs() < 1e-5 && (hi - 1.04054).abs() < 1e-5, "[{lo}, {hi}]");
+        for ch in 0..dim {
+            let m = sum[ch] / n as f64;
+            let s2 = (sum_sq[ch] - n as f64 * m * m) / k;
+            let ratio = s2 / (sigma * factors[ch] as f64).powi(2);
+            assert!(ratio >= lo && ratio <= hi, "channel {ch}: variance ratio {ratio}, factor {}", factors[ch]);
+        }
+        // Gate spread makes the factors differ from 1/√8 = 0.354: the check is not vacuous.
+        assert!(factors.iter().any(|&f| f > 0.45));
+    }
+
+    #[test]
+    fn bad_shapes_are_typed_errors() {
+        let x = [0.0f32; 8];
+        let half = TokenHalf { values: &x, gate_logits: &x };
+        let mut out = [0.0f32; 2];
+        assert_eq!(pool_row(half, None, 0, &mut out), Err(CompressorError::ZeroDim));
+        assert!(matches!(pool_row(half, None, 3, &mut [0.0; 3]), Err(CompressorError::NotWholeTokens { .. })));
+        assert!(matches!(pool_row(half, None, 2, &mut [0.0; 3]), Err(CompressorError::Length { .. })));
+        let short = TokenHalf { values: &x, gate_logits: &x[..6] };
+        assert!(matches!(pool_row(short, None, 2, &mut out), Err(CompressorError::Length { .. })));
+        let prev = TokenHalf { values: &x[..4], gate_logits: &x[..4] };
+        assert!(matches!(pool_row(half, Some(prev), 2, &mut out), Err(CompressorError::HalvesDiffer { .. })));
+        let empty = TokenHalf { values: &[], gate_logits: &[] };
+        assert!(matches!(pool_row(empty, None, 2, &mut out), Err(CompressorError::NotWholeTokens { .. })));
+        let g = [0.0f32, f32::NAN, 0.0, 0.0];
+        let nan = TokenHalf { values: &x[..4], gate_logits: &g };
+        assert!(matches!(pool_row(nan, None, 2, &mut out), Err(CompressorError::NonFiniteGate { token: 0, channel: 1, .. })));
+        assert!(matches!(rms_norm(&mut out, 0.0), Err(CompressorError::Eps(_))));
+        assert!(matches!(rms_norm(&mut [], 1e-6), Err(CompressorError::ZeroDim)));
+        assert!(matches!(pooled_std_factors(&[0.0; 4], Some(&[0.0; 2]), 2), Err(CompressorError::HalvesDiffer { .. })));
+        assert!(matches!(pooled_std_factors(&[f32::INFINITY], None, 1), Err(CompressorError::NonFiniteGate { .. })));
     }
 }

@@ -25,6 +25,10 @@ pub enum SimError {
     Model(String),
     #[error("quantization: {0}")]
     Format(#[from] crate::format::FormatError),
+    #[error("RoPE: {0}")]
+    Rope(#[from] crate::rope::RopeError),
+    #[error("compressor: {0}")]
+    Compressor(#[from] crate::compressor::CompressorError),
 }
 
 /// Everything the library can fail with.

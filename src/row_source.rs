@@ -27,9 +27,6 @@ use rand::Rng;
 use rand_distr::StandardNormal;
 use std::ops::Range;
 
-/// RMSNorm epsilon of the reference compressor.
-const RMS_EPS: f32 = 1e-6;
-
 /// A needle or a distractor in one context: its tokens and which key offset it adds.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Item {
@@ -100,8 +97,8 @@ impl<'a> TrialRows<'a> {
         }
         let sigma = hay.channel_std();
         let (token_std, first_row_factor) = if pools {
-            let full = pooled_std_factors(&gate_bias, c, d, geometry.overlap);
-            let first = pooled_std_factors(&gate_bias, c, d, false);
+            let full = compressor::pooled_std_factors(&gate_bias[0], geometry.overlap.then_some(&gate_bias[1][..]), d)?;
+            let first = compressor::pooled_std_factors(&gate_bias[0], None, d)?;
             let token_std = sigma.iter().zip(&full).map(|(&s, &f)| s / f).collect();
             let first_row_factor = first.iter().zip(&full).map(|(&a, &b)| a / b).collect();
             (token_std, first_row_factor)
@@ -174,16 +171,16 @@ impl<'a> TrialRows<'a> {
 
     /// Generates rows `start …` into `out` (a whole number of rows) before
     /// normalisation and rotation. Chunks must come in order from row 0.
-    pub fn next_chunk(&mut self, start: u64, out: &mut [f32]) {
+    pub fn next_chunk(&mut self, start: u64, out: &mut [f32]) -> Result<(), SimError> {
         let d = self.d;
         let n = out.len() / d;
         if self.token_level {
             self.fill_tokens(start, n);
             let mut scratch = PoolScratch::new(self.window_len(), d);
             for (r, row) in out.chunks_exact_mut(d).enumerate() {
-                self.pool_row(start + r as u64, &[], &mut scratch, row);
+                self.pool_row(start + r as u64, &[], &mut scratch, row)?;
             }
-            return;
+            return Ok(());
         }
         self.hay.fill_haystack_rows(start, out);
         if self.rho > 0.0 {
@@ -207,12 +204,13 @@ impl<'a> TrialRows<'a> {
                 out[j] = common[j] + (out[j] - common[j]) * self.first_row_factor[j];
             }
         }
+        Ok(())
     }
 
     /// Key of `row` with the given items' tokens in it, before normalisation
     /// and rotation. `base` is the row's key from [`Self::next_chunk`]; with
     /// token-level generation the row must lie in the last chunk.
-    pub fn special_row(&self, row: u64, items: &[Item], base: &[f32], out: &mut [f32]) {
+    pub fn special_row(&self, row: u64, items: &[Item], base: &[f32], out: &mut [f32]) -> Result<(), SimError> {
         let window = self.geometry.row_tokens(row);
         if !self.pools {
             out.copy_from_slice(base);
@@ -221,34 +219,34 @@ impl<'a> TrialRows<'a> {
                     *o += x;
                 }
             }
-            return;
+            return Ok(());
         }
         let mut scratch = PoolScratch::new(self.window_len(), self.d);
         if !self.token_level {
             self.draw_window(row, &mut scratch);
         }
-        self.pool_row(row, items, &mut scratch, out);
+        self.pool_row(row, items, &mut scratch, out)
     }
 
     /// RMS-normalises pooled rows and rotates every row at its position.
-    pub fn finalize(&self, first_row: u64, rows: &mut [f32]) {
+    pub fn finalize(&self, first_row: u64, rows: &mut [f32]) -> Result<(), SimError> {
         if self.pools {
             for row in rows.chunks_exact_mut(self.d) {
-                compressor::rms_norm(row, RMS_EPS);
+                compressor::rms_norm(row, compressor::RMS_NORM_EPS)?;
             }
         }
         if let Some(rope) = &self.rope {
-            rope.rotate_rows(rows, self.d, first_row * self.geometry.ratio, self.geometry.ratio);
+            rope.rotate_rows(rows, first_row * self.geometry.ratio, self.geometry.ratio)?;
         }
+        Ok(())
     }
 
-    /// The query's rotation for a decode step at position `position`.
-    pub fn rotate_queries(&self, queries: &mut [f32], position: u64) {
+    /// Rotates every head's query to the decode position `position`.
+    pub fn rotate_queries(&self, queries: &mut [f32], position: u64) -> Result<(), SimError> {
         if let Some(rope) = &self.rope {
-            for q in queries.chunks_exact_mut(self.d) {
-                rope.rotate(q, position);
-            }
+            rope.rotate_rows(queries, position, 0)?;
         }
+        Ok(())
     }
 
     fn window_len(&self) -> usize {
@@ -322,7 +320,7 @@ impl<'a> TrialRows<'a> {
 
     /// Pools `row` from its window's tokens (the chunk's, or `scratch.tokens`
     /// already drawn by the shortcut), adding item offsets and gate boosts.
-    fn pool_row(&self, row: u64, items: &[Item], scratch: &mut PoolScratch, out: &mut [f32]) {
+    fn pool_row(&self, row: u64, items: &[Item], scratch: &mut PoolScratch, out: &mut [f32]) -> Result<(), SimError> {
         let d = self.d;
         let c = self.geometry.ratio;
         let window = self.geometry.row_tokens(row);
@@ -348,7 +346,13 @@ impl<'a> TrialRows<'a> {
                 }
             }
         }
-        compressor::pool_window(&scratch.tokens[..slots * d], &scratch.gates[..slots * d], slots, d, out);
+        // Slots run previous half first, then the row's own tokens.
+        let own_slots = c as usize;
+        let prev = slots - own_slots;
+        let half = |from: usize, to: usize| compressor::TokenHalf { values: &scratch.tokens[from * d..to * d], gate_logits: &scratch.gates[from * d..to * d] };
+        let previous = (prev > 0).then(|| half(0, prev));
+        compressor::pool_row(half(prev, slots), previous, d, out)?;
+        Ok(())
     }
 }
 
@@ -376,16 +380,16 @@ pub fn context_keys(
     for start in (0..rows).step_by(CHUNK) {
         let n = CHUNK.min(rows - start);
         let chunk = &mut keys[start * d..(start + n) * d];
-        src.next_chunk(start as u64, chunk);
+        src.next_chunk(start as u64, chunk)?;
         for &row in special.iter().filter(|&&r| (start..start + n).contains(&(r as usize))) {
             let at = (row as usize - start) * d;
-            src.special_row(row, &items, &chunk[at..at + d], &mut key);
+            src.special_row(row, &items, &chunk[at..at + d], &mut key)?;
             chunk[at..at + d].copy_from_slice(&key);
         }
-        src.finalize(start as u64, chunk);
+        src.finalize(start as u64, chunk)?;
     }
     let mut queries = hay.queries.clone();
-    src.rotate_queries(&mut queries, context.saturating_sub(1));
+    src.rotate_queries(&mut queries, context.saturating_sub(1))?;
     Ok((keys, queries))
 }
 
@@ -398,23 +402,6 @@ impl PoolScratch {
     fn new(slots: usize, d: usize) -> Self {
         PoolScratch { tokens: vec![0.0; slots * d], gates: vec![0.0; slots * d] }
     }
-}
-
-/// sqrt(Σ_j a_j²) per channel for softmax weights a over a window's gate
-/// biases (the own half, and the previous half when `overlap`).
-fn pooled_std_factors(gate_bias: &[Vec<f32>; 2], c: usize, d: usize, overlap: bool) -> Vec<f32> {
-    (0..d)
-        .map(|ch| {
-            let mut logits: Vec<f64> = (0..c).map(|s| f64::from(gate_bias[0][s * d + ch])).collect();
-            if overlap {
-                logits.extend((0..c).map(|s| f64::from(gate_bias[1][s * d + ch])));
-            }
-            let m = logits.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-            let e: Vec<f64> = logits.iter().map(|&l| (l - m).exp()).collect();
-            let sum: f64 = e.iter().sum();
-            (e.iter().map(|&x| (x / sum).powi(2)).sum::<f64>()).sqrt() as f32
-        })
-        .collect()
 }
 
 /// An offset of the needle's norm at cosine similarity `similarity` to it:
@@ -461,9 +448,9 @@ mod tests {
         let mut rows = TrialRows::new(&m, &Physics::NULL, csa(), &hay, 5).unwrap();
         let mut a = vec![0.0f32; 300 * 128];
         let mut b = vec![0.0f32; 300 * 128];
-        rows.next_chunk(0, &mut a[..256 * 128]);
-        rows.next_chunk(256, &mut a[256 * 128..]);
-        rows.finalize(0, &mut a);
+        rows.next_chunk(0, &mut a[..256 * 128]).unwrap();
+        rows.next_chunk(256, &mut a[256 * 128..]).unwrap();
+        rows.finalize(0, &mut a).unwrap();
         hay.fill_haystack_rows(0, &mut b);
         assert_eq!(a.iter().map(|x| x.to_bits()).collect::<Vec<_>>(), b.iter().map(|x| x.to_bits()).collect::<Vec<_>>());
     }
@@ -490,7 +477,7 @@ mod tests {
         let n = 8192;
         let mut rows = vec![0.0f32; n * 128];
         for start in (0..n).step_by(256) {
-            src.next_chunk(start as u64, &mut rows[start * 128..(start + 256) * 128]);
+            src.next_chunk(start as u64, &mut rows[start * 128..(start + 256) * 128]).unwrap();
         }
         let want = (-0.25f64).exp();
         // The lag-1 estimate of an AR(1) has standard error ≈ sqrt((1 − ρ²)/n) ≈ 0.0069
@@ -509,7 +496,7 @@ mod tests {
         let mut src = TrialRows::new(&m, physics, csa(), &hay, seed).unwrap();
         let mut rows = vec![0.0f32; n * 128];
         for start in (0..n).step_by(256) {
-            src.next_chunk(start as u64, &mut rows[start * 128..(start + 256).min(n) * 128]);
+            src.next_chunk(start as u64, &mut rows[start * 128..(start + 256).min(n) * 128]).unwrap();
         }
         let common = hay.common();
         // Skip row 0 (it pools only its own tokens).

@@ -119,7 +119,7 @@ impl TrialSpec<'_> {
         for g in 0..groups {
             let mut q = haystack.queries.clone();
             if positional {
-                source.rotate_queries(&mut q, self.contexts[g] - 1);
+                source.rotate_queries(&mut q, self.contexts[g] - 1)?;
             }
             queries.push(
                 self.variants
@@ -158,17 +158,17 @@ impl TrialSpec<'_> {
         for start in (0..max_rows).step_by(CHUNK_ROWS) {
             let n = CHUNK_ROWS.min(max_rows - start);
             let rows = start as u64..(start + n) as u64;
-            source.next_chunk(rows.start, &mut pre[..n * d]);
+            source.next_chunk(rows.start, &mut pre[..n * d])?;
             for case in &mut cases {
                 for (i, &row) in case.special.iter().enumerate().filter(|(_, r)| rows.contains(r)) {
                     let at = (row - rows.start) as usize * d;
-                    source.special_row(row, &case.items, &pre[at..at + d], &mut key);
-                    source.finalize(row, &mut key);
+                    source.special_row(row, &case.items, &pre[at..at + d], &mut key)?;
+                    source.finalize(row, &mut key)?;
                     case.special_keys[i * d..(i + 1) * d].copy_from_slice(&key);
                 }
             }
             fin[..n * d].copy_from_slice(&pre[..n * d]);
-            source.finalize(rows.start, &mut fin[..n * d]);
+            source.finalize(rows.start, &mut fin[..n * d])?;
 
             for (v, variant) in self.variants.iter().enumerate() {
                 store_keys(variant, &fin[..n * d], rows.start, d, &mut quantized)?;

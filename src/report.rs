@@ -153,15 +153,23 @@ pub fn recall_chart(meta: &ReportMeta, cells: &[CellResult], depth: f64) -> Reca
     let g = Grid::of(cells);
     let trials = cells.first().map_or(0, |c| c.trials);
     let mut series = Vec::new();
+    let offsets = needle_offsets(cells);
     for &k in &g.topks {
         for p in &g.precisions {
-            let points: Vec<RecallPoint> = cells
-                .iter()
-                .filter(|c| c.depth_percent == depth && c.topk == k && c.precision == *p)
-                .map(|c| RecallPoint { context_tokens: c.context_tokens, recall: c.recall, ci_low: c.ci_low, ci_high: c.ci_high })
-                .collect();
-            if !points.is_empty() {
-                series.push(RecallSeries { topk: k as u32, precision: p.clone(), points });
+            for &offset in &offsets {
+                let points: Vec<RecallPoint> = cells
+                    .iter()
+                    .filter(|c| c.depth_percent == depth && c.topk == k && c.precision == *p && c.needle_offset == offset)
+                    .map(|c| RecallPoint { context_tokens: c.context_tokens, recall: c.recall, ci_low: c.ci_low, ci_high: c.ci_high })
+                    .collect();
+                // One line per needle offset when the sweep has that axis.
+                let label = match offset {
+                    Some(o) if offsets.len() > 1 => format!("{p} @ offset {o}"),
+                    _ => p.clone(),
+                };
+                if !points.is_empty() {
+                    series.push(RecallSeries { topk: k as u32, precision: label, points });
+                }
             }
         }
     }
@@ -386,20 +394,33 @@ pub fn rank_margin_chart(meta: &ReportMeta, cells: &[CellResult], context: u64) 
     }
 }
 
+/// The needle offsets of the cells, ascending (`[None]` without that axis).
+fn needle_offsets(cells: &[CellResult]) -> Vec<Option<u64>> {
+    let mut offsets: Vec<Option<u64>> = cells.iter().map(|c| c.needle_offset).collect();
+    offsets.sort_unstable();
+    offsets.dedup();
+    offsets
+}
+
 /// Renders every chart into `dir` in each of `opts.formats`; returns the
-/// file names written, in a stable order.
+/// file names written, in a stable order. The recall charts draw a line per
+/// needle offset; the other charts show the first offset's cells.
 pub fn render_charts(dir: &Path, meta: &ReportMeta, cells: &[CellResult], opts: &PlotOptions) -> Result<Vec<String>, Error> {
-    let g = Grid::of(cells);
     if cells.is_empty() {
         return Err(Error::Chart("no cells to draw".into()));
     }
+    let all_cells = cells;
+    let first_offset = needle_offsets(cells)[0];
+    let first: Vec<CellResult> = cells.iter().filter(|c| c.needle_offset == first_offset).cloned().collect();
+    let cells = &first[..];
+    let g = Grid::of(cells);
     let context = detail_context(cells, opts.detail_context)?;
     let name = |p: &Path| p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let mut files = Vec::new();
     for &format in &opts.formats {
         let ext = format.extension();
         let recall_first = dir.join(RECALL_CHART_FILE).with_extension(ext);
-        files.extend(render_recall_charts(meta, cells, &recall_first)?.iter().map(|p| name(p)));
+        files.extend(render_recall_charts(meta, all_cells, &recall_first)?.iter().map(|p| name(p)));
         if g.depths.len() >= 2 {
             let hm = heatmap(meta, cells);
             let (w, h) = heatmap_size(hm.panels.len(), g.depths.len(), g.contexts.len());

@@ -820,3 +820,35 @@ fn command_line_overrides_config_file() {
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(results(&out).iter().all(|r| r["trials"] == 12));
 }
+
+#[test]
+fn bad_physics_values_name_their_flag() {
+    assert_bad_sweep(&["--rope", "v5"], &["--rope", "v5", "v3.2"]);
+    assert_bad_sweep(&["--pooling", "maybe"], &["--pooling", "full"]);
+    assert_bad_sweep(&["--needle-offsets", "4"], &["--needle-offsets", "0 to 3"]);
+    assert_bad_sweep(&["--length-mods", "x"], &["--length-mods"]);
+    assert_bad_sweep(&["--distractor-similarity", "1.5"], &["--distractor-similarity"]);
+    assert_bad_sweep(&["--correlation-length", "-1"], &["--correlation-length"]);
+}
+
+#[test]
+fn needle_offsets_and_length_mods_become_cells() {
+    let tmp = TempDir::new().unwrap();
+    let out = tmp.path().join("r");
+    let o = bin()
+        .args(["sweep", "--trials", "10", "--contexts", "4K", "--depths", "50", "--topk", "64", "--precisions", "fp32"])
+        .args(["--needle-offsets", "all", "--length-mods", "0,3", "--rope", "v4", "--pooling", "on", "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let cells = results(&out);
+    assert_eq!(cells.len(), 4 * 2);
+    let mut seen: Vec<(u64, u64)> = cells.iter().map(|c| (c["context_tokens"].as_u64().unwrap(), c["needle_offset"].as_u64().unwrap())).collect();
+    seen.sort_unstable();
+    let want: Vec<(u64, u64)> = [4096u64, 4099].iter().flat_map(|&l| (0..4).map(move |o| (l, o))).collect();
+    assert_eq!(seen, want);
+    for c in &cells {
+        assert_eq!(c["needle_start_token"].as_u64().unwrap() % 4, c["needle_offset"].as_u64().unwrap());
+    }
+}

@@ -25,6 +25,10 @@ pub enum SimError {
     Model(String),
     #[error("quantization: {0}")]
     Format(#[from] crate::format::FormatError),
+    /// A hypothesis that cannot apply to the data it met (config validation
+    /// normally refuses it first).
+    #[error("hypothesis: {0}")]
+    Hypothesis(String),
 }
 
 /// Everything the library can fail with.

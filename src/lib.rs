@@ -17,6 +17,7 @@ pub mod geometry;
 pub mod haystack;
 pub mod html;
 pub mod indexer;
+pub mod key_cache;
 pub mod montecarlo;
 pub mod output;
 pub mod precision;

@@ -16,6 +16,7 @@ pub mod format;
 pub mod geometry;
 pub mod haystack;
 pub mod html;
+pub mod hypothesis;
 pub mod indexer;
 pub mod key_cache;
 pub mod montecarlo;

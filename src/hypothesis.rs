@@ -288,6 +288,16 @@ pub fn names() -> String {
     CATALOGUE.iter().map(|h| h.name).collect::<Vec<_>>().join(", ")
 }
 
+/// Every field of an entry, one per paragraph (`dsa-recall hypotheses show`).
+pub fn long_text(h: &HypothesisInfo) -> String {
+    let mut text = format!("{} ({})\n  {}\n  changes: {}\n  stands for: {}\n  expected: {}\n", h.name, h.group, h.summary, h.changes, h.stands_for, h.expected);
+    if let Some(r) = h.requires {
+        text.push_str(&format!("  requires: {r}\n"));
+    }
+    text.push_str("  use: --precisions fp8,fp8+NAME (docs/HYPOTHESES.md)\n".replace("NAME", h.name).as_str());
+    text
+}
+
 /// The catalogue entry named `name` (`topk=N` and `topk` both find `topk=N`).
 pub fn info(name: &str) -> Option<&'static HypothesisInfo> {
     let bare = name.split('=').next().unwrap_or(name);

@@ -32,6 +32,23 @@ pub enum Command {
     Quantize(QuantizeArgs),
     /// Re-render every chart and report.html of a sweep directory from its results.jsonl, without simulating.
     Plot(PlotArgs),
+    /// List the failure hypotheses usable as VARIANT+NAME in --precisions, or show one in full.
+    Hypotheses(HypothesesArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct HypothesesArgs {
+    #[command(subcommand)]
+    pub action: Option<HypothesesAction>,
+    /// Print every hypothesis in full.
+    #[arg(long)]
+    pub long: bool,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum HypothesesAction {
+    /// Print one hypothesis in full (topk=N may be written topk).
+    Show { name: String },
 }
 
 #[derive(Args, Debug)]

@@ -29,6 +29,10 @@ pub enum SimError {
     Rope(#[from] crate::rope::RopeError),
     #[error("compressor: {0}")]
     Compressor(#[from] crate::compressor::CompressorError),
+    /// A hypothesis that cannot apply to the data it met (config validation
+    /// normally refuses it first).
+    #[error("hypothesis: {0}")]
+    Hypothesis(String),
 }
 
 /// Everything the library can fail with.

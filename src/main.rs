@@ -6,7 +6,7 @@ mod cli;
 
 use clap::error::ErrorKind;
 use clap::Parser;
-use cli::{Cli, Command, MergeArgs, PlotArgs, PresetsAction, QuantizeArgs, ReplayArgs, RunArgs, ScenarioArgs, SweepArgs, TrialArgs};
+use cli::{Cli, Command, HypothesesAction, MergeArgs, PlotArgs, PresetsAction, QuantizeArgs, ReplayArgs, RunArgs, ScenarioArgs, SweepArgs, TrialArgs};
 use dsa_recall::config::{self, Overlay, Scenario, ScenarioParams};
 use dsa_recall::error::Error;
 use dsa_recall::store::{self, Shard, StoreOptions};
@@ -56,6 +56,25 @@ fn run(cli: Cli) -> Result<(), Error> {
         Command::Replay(args) => run_replay(&args),
         Command::Quantize(args) => run_quantize(&args),
         Command::Plot(args) => run_plot(&args),
+        Command::Hypotheses(args) => match (args.action, args.long) {
+            (Some(HypothesesAction::Show { name }), _) => {
+                let h = dsa_recall::hypothesis::info(&name).ok_or_else(|| {
+                    dsa_recall::ConfigError::new("hypotheses show", format!("{name:?}"), format!("one of {}", dsa_recall::hypothesis::names()))
+                })?;
+                print!("{}", dsa_recall::hypothesis::long_text(h));
+                Ok(())
+            }
+            (None, long) => {
+                for h in dsa_recall::hypothesis::CATALOGUE {
+                    if long {
+                        println!("{}", dsa_recall::hypothesis::long_text(h));
+                    } else {
+                        println!("{:<13} {:<21} {}", h.group.name(), h.name, h.summary);
+                    }
+                }
+                Ok(())
+            }
+        },
         Command::Presets(args) => {
             match args.action {
                 None => {

@@ -174,7 +174,8 @@ pub fn tally_cells(spec: &TrialSpec<'_>, outcomes: &[TrialOutcome]) -> Vec<CellT
                     let baseline = &outcome.cells[spec.cell_index(ci, oi, ki, 0)];
                     for v in 0..spec.variants.len() {
                         let i = spec.cell_index(ci, oi, ki, v);
-                        cells[i].add(&outcome.cells[i], k.min(candidates), (v > 0).then_some(baseline));
+                        let k_eff = spec.variants[v].selection.topk_for(k).min(candidates);
+                        cells[i].add(&outcome.cells[i], k_eff, (v > 0).then_some(baseline));
                     }
                 }
             }

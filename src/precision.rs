@@ -14,6 +14,9 @@ use crate::format::{
     hadamard_rows_in_place, quantize_dequantize, quantize_to_elements, BlockScaling, BlockShape, ElementFormat,
     FormatError, Overflow,
 };
+use crate::error::SimError;
+use crate::key_cache::KeyCacheFaults;
+use crate::selection::SelectionOverride;
 use serde::{Deserialize, Serialize};
 
 /// Orthogonal rotation applied to each head_dim-vector before quantization.
@@ -233,13 +236,40 @@ impl QuantPipeline {
     }
 }
 
-/// A named way of storing queries and keys and scoring them.
+/// What a variant changes about RoPE (hypotheses `rope-swap-q`,
+/// `rope-swap-k`): the side whose pairing layout is the other one
+/// (interleaved pairs ↔ first-half/second-half pairs) than the model's.
+/// Applied by the RoPE stage; meaningless with RoPE off.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(default)]
+pub struct PositionOverride {
+    pub query_rope_layout_swapped: bool,
+    pub key_rope_layout_swapped: bool,
+}
+
+impl PositionOverride {
+    pub fn is_default(&self) -> bool {
+        *self == Self::default()
+    }
+}
+
+/// A named way of storing queries and keys and scoring them, with the
+/// hypotheses applied on top of it (docs/HYPOTHESES.md). The hypothesis
+/// fields are left out of serialized scenarios when they change nothing, so
+/// manifests of plain variants keep their bytes.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct PrecisionVariant {
     pub name: String,
     pub query: QuantPipeline,
     pub key: QuantPipeline,
     pub scoring: ScoreNumerics,
+    /// Faults between writing keys to the paged cache and reading them back.
+    #[serde(default, skip_serializing_if = "KeyCacheFaults::is_default")]
+    pub cache: KeyCacheFaults,
+    #[serde(default, skip_serializing_if = "SelectionOverride::is_default")]
+    pub selection: SelectionOverride,
+    #[serde(default, skip_serializing_if = "PositionOverride::is_default")]
+    pub position: PositionOverride,
 }
 
 /// Built-in variants: (name, what it stands for). Sources and the reasons
@@ -255,6 +285,28 @@ pub const BUILTIN: &[(&str, &str)] = &[
 ];
 
 impl PrecisionVariant {
+    /// A variant with no hypothesis applied.
+    pub fn new(name: &str, query: QuantPipeline, key: QuantPipeline, scoring: ScoreNumerics) -> Self {
+        PrecisionVariant {
+            name: name.to_string(),
+            query,
+            key,
+            scoring,
+            cache: KeyCacheFaults::default(),
+            selection: SelectionOverride::default(),
+            position: PositionOverride::default(),
+        }
+    }
+
+    /// Quantizes a chunk of raw keys (rows `first_row …`, rows of `d`;
+    /// `first_row` a multiple of 256) as they are written to the paged key
+    /// cache, and gives in `out` what the scorer reads back, with this
+    /// variant's cache faults (see [`crate::key_cache`]). Without faults this
+    /// is exactly `self.key.quantize_rows_into(raw, d, out)`.
+    pub fn store_keys(&self, raw: &[f32], first_row: u64, d: usize, out: &mut QuantizedRows) -> Result<(), SimError> {
+        self.cache.store(&self.key, raw, first_row, d, out)
+    }
+
     /// Looks a built-in variant up by name.
     pub fn builtin(name: &str) -> Option<PrecisionVariant> {
         let plain = |element| QuantPipeline { rotation: Rotation::None, element, scaling: None };
@@ -275,7 +327,7 @@ impl PrecisionVariant {
             "nvfp4" => (rotated(ElementFormat::E2m1, BlockScaling::NVFP4), ScoreNumerics::F32),
             _ => return None,
         };
-        Some(PrecisionVariant { name: name.to_string(), query: side.clone(), key: side, scoring })
+        Some(PrecisionVariant::new(name, side.clone(), side, scoring))
     }
 
     pub fn builtin_names() -> Vec<&'static str> {
@@ -284,7 +336,7 @@ impl PrecisionVariant {
 
     /// Why this variant cannot run on vectors of `dim`, if it cannot.
     pub fn unsupported(&self, dim: usize) -> Option<String> {
-        self.query.unsupported(dim).or_else(|| self.key.unsupported(dim))
+        self.query.unsupported(dim).or_else(|| self.key.unsupported(dim)).or_else(|| self.cache.unsupported(&self.key, dim))
     }
 }
 

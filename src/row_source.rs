@@ -22,7 +22,7 @@ use crate::geometry::CompressionGeometry;
 use crate::haystack::{GenerativeModel, TrialHaystack};
 use crate::physics::Physics;
 use crate::rng::{self, tag};
-use crate::rope::RopeConfig;
+use crate::rope::{Pairing, RopeConfig};
 use rand::Rng;
 use rand_distr::StandardNormal;
 use std::ops::Range;
@@ -41,6 +41,8 @@ pub struct TrialRows<'a> {
     geometry: CompressionGeometry,
     d: usize,
     rope: Option<RopeConfig>,
+    /// The same rotation with the other pair layout (the `rope-swap-*` hypotheses).
+    rope_swapped: Option<RopeConfig>,
     pools: bool,
     token_level: bool,
     /// Gate bias per half (0: the row's own tokens, 1: the previous tokens)
@@ -122,6 +124,13 @@ impl<'a> TrialRows<'a> {
             geometry,
             d,
             rope: physics.rope.config(),
+            rope_swapped: physics.rope.config().map(|r| {
+                let other = match r.pairing() {
+                    Pairing::Interleaved => Pairing::Halves,
+                    Pairing::Halves => Pairing::Interleaved,
+                };
+                r.with_pairing(other)
+            }),
             pools,
             token_level,
             gate_bias,
@@ -230,20 +239,26 @@ impl<'a> TrialRows<'a> {
 
     /// RMS-normalises pooled rows and rotates every row at its position.
     pub fn finalize(&self, first_row: u64, rows: &mut [f32]) -> Result<(), SimError> {
+        self.finalize_with(first_row, rows, false)
+    }
+
+    /// [`Self::finalize`], with the RoPE pair layout swapped when `swapped`.
+    pub fn finalize_with(&self, first_row: u64, rows: &mut [f32], swapped: bool) -> Result<(), SimError> {
         if self.pools {
             for row in rows.chunks_exact_mut(self.d) {
                 compressor::rms_norm(row, compressor::RMS_NORM_EPS)?;
             }
         }
-        if let Some(rope) = &self.rope {
+        if let Some(rope) = if swapped { &self.rope_swapped } else { &self.rope } {
             rope.rotate_rows(rows, first_row * self.geometry.ratio, self.geometry.ratio)?;
         }
         Ok(())
     }
 
-    /// Rotates every head's query to the decode position `position`.
-    pub fn rotate_queries(&self, queries: &mut [f32], position: u64) -> Result<(), SimError> {
-        if let Some(rope) = &self.rope {
+    /// Rotates every head's query to the decode position `position`, with
+    /// the RoPE pair layout swapped when `swapped`.
+    pub fn rotate_queries(&self, queries: &mut [f32], position: u64, swapped: bool) -> Result<(), SimError> {
+        if let Some(rope) = if swapped { &self.rope_swapped } else { &self.rope } {
             rope.rotate_rows(queries, position, 0)?;
         }
         Ok(())
@@ -389,7 +404,7 @@ pub fn context_keys(
         src.finalize(start as u64, chunk)?;
     }
     let mut queries = hay.queries.clone();
-    src.rotate_queries(&mut queries, context.saturating_sub(1))?;
+    src.rotate_queries(&mut queries, context.saturating_sub(1), false)?;
     Ok((keys, queries))
 }
 

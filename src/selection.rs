@@ -49,6 +49,80 @@ impl FromStr for TieRule {
     }
 }
 
+/// Where NaN scores rank. Every NaN ranks the same whatever its sign bit or
+/// payload (the sign of a NaN made by arithmetic differs between x86 and
+/// ARM, and results must not); NaNs tie with each other, so the tie rule
+/// orders them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum NanOrder {
+    /// NaN above every number, +inf included: what `torch.topk`, which the
+    /// DeepSeek reference selects with, does (the default; docs/HYPOTHESES.md).
+    #[default]
+    First,
+    /// NaN below every number, −inf included: a kernel comparing with `>`
+    /// never lets a NaN displace anything.
+    Last,
+}
+
+impl NanOrder {
+    /// `a` against `b` ("Greater" = ranks higher). Two NaNs are Equal; other
+    /// pairs follow `numbers` (which never sees a NaN).
+    #[inline]
+    pub fn compare(self, a: f32, b: f32, numbers: impl Fn(f32, f32) -> Ordering) -> Ordering {
+        match (a.is_nan(), b.is_nan(), self) {
+            (false, false, _) => numbers(a, b),
+            (true, true, _) => Ordering::Equal,
+            (true, false, NanOrder::First) | (false, true, NanOrder::Last) => Ordering::Greater,
+            (true, false, NanOrder::Last) | (false, true, NanOrder::First) => Ordering::Less,
+        }
+    }
+}
+
+/// What a precision variant changes about selection, on top of the
+/// scenario's settings (hypotheses `topk=N`, `topk-round64`, `window=N`,
+/// `ties-*`, `nan-*`; docs/HYPOTHESES.md). The default changes nothing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(default)]
+pub struct SelectionOverride {
+    /// The engine selects this many rows whatever k the sweep configures.
+    pub topk: Option<u64>,
+    /// The kernel rounds k down to a multiple of this (64 for `topk-round64`).
+    pub topk_multiple: Option<u64>,
+    /// The raw window the engine keeps, whatever the scenario configures.
+    pub window: Option<u64>,
+    /// Tie order for this variant instead of the scenario's.
+    pub tie_rule: Option<TieRule>,
+    pub nan_order: NanOrder,
+}
+
+impl SelectionOverride {
+    pub fn is_default(&self) -> bool {
+        *self == Self::default()
+    }
+
+    /// The k the engine uses when `configured` is asked for: the override's
+    /// k if any, then rounded down to the kernel's multiple (possibly 0:
+    /// a kernel that rounds 63 down selects nothing).
+    pub fn topk_for(&self, configured: u64) -> u64 {
+        let k = self.topk.unwrap_or(configured);
+        match self.topk_multiple {
+            Some(m) if m > 0 => k / m * m,
+            _ => k,
+        }
+    }
+
+    /// The raw window the engine keeps when `configured` is asked for.
+    pub fn window_for(&self, configured: u64) -> u64 {
+        self.window.unwrap_or(configured)
+    }
+
+    /// The tie rule in force when the scenario says `configured`.
+    pub fn tie_rule_for(&self, configured: TieRule) -> TieRule {
+        self.tie_rule.unwrap_or(configured)
+    }
+}
+
 /// The best needle row's rank among competing (non-needle) rows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NeedleRank {
@@ -68,29 +142,49 @@ pub struct CompetitorTally {
 }
 
 /// Counts competitors above / tied with `needle_score` and their spread.
-/// `skip` is the needle's row range, which is not a competitor.
+/// `skip` is the needle's row range, which is not a competitor. NaN scores
+/// rank by [`NanOrder::default`]; see [`tally_with`].
 pub fn tally(scores: &[f32], skip: std::ops::Range<usize>, needle_score: f32) -> CompetitorTally {
+    tally_with(scores, skip, needle_score, NanOrder::default())
+}
+
+/// [`tally`] with NaN scores ranked by `nan` (a NaN needle ties with NaN
+/// competitors). Numbers compare as `>` / `==` do (−0 ties +0). NaN
+/// competitors are left out of the mean and spread.
+pub fn tally_with(scores: &[f32], skip: std::ops::Range<usize>, needle_score: f32, nan: NanOrder) -> CompetitorTally {
     let (mut above, mut equal) = (0u64, 0u64);
-    let (mut sum, mut sum_sq) = (0.0f64, 0.0f64);
+    let (mut sum, mut sum_sq, mut numbers) = (0.0f64, 0.0f64, 0u64);
+    let by_value = |a: f32, b: f32| a.partial_cmp(&b).unwrap_or(Ordering::Equal);
+    let any_nan = needle_score.is_nan();
     let mut visit = |part: &[f32]| {
         for &s in part {
-            above += u64::from(s > needle_score);
-            equal += u64::from(s == needle_score);
-            let x = f64::from(s);
-            sum += x;
-            sum_sq += x * x;
+            if any_nan || s.is_nan() {
+                let o = nan.compare(s, needle_score, by_value);
+                above += u64::from(o.is_gt());
+                equal += u64::from(o.is_eq());
+            } else {
+                above += u64::from(s > needle_score);
+                equal += u64::from(s == needle_score);
+            }
+            if !s.is_nan() {
+                let x = f64::from(s);
+                sum += x;
+                sum_sq += x * x;
+                numbers += 1;
+            }
         }
     };
     visit(&scores[..skip.start]);
     visit(&scores[skip.end..]);
-    let n = (scores.len() - skip.len()) as f64;
+    let n = numbers as f64;
     let mean = if n > 0.0 { sum / n } else { 0.0 };
     let var = if n > 1.0 { ((sum_sq - n * mean * mean) / (n - 1.0)).max(0.0) } else { 0.0 };
     CompetitorTally { rank: NeedleRank { above, above_or_equal: above + equal }, mean, std: var.sqrt() }
 }
 
 /// Competitors tied with the needle row `needle_row` that the tie rule puts
-/// ahead of it. `priority(i)` is the random rule's per-row priority (lower wins).
+/// ahead of it. `priority(i)` is the random rule's per-row priority (lower
+/// wins). A NaN needle ties with every NaN competitor (as in [`tally_with`]).
 pub fn tied_ahead(
     scores: &[f32],
     skip: std::ops::Range<usize>,
@@ -101,8 +195,9 @@ pub fn tied_ahead(
 ) -> u64 {
     let needle_priority = priority(needle_row);
     let mut n = 0;
+    let tied = |s: f32| s == needle_score || (s.is_nan() && needle_score.is_nan());
     for (i, &s) in scores.iter().enumerate() {
-        if s != needle_score || skip.contains(&i) {
+        if !tied(s) || skip.contains(&i) {
             continue;
         }
         let ahead = match rule {
@@ -126,46 +221,61 @@ pub fn tie_key(rule: TieRule, row: usize, priority: impl Fn(usize) -> u64) -> u6
     }
 }
 
+/// (score, tie key) pairs in rank order: numbers by `total_cmp` (−0 below
+/// +0), NaNs by `nan`, then the tie key.
 #[inline]
-fn ahead(a: (f32, u64), b: (f32, u64)) -> Ordering {
-    a.0.total_cmp(&b.0).then(a.1.cmp(&b.1))
+fn ahead_with(a: (f32, u64), b: (f32, u64), nan: NanOrder) -> Ordering {
+    nan.compare(a.0, b.0, |x, y| x.total_cmp(&y)).then(a.1.cmp(&b.1))
 }
 
 /// The k-th best (score, tie key) of the rows (1 ≤ k ≤ rows): a row is in
-/// the top k iff its own pair is at least this one.
+/// the top k iff its own pair is at least this one. NaN ranks by
+/// [`NanOrder::default`]; see [`kth_best_with`].
 pub fn kth_best(scores: &[f32], tie_keys: &[u64], k: usize, rows: &mut Vec<u32>) -> (f32, u64) {
+    kth_best_with(scores, tie_keys, k, rows, NanOrder::default())
+}
+
+/// [`kth_best`] with NaN scores ranked by `nan`.
+pub fn kth_best_with(scores: &[f32], tie_keys: &[u64], k: usize, rows: &mut Vec<u32>, nan: NanOrder) -> (f32, u64) {
     rows.clear();
     rows.extend(0..scores.len() as u32);
     let key = |i: &u32| (scores[*i as usize], tie_keys[*i as usize]);
-    let (_, kth, _) = rows.select_nth_unstable_by(k - 1, |a, b| ahead(key(b), key(a)));
+    let (_, kth, _) = rows.select_nth_unstable_by(k - 1, |a, b| ahead_with(key(b), key(a), nan));
     key(kth)
 }
 
 /// Rows selected both by `a` and by `b` (two score vectors over the same
 /// rows), each taking its top k under the same tie keys.
 pub fn selection_overlap(a: &[f32], b: &[f32], tie_keys: &[u64], k: usize, rows: &mut Vec<u32>) -> u64 {
+    selection_overlap_with(a, b, tie_keys, k, rows, NanOrder::default(), NanOrder::default())
+}
+
+/// [`selection_overlap`] where `a` ranks NaN by `nan_a` and `b` by `nan_b`
+/// (two variants may order NaN differently).
+pub fn selection_overlap_with(a: &[f32], b: &[f32], tie_keys: &[u64], k: usize, rows: &mut Vec<u32>, nan_a: NanOrder, nan_b: NanOrder) -> u64 {
     if k >= a.len() {
         return a.len() as u64;
     }
-    let (ka, kb) = (kth_best(a, tie_keys, k, rows), kth_best(b, tie_keys, k, rows));
+    let (ka, kb) = (kth_best_with(a, tie_keys, k, rows, nan_a), kth_best_with(b, tie_keys, k, rows, nan_b));
     let mut both = 0;
     for i in 0..a.len() {
-        let in_a = ahead((a[i], tie_keys[i]), ka).is_ge();
-        let in_b = ahead((b[i], tie_keys[i]), kb).is_ge();
+        let in_a = ahead_with((a[i], tie_keys[i]), ka, nan_a).is_ge();
+        let in_b = ahead_with((b[i], tie_keys[i]), kb, nan_b).is_ge();
         both += u64::from(in_a && in_b);
     }
     both
 }
 
-/// Descending total order on scores (NaN above +inf, as `total_cmp` puts it).
-#[inline]
-fn descending(a: &f32, b: &f32) -> Ordering {
-    b.total_cmp(a)
+/// k-th largest values of `scratch` for several k at once, for k ascending
+/// in `ks` (1-based, each ≤ scratch.len()). Reorders `scratch`. NaN ranks by
+/// [`NanOrder::default`]; see [`kth_largest_many_with`].
+pub fn kth_largest_many(scratch: &mut [f32], ks: &[usize], out: &mut Vec<f32>) {
+    kth_largest_many_with(scratch, ks, out, NanOrder::default())
 }
 
-/// k-th largest values of `scratch` for several k at once, for k ascending
-/// in `ks` (1-based, each ≤ scratch.len()). Reorders `scratch`.
-pub fn kth_largest_many(scratch: &mut [f32], ks: &[usize], out: &mut Vec<f32>) {
+/// [`kth_largest_many`] with NaN scores ranked by `nan`.
+pub fn kth_largest_many_with(scratch: &mut [f32], ks: &[usize], out: &mut Vec<f32>, nan: NanOrder) {
+    let descending = |a: &f32, b: &f32| nan.compare(*b, *a, |x, y| x.total_cmp(&y));
     out.clear();
     out.resize(ks.len(), f32::NAN);
     // Largest k first: afterwards the top k_max values sit in the prefix, so
@@ -206,7 +316,7 @@ mod tests {
     fn kth_largest_many_matches_sorting() {
         let base: Vec<f32> = (0..1000).map(|i| ((i * 7919) % 1009) as f32 * 0.5).collect();
         let mut sorted = base.clone();
-        sorted.sort_by(descending);
+        sorted.sort_by(|a, b| b.total_cmp(a));
         let ks = [1, 2, 64, 500, 1000];
         let mut scratch = base.clone();
         let mut out = Vec::new();
@@ -224,7 +334,7 @@ mod tests {
             let keys: Vec<u64> = (0..200).map(|i| tie_key(rule, i, |r| crate::rng::mix64(r as u64))).collect();
             let top = |s: &[f32], k: usize| {
                 let mut idx: Vec<usize> = (0..200).collect();
-                idx.sort_by(|&x, &y| ahead((s[y], keys[y]), (s[x], keys[x])));
+                idx.sort_by(|&x, &y| ahead_with((s[y], keys[y]), (s[x], keys[x]), NanOrder::First));
                 idx.truncate(k);
                 idx
             };
@@ -235,6 +345,57 @@ mod tests {
                 assert_eq!(selection_overlap(&a, &b, &keys, k, &mut rows), want, "{rule} k={k}");
             }
         }
+    }
+
+    #[test]
+    fn nan_ranks_first_or_last_whatever_its_sign() {
+        let neg_nan = f32::from_bits(0xffc0_0000);
+        let s = [1.0, f32::NAN, 5.0, neg_nan, f32::INFINITY];
+        // Needle (row 0, score 1.0) against NaN, 5, NaN, +inf.
+        let first = tally_with(&s, 0..1, 1.0, NanOrder::First);
+        assert_eq!(first.rank, NeedleRank { above: 4, above_or_equal: 4 });
+        let last = tally_with(&s, 0..1, 1.0, NanOrder::Last);
+        assert_eq!(last.rank, NeedleRank { above: 2, above_or_equal: 2 });
+        // NaN competitors stay out of the spread.
+        assert_eq!(last.mean, f64::INFINITY);
+        // A NaN needle ties with both NaN competitors, whatever their signs.
+        let t = tally_with(&s, 1..2, neg_nan, NanOrder::First);
+        assert_eq!(t.rank, NeedleRank { above: 0, above_or_equal: 1 });
+        let t = tally_with(&s, 1..2, f32::NAN, NanOrder::Last);
+        assert_eq!(t.rank, NeedleRank { above: 3, above_or_equal: 4 });
+        assert_eq!(tied_ahead(&s, 1..2, 1, f32::NAN, TieRule::HighestIndex, |_| 0), 1);
+        // The default is First, for tally and the k-th score alike.
+        assert_eq!(tally(&s, 0..1, 1.0).rank, first.rank);
+        let mut out = Vec::new();
+        kth_largest_many(&mut s.to_vec(), &[2, 3], &mut out);
+        assert!(out[0].is_nan() && out[1] == f32::INFINITY, "{out:?}");
+        kth_largest_many_with(&mut s.to_vec(), &[1, 4], &mut out, NanOrder::Last);
+        assert_eq!(out[0], f32::INFINITY);
+        assert!(out[1].is_nan());
+    }
+
+    #[test]
+    fn nan_order_changes_which_rows_are_selected() {
+        let a = [f32::NAN, 1.0, 2.0, f32::from_bits(0xffc0_0000)];
+        let keys: Vec<u64> = (0..4).map(|i| tie_key(TieRule::LowestIndex, i, |_| 0)).collect();
+        let mut rows = Vec::new();
+        // Top 2: NaN-first keeps rows 0 and 3, NaN-last rows 2 and 1.
+        assert_eq!(selection_overlap_with(&a, &a, &keys, 2, &mut rows, NanOrder::First, NanOrder::Last), 0);
+        assert_eq!(selection_overlap_with(&a, &a, &keys, 2, &mut rows, NanOrder::First, NanOrder::First), 2);
+        assert_eq!(kth_best_with(&a, &keys, 2, &mut rows, NanOrder::Last), (1.0, u64::MAX - 1));
+    }
+
+    #[test]
+    fn selection_override_maps_k_and_window() {
+        let none = SelectionOverride::default();
+        assert_eq!((none.topk_for(512), none.window_for(128)), (512, 128));
+        let round = SelectionOverride { topk_multiple: Some(64), ..none };
+        assert_eq!((round.topk_for(100), round.topk_for(512), round.topk_for(63)), (64, 512, 0));
+        let fixed = SelectionOverride { topk: Some(1000), topk_multiple: Some(64), window: Some(64), ..none };
+        assert_eq!((fixed.topk_for(512), fixed.window_for(128)), (960, 64));
+        let ties = SelectionOverride { tie_rule: Some(TieRule::HighestIndex), ..none };
+        assert_eq!(ties.tie_rule_for(TieRule::Random), TieRule::HighestIndex);
+        assert_eq!(none.tie_rule_for(TieRule::Random), TieRule::Random);
     }
 
     #[test]

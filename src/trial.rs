@@ -15,7 +15,7 @@ use crate::haystack::{GenerativeModel, TrialHaystack};
 use crate::indexer::IndexerQuery;
 use crate::precision::{PrecisionVariant, QuantizedRows};
 use crate::rng::{self, tag};
-use crate::selection::{kth_largest_many, selection_overlap, tally, tie_key, tied_ahead, NeedleRank, TieRule};
+use crate::selection::{kth_largest_many_with, selection_overlap_with, tally_with, tie_key, tied_ahead, NeedleRank, TieRule};
 use serde::Serialize;
 
 /// Rows generated, quantized and scored together: small enough to stay in
@@ -84,8 +84,8 @@ struct Case {
     items: Vec<Item>,
     /// Rows holding needle or distractor tokens, ascending.
     special: Vec<u64>,
-    /// Their keys, finalized, [special × d].
-    special_keys: Vec<f32>,
+    /// Their keys, finalized, [special × d], per key RoPE layout.
+    special_keys: [Vec<f32>; 2],
     /// Scores that replace the shared ones: [variant] → (row, score).
     patches: Vec<Vec<(u32, f32)>>,
 }
@@ -117,17 +117,19 @@ impl TrialSpec<'_> {
         let groups = if positional { self.contexts.len() } else { 1 };
         let mut queries: Vec<Vec<IndexerQuery>> = Vec::with_capacity(groups);
         for g in 0..groups {
-            let mut q = haystack.queries.clone();
-            if positional {
-                source.rotate_queries(&mut q, self.contexts[g] - 1)?;
+            let mut group = Vec::with_capacity(self.variants.len());
+            for v in self.variants {
+                let mut q = haystack.queries.clone();
+                if positional {
+                    source.rotate_queries(&mut q, self.contexts[g] - 1, v.position.query_rope_layout_swapped)?;
+                }
+                group.push(IndexerQuery::new(v.query.quantize_rows(&q, d)?, &haystack.weights, d, v.scoring));
             }
-            queries.push(
-                self.variants
-                    .iter()
-                    .map(|v| Ok(IndexerQuery::new(v.query.quantize_rows(&q, d)?, &haystack.weights, d, v.scoring)))
-                    .collect::<Result<_, SimError>>()?,
-            );
+            queries.push(group);
         }
+        // Keys rotated with the other pair layout, for `rope-swap-k` variants.
+        let key_layouts = if positional && self.variants.iter().any(|v| v.position.key_rope_layout_swapped) { 2 } else { 1 };
+        let layout_of = |v: &PrecisionVariant| usize::from(v.position.key_rope_layout_swapped && key_layouts == 2);
         let candidates_of = |ci: usize| self.geometry.candidate_rows(self.contexts[ci]) as usize;
         let group_rows: Vec<usize> = (0..groups)
             .map(|g| if positional { candidates_of(g) } else { (0..self.contexts.len()).map(candidates_of).max().unwrap_or(0) })
@@ -141,7 +143,7 @@ impl TrialSpec<'_> {
                 let candidates = candidates_of(ci);
                 let items = source.items(self.contexts[ci], placement.tokens.clone());
                 let special = source.special_rows(&items, candidates as u64);
-                let special_keys = vec![0.0; special.len() * d];
+                let special_keys = [vec![0.0; special.len() * d], Vec::new()];
                 cases.push(Case { ci, oi, placement, candidates, items, special, special_keys, patches: vec![Vec::new(); self.variants.len()] });
             }
         }
@@ -149,8 +151,14 @@ impl TrialSpec<'_> {
         // Score every row once per (query group, variant), chunk by chunk;
         // rows that hold needle or distractor tokens are keyed per case.
         let mut scores: Vec<Vec<Vec<f32>>> = group_rows.iter().map(|&n| vec![vec![0.0; n]; self.variants.len()]).collect();
+        if key_layouts == 2 {
+            for case in &mut cases {
+                case.special_keys[1] = vec![0.0; case.special.len() * d];
+            }
+        }
         let mut pre = vec![0.0f32; CHUNK_ROWS * d];
-        let mut fin = vec![0.0f32; CHUNK_ROWS * d];
+        let mut fins = vec![vec![0.0f32; CHUNK_ROWS * d]; key_layouts];
+        let mut special_pre = vec![0.0f32; d];
         let mut patched = vec![0.0f32; CHUNK_ROWS * d];
         let mut chunk_scores = vec![0.0f32; CHUNK_ROWS];
         let mut quantized = QuantizedRows::with_capacity(CHUNK_ROWS, d);
@@ -162,16 +170,23 @@ impl TrialSpec<'_> {
             for case in &mut cases {
                 for (i, &row) in case.special.iter().enumerate().filter(|(_, r)| rows.contains(r)) {
                     let at = (row - rows.start) as usize * d;
-                    source.special_row(row, &case.items, &pre[at..at + d], &mut key)?;
-                    source.finalize(row, &mut key)?;
-                    case.special_keys[i * d..(i + 1) * d].copy_from_slice(&key);
+                    source.special_row(row, &case.items, &pre[at..at + d], &mut special_pre)?;
+                    for layout in 0..key_layouts {
+                        key.copy_from_slice(&special_pre);
+                        source.finalize_with(row, &mut key, layout == 1)?;
+                        case.special_keys[layout][i * d..(i + 1) * d].copy_from_slice(&key);
+                    }
                 }
             }
-            fin[..n * d].copy_from_slice(&pre[..n * d]);
-            source.finalize(rows.start, &mut fin[..n * d])?;
+            for (layout, fin) in fins.iter_mut().enumerate() {
+                fin[..n * d].copy_from_slice(&pre[..n * d]);
+                source.finalize_with(rows.start, &mut fin[..n * d], layout == 1)?;
+            }
 
             for (v, variant) in self.variants.iter().enumerate() {
-                store_keys(variant, &fin[..n * d], rows.start, d, &mut quantized)?;
+                let layout = layout_of(variant);
+                let fin = &fins[layout];
+                variant.store_keys(&fin[..n * d], rows.start, d, &mut quantized)?;
                 for (g, group_scores) in scores.iter_mut().enumerate().filter(|(g, _)| group_rows[*g] > start) {
                     let m = n.min(group_rows[g] - start);
                     if m == n {
@@ -187,14 +202,15 @@ impl TrialSpec<'_> {
                         continue;
                     }
                     let q = &queries[group_of(case.ci)][v];
-                    if store_is_row_local(variant) {
+                    let special_keys = &case.special_keys[layout];
+                    if variant.cache.is_default() {
                         // Each row's stored key depends on that row alone:
                         // store and score just the rows that changed.
                         let mut keys = Vec::with_capacity(in_chunk.len() * d);
                         for &i in &in_chunk {
-                            keys.extend_from_slice(&case.special_keys[i * d..(i + 1) * d]);
+                            keys.extend_from_slice(&special_keys[i * d..(i + 1) * d]);
                         }
-                        store_keys(variant, &keys, rows.start, d, &mut quantized)?;
+                        variant.store_keys(&keys, rows.start, d, &mut quantized)?;
                         q.score_quantized_rows(&quantized, &mut chunk_scores[..in_chunk.len()]);
                         for (j, &i) in in_chunk.iter().enumerate() {
                             case.patches[v].push((case.special[i] as u32, chunk_scores[j]));
@@ -204,9 +220,9 @@ impl TrialSpec<'_> {
                         patched[..n * d].copy_from_slice(&fin[..n * d]);
                         for &i in &in_chunk {
                             let at = (case.special[i] - rows.start) as usize * d;
-                            patched[at..at + d].copy_from_slice(&case.special_keys[i * d..(i + 1) * d]);
+                            patched[at..at + d].copy_from_slice(&special_keys[i * d..(i + 1) * d]);
                         }
-                        store_keys(variant, &patched[..n * d], rows.start, d, &mut quantized)?;
+                        variant.store_keys(&patched[..n * d], rows.start, d, &mut quantized)?;
                         q.score_quantized_rows(&quantized, &mut chunk_scores[..n]);
                         case.patches[v].extend((0..n).map(|r| ((start + r) as u32, chunk_scores[r])));
                     }
@@ -242,27 +258,33 @@ impl TrialSpec<'_> {
                 }
             }
 
-            for v in 0..self.variants.len() {
+            for (v, variant) in self.variants.iter().enumerate() {
+                // What this variant's engine selects with (hypotheses may change it).
+                let sel = &variant.selection;
+                let nan = sel.nan_order;
+                let rule = sel.tie_rule_for(self.tie_rule);
+                let window = sel.window_for(self.geometry.window);
+                let in_window = placement.tokens.start >= self.contexts[ci].saturating_sub(window);
+                let k_effs: Vec<usize> = self.topks.iter().map(|&k| (sel.topk_for(k) as usize).min(candidates)).collect();
                 let visible = &assembled[v][..];
                 let needle_scores = &visible[skip.clone()];
-                // Best needle row: highest score (NaN-safe total order), first on ties.
-                let best = needle_scores.iter().copied().reduce(|a, b| if b.total_cmp(&a).is_gt() { b } else { a });
+                // Best needle row: highest score in the engine's order, first on ties.
+                let best = needle_scores.iter().copied().reduce(|a, b| if nan.compare(b, a, |x, y| x.total_cmp(&y)).is_gt() { b } else { a });
                 let Some(best) = best else {
                     for ki in 0..self.topks.len() {
-                        let via_window = placement.in_window;
-                        cells[self.cell_index(ci, oi, ki, v)] = NeedleOutcome { survived: via_window, via_window, ..NeedleOutcome::LOST };
+                        cells[self.cell_index(ci, oi, ki, v)] = NeedleOutcome { survived: in_window, via_window: in_window, ..NeedleOutcome::LOST };
                     }
                     continue;
                 };
-                let t = tally(visible, skip.clone(), best);
+                let t = tally_with(visible, skip.clone(), best, nan);
                 // Tied competitors the tie rule puts ahead of the best needle
                 // row; if several needle rows tie for best, the luckiest counts.
                 let tied = if t.rank.above_or_equal > t.rank.above {
                     needle_scores
                         .iter()
                         .enumerate()
-                        .filter(|(_, &s)| s == best)
-                        .map(|(j, _)| tied_ahead(visible, skip.clone(), skip.start + j, best, self.tie_rule, priority))
+                        .filter(|(_, &s)| s == best || (s.is_nan() && best.is_nan()))
+                        .map(|(j, _)| tied_ahead(visible, skip.clone(), skip.start + j, best, rule, priority))
                         .min()
                         .unwrap_or(0)
                 } else {
@@ -275,15 +297,15 @@ impl TrialSpec<'_> {
                     scratch.clear();
                     scratch.extend_from_slice(&visible[..skip.start]);
                     scratch.extend_from_slice(&visible[skip.end..]);
-                    kth_largest_many(&mut scratch, &ks_with_margin, &mut kth);
+                    kth_largest_many_with(&mut scratch, &ks_with_margin, &mut kth, nan);
                 }
                 for (ki, &k_eff) in k_effs.iter().enumerate() {
                     let by_rank = (t.rank.above + tied) < k_eff as u64;
                     let margin = ks_with_margin.iter().position(|&k| k == k_eff).map(|p| best - kth[p]);
                     let margin_sd = margin.filter(|_| t.std > 0.0).map(|m| f64::from(m) / t.std);
                     cells[self.cell_index(ci, oi, ki, v)] = NeedleOutcome {
-                        survived: placement.in_window || by_rank,
-                        via_window: placement.in_window,
+                        survived: in_window || by_rank,
+                        via_window: in_window,
                         rank: Some(t.rank),
                         margin,
                         margin_sd,
@@ -294,7 +316,8 @@ impl TrialSpec<'_> {
             if let Some(r) = self.fidelity_reference.filter(|_| !tie_keys.is_empty()) {
                 for v in (0..self.variants.len()).filter(|&v| v != r) {
                     for (ki, &k_eff) in k_effs.iter().enumerate().filter(|(_, &k)| k > 0) {
-                        let both = selection_overlap(&assembled[r], &assembled[v], &tie_keys[..candidates], k_eff, &mut row_order);
+                        let (nan_r, nan_v) = (self.variants[r].selection.nan_order, self.variants[v].selection.nan_order);
+                        let both = selection_overlap_with(&assembled[r], &assembled[v], &tie_keys[..candidates], k_eff, &mut row_order, nan_r, nan_v);
                         let cell = &mut cells[self.cell_index(ci, oi, ki, v)];
                         cell.selection_recall = Some(both as f64 / k_eff as f64);
                         cell.jaccard = Some(both as f64 / (2 * k_eff as u64 - both) as f64);
@@ -305,17 +328,3 @@ impl TrialSpec<'_> {
         Ok(TrialOutcome { cells })
     }
 }
-
-/// Writes a chunk of keys (rows `first_row …`) to the indexer cache as
-/// `variant` stores them and reads back what the scorer sees.
-fn store_keys(variant: &PrecisionVariant, keys: &[f32], _first_row: u64, d: usize, out: &mut QuantizedRows) -> Result<(), SimError> {
-    variant.key.quantize_rows_into(keys, d, out)?;
-    Ok(())
-}
-
-/// Whether a row's stored key depends on that row alone (no page or tensor
-/// scale, no cache-layout fault), so changed rows can be stored on their own.
-fn store_is_row_local(_variant: &PrecisionVariant) -> bool {
-    true
-}
-

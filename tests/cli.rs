@@ -196,6 +196,42 @@ fn presets_show_unknown_fails() {
     assert_one_line_error(&o, &["preset", "nope"]);
 }
 
+// ------------------------------------------------------------- hypotheses --
+
+#[test]
+fn hypotheses_lists_every_group_one_per_line() {
+    let o = bin().arg("hypotheses").output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), dsa_recall::hypothesis::CATALOGUE.len());
+    for (name, group) in [("no-hadamard", "numerics"), ("slot-shift", "cache-layout"), ("topk=N", "selection"), ("rope-swap-q", "position")] {
+        let line = lines.iter().find(|l| l.split_whitespace().nth(1) == Some(name)).unwrap_or_else(|| panic!("{name} missing:\n{out}"));
+        assert!(line.starts_with(group), "{line}");
+    }
+}
+
+#[test]
+fn hypotheses_show_and_long_print_the_full_text() {
+    let o = bin().args(["hypotheses", "show", "e4m3fnuz-read"]).output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    for part in ["e4m3fnuz-read (cache-layout)", "changes:", "stands for:", "expected:", "0x80"] {
+        assert!(out.contains(part), "{part} missing:\n{out}");
+    }
+    let long = stdout(&bin().args(["hypotheses", "--long"]).output().unwrap());
+    assert_eq!(long.matches("stands for:").count(), dsa_recall::hypothesis::CATALOGUE.len());
+    assert!(long.contains("requires: --rope on"));
+    let o = bin().args(["hypotheses", "show", "nope"]).output().unwrap();
+    assert_one_line_error(&o, &["\"nope\"", "no-hadamard", "window=N"]);
+}
+
+#[test]
+fn unknown_hypothesis_in_precisions_is_a_one_line_error() {
+    let o = bin().args(["run", "--trials", "2", "--context", "1K", "--depth", "50", "--topk", "64", "--precision", "fp8+stale-scales"]).output().unwrap();
+    assert_one_line_error(&o, &["--precision)", "\"fp8+stale-scales\"", "unknown hypothesis", "stale-scale,"]);
+}
+
 // ------------------------------------------------------------------ sweep --
 
 #[test]

@@ -233,14 +233,7 @@ pub fn check(p: ScenarioParams) -> Result<Scenario, ConfigError> {
     let names = lists::parse_names(&field_name("sweep.precisions"), &precision_spec.to_text())?;
     let mut precisions: Vec<PrecisionVariant> = Vec::new();
     for name in names {
-        let v = PrecisionVariant::builtin(&name).or_else(|| custom.iter().find(|c| c.name == name).cloned()).ok_or_else(|| {
-            let mut known = PrecisionVariant::builtin_names().join(", ");
-            for c in &custom {
-                known.push_str(", ");
-                known.push_str(&c.name);
-            }
-            ConfigError::new(field_name("sweep.precisions"), format!("{name:?}"), format!("one of {known} (or a [[precision]] defined in the scenario)"))
-        })?;
+        let v = precision::named_variant(&field_name("sweep.precisions"), &name, &custom)?;
         if let Some(reason) = v.unsupported(head_dim) {
             return Err(ConfigError::new(field_name("sweep.precisions"), format!("{name:?}"), format!("not with indexer.head_dim = {head_dim}: {reason}")));
         }
@@ -249,6 +242,15 @@ pub fn check(p: ScenarioParams) -> Result<Scenario, ConfigError> {
         }
     }
 
+    if physics.rope == RopeChoice::Off {
+        if let Some(v) = precisions.iter().find(|v| v.position != crate::precision::PositionOverride::default()) {
+            return Err(ConfigError::new(
+                field_name("sweep.precisions"),
+                format!("{:?}", v.name),
+                "rope-swap-q / rope-swap-k only with physics.rope (--rope) v3.2 or v4: without RoPE there is no layout to swap",
+            ));
+        }
+    }
     let trials = int_in(require(p.sweep.trials, "sweep.trials")?, 1, MAX_TRIALS, "sweep.trials")?;
     let seed = require(p.sweep.seed, "sweep.seed")?;
     let threshold = require(p.sweep.threshold, "sweep.threshold")?;
@@ -399,6 +401,20 @@ mod tests {
         assert_eq!(s.precisions[1].key.element, crate::format::ElementFormat::E5m2);
         let err = with("[sweep]\nprecisions = \"kq\"\n").unwrap_err().to_string();
         assert!(err.starts_with("invalid sweep.precisions (--precisions) = \"kq\""), "{err}");
+    }
+
+    #[test]
+    fn hypotheses_compose_on_builtin_and_custom_variants() {
+        let s = with("[sweep]\nprecisions = \"fp8-fp32scale,fp8-fp32scale+stale-scale,kq+topk=1024+ties-lowest\"\n[[precision]]\nname = \"kq\"\n").unwrap();
+        let names: Vec<&str> = s.precisions.iter().map(|p| p.name.as_str()).collect();
+        assert_eq!(names, ["fp8-fp32scale", "fp8-fp32scale+stale-scale", "kq+topk=1024+ties-lowest"]);
+        assert!(s.precisions[1].cache.stale_scale);
+        let err = with("[sweep]\nprecisions = \"fp8+nope\"\n").unwrap_err().to_string();
+        assert!(err.starts_with("invalid sweep.precisions (--precisions) = \"fp8+nope\": unknown hypothesis \"nope\"; known: no-hadamard,"), "{err}");
+        assert!(!err.contains('\n'));
+        // Scale hypotheses need one e4m3fn scale per row: fp4 has blocks of 32.
+        let err = with("[sweep]\nprecisions = \"fp4+stale-scale\"\n").unwrap_err().to_string();
+        assert!(err.contains("e4m3fn keys with one scale per row"), "{err}");
     }
 
     #[test]

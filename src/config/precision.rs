@@ -13,6 +13,35 @@ pub const FLAG: &str = "--precision-def";
 
 const SCALE_NAMES: &str = "fp32, ue8m0, ue8m0-floor, e4m3";
 
+/// The variant a `--precisions` entry names: a built-in or custom variant
+/// by its exact name, else `BASE+HYPOTHESIS+…` (crate::hypothesis). Errors
+/// name `field` and list what is known.
+pub fn named_variant(field: &str, name: &str, custom: &[PrecisionVariant]) -> Result<PrecisionVariant, ConfigError> {
+    let lookup = |n: &str| PrecisionVariant::builtin(n).or_else(|| custom.iter().find(|c| c.name == n).cloned());
+    if let Some(v) = lookup(name) {
+        return Ok(v);
+    }
+    let known = || {
+        let mut known = PrecisionVariant::builtin_names().join(", ");
+        for c in custom {
+            known.push_str(", ");
+            known.push_str(&c.name);
+        }
+        known
+    };
+    if !name.contains('+') {
+        return Err(ConfigError::new(
+            field,
+            format!("{name:?}"),
+            format!("one of {} (or a [[precision]] defined in the scenario), optionally +HYPOTHESIS (see `dsa-recall hypotheses`)", known()),
+        ));
+    }
+    crate::hypothesis::compose(name, lookup).map_err(|why| {
+        let why = if why.starts_with("unknown precision variant") { format!("{why}; known: {}", known()) } else { why };
+        ConfigError::new(field, format!("{name:?}"), why)
+    })
+}
+
 /// Validates custom variant `index` for vectors of `head_dim`; `earlier`
 /// are the custom variants before it (for duplicate names).
 pub fn custom_variant(index: usize, p: &PrecisionParams, head_dim: usize, earlier: &[PrecisionVariant]) -> Result<PrecisionVariant, ConfigError> {
@@ -39,7 +68,7 @@ pub fn custom_variant(index: usize, p: &PrecisionParams, head_dim: usize, earlie
     let default_side = PrecisionSideParams::default();
     let query = side(&field("query"), p.query.as_ref().unwrap_or(&default_side), head_dim)?;
     let key = side(&field("key"), p.key.as_ref().unwrap_or(&default_side), head_dim)?;
-    Ok(PrecisionVariant { name, query, key, scoring: ScoreNumerics { weights, logits } })
+    Ok(PrecisionVariant::new(&name, query, key, ScoreNumerics { weights, logits }))
 }
 
 fn side(prefix: &str, p: &PrecisionSideParams, head_dim: usize) -> Result<QuantPipeline, ConfigError> {

@@ -80,6 +80,9 @@ enum Specials {
     NanOnly,
     /// Every code is finite (e2m1).
     None,
+    /// "fnuz" style: the negative-zero code S=1, all else 0 is the only NaN;
+    /// no infinity and no −0 (AMD's e4m3fnuz).
+    NegativeZeroNan,
 }
 
 const E4M3FN: Minifloat = Minifloat {
@@ -99,6 +102,14 @@ const E2M1: Minifloat = Minifloat {
     mantissa_bits: 1,
     bias: 1,
     specials: Specials::None,
+};
+
+/// AMD/graphcore float8 e4m3fnuz: bias 8, max 240, 0x80 is NaN, no −0.
+const E4M3FNUZ: Minifloat = Minifloat {
+    exponent_bits: 4,
+    mantissa_bits: 3,
+    bias: 8,
+    specials: Specials::NegativeZeroNan,
 };
 
 const F32_SIGN: u32 = 0x8000_0000;
@@ -123,7 +134,7 @@ impl Minifloat {
         match self.specials {
             Specials::Ieee => all_ones - (1 << self.mantissa_bits), // exponent one below all-ones, mantissa all ones
             Specials::NanOnly => all_ones - 1,
-            Specials::None => all_ones,
+            Specials::None | Specials::NegativeZeroNan => all_ones,
         }
     }
 
@@ -134,6 +145,7 @@ impl Minifloat {
             Specials::Ieee => exponent_all_ones | (1 << (self.mantissa_bits - 1)),
             Specials::NanOnly => exponent_all_ones | ((1 << self.mantissa_bits) - 1),
             Specials::None => 0, // unused: e2m1 NaN handling is special-cased
+            Specials::NegativeZeroNan => 1 << (self.exponent_bits + self.mantissa_bits),
         }
     }
 
@@ -160,6 +172,8 @@ impl Minifloat {
             return match self.specials {
                 // ml_dtypes maps NaN to a zero of the opposite sign for e2m1.
                 Specials::None => sign ^ (1 << self.sign_shift()),
+                // The NaN code already carries the sign bit; NaN has no sign.
+                Specials::NegativeZeroNan => self.nan_code(),
                 _ => sign | self.nan_code(),
             };
         }
@@ -190,10 +204,15 @@ impl Minifloat {
                 (Overflow::Saturate, _) | (_, Specials::None) => max_code,
                 (Overflow::Cast, Specials::NanOnly) => self.nan_code(),
                 (Overflow::Cast, Specials::Ieee) => self.inf_code(),
+                (Overflow::Cast, Specials::NegativeZeroNan) => return self.nan_code(),
             }
         } else {
             magnitude
         };
+        // fnuz has no −0: the sign of a zero is dropped (its code is NaN).
+        if self.specials == Specials::NegativeZeroNan && magnitude == 0 {
+            return 0;
+        }
         sign | magnitude
     }
 
@@ -212,6 +231,8 @@ impl Minifloat {
             Specials::NanOnly if is_top && mantissa == (1 << self.mantissa_bits) - 1 => {
                 return sign | F32_QUIET_NAN
             }
+            // ml_dtypes widens the fnuz NaN to the negative quiet NaN.
+            Specials::NegativeZeroNan if code == self.nan_code() => return F32_SIGN | F32_QUIET_NAN,
             _ => {}
         }
 
@@ -245,6 +266,37 @@ impl Minifloat {
 static E4M3FN_DECODE: [u32; 256] = E4M3FN.decode_table::<256>();
 static E5M2_DECODE: [u32; 256] = E5M2.decode_table::<256>();
 static E2M1_DECODE: [u32; 16] = E2M1.decode_table::<16>();
+static E4M3FNUZ_DECODE: [u32; 256] = E4M3FNUZ.decode_table::<256>();
+
+/// float8 e4m3fnuz (AMD MI300's fp8): bias 8, largest finite 240, no
+/// infinity, no −0; the code 0x80 (−0 in e4m3fn) is its only NaN. Kept out
+/// of [`ElementFormat`] because no pipeline stores in it: the simulator only
+/// reads e4m3fn codes as fnuz and the reverse (cache-layout hypotheses, see
+/// docs/HYPOTHESES.md). Matches `ml_dtypes.float8_e4m3fnuz` bit for bit
+/// (`tests/data/golden_e4m3fnuz.csv`).
+pub mod e4m3fnuz {
+    use super::{Overflow, E4M3FNUZ, E4M3FNUZ_DECODE};
+
+    /// Largest finite value.
+    pub const MAX_FINITE: f32 = 240.0;
+    /// The only NaN code (the bit pattern of −0 in e4m3fn).
+    pub const NAN_CODE: u32 = 0x80;
+
+    /// Code of `x` rounded to nearest even: overflow gives NaN with
+    /// [`Overflow::Cast`], ±240 with [`Overflow::Saturate`]; −0 gives +0.
+    pub fn encode(x: f32, overflow: Overflow) -> u32 {
+        let x = match overflow {
+            Overflow::Cast => x,
+            Overflow::Saturate => x.clamp(-MAX_FINITE, MAX_FINITE),
+        };
+        E4M3FNUZ.encode(x, overflow)
+    }
+
+    /// Value of a code (bits above the low 8 ignored).
+    pub fn decode(code: u32) -> f32 {
+        f32::from_bits(E4M3FNUZ_DECODE[(code & 0xff) as usize])
+    }
+}
 
 fn f16_encode(x: f32) -> u32 {
     let bits = x.to_bits();

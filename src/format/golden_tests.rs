@@ -164,3 +164,40 @@ fn block_scaling_matches_the_reference_rules() -> Result<(), String> {
     finish(file, checked, &mismatches);
     Ok(())
 }
+
+#[test]
+fn e4m3fnuz_matches_ml_dtypes_bit_for_bit() -> Result<(), String> {
+    use super::element::e4m3fnuz;
+    let file = "golden_e4m3fnuz.csv";
+    let text = read_golden(file)?;
+    let mut mismatches = Vec::new();
+    let mut checked = 0;
+    for (line_no, line) in data_lines(&text) {
+        let fields: Vec<&str> = line.split(',').collect();
+        match (fields[0], fields.len()) {
+            ("dec", 4) => {
+                let (code, expected) = (hex(fields[2])?, hex(fields[3])?);
+                let got = e4m3fnuz::decode(code).to_bits();
+                if got != expected {
+                    mismatches.push(format!("line {line_no}: decode {code:#x}: got {got:08x}, ml_dtypes {expected:08x}"));
+                }
+            }
+            ("enc", 7) => {
+                let input = f32::from_bits(hex(fields[2])?);
+                for (overflow, code_field) in [(Overflow::Cast, 3), (Overflow::Saturate, 5)] {
+                    let code = e4m3fnuz::encode(input, overflow);
+                    if code != hex(fields[code_field])? {
+                        mismatches.push(format!("line {line_no}: {overflow:?} of {input:e}: got {code:#x}, ml_dtypes {}", fields[code_field]));
+                    }
+                }
+            }
+            _ => return Err(format!("line {line_no}: unexpected record {line:?}")),
+        }
+        checked += 1;
+    }
+    if checked < 1000 {
+        return Err(format!("{file}: only {checked} cases"));
+    }
+    finish(file, checked, &mismatches);
+    Ok(())
+}

@@ -1,0 +1,638 @@
+//! The hypothesis catalogue: named changes to the pipeline that stand for a
+//! real bug or a design choice, applied on top of a precision variant
+//! (`fp8+no-hadamard`, `fp8+topk=1024+ties-lowest`). A hypothesis changes
+//! how the pipeline computes, never a recall number; the result is an
+//! ordinary [`PrecisionVariant`] with its own name, so every output works
+//! unchanged. Full text, sources and expected symptoms: docs/HYPOTHESES.md.
+
+use crate::key_cache::{Fp8Flavour, ScaleSpan, ScaleWordFault};
+use crate::precision::{LogitFormat, PrecisionVariant, Rotation};
+use crate::selection::{NanOrder, TieRule};
+use std::fmt;
+
+/// Which part of the pipeline a hypothesis changes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Group {
+    Numerics,
+    CacheLayout,
+    Selection,
+    Position,
+}
+
+impl Group {
+    pub fn name(self) -> &'static str {
+        match self {
+            Group::Numerics => "numerics",
+            Group::CacheLayout => "cache-layout",
+            Group::Selection => "selection",
+            Group::Position => "position",
+        }
+    }
+}
+
+impl fmt::Display for Group {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// One catalogue entry.
+#[derive(Clone, Copy, Debug)]
+pub struct HypothesisInfo {
+    /// As written after `+` (`topk=N` for a parametrized one).
+    pub name: &'static str,
+    pub group: Group,
+    /// One line for listings.
+    pub summary: &'static str,
+    /// What exactly the pipeline does differently.
+    pub changes: &'static str,
+    /// The real bug or choice it stands for, with its source, or "hypothetical".
+    pub stands_for: &'static str,
+    /// The symptom we expect (to be checked by simulation).
+    pub expected: &'static str,
+    /// A scenario setting it needs, if any.
+    pub requires: Option<&'static str>,
+}
+
+/// Every hypothesis, in listing order.
+pub const CATALOGUE: &[HypothesisInfo] = &[
+    HypothesisInfo {
+        name: "no-hadamard",
+        group: Group::Numerics,
+        summary: "no Hadamard rotation before quantizing, on q and k",
+        changes: "Queries and keys are quantized as they are, without the orthonormal Walsh-Hadamard rotation.",
+        stands_for: "A port that drops the reference's rotation (DeepSeek-V3.2-Exp inference/model.py rotates q and k before fp8, and the V4 reference before fp4). Hypothetical.",
+        expected: "With e4m3fn (a float format) small: channels far below an outlier keep their relative precision until they fall into subnormals (a range of about 2^15 within a row). With e2m1 blocks of 32, an outlier zeroes the rest of its block: scores lose the signal carried by those channels, recall falls at long contexts.",
+        requires: None,
+    },
+    HypothesisInfo {
+        name: "hadamard-q-only",
+        group: Group::Numerics,
+        summary: "queries rotated, keys not",
+        changes: "The rotation is applied to queries only; keys are quantized unrotated.",
+        stands_for: "Query and cache-writer paths implemented separately, one of them missing the rotation. Hypothetical.",
+        expected: "q·k is no longer the unrotated dot product (H is orthonormal only when both sides turn): scores are unrelated to the needle, recall drops to about k over the candidate rows.",
+        requires: None,
+    },
+    HypothesisInfo {
+        name: "hadamard-k-only",
+        group: Group::Numerics,
+        summary: "keys rotated, queries not",
+        changes: "The rotation is applied to keys only; queries are quantized unrotated.",
+        stands_for: "As hadamard-q-only, the other side. Hypothetical.",
+        expected: "As hadamard-q-only: near-random selection.",
+        requires: None,
+    },
+    HypothesisInfo {
+        name: "scale-per-page",
+        group: Group::Numerics,
+        summary: "one key scale per page of 64 rows",
+        changes: "Each key row is quantized with one scale computed from the amax over its whole page (64 rows x head_dim values) instead of its own row; a partial last page uses the rows present.",
+        stands_for: "A cache that keeps one scale per page. The reference keeps one per token and 128 values (act_quant); sglang/vLLM one fp32 scale per token. Hypothetical.",
+        expected: "Rows with a small amax next to a large one lose resolution; needle rows next to outlier rows suffer, so recall depends on the needle's neighbours.",
+        requires: None,
+    },
+    HypothesisInfo {
+        name: "scale-per-tensor",
+        group: Group::Numerics,
+        summary: "one key scale per 256 aligned rows (stand-in for a per-tensor scale)",
+        changes: "Each key row is quantized with one scale from the amax over its aligned span of 256 rows (a partial last span uses the rows present).",
+        stands_for: "A per-tensor key scale. One scale over the whole context does not exist when a row is written, so the widest honest stand-in is the chunk written together; a static scale calibrated elsewhere can only fit worse. Hypothetical.",
+        expected: "As scale-per-page, stronger: rows far below the span's largest get few fp8 levels; small-norm needles are hurt most.",
+        requires: None,
+    },
+    HypothesisInfo {
+        name: "scale-floor",
+        group: Group::Numerics,
+        summary: "power-of-two key scale rounded down instead of up",
+        changes: "The ue8m0 key scale is 2^floor(log2(amax/448)) instead of 2^ceil(...); values beyond 448 after dividing are clamped to +-448 before the cast (the reference clamps before casting).",
+        stands_for: "Mixing up DeepSeek's rule (round up, nothing clipped) with OCP MX's (floor). Source of both rules: DeepSeek-V3.2 act_quant_kernel; OCP MX spec. The mix-up is hypothetical.",
+        expected: "Each row's largest values saturate at 448 while the rest gain one bit; mild score distortion, small recall change. Needs ue8m0 key scales (fp8).",
+        requires: None,
+    },
+    HypothesisInfo {
+        name: "stale-scale",
+        group: Group::Numerics,
+        summary: "each key row quantized with the previous row's scale",
+        changes: "Row r (slot s > 0 of its page) is divided by, clamped against, and stored with the scale computed for row r-1; slot 0 uses its own.",
+        stands_for: "A fused quantize-and-store kernel that reuses a scale register one row too long. Hypothetical.",
+        expected: "Rows larger than their predecessor clip, smaller ones lose resolution; a needle row after a small row loses its peaks, so its score drops.",
+        requires: None,
+    },
+    HypothesisInfo {
+        name: "logits-bf16",
+        group: Group::Numerics,
+        summary: "logits rounded to bf16",
+        changes: "Each logit is rounded to bf16 after the head sum and key scale.",
+        stands_for: "The V4 reference computes the score in bf16 tensors (inferred from its dtypes); an engine keeping bf16 logits.",
+        expected: "Many exact ties among haystack rows (8 significant bits): the tie rule starts to matter near the k-th score.",
+        requires: None,
+    },
+    HypothesisInfo {
+        name: "logits-fp16",
+        group: Group::Numerics,
+        summary: "logits rounded to fp16",
+        changes: "Each logit is rounded to fp16 after the head sum and key scale.",
+        stands_for: "An engine keeping fp16 logits. Hypothetical.",
+        expected: "Fewer ties than bf16; overflow to inf only for logits beyond 65504.",
+        requires: None,
+    },
+    HypothesisInfo {
+        name: "slot-shift",
+        group: Group::CacheLayout,
+        summary: "rows read from the next slot of their page",
+        changes: "The row in slot s of a page is read (codes and scale) from slot (s+1) mod 64 of the same page; a slot past the last written row of a partial page reads zero-filled memory.",
+        stands_for: "An off-by-one in the reader's slot index of the paged indexer cache (pages of 64 rows: codes then scales). Hypothetical.",
+        expected: "The needle's score is read at its predecessor's position: recall stays high when the needle spans several rows, falls for one-row needles at slot 0 of a page; depth-dependent at page granularity.",
+        requires: None,
+    },
+    HypothesisInfo {
+        name: "pages-swapped",
+        group: Group::CacheLayout,
+        summary: "pairs of pages read in each other's place",
+        changes: "Pages 2p and 2p+1 are read in each other's place (same slot); a slot of a missing or partial page reads zero-filled memory.",
+        stands_for: "A wrong page-table entry order (block table permuted). Hypothetical.",
+        expected: "The needle is scored correctly but selected at the wrong position: the attention reads another page, so recall collapses beyond the coverage of the raw window and full selection.",
+        requires: None,
+    },
+    HypothesisInfo {
+        name: "scale-offset",
+        group: Group::CacheLayout,
+        summary: "each row's scale read from the next slot's scale word",
+        changes: "Codes are read correctly; the scale of slot s is read from the word of slot (s+1) mod 64 (a never-written slot of a partial page reads 0).",
+        stands_for: "An off-by-one in the scale offset of the page (64 x 128 code bytes, then 64 scale words). Hypothetical.",
+        expected: "Each row's score is multiplied by its neighbour's scale over its own: with row scales that vary, scores get a random factor; the needle survives only if its neighbour's scale is not much smaller.",
+        requires: None,
+    },
+    HypothesisInfo {
+        name: "e4m3fnuz-read",
+        group: Group::CacheLayout,
+        summary: "keys written as e4m3fn, decoded as e4m3fnuz",
+        changes: "Every key code is decoded as e4m3fnuz (bias 8): nonzero values halve, and the code 0x80 (-0 in e4m3fn) becomes NaN.",
+        stands_for: "An fp8 flavour mismatch between writer and reader (AMD MI300 fp8 is fnuz, OCP e4m3fn elsewhere); motivated by the ROCm-only collapse of vLLM #52109. The mismatch itself is hypothetical.",
+        expected: "Halving is a uniform factor (ranking unchanged), but every -0 code turns into NaN; with ReLU as fmax(x, 0) a NaN dot product counts as 0, so heads whose key has a -0 lose their contribution. Ranking noise grows with the share of -0 codes.",
+        requires: None,
+    },
+    HypothesisInfo {
+        name: "e4m3fn-read",
+        group: Group::CacheLayout,
+        summary: "keys written as e4m3fnuz (max 240), decoded as e4m3fn",
+        changes: "The writer scales to e4m3fnuz's range (amax/240, or the ue8m0 power of two) and stores fnuz codes; the reader decodes them as e4m3fn: values double and the code 0x7f/0xff (+-240) becomes NaN.",
+        stands_for: "The reverse flavour mismatch (fnuz writer, fn reader). Hypothetical.",
+        expected: "With fp32 scales every row's amax code is 0x7f, so every row carries a NaN: the head holding it drops out (fmax ReLU), scores shrink irregularly; with ue8m0 scales only rows whose amax lands near 240 are hit.",
+        requires: None,
+    },
+    HypothesisInfo {
+        name: "scale-unwritten-zero",
+        group: Group::CacheLayout,
+        summary: "key scale words never written, zero-filled",
+        changes: "Every key row reads scale 0, so every logit is 0.",
+        stands_for: "Scales not transferred or not written (e.g. a prefill/decode transfer that copies codes only; the motivating incident used a prefill/decode split). Hypothetical.",
+        expected: "All scores tie at 0: selection is decided by the tie rule alone, recall is about k over the candidate rows (or 0/1 by depth with a deterministic tie rule).",
+        requires: None,
+    },
+    HypothesisInfo {
+        name: "scale-unwritten-nan",
+        group: Group::CacheLayout,
+        summary: "key scale words never written, NaN-filled",
+        changes: "Every key row reads scale NaN, so every logit is NaN.",
+        stands_for: "As scale-unwritten-zero with NaN-poisoned memory. Hypothetical.",
+        expected: "All scores NaN: they tie, so the tie rule alone decides, as with zero-filled scales.",
+        requires: None,
+    },
+    HypothesisInfo {
+        name: "ties-lowest",
+        group: Group::Selection,
+        summary: "top-k ties go to the lowest row index",
+        changes: "This variant orders equal scores by lowest row index, whatever the scenario's tie rule.",
+        stands_for: "Tie order is undocumented in every top-k kernel (reference notes, section 1); a kernel that scans rows in order.",
+        expected: "Matters only with ties (bf16 logits, zero scales): needles near the start win ties, recall falls with depth.",
+        requires: None,
+    },
+    HypothesisInfo {
+        name: "ties-highest",
+        group: Group::Selection,
+        summary: "top-k ties go to the highest row index",
+        changes: "This variant orders equal scores by highest row index.",
+        stands_for: "As ties-lowest, a kernel scanning from the end.",
+        expected: "Mirror of ties-lowest: recall rises with depth when ties decide.",
+        requires: None,
+    },
+    HypothesisInfo {
+        name: "nan-first",
+        group: Group::Selection,
+        summary: "NaN logits ranked above every number (the default)",
+        changes: "NaN logits rank above +inf (all NaNs alike, whatever their sign). Same as the default; listed so a comparison can name it.",
+        stands_for: "torch.topk, which the DeepSeek reference selects with, ranks NaN as the largest value.",
+        expected: "Rows with NaN logits crowd out real rows, up to k of them.",
+        requires: None,
+    },
+    HypothesisInfo {
+        name: "nan-last",
+        group: Group::Selection,
+        summary: "NaN logits ranked below every number",
+        changes: "NaN logits rank below -inf.",
+        stands_for: "A top-k kernel comparing with > (a NaN never wins). Hypothetical.",
+        expected: "NaN rows are never selected; a needle whose logit is NaN is lost.",
+        requires: None,
+    },
+    HypothesisInfo {
+        name: "topk-round64",
+        group: Group::Selection,
+        summary: "k rounded down to a multiple of 64",
+        changes: "The engine selects floor(k/64)*64 rows (100 -> 64, 512 -> 512, 63 -> 0).",
+        stands_for: "FlashMLA's Blackwell kernels require top-k to be a multiple of 64 (reference notes, section 2); an engine rounding down to satisfy it is hypothetical.",
+        expected: "No effect for k = 512 or 1024; for other k, recall of k rounded down.",
+        requires: None,
+    },
+    HypothesisInfo {
+        name: "topk=N",
+        group: Group::Selection,
+        summary: "the engine selects N rows whatever k is configured",
+        changes: "The engine's index_topk is N instead of the sweep's k.",
+        stands_for: "ROCm/ATOM PR #1591: a bridge hard-coded index_topk 1024 while V4-Flash uses 512; the incident's config override to 1024.",
+        expected: "Identical results while every row is selected (context <= k*ratio + window); beyond, recall of k = N.",
+        requires: None,
+    },
+    HypothesisInfo {
+        name: "window=N",
+        group: Group::Selection,
+        summary: "the engine keeps a raw window of N tokens",
+        changes: "The raw sliding window the query always attends is N tokens instead of the scenario's.",
+        stands_for: "A window size mismatch (V4 uses 128 tokens, reference code). Hypothetical.",
+        expected: "Needles in the last tokens are found or lost by the window; a smaller window shifts the end of the recall curve.",
+        requires: None,
+    },
+    HypothesisInfo {
+        name: "rope-swap-q",
+        group: Group::Position,
+        summary: "query RoPE pairing layout swapped (interleaved <-> halves)",
+        changes: "The query's RoPE uses the other pairing layout than the model's (interleaved pairs vs first-half/second-half pairs); keys keep the model's.",
+        stands_for: "sglang #13530: the first V3.2 release rotated the indexer with interleaved pairs where the model uses halves, a real bug.",
+        expected: "q·k loses its relative-position structure on the rope dims: scores depend on absolute positions, recall varies with depth.",
+        requires: Some("--rope on"),
+    },
+    HypothesisInfo {
+        name: "rope-swap-k",
+        group: Group::Position,
+        summary: "key RoPE pairing layout swapped (interleaved <-> halves)",
+        changes: "The keys' RoPE uses the other pairing layout than the model's; the query keeps the model's.",
+        stands_for: "As rope-swap-q (sglang #13530), on the cache-writer side.",
+        expected: "As rope-swap-q.",
+        requires: Some("--rope on"),
+    },
+];
+
+/// Names of every hypothesis, comma-separated, for error messages.
+pub fn names() -> String {
+    CATALOGUE.iter().map(|h| h.name).collect::<Vec<_>>().join(", ")
+}
+
+/// Every field of an entry, one per paragraph (`dsa-recall hypotheses show`).
+pub fn long_text(h: &HypothesisInfo) -> String {
+    let mut text = format!("{} ({})\n  {}\n  changes: {}\n  stands for: {}\n  expected: {}\n", h.name, h.group, h.summary, h.changes, h.stands_for, h.expected);
+    if let Some(r) = h.requires {
+        text.push_str(&format!("  requires: {r}\n"));
+    }
+    text.push_str("  use: --precisions fp8,fp8+NAME (docs/HYPOTHESES.md)\n".replace("NAME", h.name).as_str());
+    text
+}
+
+/// The catalogue entry named `name` (`topk=N` and `topk` both find `topk=N`).
+pub fn info(name: &str) -> Option<&'static HypothesisInfo> {
+    let bare = name.split('=').next().unwrap_or(name);
+    CATALOGUE.iter().find(|h| h.name == name || h.name.split('=').next() == Some(bare))
+}
+
+/// A parsed hypothesis, parameters included.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Hypothesis {
+    NoHadamard,
+    HadamardQOnly,
+    HadamardKOnly,
+    ScalePerPage,
+    ScalePerTensor,
+    ScaleFloor,
+    StaleScale,
+    LogitsBf16,
+    LogitsFp16,
+    SlotShift,
+    PagesSwapped,
+    ScaleOffset,
+    E4m3fnuzRead,
+    E4m3fnRead,
+    ScaleUnwrittenZero,
+    ScaleUnwrittenNan,
+    TiesLowest,
+    TiesHighest,
+    NanFirst,
+    NanLast,
+    TopkRound64,
+    Topk(u64),
+    Window(u64),
+    RopeSwapQ,
+    RopeSwapK,
+}
+
+impl Hypothesis {
+    /// Parses one `+`-separated part: a catalogue name, or `topk=N` /
+    /// `window=N` (N with K/M suffixes). The error says what is allowed.
+    pub fn parse(text: &str) -> Result<Hypothesis, String> {
+        let text = text.trim();
+        if let Some((key, value)) = text.split_once('=') {
+            let n = crate::config::lists::parse_size(value.trim());
+            return match (key.trim(), n) {
+                ("topk", Some(n)) if n >= 1 => Ok(Hypothesis::Topk(n)),
+                ("window", Some(n)) => Ok(Hypothesis::Window(n)),
+                ("topk", _) => Err(format!("topk=N needs a positive number of rows, not {value:?}")),
+                ("window", _) => Err(format!("window=N needs a number of tokens ≥ 0, not {value:?}")),
+                _ => Err(format!("unknown hypothesis {text:?}; known: {}", names())),
+            };
+        }
+        Ok(match text {
+            "no-hadamard" => Hypothesis::NoHadamard,
+            "hadamard-q-only" => Hypothesis::HadamardQOnly,
+            "hadamard-k-only" => Hypothesis::HadamardKOnly,
+            "scale-per-page" => Hypothesis::ScalePerPage,
+            "scale-per-tensor" => Hypothesis::ScalePerTensor,
+            "scale-floor" => Hypothesis::ScaleFloor,
+            "stale-scale" => Hypothesis::StaleScale,
+            "logits-bf16" => Hypothesis::LogitsBf16,
+            "logits-fp16" => Hypothesis::LogitsFp16,
+            "slot-shift" => Hypothesis::SlotShift,
+            "pages-swapped" => Hypothesis::PagesSwapped,
+            "scale-offset" => Hypothesis::ScaleOffset,
+            "e4m3fnuz-read" => Hypothesis::E4m3fnuzRead,
+            "e4m3fn-read" => Hypothesis::E4m3fnRead,
+            "scale-unwritten-zero" => Hypothesis::ScaleUnwrittenZero,
+            "scale-unwritten-nan" => Hypothesis::ScaleUnwrittenNan,
+            "ties-lowest" => Hypothesis::TiesLowest,
+            "ties-highest" => Hypothesis::TiesHighest,
+            "nan-first" => Hypothesis::NanFirst,
+            "nan-last" => Hypothesis::NanLast,
+            "topk-round64" => Hypothesis::TopkRound64,
+            "rope-swap-q" => Hypothesis::RopeSwapQ,
+            "rope-swap-k" => Hypothesis::RopeSwapK,
+            "topk" | "window" => return Err(format!("{text} needs a value: {text}=N")),
+            _ => return Err(format!("unknown hypothesis {text:?}; known: {}", names())),
+        })
+    }
+
+    /// The setting this hypothesis decides; two hypotheses deciding the same
+    /// setting cannot be combined.
+    pub fn setting(self) -> &'static str {
+        use Hypothesis::*;
+        match self {
+            NoHadamard | HadamardQOnly | HadamardKOnly => "the rotation",
+            ScalePerPage | ScalePerTensor => "which rows share a key scale",
+            ScaleFloor => "the key scale's rounding",
+            StaleScale => "which row's scale a row is quantized with",
+            LogitsBf16 | LogitsFp16 => "the logit format",
+            SlotShift => "the slot a row is read from",
+            PagesSwapped => "the page a row is read from",
+            ScaleOffset | ScaleUnwrittenZero | ScaleUnwrittenNan => "what the scale words hold",
+            E4m3fnuzRead | E4m3fnRead => "the fp8 flavour of the cache",
+            TiesLowest | TiesHighest => "the tie rule",
+            NanFirst | NanLast => "the NaN order",
+            TopkRound64 => "the multiple k is rounded to",
+            Topk(_) => "the engine's k",
+            Window(_) => "the engine's window",
+            RopeSwapQ => "the query's RoPE layout",
+            RopeSwapK => "the keys' RoPE layout",
+        }
+    }
+
+    /// Changes `variant` as this hypothesis says, or says why it cannot
+    /// (when it would change nothing about this variant).
+    pub fn apply(self, v: &mut PrecisionVariant) -> Result<(), String> {
+        use Hypothesis::*;
+        let rotated = v.query.rotation == Rotation::Hadamard || v.key.rotation == Rotation::Hadamard;
+        match self {
+            NoHadamard | HadamardQOnly | HadamardKOnly if !rotated => {
+                return Err(format!("{} has no Hadamard rotation to change", v.name));
+            }
+            NoHadamard => (v.query.rotation, v.key.rotation) = (Rotation::None, Rotation::None),
+            HadamardQOnly => (v.query.rotation, v.key.rotation) = (Rotation::Hadamard, Rotation::None),
+            HadamardKOnly => (v.query.rotation, v.key.rotation) = (Rotation::None, Rotation::Hadamard),
+            ScalePerPage => v.cache.scale_span = ScaleSpan::Page,
+            ScalePerTensor => v.cache.scale_span = ScaleSpan::Tensor,
+            ScaleFloor => v.cache.scale_rounded_down = true,
+            StaleScale => v.cache.stale_scale = true,
+            LogitsBf16 | LogitsFp16 => {
+                let f = if self == LogitsBf16 { LogitFormat::Bf16 } else { LogitFormat::F16 };
+                if v.scoring.logits == f {
+                    return Err(format!("{} already rounds its logits to {f:?}", v.name));
+                }
+                v.scoring.logits = f;
+            }
+            SlotShift => v.cache.slot_shift = true,
+            PagesSwapped => v.cache.pages_swapped = true,
+            ScaleOffset => v.cache.scale_word = ScaleWordFault::NextSlot,
+            ScaleUnwrittenZero => v.cache.scale_word = ScaleWordFault::UnwrittenZero,
+            ScaleUnwrittenNan => v.cache.scale_word = ScaleWordFault::UnwrittenNan,
+            E4m3fnuzRead => v.cache.read_as = Fp8Flavour::E4m3fnuz,
+            E4m3fnRead => v.cache.written_as = Fp8Flavour::E4m3fnuz,
+            TiesLowest => v.selection.tie_rule = Some(TieRule::LowestIndex),
+            TiesHighest => v.selection.tie_rule = Some(TieRule::HighestIndex),
+            NanFirst => v.selection.nan_order = NanOrder::First,
+            NanLast => v.selection.nan_order = NanOrder::Last,
+            TopkRound64 => v.selection.topk_multiple = Some(64),
+            Topk(n) => v.selection.topk = Some(n),
+            Window(n) => v.selection.window = Some(n),
+            RopeSwapQ => v.position.query_rope_layout_swapped = true,
+            RopeSwapK => v.position.key_rope_layout_swapped = true,
+        }
+        Ok(())
+    }
+}
+
+/// `base+h1+h2…`: `base` with each hypothesis applied in order, named
+/// `text`. `lookup` finds a base variant by name. Errors are one line.
+pub fn compose(text: &str, lookup: impl Fn(&str) -> Option<PrecisionVariant>) -> Result<PrecisionVariant, String> {
+    let mut parts = text.split('+').map(str::trim);
+    let base_name = parts.next().unwrap_or_default();
+    let mut v = lookup(base_name).ok_or_else(|| format!("unknown precision variant {base_name:?} before the first +"))?;
+    let mut applied: Vec<(Hypothesis, &str)> = Vec::new();
+    for part in parts {
+        let h = Hypothesis::parse(part)?;
+        if let Some((_, earlier)) = applied.iter().find(|(e, _)| e.setting() == h.setting()) {
+            return Err(format!("{earlier} and {part} both set {}: give one", h.setting()));
+        }
+        h.apply(&mut v)?;
+        applied.push((h, part));
+    }
+    v.name = text.trim().to_string();
+    Ok(v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::indexer::IndexerQuery;
+    use crate::precision::{QuantizedRows, ScoreNumerics};
+
+    const D: usize = 128;
+
+    fn variant(text: &str) -> Result<PrecisionVariant, String> {
+        compose(text, PrecisionVariant::builtin)
+    }
+
+    /// `raw` stored through `v`'s cache and scored against a fixed query.
+    fn scores(v: &PrecisionVariant, raw: &[f32]) -> Vec<f32> {
+        let heads = 4;
+        let q: Vec<f32> = (0..heads * D).map(|i| ((i as f32) * 0.37).sin()).collect();
+        let w = vec![1.0; heads];
+        let query = IndexerQuery::new(v.query.quantize_rows(&q, D).unwrap(), &w, D, v.scoring);
+        let mut keys = QuantizedRows::default();
+        v.store_keys(raw, 0, D, &mut keys).unwrap();
+        let mut out = vec![0.0; raw.len() / D];
+        query.score_quantized_rows(&keys, &mut out);
+        out
+    }
+
+    fn keys(rows: usize, outlier: f32) -> Vec<f32> {
+        (0..rows * D).map(|i| ((i as f32) * 0.91).sin() + if i % D == 3 { outlier } else { 0.0 }).collect()
+    }
+
+    #[test]
+    fn catalogue_names_are_unique_and_all_parse() {
+        for (i, h) in CATALOGUE.iter().enumerate() {
+            assert!(CATALOGUE[..i].iter().all(|e| e.name != h.name), "{}", h.name);
+            let text = h.name.replace("=N", "=100");
+            let parsed = Hypothesis::parse(&text).unwrap();
+            assert_eq!(info(&text).map(|e| e.name), Some(h.name));
+            // Every hypothesis changes fp8 except nan-first, the default spelled out.
+            let base = PrecisionVariant::builtin("fp8").unwrap();
+            let mut v = base.clone();
+            parsed.apply(&mut v).unwrap();
+            assert_eq!(v == base, h.name == "nan-first", "{}", h.name);
+        }
+    }
+
+    #[test]
+    fn composed_names_parse_into_one_variant() {
+        let v = variant("fp8+topk=1024+ties-lowest").unwrap();
+        assert_eq!(v.name, "fp8+topk=1024+ties-lowest");
+        assert_eq!(v.selection.topk_for(512), 1024);
+        assert_eq!(v.selection.tie_rule, Some(TieRule::LowestIndex));
+        assert_eq!((v.query.clone(), v.key.clone()), {
+            let b = PrecisionVariant::builtin("fp8").unwrap();
+            (b.query, b.key)
+        });
+        let v = variant("fp8+no-hadamard+scale-floor+topk=2K").unwrap();
+        assert_eq!((v.key.rotation, v.cache.scale_rounded_down, v.selection.topk), (Rotation::None, true, Some(2048)));
+        let v = variant("fp8-fp32scale+window=64+rope-swap-k").unwrap();
+        assert_eq!((v.selection.window_for(128), v.position.key_rope_layout_swapped), (64, true));
+    }
+
+    #[test]
+    fn bad_compositions_say_why_in_one_line() {
+        for (text, needle) in [
+            ("fp8+foo", "no-hadamard, hadamard-q-only"),
+            ("fp8+topk=0", "positive"),
+            ("fp8+topk", "topk=N"),
+            ("fp8+window=x", "window=N"),
+            ("fp9+no-hadamard", "fp9"),
+            ("fp8+ties-lowest+ties-highest", "both set the tie rule"),
+            ("bf16+no-hadamard", "no Hadamard rotation"),
+            ("fp4+logits-bf16", "already"),
+        ] {
+            let err = variant(text).unwrap_err();
+            assert!(err.contains(needle) && !err.contains('\n'), "{text}: {err}");
+        }
+    }
+
+    #[test]
+    fn no_hadamard_hurts_outlier_rows_and_is_exact_without_them() {
+        let error = |v: &PrecisionVariant, raw: &[f32]| {
+            let mut k = QuantizedRows::default();
+            v.store_keys(raw, 0, D, &mut k).unwrap();
+            let mut deq = k.dequantized(D);
+            if v.key.rotation == Rotation::Hadamard {
+                crate::format::hadamard_rows_in_place(&mut deq, D).unwrap(); // H is its own inverse
+            }
+            raw.iter().zip(&deq).map(|(a, b)| f64::from(a - b).powi(2)).sum::<f64>()
+        };
+        let (fp8, plain) = (variant("fp8").unwrap(), variant("fp8+no-hadamard").unwrap());
+        let outliers = keys(8, 200.0);
+        assert_ne!(error(&plain, &outliers), error(&fp8, &outliers));
+        // An outlier of 3e4 sets a scale of 2^7: the other channels (|v| ≤ 1)
+        // fall to e4m3fn subnormals or zero without the rotation that spreads it.
+        let huge = keys(8, 3e4);
+        let small_channel_error = |v: &PrecisionVariant| {
+            let mut k = QuantizedRows::default();
+            v.store_keys(&huge, 0, D, &mut k).unwrap();
+            let mut deq = k.dequantized(D);
+            if v.key.rotation == Rotation::Hadamard {
+                crate::format::hadamard_rows_in_place(&mut deq, D).unwrap();
+            }
+            huge.iter().zip(&deq).enumerate().filter(|(i, _)| i % D != 3).map(|(_, (a, b))| f64::from(a - b).powi(2)).sum::<f64>()
+        };
+        assert!(small_channel_error(&plain) > 0.0);
+        // ±1 everywhere is exact in e4m3fn with scale 2^-8: no rotation, no error.
+        let flat: Vec<f32> = (0..8 * D).map(|i| if i % 3 == 0 { -1.0 } else { 1.0 }).collect();
+        assert_eq!(error(&plain, &flat), 0.0);
+        assert!(error(&fp8, &flat) > 0.0);
+    }
+
+    #[test]
+    fn one_sided_rotation_scrambles_scores() {
+        let raw = keys(64, 0.0);
+        let exact = scores(&variant("fp32").unwrap(), &raw);
+        let fp8 = scores(&variant("fp8").unwrap(), &raw);
+        let q_only = scores(&variant("fp8+hadamard-q-only").unwrap(), &raw);
+        let gap = |a: &[f32]| a.iter().zip(&exact).map(|(x, y)| (x - y).abs()).sum::<f32>();
+        assert!(gap(&q_only) > 20.0 * gap(&fp8), "{} vs {}", gap(&q_only), gap(&fp8));
+    }
+
+    #[test]
+    fn unwritten_scales_make_every_logit_zero_or_nan() {
+        let raw = keys(70, 5.0);
+        assert!(scores(&variant("fp8+scale-unwritten-zero").unwrap(), &raw).iter().all(|&s| s == 0.0));
+        assert!(scores(&variant("fp8-fp32scale+scale-unwritten-nan").unwrap(), &raw).iter().all(|s| s.is_nan()));
+        assert!(scores(&variant("fp8").unwrap(), &raw).iter().any(|&s| s != 0.0));
+    }
+
+    #[test]
+    fn store_keys_without_hypotheses_is_the_key_pipeline() {
+        let raw = keys(300, 30.0);
+        for name in PrecisionVariant::builtin_names() {
+            let v = PrecisionVariant::builtin(name).unwrap();
+            let mut out = QuantizedRows::default();
+            v.store_keys(&raw, 256, D, &mut out).unwrap();
+            assert_eq!(out, v.key.quantize_rows(&raw, D).unwrap(), "{name}");
+        }
+    }
+
+    #[test]
+    fn fnuz_read_through_the_variant_halves_scores() {
+        // Halving every key value halves every logit exactly (power of two),
+        // as long as no code is the −0 that fnuz reads as NaN.
+        let raw: Vec<f32> = keys(16, 3.0).iter().map(|v| v + 0.5f32.copysign(*v)).collect();
+        let v = variant("fp8+e4m3fnuz-read").unwrap();
+        let (plain, fnuz) = (scores(&variant("fp8").unwrap(), &raw), scores(&v, &raw));
+        for (a, b) in plain.iter().zip(&fnuz) {
+            assert_eq!(*b, a / 2.0);
+        }
+    }
+
+    #[test]
+    fn selection_hypotheses_set_the_override() {
+        assert_eq!(variant("fp8+topk-round64").unwrap().selection.topk_for(100), 64);
+        assert_eq!(variant("fp8+topk-round64").unwrap().selection.topk_for(512), 512);
+        assert_eq!(variant("fp8+nan-last").unwrap().selection.nan_order, NanOrder::Last);
+        assert_eq!(variant("fp8+ties-highest").unwrap().selection.tie_rule, Some(TieRule::HighestIndex));
+        let v = variant("fp32+logits-fp16").unwrap();
+        assert_eq!(v.scoring, ScoreNumerics { logits: LogitFormat::F16, ..ScoreNumerics::F32 });
+        assert!(variant("fp8+rope-swap-q").unwrap().position.query_rope_layout_swapped);
+    }
+
+    #[test]
+    fn hypotheses_survive_a_manifest_round_trip_and_plain_variants_keep_their_bytes() {
+        let v = variant("fp8+slot-shift+topk=1024+rope-swap-q").unwrap();
+        let json = serde_json::to_string(&v).unwrap();
+        assert_eq!(serde_json::from_str::<PrecisionVariant>(&json).unwrap(), v);
+        let plain = serde_json::to_string(&PrecisionVariant::builtin("fp8").unwrap()).unwrap();
+        assert!(!plain.contains("cache") && !plain.contains("selection") && !plain.contains("position"), "{plain}");
+    }
+}

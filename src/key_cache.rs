@@ -1,0 +1,525 @@
+//! The paged indexer key cache between the quantizer and the scorer, and the
+//! faults a hypothesis can put into it (docs/HYPOTHESES.md).
+//!
+//! Engines store indexer keys in pages of [`PAGE_ROWS`] rows: the rows' fp8
+//! codes, then their scales (sglang/vLLM: 64 × 128 code bytes followed by 64
+//! fp32 scales, 132 bytes per token; docs/NUMERICS.md). Without a fault the
+//! cache returns exactly what the key pipeline quantized. With faults, a
+//! chunk goes through three fixed steps:
+//!
+//! 1. **write**: codes and scales as the writer makes them (which rows a
+//!    scale spans, how it is rounded, a stale scale, the fp8 flavour);
+//! 2. **memory**: what the scale words hold when read (a neighbour's word,
+//!    never written);
+//! 3. **read**: which slot a row is read from, and the fp8 flavour its codes
+//!    are decoded as.
+//!
+//! Rows the reader asks for that were never written (past the last row of a
+//! partial page) read as zero-filled memory: zero codes and a zero scale
+//! (assumption: caches are allocated zeroed).
+
+use crate::error::SimError;
+use crate::format::element::e4m3fnuz;
+use crate::format::{block_scale, hadamard_rows_in_place, ElementFormat, Overflow, ScaleFormat};
+use crate::precision::{QuantPipeline, QuantizedRows, Rotation};
+use serde::{Deserialize, Serialize};
+
+/// Rows per page of the paged indexer cache (sglang, vLLM, FlashMLA).
+pub const PAGE_ROWS: usize = 64;
+
+/// Rows one "per-tensor" scale spans: the simulator writes keys in chunks of
+/// 256 aligned rows, so one scale per 256 rows is the widest scale computable
+/// when a row is written (see docs/HYPOTHESES.md, `scale-per-tensor`).
+pub const TENSOR_SPAN_ROWS: usize = 256;
+
+/// Which rows share one key scale.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum ScaleSpan {
+    /// One scale per row, as the key pipeline computes it.
+    #[default]
+    Row,
+    /// One scale per page: the amax over the page's rows.
+    Page,
+    /// One scale per [`TENSOR_SPAN_ROWS`] aligned rows.
+    Tensor,
+}
+
+/// The fp8 flavour codes are written or decoded in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum Fp8Flavour {
+    /// OCP e4m3fn: bias 7, max 448 (what every key pipeline writes).
+    #[default]
+    E4m3fn,
+    /// AMD e4m3fnuz: bias 8, max 240, 0x80 is NaN.
+    E4m3fnuz,
+}
+
+impl Fp8Flavour {
+    fn max_finite(self) -> f32 {
+        match self {
+            Fp8Flavour::E4m3fn => ElementFormat::E4m3fn.max_finite(),
+            Fp8Flavour::E4m3fnuz => e4m3fnuz::MAX_FINITE,
+        }
+    }
+
+    /// Cast of an already clamped value into this flavour, as its value.
+    fn round(self, x: f32) -> f32 {
+        match self {
+            Fp8Flavour::E4m3fn => ElementFormat::E4m3fn.round_trip(x, Overflow::Cast),
+            Fp8Flavour::E4m3fnuz => e4m3fnuz::decode(e4m3fnuz::encode(x, Overflow::Cast)),
+        }
+    }
+
+    fn encode(self, x: f32) -> u32 {
+        match self {
+            Fp8Flavour::E4m3fn => ElementFormat::E4m3fn.encode(x, Overflow::Cast),
+            Fp8Flavour::E4m3fnuz => e4m3fnuz::encode(x, Overflow::Cast),
+        }
+    }
+
+    fn decode(self, code: u32) -> f32 {
+        match self {
+            Fp8Flavour::E4m3fn => ElementFormat::E4m3fn.decode(code),
+            Fp8Flavour::E4m3fnuz => e4m3fnuz::decode(code),
+        }
+    }
+}
+
+/// What the reader finds in the scale words.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum ScaleWordFault {
+    /// The row's own scale.
+    #[default]
+    None,
+    /// The next slot's scale (slot 63 wraps to slot 0 of its page).
+    NextSlot,
+    /// Never written, zero-filled: every logit is 0.
+    UnwrittenZero,
+    /// Never written, NaN-filled (e.g. a NaN-poisoned allocator): every logit NaN.
+    UnwrittenNan,
+}
+
+/// Faults of the key cache; the default has none. Each field is set by one
+/// hypothesis (docs/HYPOTHESES.md).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(default)]
+pub struct KeyCacheFaults {
+    /// `scale-per-page`, `scale-per-tensor`.
+    pub scale_span: ScaleSpan,
+    /// `scale-floor`: the power-of-two scale rounded down, not up.
+    pub scale_rounded_down: bool,
+    /// `stale-scale`: each row quantized with the previous row's scale.
+    pub stale_scale: bool,
+    /// `e4m3fn-read`: the writer's flavour (default e4m3fn).
+    pub written_as: Fp8Flavour,
+    /// `e4m3fnuz-read`: the reader's flavour (default e4m3fn).
+    pub read_as: Fp8Flavour,
+    /// `scale-offset`, `scale-unwritten-zero`, `scale-unwritten-nan`.
+    pub scale_word: ScaleWordFault,
+    /// `slot-shift`: the row in slot s is read from slot (s + 1) mod 64.
+    pub slot_shift: bool,
+    /// `pages-swapped`: pages 2p and 2p + 1 are read in each other's place.
+    pub pages_swapped: bool,
+}
+
+impl KeyCacheFaults {
+    pub fn is_default(&self) -> bool {
+        *self == Self::default()
+    }
+
+    fn write_changed(&self) -> bool {
+        self.scale_span != ScaleSpan::Row || self.scale_rounded_down || self.stale_scale || self.written_as != Fp8Flavour::E4m3fn
+    }
+
+    /// Faults that need the keys as fp8 element values with one scale per row.
+    fn need_row_scaled_fp8(&self) -> bool {
+        self.write_changed() || self.read_as != self.written_as || self.scale_word != ScaleWordFault::None
+    }
+
+    /// Why `key` (rows of `d`) cannot carry these faults, if it cannot.
+    pub fn unsupported(&self, key: &QuantPipeline, d: usize) -> Option<String> {
+        if !self.need_row_scaled_fp8() {
+            return None;
+        }
+        let Some(scaling) = key.scaling.filter(|_| key.has_row_scale(d) && key.element == ElementFormat::E4m3fn) else {
+            return Some("it needs e4m3fn keys with one scale per row (fp8, fp8-fp32scale or a custom variant like them)".into());
+        };
+        if self.scale_rounded_down && scaling.scale != ScaleFormat::Ue8m0Ceil {
+            return Some("scale-floor needs a power-of-two scale rounded up (ue8m0, as in fp8) to round down instead".into());
+        }
+        if self.written_as == Fp8Flavour::E4m3fnuz && !matches!(scaling.scale, ScaleFormat::Ue8m0Ceil | ScaleFormat::Fp32) {
+            return Some("e4m3fn-read needs an fp32 or ue8m0 key scale".into());
+        }
+        None
+    }
+
+    /// Keys `raw` (rows `first_row …`, `first_row` a multiple of
+    /// [`TENSOR_SPAN_ROWS`]) written through `key` into the cache with these
+    /// faults, as the scorer reads them back into `out`.
+    pub fn store(&self, key: &QuantPipeline, raw: &[f32], first_row: u64, d: usize, out: &mut QuantizedRows) -> Result<(), SimError> {
+        if self.is_default() {
+            return Ok(key.quantize_rows_into(raw, d, out)?);
+        }
+        if let Some(why) = self.unsupported(key, d) {
+            return Err(SimError::Hypothesis(format!("key cache faults {self:?} cannot apply to these keys: {why}")));
+        }
+        if !first_row.is_multiple_of(TENSOR_SPAN_ROWS as u64) {
+            return Err(SimError::Hypothesis(format!("key chunks must start at a multiple of {TENSOR_SPAN_ROWS} rows, not {first_row}")));
+        }
+        let mut written = QuantizedRows::default();
+        if self.write_changed() {
+            self.write(key, raw, d, &mut written)?;
+        } else {
+            key.quantize_rows_into(raw, d, &mut written)?;
+        }
+        self.corrupt_scale_words(&mut written.row_scales);
+        self.read(&written, d, out);
+        Ok(())
+    }
+
+    /// Step 1 with a changed writer (the key pipeline is row-scaled e4m3fn,
+    /// checked by [`Self::unsupported`]).
+    fn write(&self, key: &QuantPipeline, raw: &[f32], d: usize, out: &mut QuantizedRows) -> Result<(), SimError> {
+        let Some(scaling) = key.scaling else {
+            return Err(SimError::Hypothesis("a changed key scale needs a scaled key pipeline".into()));
+        };
+        if d == 0 || !raw.len().is_multiple_of(d) {
+            return Err(crate::format::FormatError::LengthNotMultipleOfRow { len: raw.len(), d }.into());
+        }
+        let rows = raw.len() / d;
+        out.values.clear();
+        out.values.extend_from_slice(raw);
+        if key.rotation == Rotation::Hadamard {
+            hadamard_rows_in_place(&mut out.values, d)?;
+        }
+        // amax per row (NaN ignored, as the pipeline's), then over the span.
+        let row_amax: Vec<f32> = out.values.chunks_exact(d).map(|r| r.iter().fold(0f32, |a, v| a.max(v.abs()))).collect();
+        let span = match self.scale_span {
+            ScaleSpan::Row => 1,
+            ScaleSpan::Page => PAGE_ROWS,
+            ScaleSpan::Tensor => TENSOR_SPAN_ROWS,
+        };
+        let max = self.written_as.max_finite();
+        let natural: Vec<f32> = row_amax
+            .chunks(span)
+            .flat_map(|group| {
+                let amax = group.iter().fold(0f32, |a, &b| a.max(b)).max(scaling.amax_floor);
+                let s = self.scale_of(amax, scaling.scale, max);
+                std::iter::repeat_n(s, group.len())
+            })
+            .collect();
+        out.row_scales.clear();
+        out.row_scales.extend((0..rows).map(|r| if self.stale_scale && r % PAGE_ROWS != 0 { natural[r - 1] } else { natural[r] }));
+        for (row, &s) in out.values.chunks_exact_mut(d).zip(&out.row_scales) {
+            for v in row.iter_mut() {
+                // As the reference: divide, clamp to the format's range, cast.
+                let scaled = if s == 0.0 { 0f32.copysign(*v) } else { *v / s };
+                *v = self.written_as.round(scaled.clamp(-max, max));
+            }
+        }
+        Ok(())
+    }
+
+    /// The scale a writer with these faults gives a span whose floored amax
+    /// is `amax`, for a flavour whose largest value is `max`.
+    fn scale_of(&self, amax: f32, rule: ScaleFormat, max: f32) -> f32 {
+        let s = match self.written_as {
+            Fp8Flavour::E4m3fn => block_scale(amax, ElementFormat::E4m3fn, rule),
+            Fp8Flavour::E4m3fnuz => fnuz_scale(amax, rule),
+        };
+        if !self.scale_rounded_down || !s.is_finite() || s <= 0.0 {
+            return s;
+        }
+        // s = 2^ceil(log2(amax/max)); the floor is s itself when amax/max is
+        // a power of two, else s/2 (not below ue8m0's smallest, 2^-127).
+        let exact = f64::from(max) * f64::from(s) == f64::from(amax);
+        if exact || s <= f32::from_bits(1 << 22) {
+            s
+        } else {
+            s / 2.0
+        }
+    }
+
+    /// Step 2: what the reader finds in the scale words.
+    fn corrupt_scale_words(&self, scales: &mut [f32]) {
+        match self.scale_word {
+            ScaleWordFault::None => {}
+            ScaleWordFault::UnwrittenZero => scales.fill(0.0),
+            ScaleWordFault::UnwrittenNan => scales.fill(f32::NAN),
+            ScaleWordFault::NextSlot => {
+                for page in scales.chunks_mut(PAGE_ROWS) {
+                    let own: Vec<f32> = page.to_vec();
+                    for (slot, s) in page.iter_mut().enumerate() {
+                        let next = (slot + 1) % PAGE_ROWS;
+                        // A slot of a partial page never written reads zero.
+                        *s = own.get(next).copied().unwrap_or(0.0);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The written row a reader of row `r` (chunk-relative) fetches.
+    fn source_row(&self, r: usize) -> usize {
+        let (mut page, mut slot) = (r / PAGE_ROWS, r % PAGE_ROWS);
+        if self.pages_swapped {
+            page ^= 1;
+        }
+        if self.slot_shift {
+            slot = (slot + 1) % PAGE_ROWS;
+        }
+        page * PAGE_ROWS + slot
+    }
+
+    /// Step 3: rows fetched from their (possibly wrong) slots and decoded in
+    /// the reader's flavour.
+    fn read(&self, written: &QuantizedRows, d: usize, out: &mut QuantizedRows) {
+        let rows = written.row_scales.len();
+        out.values.clear();
+        out.row_scales.clear();
+        for r in 0..rows {
+            let src = self.source_row(r);
+            match written.row_scales.get(src) {
+                Some(&s) => {
+                    out.values.extend_from_slice(&written.values[src * d..(src + 1) * d]);
+                    out.row_scales.push(s);
+                }
+                None => {
+                    out.values.extend(std::iter::repeat_n(0.0, d));
+                    out.row_scales.push(0.0);
+                }
+            }
+        }
+        if self.read_as != self.written_as {
+            // Exact: every value is a code of the writer's flavour.
+            for v in &mut out.values {
+                *v = self.read_as.decode(self.written_as.encode(*v));
+            }
+        }
+    }
+}
+
+/// The scale an e4m3fnuz writer (max 240) computes from a floored amax:
+/// `amax / 240` (fp32 rule) or the smallest power of two `s` with
+/// `amax / s ≤ 240` (ue8m0 rule). The f64 quotient of an f32 by 240 is a
+/// power of two only when the real quotient is (f32 neighbours differ by
+/// 2^-24 relatively, far more than f64's rounding), so the ceiling is exact.
+fn fnuz_scale(amax: f32, rule: ScaleFormat) -> f32 {
+    if amax.is_nan() {
+        return f32::NAN;
+    }
+    if amax <= 0.0 {
+        return 1.0;
+    }
+    match rule {
+        ScaleFormat::Ue8m0Ceil => {
+            let ratio = f64::from(amax) / f64::from(e4m3fnuz::MAX_FINITE);
+            let bits = ratio.to_bits();
+            let exponent = ((bits >> 52) & 0x7ff) as i32 - 1023;
+            let n = if bits & ((1u64 << 52) - 1) == 0 { exponent } else { exponent + 1 };
+            2f64.powi(n.clamp(-127, 127)) as f32
+        }
+        _ => amax / e4m3fnuz::MAX_FINITE,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::precision::PrecisionVariant;
+
+    const D: usize = 128;
+
+    /// Rows whose every value is distinct per row and that span several
+    /// orders of magnitude across rows; row r has amax about r + 1.
+    fn keys(rows: usize) -> Vec<f32> {
+        (0..rows * D)
+            .map(|i| {
+                let (r, j) = (i / D, i % D);
+                ((j as f32 * 0.7 + r as f32 * 1.3).sin()) * (r as f32 + 1.0) * if j == 5 { 3.0 } else { 1.0 }
+            })
+            .collect()
+    }
+
+    fn fp8(name: &str) -> QuantPipeline {
+        PrecisionVariant::builtin(name).unwrap().key
+    }
+
+    fn store(faults: KeyCacheFaults, key: &QuantPipeline, raw: &[f32]) -> QuantizedRows {
+        let mut out = QuantizedRows::default();
+        faults.store(key, raw, 0, D, &mut out).unwrap();
+        out
+    }
+
+    #[test]
+    fn no_fault_is_the_key_pipeline_bit_for_bit() {
+        let raw = keys(200);
+        for name in ["fp32", "bf16", "fp8", "fp8-fp32scale", "fp4", "nvfp4"] {
+            let key = fp8(name);
+            assert_eq!(store(KeyCacheFaults::default(), &key, &raw), key.quantize_rows(&raw, D).unwrap(), "{name}");
+        }
+    }
+
+    #[test]
+    fn the_fault_writer_with_no_write_fault_matches_the_pipeline() {
+        // The hypotheses' own write loop, with nothing changed, must agree
+        // with the pipeline bit for bit (every write fault builds on it).
+        let raw = keys(130);
+        for name in ["fp8", "fp8-fp32scale"] {
+            let key = fp8(name);
+            let mut out = QuantizedRows::default();
+            KeyCacheFaults::default().write(&key, &raw, D, &mut out).unwrap();
+            assert_eq!(out, key.quantize_rows(&raw, D).unwrap(), "{name}");
+        }
+    }
+
+    #[test]
+    fn scale_spans_share_one_scale() {
+        let raw = keys(300);
+        let key = fp8("fp8");
+        let own = key.quantize_rows(&raw, D).unwrap();
+        let page = store(KeyCacheFaults { scale_span: ScaleSpan::Page, ..Default::default() }, &key, &raw);
+        // ue8m0 scales grow with amax: a span's scale is its rows' largest.
+        let largest = |rows: std::ops::Range<usize>| own.row_scales[rows].iter().fold(0f32, |a, &b| a.max(b));
+        for p in 0..5 {
+            let rows = p * 64..((p + 1) * 64).min(300);
+            let want = largest(rows.clone());
+            assert!(page.row_scales[rows].iter().all(|&s| s == want), "page {p}");
+        }
+        assert_ne!(page.row_scales[0], own.row_scales[0]);
+        let tensor = store(KeyCacheFaults { scale_span: ScaleSpan::Tensor, ..Default::default() }, &key, &raw);
+        assert!(tensor.row_scales[..256].iter().all(|&s| s == largest(0..256)));
+        assert!(tensor.row_scales[256..].iter().all(|&s| s == largest(256..300)));
+        // Small rows lose precision under a shared scale: dequantized values differ.
+        assert_ne!(page.dequantized(D)[..D], own.dequantized(D)[..D]);
+    }
+
+    #[test]
+    fn scale_floor_halves_the_scale_and_saturates() {
+        let mut raw = keys(64);
+        raw[D..2 * D].iter_mut().enumerate().for_each(|(j, v)| *v = if j == 0 { 448.0 } else { 1.0 }); // amax/448 = 1 exactly
+        let key = QuantPipeline { rotation: Rotation::None, ..fp8("fp8") };
+        let own = key.quantize_rows(&raw, D).unwrap();
+        let floor = store(KeyCacheFaults { scale_rounded_down: true, ..Default::default() }, &key, &raw);
+        assert_eq!(floor.row_scales[1], own.row_scales[1]);
+        for r in (0..64).filter(|&r| r != 1) {
+            assert_eq!(floor.row_scales[r], own.row_scales[r] / 2.0, "row {r}");
+            let row = &floor.values[r * D..(r + 1) * D];
+            assert!(row.iter().any(|v| v.abs() == 448.0) && row.iter().all(|v| v.abs() <= 448.0), "row {r}");
+        }
+        let err = KeyCacheFaults { scale_rounded_down: true, ..Default::default() }.unsupported(&fp8("fp8-fp32scale"), D);
+        assert!(err.is_some_and(|e| e.contains("ue8m0")));
+    }
+
+    #[test]
+    fn stale_scale_is_the_previous_rows_in_its_page() {
+        let raw = keys(130);
+        let key = fp8("fp8-fp32scale");
+        let own = key.quantize_rows(&raw, D).unwrap();
+        let stale = store(KeyCacheFaults { stale_scale: true, ..Default::default() }, &key, &raw);
+        for r in 0..130 {
+            let want = if r % 64 == 0 { own.row_scales[r] } else { own.row_scales[r - 1] };
+            assert_eq!(stale.row_scales[r], want, "row {r}");
+        }
+        // Rows grow, so a stale (smaller) scale clips each row's largest values.
+        assert!(stale.values[5 * D..6 * D].iter().filter(|v| v.abs() == 448.0).count() > 1);
+    }
+
+    #[test]
+    fn slot_shift_reads_the_next_slot_of_the_page() {
+        let raw = keys(100);
+        let key = fp8("fp8");
+        let own = key.quantize_rows(&raw, D).unwrap();
+        let shifted = store(KeyCacheFaults { slot_shift: true, ..Default::default() }, &key, &raw);
+        let row = |q: &QuantizedRows, r: usize| (q.values[r * D..(r + 1) * D].to_vec(), q.row_scales[r]);
+        assert_eq!(row(&shifted, 0), row(&own, 1));
+        assert_eq!(row(&shifted, 62), row(&own, 63));
+        assert_eq!(row(&shifted, 63), row(&own, 0)); // wraps inside its page
+        assert_eq!(row(&shifted, 64), row(&own, 65));
+        // Row 99 (slot 35 of a partial page) reads slot 36, never written.
+        assert_eq!(row(&shifted, 99), (vec![0.0; D], 0.0));
+    }
+
+    #[test]
+    fn pages_swapped_reads_the_paired_page() {
+        let raw = keys(256 + 80);
+        let key = fp8("fp8");
+        let own = key.quantize_rows(&raw, D).unwrap();
+        let swapped = store(KeyCacheFaults { pages_swapped: true, ..Default::default() }, &key, &raw);
+        assert_eq!(swapped.values[..64 * D], own.values[64 * D..128 * D]);
+        assert_eq!(swapped.values[192 * D..256 * D], own.values[128 * D..192 * D]);
+        assert_eq!(swapped.row_scales[256..272], own.row_scales[320..336]);
+        // Slots 16… of page 5 were never written: page 4 reads zeros there.
+        assert_eq!(swapped.row_scales[272], 0.0);
+    }
+
+    #[test]
+    fn scale_words_next_slot_and_unwritten() {
+        let raw = keys(70);
+        let key = fp8("fp8");
+        let own = key.quantize_rows(&raw, D).unwrap();
+        let off = store(KeyCacheFaults { scale_word: ScaleWordFault::NextSlot, ..Default::default() }, &key, &raw);
+        assert_eq!(off.values, own.values);
+        assert_eq!(off.row_scales[..63], own.row_scales[1..64]);
+        assert_eq!(off.row_scales[63], own.row_scales[0]);
+        assert_eq!(off.row_scales[69], 0.0);
+        let zero = store(KeyCacheFaults { scale_word: ScaleWordFault::UnwrittenZero, ..Default::default() }, &key, &raw);
+        assert!(zero.row_scales.iter().all(|&s| s == 0.0));
+        let nan = store(KeyCacheFaults { scale_word: ScaleWordFault::UnwrittenNan, ..Default::default() }, &key, &raw);
+        assert!(nan.row_scales.iter().all(|s| s.is_nan()));
+        // Scale faults need one scale per row: fp4's blocks of 32 have none.
+        assert!(KeyCacheFaults { scale_word: ScaleWordFault::UnwrittenZero, ..Default::default() }.unsupported(&fp8("fp4"), D).is_some());
+        let mut out = QuantizedRows::default();
+        let err = KeyCacheFaults { scale_word: ScaleWordFault::UnwrittenZero, ..Default::default() }.store(&fp8("fp4"), &raw, 0, D, &mut out);
+        assert!(matches!(err, Err(SimError::Hypothesis(_))));
+    }
+
+    #[test]
+    fn fnuz_read_halves_values_and_turns_negative_zero_into_nan() {
+        let mut raw = keys(3);
+        raw[7] = -1e-30; // rounds to −0 in e4m3fn: the bit pattern 0x80
+        let key = QuantPipeline { rotation: Rotation::None, ..fp8("fp8") };
+        let own = key.quantize_rows(&raw, D).unwrap();
+        assert_eq!(own.values[7].to_bits(), 0x8000_0000);
+        let fnuz = store(KeyCacheFaults { read_as: Fp8Flavour::E4m3fnuz, ..Default::default() }, &key, &raw);
+        assert!(fnuz.values[7].is_nan());
+        for (i, (&a, &b)) in own.values.iter().zip(&fnuz.values).enumerate().filter(|&(i, _)| i != 7) {
+            assert_eq!(b, a / 2.0, "value {i}");
+        }
+        assert_eq!(fnuz.row_scales, own.row_scales);
+    }
+
+    #[test]
+    fn fn_read_of_fnuz_codes_doubles_values_and_max_becomes_nan() {
+        let raw = keys(4);
+        for name in ["fp8", "fp8-fp32scale"] {
+            let key = fp8(name);
+            let fnuz_written = KeyCacheFaults { written_as: Fp8Flavour::E4m3fnuz, read_as: Fp8Flavour::E4m3fnuz, ..Default::default() };
+            let written = store(fnuz_written, &key, &raw);
+            assert!(written.values.iter().all(|v| v.abs() <= 240.0));
+            let read = store(KeyCacheFaults { written_as: Fp8Flavour::E4m3fnuz, ..Default::default() }, &key, &raw);
+            for (&w, &r) in written.values.iter().zip(&read.values) {
+                if w.abs() == 240.0 {
+                    assert!(r.is_nan()); // fnuz 0x7f is e4m3fn's NaN
+                } else {
+                    assert_eq!(r, w * 2.0);
+                }
+            }
+        }
+        // With the fp32 scale every row's amax lands on 240 exactly: NaN in every row.
+        let read = store(KeyCacheFaults { written_as: Fp8Flavour::E4m3fnuz, ..Default::default() }, &fp8("fp8-fp32scale"), &raw);
+        assert!(read.values.chunks(D).all(|row| row.iter().any(|v| v.is_nan())));
+    }
+
+    #[test]
+    fn fnuz_ue8m0_scale_is_the_smallest_power_of_two_that_fits() {
+        assert_eq!(fnuz_scale(240.0, ScaleFormat::Ue8m0Ceil), 1.0);
+        assert_eq!(fnuz_scale(f32::from_bits(240f32.to_bits() + 1), ScaleFormat::Ue8m0Ceil), 2.0);
+        assert_eq!(fnuz_scale(239.99, ScaleFormat::Ue8m0Ceil), 1.0);
+        assert_eq!(fnuz_scale(1.875, ScaleFormat::Ue8m0Ceil), 2f32.powi(-7));
+        assert_eq!(fnuz_scale(480.0, ScaleFormat::Fp32), 2.0);
+    }
+}

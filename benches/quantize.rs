@@ -24,6 +24,10 @@
 //! callgrind_annotate --inclusive=yes cg.q | grep -E 'quantize_chunk|score_chunk'
 //! ```
 //!
+//! `--gemm` instead times our scoring of 32K rows (fp32 and bf16 keys)
+//! beside the `gemm` crate's f32 GEMM on the same [32K × 128]·[128 × 64]
+//! product, on 1 and 2 threads, interleaved, and prints the share (issue 6).
+//!
 //! (`--calls N` fixes the calls per timing; each count divided by
 //! N · 256 · (rounds + 1 warm-up) is instructions per row. Valgrind hides
 //! AVX-512, so the AVX2 paths are what it counts.)
@@ -85,8 +89,95 @@ fn ns_per_row(calls: usize, mut f: impl FnMut()) -> f64 {
     start.elapsed().as_secs_f64() / (calls * ROWS) as f64 * 1e9
 }
 
+/// C = K·Qᵀ for row-major K [n × d], Q [64 × d], C [n × 64], `gemm` crate.
+fn gemm_f32(k: &[f32], q: &[f32], c: &mut [f32], d: usize, heads: usize, threads: usize) {
+    let n = k.len() / d;
+    let par = if threads <= 1 { gemm::Parallelism::None } else { gemm::Parallelism::Rayon(threads) };
+    // SAFETY: the slices have the sizes the strides describe.
+    unsafe {
+        gemm::gemm(
+            n, heads, d,
+            c.as_mut_ptr(), 1, heads as isize, false,
+            k.as_ptr(), 1, d as isize,
+            q.as_ptr(), d as isize, 1,
+            0.0, 1.0, false, false, false, par,
+        );
+    }
+}
+
+fn gemm_share(rounds: usize) {
+    const N: usize = 32 * 1024;
+    let scenario = config::check(config::resolve(parse_scenario_toml("").expect("toml")).expect("preset")).expect("scenario");
+    let d = scenario.model.shape.head_dim;
+    let haystack = TrialHaystack::draw(&scenario.model, 42).expect("haystack");
+    let heads = haystack.weights.len();
+    let mut raw = vec![0.0f32; N * d];
+    haystack.fill_haystack_rows(0, &mut raw);
+    let pools: Vec<rayon::ThreadPool> = (1..=2).map(|t| rayon::ThreadPoolBuilder::new().num_threads(t).build().expect("pool")).collect();
+    let mut c = vec![0.0f32; N * heads];
+    let mut out = vec![0.0f32; N];
+    let cases: Vec<(&str, Vec<f32>, IndexerQuery)> = ["fp32", "bf16"]
+        .iter()
+        .map(|&name| {
+            let v = PrecisionVariant::builtin(name).expect("builtin");
+            let mut k = raw.clone();
+            v.key.apply(&mut k, d).expect("keys");
+            let q = IndexerQuery::new(v.query.quantize_rows(&haystack.queries, d).expect("q"), &haystack.weights, d, v.scoring);
+            (name, k, q)
+        })
+        .collect();
+    let time = |f: &mut dyn FnMut()| {
+        let start = Instant::now();
+        f();
+        start.elapsed().as_secs_f64() * 1e3
+    };
+    // [case][threads] ms, and gemm [threads] ms
+    let mut ours = vec![vec![Vec::new(); 2]; cases.len()];
+    let mut theirs = vec![Vec::new(); 2];
+    for round in 0..=rounds {
+        for t in 0..2 {
+            let g = time(&mut || pools[t].install(|| gemm_f32(&raw, &haystack.queries, &mut c, d, heads, t + 1)));
+            let o: Vec<f64> = cases
+                .iter()
+                .map(|(_, k, q)| {
+                    time(&mut || {
+                        pools[t].install(|| {
+                            let half = if t == 0 { N } else { N / 2 };
+                            rayon::scope(|s| {
+                                for (kc, oc) in k.chunks(half * d).zip(out.chunks_mut(half)) {
+                                    s.spawn(move |_| q.score_rows(kc, oc));
+                                }
+                            })
+                        })
+                    })
+                })
+                .collect();
+            if round > 0 {
+                theirs[t].push(g);
+                for (i, ms) in o.into_iter().enumerate() {
+                    ours[i][t].push(ms);
+                }
+            }
+        }
+    }
+    let gflops = |ms: f64| 2.0 * (N * d * heads) as f64 / (ms * 1e-3) / 1e9;
+    println!("scoring {N} rows × {d} against {heads} heads vs gemm (f32), median of {rounds} interleaved rounds");
+    println!("{:<8} {:>7} {:>10} {:>8} {:>10} {:>8} {:>7}", "keys", "threads", "ours ms", "GFLOP/s", "gemm ms", "GFLOP/s", "share");
+    for (i, (name, _, _)) in cases.iter().enumerate() {
+        for t in 0..2 {
+            let (o, g) = (median(ours[i][t].clone()), median(theirs[t].clone()));
+            println!("{name:<8} {:>7} {o:>10.2} {:>8.1} {g:>10.2} {:>8.1} {:>6.0}%", t + 1, gflops(o), gflops(g), 100.0 * g / o);
+        }
+    }
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
+    if args.iter().any(|a| a == "--gemm") {
+        let rounds = args.iter().position(|a| a == "--rounds").and_then(|i| args.get(i + 1)).map_or(15, |v| v.parse().expect("--rounds N"));
+        gemm_share(rounds);
+        return;
+    }
     let arg = |flag: &str| args.iter().position(|a| a == flag).and_then(|i| args.get(i + 1)).cloned();
     let rounds: usize = arg("--rounds").map_or(41, |v| v.parse().expect("--rounds N"));
     let fixed_calls: Option<usize> = arg("--calls").map(|v| v.parse().expect("--calls N"));

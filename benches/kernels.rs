@@ -96,6 +96,38 @@ fn quantize_score(b: Bencher, name: &str) {
     });
 }
 
+/// The two halves of `quantize_score` timed apart (the same calls; the
+/// interleaved, ratio-reporting version is `benches/quantize.rs`): the key
+/// pipeline alone on a 256-row chunk…
+#[divan::bench(args = VARIANTS)]
+fn quantize(b: Bencher, name: &str) {
+    let v = PrecisionVariant::builtin(name).unwrap();
+    let (_, raw) = keys(CHUNK);
+    let mut quantized = dsa_recall::precision::QuantizedRows::with_capacity(CHUNK, D);
+    b.counter(ItemsCount::new(CHUNK)).bench_local(|| {
+        if !v.key.is_identity() {
+            v.key.quantize_rows_into(black_box(&raw), D, &mut quantized).unwrap();
+        }
+    });
+}
+
+/// …and the scoring kernel alone on the quantized chunk.
+#[divan::bench(args = VARIANTS)]
+fn score(b: Bencher, name: &str) {
+    let v = PrecisionVariant::builtin(name).unwrap();
+    let (h, raw) = keys(CHUNK);
+    let q = query(&h, &v);
+    let quantized = v.key.quantize_rows(&raw, D).unwrap();
+    let mut out = vec![0.0f32; CHUNK];
+    b.counter(ItemsCount::new(CHUNK)).bench_local(|| {
+        if v.key.is_identity() {
+            q.score_rows(black_box(&raw), &mut out);
+        } else {
+            q.score_quantized_rows(black_box(&quantized), &mut out);
+        }
+    });
+}
+
 /// Scoring only (keys already in the variant's format), 32K rows, split in
 /// two halves on two threads when `threads` is 2.
 fn score_32k(b: Bencher, name: &str, threads: usize) {

@@ -23,6 +23,10 @@ pub struct IndexerQuery {
     weights: Vec<f32>,
     dim: usize,
     logits: LogitFormat,
+    /// The queries of head pairs interleaved by 8-lane chunk for the AVX-512
+    /// kernel: `[pair][chunk][q_2p chunk (8), q_2p+1 chunk (8)]`. Empty when
+    /// the shape has no blocked kernel (see [`Self::blocked_shape`]).
+    paired: Vec<f32>,
 }
 
 impl IndexerQuery {
@@ -40,7 +44,20 @@ impl IndexerQuery {
             .zip(&queries.row_scales)
             .map(|(&w, &s_q)| scoring.weights.round(w * scale * s_q))
             .collect();
-        Self { queries: queries.values, weights, dim, logits: scoring.logits }
+        let mut iq = Self { queries: queries.values, weights, dim, logits: scoring.logits, paired: Vec::new() };
+        if iq.blocked_shape() {
+            let chunks = dim / LANES;
+            iq.paired = (0..heads / 2)
+                .flat_map(|p| (0..chunks).map(move |j| (p, j)))
+                .flat_map(|(p, j)| {
+                    let (a, b) = (2 * p * dim + j * LANES, (2 * p + 1) * dim + j * LANES);
+                    [&iq.queries[a..a + LANES], &iq.queries[b..b + LANES]]
+                })
+                .flatten()
+                .copied()
+                .collect();
+        }
+        iq
     }
 
     /// The head weights as scored (for tests and tools).
@@ -61,21 +78,187 @@ impl IndexerQuery {
         self.score_rows_dispatch(&keys.values, Some(&keys.row_scales), out);
     }
 
+    /// True when the register-blocked SIMD kernels apply: `dim` a positive
+    /// multiple of 8 and the head count a positive multiple of 8.
+    fn blocked_shape(&self) -> bool {
+        let heads = self.weights.len();
+        self.dim > 0 && self.dim.is_multiple_of(LANES) && heads > 0 && heads.is_multiple_of(8)
+    }
+
     fn score_rows_dispatch(&self, keys: &[f32], row_scales: Option<&[f32]>, out: &mut [f32]) {
         debug_assert_eq!(keys.len(), out.len() * self.dim);
         #[cfg(target_arch = "x86_64")]
         {
-            if std::arch::is_x86_feature_detected!("avx2") {
+            use std::arch::is_x86_feature_detected as has;
+            let mut done = 0;
+            if self.blocked_shape() && has!("avx512f") && has!("avx512dq") {
+                // SAFETY: the CPU supports AVX-512F/DQ, checked just above.
+                done = unsafe { self.score_blocks_avx512(keys, row_scales, out) };
+            } else if self.blocked_shape() && has!("avx2") {
                 // SAFETY: the CPU supports AVX2, checked just above.
-                unsafe { self.score_rows_avx2(keys, row_scales, out) };
+                done = unsafe { self.score_blocks_avx2(keys, row_scales, out) };
+            }
+            if has!("avx2") {
+                // SAFETY: the CPU supports AVX2, checked just above.
+                unsafe { self.score_rows_avx2(&keys[done * self.dim..], row_scales.map(|s| &s[done..]), &mut out[done..]) };
                 return;
             }
+            self.score_rows_portable(&keys[done * self.dim..], row_scales.map(|s| &s[done..]), &mut out[done..]);
         }
+        #[cfg(not(target_arch = "x86_64"))]
         self.score_rows_portable(keys, row_scales, out);
     }
 
-    /// The same code compiled for AVX2: one 8-lane partial-sum array maps to
-    /// one register. No FMA, so results are bit-identical to the portable path.
+    /// Head sum of one block of rows from their dots `[head][R]`, then the
+    /// key scale and the logit rounding, exactly as [`Self::score_block`].
+    #[inline(always)]
+    fn finish_rows(&self, sums: &[f32], first_row: usize, row_scales: Option<&[f32]>, out: &mut [f32]) {
+        for (r, (o, &sum)) in out.iter_mut().zip(sums).enumerate() {
+            let scale = row_scales.map_or(1.0, |s| s[first_row + r]);
+            *o = self.logits.round(scale * sum);
+        }
+    }
+
+    /// Register-blocked AVX-512 kernel for whole blocks of 16 rows; returns
+    /// the number of rows scored. One zmm accumulates one row against a pair
+    /// of heads (lanes 0–7 head 2p, 8–15 head 2p+1: the same 8 lanes per
+    /// head as [`Self::score_block`], each summed over its j ≡ l (mod 8) in
+    /// ascending j); 4 rows × 4 pairs stay in registers while each key chunk
+    /// is loaded once per 8 heads and each query chunk once per 4 rows. The
+    /// 8 lanes of each (row, head) are then reduced with the same tree,
+    /// ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)), 16 at a time by
+    /// shuffles, and the heads are summed in order with the rows across
+    /// lanes. Same operations, same order: the same bits (tested).
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f,avx512dq,avx2")]
+    unsafe fn score_blocks_avx512(&self, keys: &[f32], row_scales: Option<&[f32]>, out: &mut [f32]) -> usize {
+        use std::arch::x86_64::*;
+        const BLOCK: usize = 16;
+        let (d, heads) = (self.dim, self.weights.len());
+        let chunks = d / LANES;
+        let blocks = out.len() / BLOCK;
+        let mut dots = vec![0f32; heads * BLOCK];
+        #[inline(always)]
+        unsafe fn step1(x: __m512, y: __m512) -> __m512 {
+            _mm512_add_ps(_mm512_shuffle_f32x4::<0x88>(x, y), _mm512_shuffle_f32x4::<0xDD>(x, y))
+        }
+        #[inline(always)]
+        unsafe fn step2(u: __m512, v: __m512) -> __m512 {
+            _mm512_add_ps(_mm512_shuffle_ps::<0x44>(u, v), _mm512_shuffle_ps::<0xEE>(u, v))
+        }
+        #[inline(always)]
+        unsafe fn step3(s: __m512, t: __m512) -> __m512 {
+            _mm512_add_ps(_mm512_shuffle_ps::<0x88>(s, t), _mm512_shuffle_ps::<0xDD>(s, t))
+        }
+        #[inline(always)]
+        unsafe fn store_lanes(o: __m512, dst: *mut f32) {
+            // 128-bit lane k (head k of the group) holds rows 0..4.
+            _mm_storeu_ps(dst, _mm512_extractf32x4_ps::<0>(o));
+            _mm_storeu_ps(dst.add(BLOCK), _mm512_extractf32x4_ps::<1>(o));
+            _mm_storeu_ps(dst.add(2 * BLOCK), _mm512_extractf32x4_ps::<2>(o));
+            _mm_storeu_ps(dst.add(3 * BLOCK), _mm512_extractf32x4_ps::<3>(o));
+        }
+        for b in 0..blocks {
+            let base = b * BLOCK;
+            for g in 0..BLOCK / 4 {
+                let kp: [*const f32; 4] = std::array::from_fn(|i| keys.as_ptr().add((base + 4 * g + i) * d));
+                for hg in 0..heads / 8 {
+                    let qp = self.paired.as_ptr().add(hg * 4 * chunks * 16);
+                    let mut acc = [[_mm512_setzero_ps(); 4]; 4];
+                    for j in 0..chunks {
+                        let k: [__m512; 4] = std::array::from_fn(|i| _mm512_broadcast_f32x8(_mm256_loadu_ps(kp[i].add(j * LANES))));
+                        for p in 0..4 {
+                            let q = _mm512_loadu_ps(qp.add((p * chunks + j) * 16));
+                            for i in 0..4 {
+                                acc[i][p] = _mm512_add_ps(acc[i][p], _mm512_mul_ps(q, k[i]));
+                            }
+                        }
+                    }
+                    let za: [__m512; 4] = std::array::from_fn(|i| step1(acc[i][0], acc[i][1]));
+                    let zb: [__m512; 4] = std::array::from_fn(|i| step1(acc[i][2], acc[i][3]));
+                    let oa = step3(step2(za[0], za[1]), step2(za[2], za[3]));
+                    let ob = step3(step2(zb[0], zb[1]), step2(zb[2], zb[3]));
+                    store_lanes(oa, dots.as_mut_ptr().add(8 * hg * BLOCK + 4 * g));
+                    store_lanes(ob, dots.as_mut_ptr().add((8 * hg + 4) * BLOCK + 4 * g));
+                }
+            }
+            let zero = _mm512_setzero_ps();
+            let mut sum = _mm512_setzero_ps();
+            for (h, &w) in self.weights.iter().enumerate() {
+                let relu = _mm512_max_ps(_mm512_loadu_ps(dots.as_ptr().add(h * BLOCK)), zero);
+                sum = _mm512_add_ps(sum, _mm512_mul_ps(_mm512_set1_ps(w), relu));
+            }
+            let mut sums = [0f32; BLOCK];
+            _mm512_storeu_ps(sums.as_mut_ptr(), sum);
+            self.finish_rows(&sums, base, row_scales, &mut out[base..base + BLOCK]);
+        }
+        blocks * BLOCK
+    }
+
+    /// The AVX2 version of [`Self::score_blocks_avx512`] for whole blocks of
+    /// 8 rows: one ymm per (row, head), 4 rows × 2 heads in registers, the
+    /// same lane reduction tree 8 at a time, heads summed in order with the
+    /// rows across lanes.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    unsafe fn score_blocks_avx2(&self, keys: &[f32], row_scales: Option<&[f32]>, out: &mut [f32]) -> usize {
+        use std::arch::x86_64::*;
+        const BLOCK: usize = 8;
+        let (d, heads) = (self.dim, self.weights.len());
+        let chunks = d / LANES;
+        let blocks = out.len() / BLOCK;
+        let mut dots = vec![0f32; heads * BLOCK];
+        #[inline(always)]
+        unsafe fn step1(x: __m256, y: __m256) -> __m256 {
+            _mm256_add_ps(_mm256_permute2f128_ps::<0x20>(x, y), _mm256_permute2f128_ps::<0x31>(x, y))
+        }
+        #[inline(always)]
+        unsafe fn step2(u: __m256, v: __m256) -> __m256 {
+            _mm256_add_ps(_mm256_shuffle_ps::<0x44>(u, v), _mm256_shuffle_ps::<0xEE>(u, v))
+        }
+        #[inline(always)]
+        unsafe fn step3(s: __m256, t: __m256) -> __m256 {
+            _mm256_add_ps(_mm256_shuffle_ps::<0x88>(s, t), _mm256_shuffle_ps::<0xDD>(s, t))
+        }
+        let qp = self.queries.as_ptr();
+        for b in 0..blocks {
+            let base = b * BLOCK;
+            for g in 0..BLOCK / 4 {
+                let kp: [*const f32; 4] = std::array::from_fn(|i| keys.as_ptr().add((base + 4 * g + i) * d));
+                for hp in 0..heads / 2 {
+                    let (q0, q1) = (qp.add(2 * hp * d), qp.add((2 * hp + 1) * d));
+                    let mut acc = [[_mm256_setzero_ps(); 2]; 4];
+                    for j in 0..chunks {
+                        let (a, c) = (_mm256_loadu_ps(q0.add(j * LANES)), _mm256_loadu_ps(q1.add(j * LANES)));
+                        for i in 0..4 {
+                            let k = _mm256_loadu_ps(kp[i].add(j * LANES));
+                            acc[i][0] = _mm256_add_ps(acc[i][0], _mm256_mul_ps(a, k));
+                            acc[i][1] = _mm256_add_ps(acc[i][1], _mm256_mul_ps(c, k));
+                        }
+                    }
+                    let z: [__m256; 4] = std::array::from_fn(|i| step1(acc[i][0], acc[i][1]));
+                    // 128-bit lane k: head 2hp + k, rows 4g..4g+4.
+                    let o = step3(step2(z[0], z[1]), step2(z[2], z[3]));
+                    let dst = dots.as_mut_ptr().add(2 * hp * BLOCK + 4 * g);
+                    _mm_storeu_ps(dst, _mm256_castps256_ps128(o));
+                    _mm_storeu_ps(dst.add(BLOCK), _mm256_extractf128_ps::<1>(o));
+                }
+            }
+            let zero = _mm256_setzero_ps();
+            let mut sum = _mm256_setzero_ps();
+            for (h, &w) in self.weights.iter().enumerate() {
+                let relu = _mm256_max_ps(_mm256_loadu_ps(dots.as_ptr().add(h * BLOCK)), zero);
+                sum = _mm256_add_ps(sum, _mm256_mul_ps(_mm256_set1_ps(w), relu));
+            }
+            let mut sums = [0f32; BLOCK];
+            _mm256_storeu_ps(sums.as_mut_ptr(), sum);
+            self.finish_rows(&sums, base, row_scales, &mut out[base..base + BLOCK]);
+        }
+        blocks * BLOCK
+    }
+
+    /// The portable code compiled for AVX2 (the rows the blocked kernels
+    /// leave over). No FMA, so results are bit-identical to the portable path.
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2")]
     unsafe fn score_rows_avx2(&self, keys: &[f32], row_scales: Option<&[f32]>, out: &mut [f32]) {
@@ -181,6 +364,55 @@ mod tests {
             let want = naive(&q, &w, &keys[r * d..(r + 1) * d], d);
             assert!((f64::from(out[r]) - want).abs() < 1e-4 * want.abs().max(1.0), "row {r}: {} vs {want}", out[r]);
             assert_eq!(out[r].to_bits(), iq.score_one(&keys[r * d..(r + 1) * d]).to_bits());
+        }
+    }
+
+    /// Every path (the blocked AVX-512 and AVX2 kernels where the CPU has
+    /// them, the portable code) gives the bits of the one-row reference.
+    #[test]
+    fn blocked_kernels_are_bit_identical_to_the_row_reference() {
+        let (h, d, n) = (64, 128, 53); // 3 blocks of 16 (6 of 8) and a remainder
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            ((x >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 4.0
+        };
+        let q: Vec<f32> = (0..h * d).map(|_| next()).collect();
+        let w: Vec<f32> = (0..h).map(|_| next()).collect();
+        let mut keys: Vec<f32> = (0..n * d).map(|_| next()).collect();
+        keys[5 * d..6 * d].fill(0.0); // every dot zero
+        keys[7 * d + 3] = -0.0;
+        let scales: Vec<f32> = (0..n).map(|r| 0.5 + r as f32 / 16.0).collect();
+        for numerics in [ScoreNumerics::F32, ScoreNumerics { weights: crate::precision::WeightFormat::Bf16, logits: LogitFormat::Bf16 }] {
+            let iq = IndexerQuery::new(QuantizedRows::unscaled(q.clone(), d), &w, d, numerics);
+            let want: Vec<u32> = keys.chunks(d).zip(&scales).map(|(k, &s)| iq.score_one_scaled(k, s).to_bits()).collect();
+            let rows = QuantizedRows { values: keys.clone(), row_scales: scales.clone() };
+            let mut out = vec![0.0; n];
+            iq.score_quantized_rows(&rows, &mut out);
+            assert_eq!(out.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), want);
+            let mut portable = vec![0.0; n];
+            iq.score_rows_portable(&keys, Some(&scales), &mut portable);
+            assert_eq!(portable.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), want);
+            #[cfg(target_arch = "x86_64")]
+            {
+                let tail = |done: usize, out: &mut [f32]| iq.score_rows_portable(&keys[done * d..], Some(&scales[done..]), &mut out[done..]);
+                if std::arch::is_x86_feature_detected!("avx2") {
+                    let mut out = vec![0.0; n];
+                    let done = unsafe { iq.score_blocks_avx2(&keys, Some(&scales), &mut out) };
+                    assert_eq!(done, 48);
+                    tail(done, &mut out);
+                    assert_eq!(out.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), want, "avx2");
+                }
+                if std::arch::is_x86_feature_detected!("avx512f") && std::arch::is_x86_feature_detected!("avx512dq") {
+                    let mut out = vec![0.0; n];
+                    let done = unsafe { iq.score_blocks_avx512(&keys, Some(&scales), &mut out) };
+                    assert_eq!(done, 48);
+                    tail(done, &mut out);
+                    assert_eq!(out.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), want, "avx512");
+                }
+            }
         }
     }
 

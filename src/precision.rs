@@ -184,10 +184,11 @@ impl QuantPipeline {
             return Err(FormatError::LengthNotMultipleOfRow { len: input.len(), d: dim });
         }
         let rows = input.len() / dim;
-        out.values.clear();
-        out.values.extend_from_slice(input);
         if self.rotation == Rotation::Hadamard {
-            hadamard_rows_in_place(&mut out.values, dim)?;
+            crate::format::hadamard_rows_into(input, &mut out.values, dim)?;
+        } else {
+            out.values.clear();
+            out.values.extend_from_slice(input);
         }
         match &self.scaling {
             Some(scaling) if self.has_row_scale(dim) => {

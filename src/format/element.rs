@@ -440,12 +440,17 @@ impl ElementFormat {
         if self == ElementFormat::F32 && overflow == Overflow::Cast {
             return;
         }
+        super::with_widest_simd(|| self.round_trip_slice_inline(xs, overflow));
+    }
+
+    #[inline(always)]
+    fn round_trip_slice_inline(self, xs: &mut [f32], overflow: Overflow) {
         // One match outside the loop so each loop body is monomorphic.
         match self {
             // Without NaN (whose canonical form needs the encoder), the bf16
             // cast is the integer round-half-even on the f32 bits, which also
             // overflows to ±inf exactly as the encoder does; it vectorises.
-            ElementFormat::Bf16 if !xs.iter().any(|x| x.is_nan()) => {
+            ElementFormat::Bf16 if !xs.iter().fold(false, |nan, x| nan | x.is_nan()) => {
                 let max = self.max_finite();
                 xs.iter_mut().for_each(|x| {
                     let v = if overflow == Overflow::Saturate { x.clamp(-max, max) } else { *x };

@@ -21,7 +21,43 @@ mod golden_tests;
 pub use element::{ElementFormat, Overflow};
 pub use error::FormatError;
 pub use hadamard::{hadamard_in_place, hadamard_rows_in_place};
+pub(crate) use hadamard::hadamard_rows_into;
 pub use scale::{
     block_scale, default_amax_floor, quantize_dequantize, quantize_to_elements, BlockScaling, BlockShape, QuantizedBlocks, ScaleFormat,
     DEEPSEEK_FP4_AMAX_FLOOR, DEEPSEEK_FP8_AMAX_FLOOR,
 };
+
+/// Runs `f` compiled for the widest vector extension this CPU has (AVX-512,
+/// AVX2, or the baseline), so the per-value loops of the quantizers it
+/// inlines vectorise at that width. Only the instruction selection changes:
+/// the same IEEE operations in the same order, no FMA contraction (Rust never
+/// fuses), so results are bit-identical on every path (the golden and
+/// property tests run on whichever path the test machine takes; valgrind
+/// hides AVX-512 and runs the AVX2 one).
+#[inline(always)]
+pub(crate) fn with_widest_simd<R>(f: impl FnOnce() -> R) -> R {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx512f") && std::arch::is_x86_feature_detected!("avx512bw") {
+            // SAFETY: the CPU has AVX-512F/BW, checked just above.
+            return unsafe { simd_avx512(f) };
+        }
+        if std::arch::is_x86_feature_detected!("avx2") {
+            // SAFETY: the CPU has AVX2, checked just above.
+            return unsafe { simd_avx2(f) };
+        }
+    }
+    f()
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2")]
+unsafe fn simd_avx512<R>(f: impl FnOnce() -> R) -> R {
+    f()
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn simd_avx2<R>(f: impl FnOnce() -> R) -> R {
+    f()
+}

@@ -209,6 +209,7 @@ fn ceil_log2_ratio(amax: f32, max: f32) -> i32 {
 /// `amax = inf` gives 2^127 (and 448 for `E4m3`, inf for `Fp32`).
 /// `amax <= 0` gives scale 1 (the block is all zeros); NaN gives NaN
 /// (callers taking amax with `f32::max` never pass NaN).
+#[inline]
 pub fn block_scale(amax: f32, element: ElementFormat, scale_format: ScaleFormat) -> f32 {
     if amax.is_nan() {
         return f32::NAN;
@@ -219,7 +220,10 @@ pub fn block_scale(amax: f32, element: ElementFormat, scale_format: ScaleFormat)
     let max = element.max_finite();
     match scale_format {
         ScaleFormat::Fp32 => amax / max,
-        ScaleFormat::E4m3 => ElementFormat::E4m3fn.round_trip(amax / max, Overflow::Saturate),
+        // Saturating e4m3fn cast of a positive, non-NaN ratio: clamp, then
+        // round (the same bits as the encoder's saturating cast; see
+        // `fast_round_matches_encoder` and `e4m3_scale_matches_the_encoder`).
+        ScaleFormat::E4m3 => ClampedRounding::of(ElementFormat::E4m3fn).round((amax / max).min(ElementFormat::E4m3fn.max_finite())),
         ScaleFormat::Ue8m0Ceil if amax.is_infinite() => exact_power_of_two(127),
         ScaleFormat::Ue8m0Floor if amax.is_infinite() => exact_power_of_two(127),
         ScaleFormat::Ue8m0Ceil => exact_power_of_two(ceil_log2_ratio(amax, max)),
@@ -328,6 +332,125 @@ fn quantize_block(
     s
 }
 
+/// Quantizes every block of `values` (blocks of `block_len`, a multiple of
+/// 8) without codes, with AVX2, pushing each scale to `scales`: amax by
+/// vector max (exact and order-free), the scale by [`block_scale`], then per
+/// value the same `v·(1/s)` (power-of-two `s`) or `v/s`, clamp and
+/// [`ClampedRounding`] as the scalar fast paths of [`quantize_block`], and,
+/// when `dequantize`, the product by `s`. A block the vector path does not
+/// cover (a NaN value, a scale that is zero, negative or not finite) goes
+/// through the scalar [`quantize_block`].
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn quantize_blocks_avx2(
+    values: &mut [f32],
+    block_len: usize,
+    element: ElementFormat,
+    scaling: &BlockScaling,
+    dequantize: bool,
+    scales: &mut Vec<f32>,
+) {
+    use std::arch::x86_64::*;
+    let max = element.max_finite();
+    let rounding = ClampedRounding::of(element);
+    let abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fff_ffff));
+    let (hi, lo) = (_mm256_set1_ps(max), _mm256_set1_ps(-max));
+    let sign_mask = _mm256_set1_epi32(0x8000_0000u32 as i32);
+    let abs_bits = _mm256_set1_epi32(0x7fff_ffff);
+    let one = _mm256_set1_epi32(1);
+    let drop = _mm_cvtsi32_si128(rounding.drop_bits as i32);
+    let half = _mm256_set1_epi32(((1u32 << (rounding.drop_bits - 1)) - 1) as i32);
+    let keep = _mm256_set1_epi32(!((1u32 << rounding.drop_bits) - 1) as i32);
+    let magic = _mm256_set1_ps(rounding.magic);
+    let min_normal = _mm256_set1_ps(rounding.min_normal);
+    for block in values.chunks_exact_mut(block_len) {
+        let p = block.as_mut_ptr();
+        let mut amax = _mm256_setzero_ps();
+        let mut nan = _mm256_setzero_ps();
+        for i in (0..block_len).step_by(8) {
+            let v = _mm256_loadu_ps(p.add(i));
+            amax = _mm256_max_ps(amax, _mm256_and_ps(v, abs_mask));
+            nan = _mm256_or_ps(nan, _mm256_cmp_ps::<_CMP_UNORD_Q>(v, v));
+        }
+        // Horizontal max: exact whatever the order.
+        let m = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps::<1>(amax));
+        let m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+        let m = _mm_max_ss(m, _mm_shuffle_ps::<1>(m, m));
+        let amax = _mm_cvtss_f32(m).max(scaling.amax_floor);
+        let s = block_scale(amax, element, scaling.scale);
+        if _mm256_movemask_ps(nan) != 0 || !(s.is_finite() && s > 0.0) {
+            let s = quantize_block(block, element, scaling, None);
+            if dequantize {
+                for v in block.iter_mut() {
+                    *v = scale_element_value(*v, s);
+                }
+            }
+            scales.push(s);
+            continue;
+        }
+        let power_of_two = is_power_of_two(s);
+        let divisor = _mm256_set1_ps(s);
+        let reciprocal = _mm256_set1_ps(1.0 / s);
+        for i in (0..block_len).step_by(8) {
+            let v = _mm256_loadu_ps(p.add(i));
+            let scaled = if power_of_two { _mm256_mul_ps(v, reciprocal) } else { _mm256_div_ps(v, divisor) };
+            // f32::clamp(-max, max) of a non-NaN value.
+            let x = _mm256_min_ps(_mm256_max_ps(scaled, lo), hi);
+            let bits = _mm256_castps_si256(x);
+            let sign = _mm256_and_si256(bits, sign_mask);
+            let abs = _mm256_and_si256(bits, abs_bits);
+            let odd = _mm256_and_si256(_mm256_srl_epi32(abs, drop), one);
+            let normal = _mm256_and_si256(_mm256_add_epi32(_mm256_add_epi32(abs, half), odd), keep);
+            let a = _mm256_castsi256_ps(abs);
+            let subnormal = _mm256_sub_ps(_mm256_add_ps(a, magic), magic);
+            let is_sub = _mm256_cmp_ps::<_CMP_LT_OQ>(a, min_normal);
+            let magnitude = _mm256_blendv_ps(_mm256_castsi256_ps(normal), subnormal, is_sub);
+            let mut r = _mm256_or_ps(magnitude, _mm256_castsi256_ps(sign));
+            if dequantize {
+                r = _mm256_mul_ps(r, divisor);
+            }
+            _mm256_storeu_ps(p.add(i), r);
+        }
+        scales.push(s);
+    }
+}
+
+/// Quantizes every block without codes (through [`quantize_blocks_avx2`]
+/// when the CPU and the block length allow), leaving element values
+/// (`dequantize` false) or dequantized values, pushing the scales.
+fn quantize_blocks_fast(values: &mut [f32], block_len: usize, element: ElementFormat, scaling: &BlockScaling, dequantize: bool, scales: &mut Vec<f32>) {
+    #[cfg(target_arch = "x86_64")]
+    if has_avx2() && element != ElementFormat::F32 && block_len.is_multiple_of(8) {
+        // SAFETY: the CPU supports AVX2, checked just above.
+        unsafe { quantize_blocks_avx2(values, block_len, element, scaling, dequantize, scales) };
+        return;
+    }
+    for block in values.chunks_exact_mut(block_len) {
+        let s = quantize_block(block, element, scaling, None);
+        if dequantize {
+            for v in block.iter_mut() {
+                *v = scale_element_value(*v, s);
+            }
+        }
+        scales.push(s);
+    }
+}
+
+thread_local! {
+    /// Scales of [`quantize_dequantize`] when nobody asked for them.
+    static SCRATCH_SCALES: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+#[cfg(target_arch = "x86_64")]
+fn has_avx2() -> bool {
+    std::arch::is_x86_feature_detected!("avx2")
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn has_avx2() -> bool {
+    false
+}
+
 /// Round-to-nearest-even into a binary format with `mantissa_bits` and
 /// smallest normal exponent, for finite inputs already within ±max (so
 /// nothing overflows), returning the rounded value as an f32. Normal range:
@@ -434,16 +557,25 @@ pub fn quantize_dequantize(
         out.scales.clear();
         out.scales.reserve(values.len() / block_len);
     }
-    for block in values.chunks_exact_mut(block_len) {
-        let codes = out.as_deref_mut().map(|o| &mut o.codes);
-        let s = quantize_block(block, element, scaling, codes);
-        for v in block.iter_mut() {
-            *v = scale_element_value(*v, s);
-        }
-        if let Some(out) = out.as_deref_mut() {
-            out.scales.push(s);
-        }
+    if out.is_none() {
+        SCRATCH_SCALES.with_borrow_mut(|scales| {
+            scales.clear();
+            quantize_blocks_fast(values, block_len, element, scaling, true, scales);
+        });
+        return Ok(());
     }
+    super::with_widest_simd(|| {
+        for block in values.chunks_exact_mut(block_len) {
+            let codes = out.as_deref_mut().map(|o| &mut o.codes);
+            let s = quantize_block(block, element, scaling, codes);
+            for v in block.iter_mut() {
+                *v = scale_element_value(*v, s);
+            }
+            if let Some(out) = out.as_deref_mut() {
+                out.scales.push(s);
+            }
+        }
+    });
     Ok(())
 }
 
@@ -471,9 +603,7 @@ pub fn quantize_to_elements(
 ) -> Result<usize, FormatError> {
     let block_len = block_len(values.len(), d, scaling)?;
     scales.clear();
-    for block in values.chunks_exact_mut(block_len) {
-        scales.push(quantize_block(block, element, scaling, None));
-    }
+    quantize_blocks_fast(values, block_len, element, scaling, false, scales);
     Ok(block_len)
 }
 
@@ -495,6 +625,68 @@ mod tests {
                 let x = x.clamp(-max, max);
                 let want = element.round_trip(x, Overflow::Cast);
                 assert_eq!(rounding.round(x).to_bits(), want.to_bits(), "{element} {x:e}");
+            }
+        }
+    }
+
+    /// The vectorised block path (no codes) gives the bits of the scalar
+    /// path with codes, on values spanning subnormals to overflow.
+    #[test]
+    fn simd_blocks_match_the_scalar_path() -> Result<(), FormatError> {
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for element in ElementFormat::ALL {
+            for scale in [ScaleFormat::Fp32, ScaleFormat::Ue8m0Ceil, ScaleFormat::Ue8m0Floor, ScaleFormat::E4m3] {
+                for block in [8, 16, 32, 128] {
+                    for floor in [0.0, default_amax_floor(element, scale)] {
+                        let scaling = BlockScaling { shape: BlockShape::Block(block), scale, amax_floor: floor };
+                        let values: Vec<f32> = (0..1024)
+                            .map(|i| {
+                                let r = next();
+                                let mantissa = (r >> 40) as f32 / (1u64 << 24) as f32 - 0.5;
+                                // Blocks of very different magnitudes, some tiny.
+                                let exponent = ((r >> 8) % 5) as i32 * 8 - 20 - ((i / block) % 4) as i32 * 30;
+                                mantissa * 2f32.powi(exponent)
+                            })
+                            .collect();
+                        let mut fast = values.clone();
+                        quantize_dequantize(&mut fast, 128, element, &scaling, None)?;
+                        let mut slow = values.clone();
+                        let mut q = QuantizedBlocks::default();
+                        quantize_dequantize(&mut slow, 128, element, &scaling, Some(&mut q))?;
+                        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                        assert_eq!(bits(&fast), bits(&slow), "{element} {scale:?} {block}");
+                        let mut elements = values.clone();
+                        let mut scales = Vec::new();
+                        quantize_to_elements(&mut elements, 128, element, &scaling, &mut scales)?;
+                        assert_eq!(bits(&scales), bits(&q.scales), "{element} {scale:?} {block}");
+                        let codes: Vec<f32> = q.codes.iter().map(|&c| element.decode(c)).collect();
+                        let zero_scale: Vec<bool> = q.scales.iter().flat_map(|&s| std::iter::repeat_n(s == 0.0, block)).collect();
+                        for ((e, c), z) in elements.iter().zip(&codes).zip(&zero_scale) {
+                            if !z {
+                                assert_eq!(e.to_bits(), c.to_bits(), "{element} {scale:?} {block}");
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn e4m3_scale_matches_the_encoder() {
+        // Every positive f32 on a stride, plus the saturation boundary.
+        for bits in (1..0x7f80_0000u32).step_by(101).chain([0x7f80_0000, 448f32.to_bits(), 464f32.to_bits(), (6.0f32 * 448.0).to_bits(), (6.0f32 * 464.0).to_bits(), (6.0f32 * 464.0).to_bits() - 1]) {
+            let amax = f32::from_bits(bits);
+            for element in [ElementFormat::E2m1, ElementFormat::E4m3fn] {
+                let want = ElementFormat::E4m3fn.round_trip(amax / element.max_finite(), Overflow::Saturate);
+                assert_eq!(block_scale(amax, element, ScaleFormat::E4m3).to_bits(), want.to_bits(), "{amax:e}");
             }
         }
     }

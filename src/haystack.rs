@@ -385,3 +385,18 @@ mod tests {
         assert!(cholesky_solve(&mut singular, 2, &[1.0, 1.0]).is_none());
     }
 }
+
+/// Read access to a trial's draws for the analytic prediction and tail
+/// sampling (`crate::analytic`, `crate::tail`), which work from the
+/// distribution of rows instead of the rows themselves.
+impl TrialHaystack {
+    /// `a·u`, the component every key shares.
+    pub(crate) fn common(&self) -> &[f32] {
+        &self.common
+    }
+
+    /// Per-channel standard deviation σ.
+    pub(crate) fn channel_std(&self) -> &[f32] {
+        &self.channel_std
+    }
+}

@@ -9,6 +9,7 @@
 //! [`indexer`] (scores) → [`selection`] (top-k, ranks) →
 //! [`trial`] → [`montecarlo`] → [`sweep`] → [`output`] and [`chart`].
 
+pub mod analytic;
 pub mod chart;
 pub mod config;
 pub mod error;

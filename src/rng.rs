@@ -21,6 +21,8 @@ pub mod tag {
     pub const QUERY: u64 = 0x7175_6572_7900_0002; // query, head weights, common direction
     pub const ROW: u64 = 0x726f_7700_0000_0003; // one haystack key row
     pub const TIE: u64 = 0x7469_6500_0000_0004; // random tie-break priority of a row
+    pub const PREDICT: u64 = 0x7072_6564_0000_0005; // the analytic prediction's needle-score draws
+    pub const TAIL: u64 = 0x7461_696c_0000_0006; // tail sampling's proposal rows
 }
 
 /// SplitMix64 finaliser: a bijective 64-bit mixer with good avalanche.

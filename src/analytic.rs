@@ -258,9 +258,10 @@ pub fn binomial_cdf_below(n: u64, p: f64, k: u64) -> f64 {
     }
 }
 
-/// Needle-score draws per trial and variant (the prediction's own Monte
-/// Carlo; its error is reported beside the prediction).
-pub const NEEDLE_SAMPLES: usize = 256;
+/// Draws of the row noise per trial (shared by every variant): each gives
+/// one haystack score (for the skewness) and one needle score. The
+/// prediction's own Monte Carlo error comes from these.
+pub const NEEDLE_SAMPLES: usize = 512;
 
 /// Whether the prediction models a variant: its key side must keep ≥ 7
 /// mantissa bits (f32, bf16, f16: the rounding error is far below the
@@ -366,13 +367,20 @@ impl TrialScoreModel {
     }
 }
 
-/// Moment-matched model of the haystack score's upper tail: p(s) = P(S > s).
-/// Gaussian with the exact mean and variance (the skew of S is measured in
-/// docs/MODEL.md; see there why this suffices for the presets).
+/// Moment-matched model of the haystack score's upper tail: p(s) = P(S > s)
+/// from the exact mean μ and standard deviation σ and the skewness γ
+/// (estimated from a sample: the third moment of a sum of correlated ReLUs
+/// has no handy closed form). A shifted gamma with the same three moments:
+/// S ≈ μ + σ(G − α)/√α, G ~ Gamma(α), α = 4/γ² (mirrored for γ < 0), so
+/// p = Q(α, α + √α·x) with x = (s − μ)/σ; the Gaussian tail when |γ| < 10⁻³.
+/// S is a weighted sum of ReLUs, right-skewed for the presets, and the
+/// Gaussian tail alone overstates recall at long contexts (measured in
+/// docs/MODEL.md, "Analytic prediction").
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct TailFit {
     pub mean: f64,
     pub sd: f64,
+    pub skewness: f64,
 }
 
 impl TailFit {
@@ -380,8 +388,67 @@ impl TailFit {
         if self.sd <= 0.0 {
             return if s < self.mean { 1.0 } else { 0.0 };
         }
-        normal_sf((s - self.mean) / self.sd)
+        let x = (s - self.mean) / self.sd;
+        let g = self.skewness;
+        if g.abs() < 1e-3 {
+            return normal_sf(x);
+        }
+        let alpha = 4.0 / (g * g);
+        if g > 0.0 {
+            upper_regularized_gamma(alpha, alpha + alpha.sqrt() * x)
+        } else {
+            1.0 - upper_regularized_gamma(alpha, alpha - alpha.sqrt() * x)
+        }
     }
+}
+
+/// Q(a, x) = Γ(a, x)/Γ(a), the upper regularized incomplete gamma function
+/// (1 for x ≤ 0). The power series of P = 1 − Q below x = a + 1, the
+/// Legendre continued fraction of Q above it (evaluated by the modified
+/// Lentz method), each to ~1e-14.
+pub fn upper_regularized_gamma(a: f64, x: f64) -> f64 {
+    if x <= 0.0 {
+        return 1.0;
+    }
+    let log_prefactor = a * x.ln() - x - ln_gamma(a);
+    if x < a + 1.0 {
+        // P(a, x) = x^a e^−x / Γ(a+1) · Σ_n x^n / ((a+1)…(a+n)).
+        let (mut term, mut sum, mut ap) = (1.0 / a, 1.0 / a, a);
+        for _ in 0..10_000 {
+            ap += 1.0;
+            term *= x / ap;
+            sum += term;
+            if term < 1e-16 * sum {
+                break;
+            }
+        }
+        return (1.0 - sum * log_prefactor.exp()).clamp(0.0, 1.0);
+    }
+    // Q(a, x) = x^a e^−x / Γ(a) · 1/(x+1−a− 1·(1−a)/(x+3−a− 2·(2−a)/(x+5−a− …))).
+    let tiny = 1e-300;
+    let mut b = x + 1.0 - a;
+    let mut c = 1.0 / tiny;
+    let mut d = 1.0 / b;
+    let mut h = d;
+    for i in 1..10_000 {
+        let an = -(i as f64) * (i as f64 - a);
+        b += 2.0;
+        d = an * d + b;
+        if d.abs() < tiny {
+            d = tiny;
+        }
+        c = b + an / c;
+        if c.abs() < tiny {
+            c = tiny;
+        }
+        d = 1.0 / d;
+        let delta = d * c;
+        h *= delta;
+        if (delta - 1.0).abs() < 1e-15 {
+            break;
+        }
+    }
+    (h * log_prefactor.exp()).clamp(0.0, 1.0)
 }
 
 /// P(survive) for one cell of one trial, and the variance of that estimate
@@ -442,8 +509,12 @@ pub fn predict_trial(spec: &TrialSpec<'_>, trial_seed: u64) -> Result<Vec<Option
         }
         let model = TrialScoreModel::new(&haystack, variant)?;
         let (mean, var) = model.score_moments();
-        let tail = TailFit { mean, sd: var.sqrt() };
-        let mut needle: Vec<f64> = noise.chunks_exact(d).map(|z| model.scores_for_noise(z).1).collect();
+        let draws: Vec<(f64, f64)> = noise.chunks_exact(d).map(|z| model.scores_for_noise(z)).collect();
+        let sd = var.sqrt();
+        let third = draws.iter().map(|(h, _)| (h - mean).powi(3)).sum::<f64>() / draws.len() as f64;
+        let skewness = if sd > 0.0 { third / (sd * sd * sd) } else { 0.0 };
+        let tail = TailFit { mean, sd, skewness };
+        let mut needle: Vec<f64> = draws.iter().map(|d| d.1).collect();
         needle.sort_by(f64::total_cmp);
         for (ci, &context) in spec.contexts.iter().enumerate() {
             let placement = spec.placement(context);
@@ -593,6 +664,33 @@ mod tests {
         assert!((got - relu_mean(0.4, 1.3) * relu_mean(-0.2, 0.9)).abs() < 1e-12);
         let got = relu_cross_moment(0.4, 1.3, 0.4, 1.3, 0.999_999);
         assert!((got - relu_second_moment(0.4, 1.3)).abs() < 2e-3, "{got}");
+    }
+
+    #[test]
+    fn incomplete_gamma_matches_closed_forms() {
+        // Q(1, x) = e^−x; Q(n, x) = e^−x Σ_{i<n} x^i/i! for integer n; both branches.
+        for x in [0.3, 1.0, 2.5, 7.0, 30.0] {
+            assert!((upper_regularized_gamma(1.0, x) - (-x).exp()).abs() < 1e-14 * (-x).exp().max(1e-300) + 1e-16);
+            let mut want = 0.0;
+            let mut t = 1.0;
+            for i in 0..5 {
+                if i > 0 {
+                    t *= x / i as f64;
+                }
+                want += t;
+            }
+            want *= (-x).exp();
+            assert!((upper_regularized_gamma(5.0, x) - want).abs() < 1e-13 * want.max(1e-300), "Q(5, {x})");
+        }
+        // Q(½, x) = 2·Q_normal(√(2x)).
+        for x in [0.1, 0.8, 4.0] {
+            let want = 2.0 * normal_sf((2.0 * x).sqrt());
+            assert!((upper_regularized_gamma(0.5, x) - want).abs() < 1e-13, "Q(½, {x})");
+        }
+        // The gamma tail tends to the Gaussian as the skew vanishes.
+        let fit = |g| TailFit { mean: 0.0, sd: 1.0, skewness: g };
+        assert!((fit(0.002).exceedance(2.0) - normal_sf(2.0)).abs() < 1e-3);
+        assert!(fit(0.5).exceedance(2.0) > normal_sf(2.0) && fit(-0.5).exceedance(2.0) < normal_sf(2.0));
     }
 
     #[test]

@@ -13,6 +13,7 @@ pub mod analytic;
 pub mod chart;
 pub mod config;
 pub mod error;
+pub mod estimator;
 pub mod format;
 pub mod geometry;
 pub mod haystack;
@@ -28,6 +29,7 @@ pub mod selection;
 pub mod stats;
 pub mod store;
 pub mod sweep;
+pub mod tail;
 pub mod tensors;
 pub mod trial;
 

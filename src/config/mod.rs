@@ -11,6 +11,7 @@ pub use params::{ListSpec, Overlay, ScenarioParams};
 pub use preset::{preset_names, preset_params, preset_text, DEFAULT_PRESET, PRESETS};
 
 use crate::error::{ConfigError, Error};
+use crate::estimator::{EstimatorMode, EstimatorSettings};
 use crate::geometry::CompressionGeometry;
 use crate::haystack::{GenerativeModel, IndexerShape};
 use crate::precision::PrecisionVariant;
@@ -43,6 +44,9 @@ pub struct Scenario {
     pub trials: u64,
     pub seed: u64,
     pub threshold: f64,
+    /// `[estimator]`; absent in manifests written before it existed.
+    #[serde(default)]
+    pub estimator: EstimatorSettings,
 }
 
 /// The CLI flag that sets a scenario field, for error messages.
@@ -61,6 +65,9 @@ fn flag(path: &str) -> Option<&'static str> {
         "geometry.compress_ratio" => "--compress-ratio",
         "geometry.window" => "--window",
         "selection.tie_rule" => "--tie-rule",
+        "estimator.mode" => "--mode",
+        "estimator.tail_rows" => "--tail-rows",
+        "estimator.predict" => "--predict",
         _ => return None,
     })
 }
@@ -227,6 +234,19 @@ pub fn check(p: ScenarioParams) -> Result<Scenario, ConfigError> {
         return Err(ConfigError::new(field_name("sweep.threshold"), threshold, "a recall threshold in (0, 1]"));
     }
 
+    // Optional section: defaults keep older scenario files and presets valid.
+    let mut estimator = EstimatorSettings::default();
+    if let Some(text) = p.estimator.mode {
+        estimator.mode = EstimatorMode::parse(&text)
+            .ok_or_else(|| ConfigError::new(field_name("estimator.mode"), format!("{text:?}"), format!("one of {}", EstimatorMode::NAMES)))?;
+    }
+    if let Some(rows) = p.estimator.tail_rows {
+        estimator.tail_rows = int_in(rows, 64, 1 << 22, "estimator.tail_rows")?;
+    }
+    if let Some(predict) = p.estimator.predict {
+        estimator.predict = predict;
+    }
+
     Ok(Scenario {
         preset: p.preset.unwrap_or_else(|| "custom".into()),
         description: p.description.unwrap_or_default(),
@@ -251,6 +271,7 @@ pub fn check(p: ScenarioParams) -> Result<Scenario, ConfigError> {
         trials,
         seed,
         threshold,
+        estimator,
     })
 }
 

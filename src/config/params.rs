@@ -150,6 +150,18 @@ section!(
     }
 );
 
+section!(
+    /// `[estimator]`: how recall is estimated (see `crate::estimator`).
+    EstimatorParams {
+        /// full | tail (default full).
+        mode: String,
+        /// Rows drawn per trial in tail mode (default 4096).
+        tail_rows: u64,
+        /// Report the analytic prediction (default true).
+        predict: bool,
+    }
+);
+
 /// A whole scenario, every field optional.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -171,6 +183,8 @@ pub struct ScenarioParams {
     pub selection: SelectionParams,
     #[serde(default)]
     pub sweep: SweepParams,
+    #[serde(default)]
+    pub estimator: EstimatorParams,
     /// Custom precision variants (`[[precision]]`). Layers add to the list.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub precision: Vec<PrecisionParams>,
@@ -190,6 +204,7 @@ impl Overlay for ScenarioParams {
         self.needle.overlay(top.needle);
         self.selection.overlay(top.selection);
         self.sweep.overlay(top.sweep);
+        self.estimator.overlay(top.estimator);
         self.precision.extend(top.precision);
     }
 }

@@ -160,8 +160,13 @@ pub fn recall_chart(meta: &ReportMeta, cells: &[CellResult], depth: f64) -> Reca
                 .filter(|c| c.depth_percent == depth && c.topk == k && c.precision == *p)
                 .map(|c| RecallPoint { context_tokens: c.context_tokens, recall: c.recall, ci_low: c.ci_low, ci_high: c.ci_high })
                 .collect();
+            let predicted: Vec<(u64, f64)> = cells
+                .iter()
+                .filter(|c| c.depth_percent == depth && c.topk == k && c.precision == *p)
+                .filter_map(|c| c.predicted_recall.map(|r| (c.context_tokens, r)))
+                .collect();
             if !points.is_empty() {
-                series.push(RecallSeries { topk: k as u32, precision: p.clone(), points });
+                series.push(RecallSeries { topk: k as u32, precision: p.clone(), points, predicted });
             }
         }
     }

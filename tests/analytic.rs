@@ -43,12 +43,24 @@ fn prediction_agrees_with_simulation_on_v4_flash_up_to_32k() {
     prediction_agrees("deepseek-v4-flash", &[8192, 32768], 512);
 }
 
-/// ~1 min in release; run with `cargo test --release --test analytic -- --ignored`.
+/// ~1 min each in release; run with `cargo test --release --test analytic -- --ignored`.
 #[test]
 #[ignore]
-fn prediction_agrees_with_simulation_on_the_presets_at_128k() {
+fn prediction_agrees_with_simulation_on_v4_flash_at_128k() {
     prediction_agrees("deepseek-v4-flash", &[8192, 32768, 131072], 512);
+}
+
+/// Known miss (docs/MODEL.md, "Analytic prediction"): at 32K the prediction
+/// is 0.9524 against a Wilson interval [0.9546, 0.9864] widened to 0.9530.
+#[test]
+#[ignore]
+fn prediction_agrees_with_simulation_on_v4_pro() {
     prediction_agrees("deepseek-v4-pro", &[32768, 131072], 1024);
+}
+
+#[test]
+#[ignore]
+fn prediction_agrees_with_simulation_on_v3_2() {
     prediction_agrees("deepseek-v3.2", &[32768, 131072], 2048);
 }
 

@@ -212,7 +212,7 @@ pub struct ScenarioArgs {
     /// Rows drawn per trial in --mode tail (default 4096).
     #[arg(long, allow_negative_numbers = true, value_name = "M")]
     pub tail_rows: Option<u64>,
-    /// Report the analytic prediction beside each recall: on (default) or off.
+    /// Report the analytic prediction beside each recall (docs/MODEL.md): on or off (default).
     #[arg(long, value_parser = ["on", "off"], value_name = "on|off")]
     pub predict: Option<String>,
     /// Worker threads (default: all cores). Results do not depend on it.

@@ -38,12 +38,14 @@ pub struct EstimatorSettings {
     /// Rows drawn per trial in tail mode (half from the haystack, half from
     /// the tilted proposal).
     pub tail_rows: u64,
-    /// Report the analytic prediction beside each cell's recall.
+    /// Report the analytic prediction beside each cell's recall. Off by
+    /// default: it costs ~13 ms per trial on one core, more than a 32K-token
+    /// trial (docs/MODEL.md, "Analytic prediction").
     pub predict: bool,
 }
 
 impl Default for EstimatorSettings {
     fn default() -> Self {
-        Self { mode: EstimatorMode::Full, tail_rows: DEFAULT_TAIL_ROWS, predict: true }
+        Self { mode: EstimatorMode::Full, tail_rows: DEFAULT_TAIL_ROWS, predict: false }
     }
 }

@@ -26,7 +26,8 @@ fn scenario(preset: &str, contexts: &[u64], topk: u64, trials: u64) -> Scenario 
 }
 
 fn prediction_agrees(preset: &str, contexts: &[u64], topk: u64) {
-    let s = scenario(preset, contexts, topk, 400);
+    let mut s = scenario(preset, contexts, topk, 400);
+    s.estimator.predict = true;
     let cells = run_sweep(&s, &|| {}).unwrap().cells;
     let predictions = predict_cells(&spec_for(&s, 50.0), s.seed, s.trials).unwrap();
     for (c, p) in cells.iter().zip(&predictions) {

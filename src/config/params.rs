@@ -157,7 +157,7 @@ section!(
         mode: String,
         /// Rows drawn per trial in tail mode (default 4096).
         tail_rows: u64,
-        /// Report the analytic prediction (default true).
+        /// Report the analytic prediction (default false).
         predict: bool,
     }
 );

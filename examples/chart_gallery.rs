@@ -52,6 +52,7 @@ fn series(
         topk,
         precision: precision.into(),
         points,
+        predicted: Vec::new(),
     }
 }
 

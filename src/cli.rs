@@ -223,6 +223,15 @@ pub struct ScenarioArgs {
     /// a side left out is exact f32. Example: 'name=kfp8;q=bf16;k=e4m3fn/128/ue8m0/hadamard'.
     #[arg(long = "precision-def", value_name = "SPEC")]
     pub precision_def: Vec<String>,
+    /// Recall estimator: full (simulate every row) or tail (a sample of rows per trial, importance-sampled toward high scores; docs/PERFORMANCE.md).
+    #[arg(long, allow_hyphen_values = true, value_name = "MODE")]
+    pub mode: Option<String>,
+    /// Rows drawn per trial in --mode tail (default 4096).
+    #[arg(long, allow_negative_numbers = true, value_name = "M")]
+    pub tail_rows: Option<u64>,
+    /// Report the analytic prediction beside each recall (docs/MODEL.md): on or off (default).
+    #[arg(long, value_parser = ["on", "off"], value_name = "on|off")]
+    pub predict: Option<String>,
     /// Worker threads (default: all cores). Results do not depend on it.
     #[arg(long, allow_negative_numbers = true, value_name = "N")]
     pub threads: Option<usize>,
@@ -359,6 +368,9 @@ impl ScenarioArgs {
         p.physics.distractor_similarity = self.distractor_similarity;
         p.sweep.needle_offsets = text(&self.needle_offsets);
         p.sweep.length_mods = text(&self.length_mods);
+        p.estimator.mode = self.mode.clone();
+        p.estimator.tail_rows = self.tail_rows;
+        p.estimator.predict = self.predict.as_deref().map(|v| v == "on");
         p.precision = self.precision_def.iter().map(|d| config::precision::parse_compact(d)).collect::<Result<_, _>>()?;
         Ok(p)
     }

@@ -9,10 +9,12 @@
 //! [`indexer`] (scores) → [`selection`] (top-k, ranks) →
 //! [`trial`] → [`montecarlo`] → [`sweep`] → [`output`] and [`chart`].
 
+pub mod analytic;
 pub mod chart;
 pub mod compressor;
 pub mod config;
 pub mod error;
+pub mod estimator;
 pub mod format;
 pub mod geometry;
 pub mod haystack;
@@ -33,6 +35,7 @@ pub mod selection;
 pub mod stats;
 pub mod store;
 pub mod sweep;
+pub mod tail;
 pub mod tensors;
 pub mod trial;
 

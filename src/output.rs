@@ -69,7 +69,7 @@ fn quantile_values(q: Option<[f64; 5]>) -> String {
 /// The CSV header of `summary.csv`.
 pub fn summary_header() -> String {
     format!(
-        "context_tokens,depth_percent,needle_offset,topk,precision,trials,survived,recall,ci_low,ci_high,\
+        "context_tokens,depth_percent,needle_offset,topk,precision,trials,survived,recall,ci_low,ci_high,predicted_recall,\
          mean_rank,mean_rank_ties,median_rank,trials_with_ties,mean_margin_sd,needle_rows,needle_start_token,\
          needle_in_window,survived_via_window,visible_rows,candidate_rows,k_eff,coverage_limit,{},{},\
          fidelity_reference,selection_recall,selection_recall_ci_low,selection_recall_ci_high,jaccard,jaccard_ci_low,jaccard_ci_high,\
@@ -95,6 +95,7 @@ pub fn summary_csv(cells: &[CellResult]) -> String {
             c.recall.to_string(),
             c.ci_low.to_string(),
             c.ci_high.to_string(),
+            opt(c.predicted_recall),
             opt(c.mean_rank),
             opt(c.mean_rank_ties),
             opt(c.median_rank),
@@ -225,7 +226,7 @@ mod tests {
         let outcome = crate::sweep::run_sweep(&s, &|| {}).unwrap();
         let csv = summary_csv(&outcome.cells);
         let columns = summary_header().split(',').count();
-        assert_eq!(columns, 45);
+        assert_eq!(columns, 46);
         for line in csv.lines() {
             assert_eq!(line.split(',').count(), columns, "{line}");
         }

@@ -157,18 +157,20 @@ pub fn recall_chart(meta: &ReportMeta, cells: &[CellResult], depth: f64) -> Reca
     for &k in &g.topks {
         for p in &g.precisions {
             for &offset in &offsets {
+                let of_series = |c: &&CellResult| c.depth_percent == depth && c.topk == k && c.precision == *p && c.needle_offset == offset;
                 let points: Vec<RecallPoint> = cells
                     .iter()
-                    .filter(|c| c.depth_percent == depth && c.topk == k && c.precision == *p && c.needle_offset == offset)
+                    .filter(of_series)
                     .map(|c| RecallPoint { context_tokens: c.context_tokens, recall: c.recall, ci_low: c.ci_low, ci_high: c.ci_high })
                     .collect();
+                let predicted: Vec<(u64, f64)> = cells.iter().filter(of_series).filter_map(|c| c.predicted_recall.map(|r| (c.context_tokens, r))).collect();
                 // One line per needle offset when the sweep has that axis.
                 let label = match offset {
                     Some(o) if offsets.len() > 1 => format!("{p} @ offset {o}"),
                     _ => p.clone(),
                 };
                 if !points.is_empty() {
-                    series.push(RecallSeries { topk: k as u32, precision: label, points });
+                    series.push(RecallSeries { topk: k as u32, precision: label, points, predicted });
                 }
             }
         }
@@ -515,9 +517,19 @@ pub struct SingleCell {
 pub fn run_single_cell(s: &Scenario, print_trials: bool) -> Result<SingleCell, Error> {
     let depth = s.depths.first().copied().unwrap_or(50.0);
     let spec = spec_for(s, depth);
-    let outcomes = run_trials(&spec, s.seed, s.trials, &|| {})?;
-    let tallies = tally_cells(&spec, &outcomes);
-    let result = cells_for(s, &spec, &tallies).into_iter().next().ok_or_else(|| Error::Chart("no cell".into()))?;
+    // Tail sampling has no per-trial outcomes to print.
+    let (outcomes, cells) = match s.estimator.mode {
+        crate::estimator::EstimatorMode::Tail => (Vec::new(), crate::sweep::group_cells(s, &spec, &|| {})?),
+        crate::estimator::EstimatorMode::Full => {
+            let outcomes = run_trials(&spec, s.seed, s.trials, &|| {})?;
+            let mut cells = cells_for(s, &spec, &tally_cells(&spec, &outcomes));
+            if s.estimator.predict {
+                crate::sweep::attach_predictions(&mut cells, &crate::analytic::predict_cells(&spec, s.seed, s.trials)?);
+            }
+            (outcomes, cells)
+        }
+    };
+    let result = cells.into_iter().next().ok_or_else(|| Error::Chart("no cell".into()))?;
     let mut text = String::new();
     if print_trials {
         let _ = writeln!(text, "{:>7}  {:>8}  {:>10}  {:>14}  {:>12}", "trial", "survived", "rank (>)", "rank (≥, ties)", "margin (sd)");
@@ -542,6 +554,9 @@ pub fn run_single_cell(s: &Scenario, print_trials: bool) -> Result<SingleCell, E
         "{} tokens, depth {} %, k={} (k_eff {}), {}: recall {:.4} [{:.4}, {:.4}] ({} of {} trials)",
         r.context_tokens, r.depth_percent, r.topk, r.k_eff, r.precision, r.recall, r.ci_low, r.ci_high, r.survived, r.trials
     );
+    if let Some(p) = r.predicted_recall {
+        let _ = writeln!(text, "analytic prediction: recall {p:.4}");
+    }
     let _ = writeln!(
         text,
         "needle rows {} (first token {}, in raw window: {}), candidate rows {}, coverage limit k·c+W = {}",

@@ -24,6 +24,8 @@ pub mod tag {
     pub const PHYSICS: u64 = 0x7068_7973_0000_0005; // gate biases, distractors (physics on)
     pub const TOKEN: u64 = 0x746f_6b00_0000_0006; // token-level values and gates
     pub const SPECIAL: u64 = 0x7370_6563_0000_0007; // tokens of a needle or distractor row (shortcut)
+    pub const PREDICT: u64 = 0x7072_6564_0000_0008; // the analytic prediction's needle-score draws
+    pub const TAIL: u64 = 0x7461_696c_0000_0009; // tail sampling's proposal rows
 }
 
 /// SplitMix64 finaliser: a bijective 64-bit mixer with good avalanche.

@@ -2,7 +2,9 @@
 //! one haystack group (depth) at a time, and the effective context of each
 //! (k, precision).
 
+use crate::analytic::{predict_cells, CellPrediction};
 use crate::config::Scenario;
+use crate::estimator::EstimatorMode;
 use crate::error::SimError;
 use crate::montecarlo::{simulate, CellTally};
 use crate::stats::mcnemar_exact_p;
@@ -29,6 +31,10 @@ pub struct CellResult {
     /// Wilson 95 % interval.
     pub ci_low: f64,
     pub ci_high: f64,
+    /// Analytic prediction of the recall (`crate::analytic`); absent when
+    /// switched off (`--predict off`) or for variants it does not model.
+    #[serde(default)]
+    pub predicted_recall: Option<f64>,
     /// Mean over ranked trials of the competitors scoring strictly above the best needle row.
     pub mean_rank: Option<f64>,
     /// Same, counting ties as above.
@@ -139,6 +145,7 @@ pub fn cells_for(s: &Scenario, spec: &TrialSpec<'_>, tallies: &[CellTally]) -> V
                     recall: t.recall(),
                     ci_low,
                     ci_high,
+                    predicted_recall: None,
                     mean_rank: t.mean_rank(),
                     mean_rank_ties: t.mean_rank_ties(),
                     median_rank: t.median_rank(),
@@ -174,14 +181,33 @@ pub fn cells_for(s: &Scenario, spec: &TrialSpec<'_>, tallies: &[CellTally]) -> V
     cells
 }
 
+/// Sets each cell's predicted recall (cells in [`TrialSpec::cell_index`] order).
+pub fn attach_predictions(cells: &mut [CellResult], predictions: &[Option<CellPrediction>]) {
+    for (cell, p) in cells.iter_mut().zip(predictions) {
+        cell.predicted_recall = p.map(|p| p.recall);
+    }
+}
+
+/// The cells of one haystack group under the scenario's estimator, with the
+/// analytic prediction when it is switched on.
+pub fn group_cells(s: &Scenario, spec: &TrialSpec<'_>, on_trial: &(dyn Fn() + Sync)) -> Result<Vec<CellResult>, SimError> {
+    let mut cells = match s.estimator.mode {
+        EstimatorMode::Full => cells_for(s, spec, &simulate(spec, s.seed, s.trials, on_trial)?),
+        EstimatorMode::Tail => crate::tail::cells_for_tail(s, spec, on_trial)?,
+    };
+    if s.estimator.predict {
+        attach_predictions(&mut cells, &predict_cells(spec, s.seed, s.trials)?);
+    }
+    Ok(cells)
+}
+
 /// Runs every cell of the scenario. Cells come out ordered by depth,
 /// context, k, precision.
 pub fn run_sweep(s: &Scenario, on_trial: &(dyn Fn() + Sync)) -> Result<SweepOutcome, SimError> {
     let mut cells = Vec::new();
     for &depth in &s.depths {
         let spec = spec_for(s, depth);
-        let tallies = simulate(&spec, s.seed, s.trials, on_trial)?;
-        cells.extend(cells_for(s, &spec, &tallies));
+        cells.extend(group_cells(s, &spec, on_trial)?);
     }
     let effective = effective_contexts(s, &cells);
     Ok(SweepOutcome { cells, effective })
@@ -236,6 +262,7 @@ mod tests {
             recall,
             ci_low: recall,
             ci_high: recall,
+            predicted_recall: None,
             mean_rank: None,
             mean_rank_ties: None,
             median_rank: None,

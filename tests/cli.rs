@@ -36,6 +36,7 @@ const RESULT_KEYS: &[&str] = &[
     "recall",
     "ci_low",
     "ci_high",
+    "predicted_recall",
     "mean_rank",
     "needle_rows",
 ];

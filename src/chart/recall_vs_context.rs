@@ -33,6 +33,9 @@ pub struct RecallSeries {
     pub precision: String,
     /// Strictly ascending `context_tokens`.
     pub points: Vec<RecallPoint>,
+    /// `(context_tokens, predicted recall)` of the analytic prediction, drawn
+    /// as a thin long-dashed line in the series' colour (empty: none).
+    pub predicted: Vec<(u64, f64)>,
 }
 
 /// Everything drawn on a recall-vs-context chart.
@@ -620,6 +623,17 @@ impl Painter for RecallChart {
                 })
                 .collect();
             draw_dashed(root, &pts, look.dash, s, look.color.stroke_width(line_w))?;
+            let predicted: Vec<(f64, f64)> = sr
+                .predicted
+                .iter()
+                .map(|&(c, r)| {
+                    let (x, y) = chart.backend_coord(&((c as f64).log2(), r));
+                    (x as f64, y as f64)
+                })
+                .collect();
+            if predicted.len() > 1 {
+                draw_dashed(root, &predicted, Dash::LongDash, s * 0.8, look.color.mix(0.75).stroke_width((1.4 * s).round().max(1.0) as u32))?;
+            }
             for &(x, y) in &pts {
                 draw_marker(
                     root,
@@ -728,6 +742,17 @@ impl Painter for RecallChart {
             }
             y += entry_h;
         }
+        if self.series.iter().any(|sr| sr.predicted.len() > 1) {
+            draw_dashed(
+                root,
+                &[(lx as f64, y as f64), ((lx + swatch_w) as f64, y as f64)],
+                Dash::LongDash,
+                s * 0.8,
+                INK_SOFT.stroke_width((1.4 * s).round().max(1.0) as u32),
+            )?;
+            root.draw(&Text::new("predicted (analytic)", (lx + swatch_w + px(12.0), y), legend_style.clone())).map_err(draw_err)?;
+            y += entry_h;
+        }
         for l in &off_axis {
             root.draw(&Text::new(
                 l.clone(),
@@ -749,6 +774,7 @@ mod tests {
         let mk = |topk: u32, precision: &str, knee: f64| RecallSeries {
             topk,
             precision: precision.into(),
+            predicted: Vec::new(),
             points: (10..=17)
                 .map(|e| {
                     let c = 1u64 << e;

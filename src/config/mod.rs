@@ -11,6 +11,7 @@ pub use params::{ListSpec, Overlay, ScenarioParams};
 pub use preset::{preset_names, preset_params, preset_text, DEFAULT_PRESET, PRESETS};
 
 use crate::error::{ConfigError, Error};
+use crate::estimator::{EstimatorMode, EstimatorSettings};
 use crate::geometry::CompressionGeometry;
 use crate::haystack::{GenerativeModel, IndexerShape};
 use crate::physics::{Physics, Pooling, RopeChoice};
@@ -47,6 +48,9 @@ pub struct Scenario {
     pub trials: u64,
     pub seed: u64,
     pub threshold: f64,
+    /// `[estimator]`; absent in manifests written before it existed.
+    #[serde(default)]
+    pub estimator: EstimatorSettings,
 }
 
 /// The CLI flag that sets a scenario field, for error messages.
@@ -75,6 +79,9 @@ fn flag(path: &str) -> Option<&'static str> {
         "physics.distractor_similarity" => "--distractor-similarity",
         "sweep.needle_offsets" => "--needle-offsets",
         "sweep.length_mods" => "--length-mods",
+        "estimator.mode" => "--mode",
+        "estimator.tail_rows" => "--tail-rows",
+        "estimator.predict" => "--predict",
         _ => return None,
     })
 }
@@ -258,6 +265,37 @@ pub fn check(p: ScenarioParams) -> Result<Scenario, ConfigError> {
         return Err(ConfigError::new(field_name("sweep.threshold"), threshold, "a recall threshold in (0, 1]"));
     }
 
+    // Optional section: defaults keep older scenario files and presets valid.
+    let mut estimator = EstimatorSettings::default();
+    if let Some(text) = p.estimator.mode {
+        estimator.mode = EstimatorMode::parse(&text)
+            .ok_or_else(|| ConfigError::new(field_name("estimator.mode"), format!("{text:?}"), format!("one of {}", EstimatorMode::NAMES)))?;
+    }
+    if let Some(rows) = p.estimator.tail_rows {
+        estimator.tail_rows = int_in(rows, 64, 1 << 22, "estimator.tail_rows")?;
+    }
+    if let Some(predict) = p.estimator.predict {
+        estimator.predict = predict;
+    }
+    // Tail sampling and the prediction assume the null model's independent,
+    // position-free rows with one needle (docs/MODEL.md, "Analytic prediction").
+    let null_model = physics == Physics::NULL && needle_offsets == [None];
+    if estimator.mode == EstimatorMode::Tail {
+        if !null_model {
+            return Err(ConfigError::new(
+                field_name("estimator.mode"),
+                "\"tail\"",
+                "full when [physics] or sweep.needle_offsets is set: tail sampling assumes independent rows without position (the null model)",
+            ));
+        }
+        if let Some(v) = precisions.iter().find(|v| !v.cache.is_default() || !v.selection.is_default()) {
+            return Err(ConfigError::new(field_name("estimator.mode"), "\"tail\"", format!("full with hypothesis variant {:?}: tail sampling stores rows one at a time", v.name)));
+        }
+    }
+    if estimator.predict && !null_model {
+        return Err(ConfigError::new(field_name("estimator.predict"), "true", "false when [physics] or sweep.needle_offsets is set: the prediction assumes the null model"));
+    }
+
     Ok(Scenario {
         preset: p.preset.unwrap_or_else(|| "custom".into()),
         description: p.description.unwrap_or_default(),
@@ -284,6 +322,7 @@ pub fn check(p: ScenarioParams) -> Result<Scenario, ConfigError> {
         trials,
         seed,
         threshold,
+        estimator,
     })
 }
 

@@ -171,6 +171,18 @@ section!(
     }
 );
 
+section!(
+    /// `[estimator]`: how recall is estimated (see `crate::estimator`).
+    EstimatorParams {
+        /// full | tail (default full).
+        mode: String,
+        /// Rows drawn per trial in tail mode (default 4096).
+        tail_rows: u64,
+        /// Report the analytic prediction (default false).
+        predict: bool,
+    }
+);
+
 /// A whole scenario, every field optional.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -194,6 +206,8 @@ pub struct ScenarioParams {
     pub physics: PhysicsParams,
     #[serde(default)]
     pub sweep: SweepParams,
+    #[serde(default)]
+    pub estimator: EstimatorParams,
     /// Custom precision variants (`[[precision]]`). Layers add to the list.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub precision: Vec<PrecisionParams>,
@@ -214,6 +228,7 @@ impl Overlay for ScenarioParams {
         self.selection.overlay(top.selection);
         self.physics.overlay(top.physics);
         self.sweep.overlay(top.sweep);
+        self.estimator.overlay(top.estimator);
         self.precision.extend(top.precision);
     }
 }

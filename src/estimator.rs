@@ -1,0 +1,51 @@
+//! How a cell's recall is estimated: by simulating every row (`full`), or by
+//! tail sampling (`tail`, see [`crate::tail`]); and whether the analytic
+//! prediction ([`crate::analytic`]) is reported beside it.
+
+use serde::{Deserialize, Serialize};
+
+/// The estimator of a cell's recall.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum EstimatorMode {
+    /// Generate, quantize and score every row of every context.
+    #[default]
+    Full,
+    /// Estimate each trial's exceedance probability from a sample of rows
+    /// with importance sampling of the upper tail.
+    Tail,
+}
+
+impl EstimatorMode {
+    pub const NAMES: &'static str = "full, tail";
+
+    pub fn parse(text: &str) -> Option<Self> {
+        match text.trim().to_ascii_lowercase().as_str() {
+            "full" => Some(EstimatorMode::Full),
+            "tail" => Some(EstimatorMode::Tail),
+            _ => None,
+        }
+    }
+}
+
+/// Default rows drawn per trial in tail mode.
+pub const DEFAULT_TAIL_ROWS: u64 = 4096;
+
+/// `[estimator]`, validated.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EstimatorSettings {
+    pub mode: EstimatorMode,
+    /// Rows drawn per trial in tail mode (half from the haystack, half from
+    /// the tilted proposal).
+    pub tail_rows: u64,
+    /// Report the analytic prediction beside each cell's recall. Off by
+    /// default: it costs ~13 ms per trial on one core, more than a 32K-token
+    /// trial (docs/MODEL.md, "Analytic prediction").
+    pub predict: bool,
+}
+
+impl Default for EstimatorSettings {
+    fn default() -> Self {
+        Self { mode: EstimatorMode::Full, tail_rows: DEFAULT_TAIL_ROWS, predict: false }
+    }
+}

@@ -1,0 +1,304 @@
+//! Tail sampling: a cell's recall from a sample of rows per trial instead of
+//! every row of the context.
+//!
+//! Haystack rows are iid given the trial, so the needle's fate depends only
+//! on how many of the N competitors beat its best row s*: Binomial(N, p(s*)),
+//! p(s) = P(S > s | trial). Per trial and precision variant we draw M rows,
+//! half from the haystack distribution and half from a proposal shifted
+//! toward high scores (z → z + θ in the keys' noise), quantize and score them
+//! exactly as the full simulation does, and estimate p(s*) by importance
+//! sampling with the balance-heuristic weights of the 50/50 mixture,
+//! w = f/(½f + ½g) ≤ 2. The needle rows themselves are the real ones.
+//! Survival P(Bin(N, p̂) < k_eff) is corrected to second order for the noise
+//! in p̂, and the cell's interval comes from the spread of the per-trial
+//! survival probabilities, which contains that noise (it is independent
+//! across trials). Formulas and limits: docs/PERFORMANCE.md, "Tail sampling".
+
+use crate::analytic::binomial_cdf_below;
+use crate::config::Scenario;
+use crate::error::SimError;
+use crate::haystack::TrialHaystack;
+use crate::indexer::IndexerQuery;
+use crate::montecarlo::trial_seed;
+use crate::precision::QuantizedRows;
+use crate::selection::TieRule;
+use crate::stats::mean_interval;
+use crate::sweep::CellResult;
+use crate::trial::TrialSpec;
+use rayon::prelude::*;
+
+/// Rows scored together (as in the full simulation's chunks).
+const CHUNK_ROWS: usize = 256;
+
+/// First row index of the proposal draws: far beyond any context, so they
+/// are independent of the haystack rows 0 … M/2 − 1 drawn alongside.
+const PROPOSAL_FIRST_ROW: u64 = 1 << 40;
+
+/// Norm of the tilt θ when the needle has no offset to tilt along.
+const FALLBACK_TILT: f64 = 2.0;
+
+/// The weighted sample of one trial and variant, sorted by descending score,
+/// with running sums of the weights and squared weights.
+#[derive(Clone, Debug, Default)]
+pub struct TailSample {
+    scores: Vec<f32>,
+    cum_weight: Vec<f64>,
+    cum_weight_sq: Vec<f64>,
+}
+
+/// p̂(s) and its standard error.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Exceedance {
+    pub p: f64,
+    pub se: f64,
+}
+
+impl TailSample {
+    /// `scores[i]` with importance weight `weights[i]` (f/q of the sampling density).
+    pub fn new(scores: &[f32], weights: &[f64]) -> Self {
+        let mut order: Vec<usize> = (0..scores.len()).collect();
+        order.sort_by(|&a, &b| scores[b].total_cmp(&scores[a]));
+        let mut out = TailSample::default();
+        let (mut w, mut w2) = (0.0, 0.0);
+        for i in order {
+            w += weights[i];
+            w2 += weights[i] * weights[i];
+            out.scores.push(scores[i]);
+            out.cum_weight.push(w);
+            out.cum_weight_sq.push(w2);
+        }
+        out
+    }
+
+    fn sums_above(&self, count: usize) -> (f64, f64) {
+        if count == 0 { (0.0, 0.0) } else { (self.cum_weight[count - 1], self.cum_weight_sq[count - 1]) }
+    }
+
+    /// P(S > s) + tie_share·P(S = s): the chance a haystack row is ahead of
+    /// a needle row scoring `s` when a tied row is ahead with probability
+    /// `tie_share`.
+    pub fn exceedance(&self, s: f32, tie_share: f64) -> Exceedance {
+        let m = self.scores.len() as f64;
+        if m == 0.0 {
+            return Exceedance { p: 0.0, se: 0.0 };
+        }
+        // scores are descending: rows strictly above, then rows equal.
+        let above = self.scores.partition_point(|&x| x > s);
+        let at_or_above = self.scores.partition_point(|&x| x >= s);
+        let (w_gt, w2_gt) = self.sums_above(above);
+        let (w_ge, w2_ge) = self.sums_above(at_or_above);
+        let w = w_gt + tie_share * (w_ge - w_gt);
+        let w2 = w2_gt + tie_share * tie_share * (w2_ge - w2_gt);
+        let p = w / m;
+        let var = (w2 / m - p * p).max(0.0) / m;
+        Exceedance { p: p.clamp(0.0, 1.0), se: var.sqrt() }
+    }
+}
+
+/// P(Bin(n, p̂) < k) corrected for the noise in p̂: with p̂ ≈ p + ε,
+/// E[G(p̂)] ≈ G(p) + ½G''(p)·se², so G(p̂) − ½G''·se² with G'' from the
+/// central difference at step se: 2G(p̂) − ½(G(p̂ − se) + G(p̂ + se)).
+pub fn survival(n: u64, k: u64, e: Exceedance) -> f64 {
+    let g = |p: f64| binomial_cdf_below(n, p.clamp(0.0, 1.0), k);
+    let centre = g(e.p);
+    if e.se == 0.0 {
+        return centre;
+    }
+    (2.0 * centre - 0.5 * (g(e.p - e.se) + g(e.p + e.se))).clamp(0.0, 1.0)
+}
+
+/// The tilt θ in the keys' standardized noise z (k = c + σ⊙z): the needle's
+/// own offset, θ = δ/σ, so proposal rows score like needle rows, which is
+/// where p(s*) is needed; with no needle offset, the direction that raises
+/// the positively weighted heads' dot products, with norm [`FALLBACK_TILT`].
+fn tilt(haystack: &TrialHaystack) -> Vec<f64> {
+    let sigma = haystack.channel_std();
+    let delta = haystack.needle_offset();
+    let theta: Vec<f64> = delta.iter().zip(sigma).map(|(&dv, &s)| f64::from(dv) / f64::from(s)).collect();
+    if theta.iter().any(|&t| t != 0.0) {
+        return theta;
+    }
+    let d = sigma.len();
+    let mut g = vec![0.0f64; d];
+    for (h, &w) in haystack.weights.iter().enumerate() {
+        if w > 0.0 {
+            for j in 0..d {
+                g[j] += f64::from(w) * f64::from(haystack.queries[h * d + j]) * f64::from(sigma[j]);
+            }
+        }
+    }
+    let norm = g.iter().map(|x| x * x).sum::<f64>().sqrt();
+    if norm == 0.0 {
+        return g;
+    }
+    g.iter().map(|x| x * FALLBACK_TILT / norm).collect()
+}
+
+/// One trial's survival probability per cell index of `spec`.
+pub fn tail_trial(spec: &TrialSpec<'_>, trial_seed: u64, tail_rows: u64) -> Result<Vec<f64>, SimError> {
+    let d = spec.model.shape.head_dim;
+    let haystack = TrialHaystack::draw(spec.model, trial_seed)?;
+    let queries: Vec<IndexerQuery> = spec
+        .variants
+        .iter()
+        .map(|v| {
+            let q = v.query.quantize_rows(&haystack.queries, d)?;
+            Ok(IndexerQuery::new(q, &haystack.weights, d, v.scoring))
+        })
+        .collect::<Result<_, SimError>>()?;
+
+    // The rows: M/2 haystack rows, then M/2 proposal rows z + θ.
+    let half = (tail_rows / 2) as usize;
+    let rows = 2 * half;
+    let theta = tilt(&haystack);
+    let theta_sq: f64 = theta.iter().map(|t| t * t).sum();
+    let shift: Vec<f32> = theta.iter().zip(haystack.channel_std()).map(|(&t, &s)| (t * f64::from(s)) as f32).collect();
+    let (common, sigma) = (haystack.common(), haystack.channel_std());
+    let mut keys = vec![0.0f32; rows * d];
+    haystack.fill_haystack_rows(0, &mut keys[..half * d]);
+    haystack.fill_haystack_rows(PROPOSAL_FIRST_ROW, &mut keys[half * d..]);
+    for key in keys[half * d..].chunks_exact_mut(d) {
+        for (k, &s) in key.iter_mut().zip(&shift) {
+            *k += s;
+        }
+    }
+    // Balance-heuristic weight f/(½f + ½g), g/f = exp(θ·z − |θ|²/2) at the
+    // row's standardized noise z = (k − c)/σ.
+    let weights: Vec<f64> = keys
+        .chunks_exact(d)
+        .map(|key| {
+            let tz: f64 = (0..d).map(|j| theta[j] * (f64::from(key[j]) - f64::from(common[j])) / f64::from(sigma[j])).sum();
+            1.0 / (0.5 + 0.5 * (tz - 0.5 * theta_sq).exp())
+        })
+        .collect();
+
+    let mut samples = Vec::with_capacity(spec.variants.len());
+    let mut scores = vec![0.0f32; rows];
+    let mut quantized = QuantizedRows::with_capacity(CHUNK_ROWS, d);
+    for (v, variant) in spec.variants.iter().enumerate() {
+        for start in (0..rows).step_by(CHUNK_ROWS) {
+            let n = CHUNK_ROWS.min(rows - start);
+            let chunk = &keys[start * d..(start + n) * d];
+            let out = &mut scores[start..start + n];
+            if variant.key.is_identity() {
+                queries[v].score_rows(chunk, out);
+            } else {
+                variant.key.quantize_rows_into(chunk, d, &mut quantized)?;
+                queries[v].score_quantized_rows(&quantized, out);
+            }
+        }
+        samples.push(TailSample::new(&scores, &weights));
+    }
+
+    let mut out = vec![0.0; spec.cell_count()];
+    let mut key = vec![0.0f32; d];
+    let mut quantized_key = QuantizedRows::with_capacity(1, d);
+    for (ci, &context) in spec.contexts.iter().enumerate() {
+        let placement = spec.placement(context, None);
+        let candidates = spec.geometry.candidate_rows(context);
+        let needle_rows = placement.rows.end - placement.rows.start;
+        let competitors = candidates - needle_rows;
+        // Share of tied competitors the tie rule puts ahead of the needle.
+        let before = placement.rows.start as f64 / competitors.max(1) as f64;
+        let tie_share = match spec.tie_rule {
+            TieRule::Random => 0.5,
+            TieRule::LowestIndex => before,
+            TieRule::HighestIndex => 1.0 - before,
+        };
+        let mut best = vec![f32::NEG_INFINITY; spec.variants.len()];
+        for row in placement.rows.clone() {
+            haystack.fill_needle_row(row, &mut key);
+            for (v, variant) in spec.variants.iter().enumerate() {
+                variant.key.quantize_rows_into(&key, d, &mut quantized_key)?;
+                let s = queries[v].score_one_scaled(&quantized_key.values, quantized_key.row_scales[0]);
+                if s.total_cmp(&best[v]).is_gt() {
+                    best[v] = s;
+                }
+            }
+        }
+        for (ki, &k) in spec.topks.iter().enumerate() {
+            let k_eff = k.min(candidates);
+            for v in 0..spec.variants.len() {
+                out[spec.cell_index(ci, 0, ki, v)] = if placement.in_window {
+                    1.0
+                } else if needle_rows == 0 {
+                    0.0
+                } else {
+                    survival(competitors, k_eff, samples[v].exceedance(best[v], tie_share))
+                };
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Cell results of one haystack group by tail sampling: recall is the mean
+/// over trials of the survival probability, its interval the normal 95 %
+/// interval of that mean (clamped to [0, 1]). Rank, margin and fidelity
+/// fields are absent: the rows they need are not generated.
+pub fn cells_for_tail(s: &Scenario, spec: &TrialSpec<'_>, on_trial: &(dyn Fn() + Sync)) -> Result<Vec<CellResult>, SimError> {
+    let per_trial: Vec<Vec<f64>> = (0..s.trials)
+        .into_par_iter()
+        .map(|t| {
+            let out = tail_trial(spec, trial_seed(s.seed, spec.depth_percent, t), s.estimator.tail_rows);
+            on_trial();
+            out
+        })
+        .collect::<Result<_, _>>()?;
+    let mut cells = Vec::with_capacity(spec.cell_count());
+    for (ci, &context) in s.contexts.iter().enumerate() {
+        let placement = spec.placement(context, None);
+        let candidates = s.geometry.candidate_rows(context);
+        for (ki, &k) in s.topks.iter().enumerate() {
+            for (vi, variant) in s.precisions.iter().enumerate() {
+                let i = spec.cell_index(ci, 0, ki, vi);
+                let (sum, sum_sq) = per_trial.iter().fold((0.0, 0.0), |(a, b), t| (a + t[i], b + t[i] * t[i]));
+                let (recall, low, high) = mean_interval(sum, sum_sq, s.trials).unwrap_or((0.0, 0.0, 1.0));
+                let base = spec.cell_index(ci, 0, ki, 0);
+                let base_recall = per_trial.iter().map(|t| t[base]).sum::<f64>() / s.trials.max(1) as f64;
+                let paired = vi > 0;
+                cells.push(CellResult {
+                    context_tokens: context,
+                    depth_percent: spec.depth_percent,
+                    needle_offset: None,
+                    topk: k,
+                    precision: variant.name.clone(),
+                    trials: s.trials,
+                    survived: sum.round() as u64,
+                    recall,
+                    ci_low: low.max(0.0),
+                    ci_high: high.min(1.0),
+                    predicted_recall: None,
+                    mean_rank: None,
+                    mean_rank_ties: None,
+                    median_rank: None,
+                    trials_with_ties: 0,
+                    mean_margin_sd: None,
+                    needle_rows: placement.rows.end - placement.rows.start,
+                    needle_start_token: placement.tokens.start,
+                    needle_in_window: placement.in_window,
+                    survived_via_window: if placement.in_window { s.trials } else { 0 },
+                    visible_rows: s.geometry.visible_rows(context),
+                    candidate_rows: candidates,
+                    k_eff: k.min(candidates),
+                    coverage_limit: s.geometry.coverage_limit(k),
+                    rank_share_quantiles: None,
+                    margin_sd_quantiles: None,
+                    fidelity_reference: None,
+                    selection_recall: None,
+                    selection_recall_ci_low: None,
+                    selection_recall_ci_high: None,
+                    jaccard: None,
+                    jaccard_ci_low: None,
+                    jaccard_ci_high: None,
+                    baseline: paired.then(|| s.precisions[0].name.clone()),
+                    recall_diff: paired.then_some(recall - base_recall),
+                    discordant_gained: None,
+                    discordant_lost: None,
+                    mcnemar_p: None,
+                });
+            }
+        }
+    }
+    Ok(cells)
+}

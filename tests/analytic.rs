@@ -1,0 +1,106 @@
+//! The analytic prediction and tail sampling against full simulation on the
+//! presets' default cells (fp32, where the prediction's assumptions hold).
+//! Tolerances: the simulation's 95 % Wilson interval widened by twice the
+//! prediction's own sampling standard error (prediction), or the 95 %
+//! interval of the difference of two independent estimates (tail sampling;
+//! conservative: both use the same trials, which correlates them positively).
+
+use dsa_recall::analytic::predict_cells;
+use dsa_recall::config::{self, Scenario, ScenarioParams};
+use dsa_recall::estimator::EstimatorMode;
+use dsa_recall::precision::PrecisionVariant;
+use dsa_recall::stats::Z95;
+use dsa_recall::sweep::{run_sweep, spec_for};
+
+fn scenario(preset: &str, contexts: &[u64], topk: u64, trials: u64) -> Scenario {
+    let params = ScenarioParams { preset: Some(preset.into()), ..Default::default() };
+    let s = config::check(config::resolve(params).unwrap()).unwrap();
+    Scenario {
+        contexts: contexts.to_vec(),
+        depths: vec![50.0],
+        topks: vec![topk],
+        precisions: vec![PrecisionVariant::builtin("fp32").unwrap()],
+        trials,
+        ..s
+    }
+}
+
+fn prediction_agrees(preset: &str, contexts: &[u64], topk: u64) {
+    let mut s = scenario(preset, contexts, topk, 400);
+    s.estimator.predict = true;
+    let cells = run_sweep(&s, &|| {}).unwrap().cells;
+    let predictions = predict_cells(&spec_for(&s, 50.0), s.seed, s.trials).unwrap();
+    for (c, p) in cells.iter().zip(&predictions) {
+        let p = p.expect("fp32 is predicted");
+        assert_eq!(c.predicted_recall, Some(p.recall));
+        let (lo, hi) = (c.ci_low - 2.0 * p.sampling_se, c.ci_high + 2.0 * p.sampling_se);
+        eprintln!("{preset} {} tokens k={topk}: simulated {:.4} [{:.4}, {:.4}], predicted {:.4} ± {:.4}", c.context_tokens, c.recall, c.ci_low, c.ci_high, p.recall, p.sampling_se);
+        assert!(p.recall >= lo && p.recall <= hi, "{preset} at {} tokens: predicted {} outside [{lo}, {hi}]", c.context_tokens, p.recall);
+    }
+}
+
+#[test]
+fn prediction_agrees_with_simulation_on_v4_flash_up_to_32k() {
+    prediction_agrees("deepseek-v4-flash", &[8192, 32768], 512);
+}
+
+/// ~1 min each in release; run with `cargo test --release --test analytic -- --ignored`.
+#[test]
+#[ignore]
+fn prediction_agrees_with_simulation_on_v4_flash_at_128k() {
+    prediction_agrees("deepseek-v4-flash", &[8192, 32768, 131072], 512);
+}
+
+/// Known miss (docs/MODEL.md, "Analytic prediction"): at 32K the prediction
+/// is 0.9524 against a Wilson interval [0.9546, 0.9864] widened to 0.9530.
+#[test]
+#[ignore]
+fn prediction_agrees_with_simulation_on_v4_pro() {
+    prediction_agrees("deepseek-v4-pro", &[32768, 131072], 1024);
+}
+
+#[test]
+#[ignore]
+fn prediction_agrees_with_simulation_on_v3_2() {
+    prediction_agrees("deepseek-v3.2", &[32768, 131072], 2048);
+}
+
+fn tail_agrees(preset: &str, contexts: &[u64], topk: u64, trials: u64, precisions: &[&str]) {
+    let mut s = scenario(preset, contexts, topk, trials);
+    s.precisions = precisions.iter().map(|p| PrecisionVariant::builtin(p).unwrap()).collect();
+    s.estimator.predict = false;
+    let full = run_sweep(&s, &|| {}).unwrap().cells;
+    s.estimator.mode = EstimatorMode::Tail;
+    let tail = run_sweep(&s, &|| {}).unwrap().cells;
+    for (f, t) in full.iter().zip(&tail) {
+        assert_eq!((f.context_tokens, &f.precision), (t.context_tokens, &t.precision));
+        let se = |lo: f64, hi: f64| (hi - lo) / (2.0 * Z95);
+        let tol = Z95 * (se(f.ci_low, f.ci_high).powi(2) + se(t.ci_low, t.ci_high).powi(2)).sqrt();
+        eprintln!("{preset} {} tokens {}: full {:.4} [{:.4}, {:.4}], tail {:.4} [{:.4}, {:.4}]", f.context_tokens, f.precision, f.recall, f.ci_low, f.ci_high, t.recall, t.ci_low, t.ci_high);
+        assert!((f.recall - t.recall).abs() <= tol, "{} tokens {}: full {} vs tail {} (tolerance {tol})", f.context_tokens, f.precision, f.recall, t.recall);
+    }
+}
+
+#[test]
+fn tail_sampling_agrees_with_full_simulation_at_32k() {
+    tail_agrees("deepseek-v4-flash", &[32768], 512, 300, &["fp32", "fp8"]);
+}
+
+/// Several minutes in release; `cargo test --release --test analytic -- --ignored`.
+#[test]
+#[ignore]
+fn tail_sampling_agrees_with_full_simulation_on_the_presets() {
+    tail_agrees("deepseek-v4-flash", &[8192, 32768, 131072], 512, 400, &["fp32", "bf16", "fp8", "fp4"]);
+    tail_agrees("deepseek-v4-pro", &[32768, 131072], 1024, 400, &["fp32", "fp4"]);
+}
+
+#[test]
+fn tail_sampling_is_identical_for_any_thread_count() {
+    let mut s = scenario("deepseek-v4-flash", &[32768], 512, 16);
+    s.estimator.mode = EstimatorMode::Tail;
+    let run = |threads| {
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+        dsa_recall::output::results_jsonl(&pool.install(|| run_sweep(&s, &|| {})).unwrap().cells)
+    };
+    assert_eq!(run(1), run(2));
+}

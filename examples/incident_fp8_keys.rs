@@ -8,7 +8,7 @@
 //! k = 512 and 1024, checks every reported symptom per hypothesis, prints
 //! the verdicts and writes the charts to `plots/incident_fp8_keys/`.
 //!
-//! `cargo run --release --example incident_fp8_keys` (about a minute on 2 cores)
+//! `cargo run --release --example incident_fp8_keys` (about 2.5 minutes on 2 cores)
 
 use dsa_recall::config::{self, params::parse_scenario_toml};
 use dsa_recall::report::{render_charts, PlotOptions, ReportMeta};

@@ -54,7 +54,7 @@ trials = 300
     render_charts(dir, &ReportMeta::from_scenario(&s, &outcome.effective), cells, &PlotOptions::default())?;
     std::fs::write(dir.join("summary.csv"), dsa_recall::output::summary_csv(cells))?;
 
-    println!("{:<50} {:>5}  {}  likelihood of 3/3, 3/3, 0/3, 0/3, 0/3", "variant", "depth", "recall at 1913 3611 5294 8K 16K");
+    println!("{:<50} {:>5}  recall at 1913 3611 5294 8K 16K  likelihood of 3/3, 3/3, 0/3, 0/3, 0/3", "variant", "depth");
     for p in VARIANTS {
         for &d in &s.depths {
             let r: Vec<f64> = s

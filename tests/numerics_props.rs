@@ -37,7 +37,7 @@ proptest! {
     // A fixed seed: CI runs are reproducible (a new seed is a code change).
     #![proptest_config(ProptestConfig {
         cases: 2000,
-        rng_seed: proptest::test_runner::RngSeed::Fixed(0x5eed_d5a),
+        rng_seed: proptest::test_runner::RngSeed::Fixed(0x05ee_dd5a),
         failure_persistence: None,
         ..ProptestConfig::default()
     })]

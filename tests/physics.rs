@@ -58,6 +58,10 @@ fn zero_logits_with_lowest_index_ties_select_the_first_k_rows() {
     assert_eq!(find(&o, 8192, 50.0, name).recall, 0.0); // rows ~1024: not
 }
 
+/// Seed 11's first 2000 trials land 4.1 SD low (0.5335 against 0.578); a
+/// Python re-implementation of the tie priorities alone gives the same
+/// 0.5335, and over 80 other seeds the z-scores have SD 0.95: a fluke of
+/// that seed, not of the simulator. 4000 trials are used.
 #[test]
 fn zero_logits_with_random_ties_give_the_hypergeometric_chance() {
     let o = sweep(

@@ -71,6 +71,28 @@ impl ReportMeta {
         }
     }
 
+    /// The scenario's physics in a few words ("null model" when all of it is
+    /// off, as in sweeps made before it existed), for chart titles.
+    pub fn physics_label(&self) -> String {
+        let p = &self.scenario["physics"];
+        let mut parts = Vec::new();
+        match p["rope"].as_str() {
+            Some("off") | None => {}
+            Some(r) => parts.push(format!("RoPE {r}")),
+        }
+        match p["pooling"].as_str() {
+            Some("off") | None => {}
+            Some(mode) => parts.push(format!("pooling {mode}")),
+        }
+        if p["correlation_length"].as_f64().unwrap_or(0.0) > 0.0 {
+            parts.push(format!("correlation {} tokens", p["correlation_length"]));
+        }
+        if p["distractors"].as_u64().unwrap_or(0) > 0 {
+            parts.push(format!("{} distractors at similarity {}", p["distractors"], p["distractor_similarity"]));
+        }
+        if parts.is_empty() { "null model".to_string() } else { parts.join(", ") }
+    }
+
     /// Reads the fields back from a `manifest.json` text (`location` names the file in errors).
     pub fn from_manifest(text: &str, location: &str) -> Result<Self, Error> {
         let bad = |message: String| Error::Input { location: location.to_string(), message };
@@ -181,7 +203,7 @@ pub fn recall_chart(meta: &ReportMeta, cells: &[CellResult], depth: f64) -> Reca
         .filter_map(|&k| cells.iter().find(|c| c.topk == k).map(|c| (k as u32, c.coverage_limit)))
         .collect();
     RecallChart {
-        title: format!("Needle recall vs context · {}", meta.preset),
+        title: format!("Needle recall vs context · {} · {}", meta.preset, meta.physics_label()),
         subtitle: format!(
             "needle depth {depth} %, strength {} sd, {} tokens · {trials} trials per point · Wilson 95 % bands · seed {}",
             meta.needle_strength, meta.needle_tokens, meta.seed
@@ -266,7 +288,7 @@ pub fn heatmap(meta: &ReportMeta, cells: &[CellResult]) -> Heatmap {
         }
     }
     Heatmap {
-        title: format!("Needle recall by depth and context · {} · {trials} trials per cell", meta.preset),
+        title: format!("Needle recall by depth and context · {} · {} · {trials} trials per cell", meta.preset, meta.physics_label()),
         panels,
         diverging: false,
         diverging_limit: None,

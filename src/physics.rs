@@ -105,6 +105,14 @@ impl Physics {
         distractor_similarity: 0.0,
     };
 
+    /// Whether a trial with this physics is the null model, bit for bit: no
+    /// RoPE, no pooling at this ratio, independent tokens and no distractors.
+    /// The gate fields only act through pooling, so they may be left set (a
+    /// preset's `--rope off --pooling off` is the null model).
+    pub fn is_null(&self, ratio: u64) -> bool {
+        self.rope == RopeChoice::Off && !self.pools(ratio) && self.correlation_length == 0.0 && self.distractors == 0
+    }
+
     /// Whether rows come from pooled tokens (pooling on and more than one token per row).
     pub fn pools(&self, ratio: u64) -> bool {
         self.pooling != Pooling::Off && ratio > 1

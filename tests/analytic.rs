@@ -1,20 +1,25 @@
 //! The analytic prediction and tail sampling against full simulation on the
-//! presets' default cells (fp32, where the prediction's assumptions hold).
+//! presets' default cells (fp32, where the prediction's assumptions hold),
+//! with the presets' physics switched off (the null model).
 //! Tolerances: the simulation's 95 % Wilson interval widened by twice the
 //! prediction's own sampling standard error (prediction), or the 95 %
 //! interval of the difference of two independent estimates (tail sampling;
 //! conservative: both use the same trials, which correlates them positively).
 
 use dsa_recall::analytic::predict_cells;
-use dsa_recall::config::{self, Scenario, ScenarioParams};
+use dsa_recall::config::{self, params::PhysicsParams, Scenario, ScenarioParams};
 use dsa_recall::estimator::EstimatorMode;
 use dsa_recall::precision::PrecisionVariant;
 use dsa_recall::stats::Z95;
 use dsa_recall::sweep::{run_sweep, spec_for};
 
+/// The preset's null model (`--rope off --pooling off`): the prediction and
+/// tail sampling assume it, and config refuses them with physics on.
 fn scenario(preset: &str, contexts: &[u64], topk: u64, trials: u64) -> Scenario {
-    let params = ScenarioParams { preset: Some(preset.into()), ..Default::default() };
+    let physics = PhysicsParams { rope: Some("off".into()), pooling: Some("off".into()), ..Default::default() };
+    let params = ScenarioParams { preset: Some(preset.into()), physics, ..Default::default() };
     let s = config::check(config::resolve(params).unwrap()).unwrap();
+    assert!(s.physics.is_null(s.geometry.ratio), "{preset}: {:?}", s.physics);
     Scenario {
         contexts: contexts.to_vec(),
         depths: vec![50.0],

@@ -183,12 +183,32 @@ fn presets_show_prints_parseable_toml() {
 
 #[test]
 fn presets_show_every_preset_is_toml() {
-    for name in ["deepseek-v4-flash", "deepseek-v4-pro", "deepseek-v3.2"] {
+    for (name, rope, pooling) in [("deepseek-v4-flash", "v4", "on"), ("deepseek-v4-pro", "v4", "on"), ("deepseek-v3.2", "v3.2", "off")] {
         let o = bin().args(["presets", "show", name]).output().unwrap();
         assert!(o.status.success(), "{name}: {}", stderr(&o));
-        toml::from_str::<toml::Value>(&stdout(&o))
+        let v = toml::from_str::<toml::Value>(&stdout(&o))
             .unwrap_or_else(|e| panic!("{name}: not TOML: {e}"));
+        let physics = v.get("physics").unwrap_or_else(|| panic!("{name}: no [physics]"));
+        assert_eq!(physics.get("rope").and_then(toml::Value::as_str), Some(rope), "{name}");
+        assert_eq!(physics.get("pooling").and_then(toml::Value::as_str), Some(pooling), "{name}");
     }
+}
+
+#[test]
+fn presets_show_round_trips_through_config() {
+    // `presets show NAME` as a scenario file gives the preset's results, physics included.
+    let tmp = TempDir::new().unwrap();
+    let shown = bin().args(["presets", "show", "deepseek-v4-flash"]).output().unwrap();
+    assert!(shown.status.success(), "{}", stderr(&shown));
+    let config = write_file(&tmp, "flash.toml", &stdout(&shown));
+    let (a, b) = (tmp.path().join("preset"), tmp.path().join("config"));
+    let o = sweep(&a, &["--preset", "deepseek-v4-flash"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = sweep(&b, &["--config", config.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(read(&a.join("results.jsonl")), read(&b.join("results.jsonl")));
+    assert_eq!(manifest(&a)["scenario"]["physics"], manifest(&b)["scenario"]["physics"]);
+    assert_eq!(manifest(&a)["scenario"]["physics"]["rope"], "v4");
 }
 
 #[test]

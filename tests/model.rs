@@ -12,6 +12,10 @@ use dsa_recall::sweep::{run_sweep, CellResult, SweepOutcome};
 
 const Z999: f64 = 3.290_526_731_491_926;
 
+/// The null model of docs/MODEL.md (no RoPE, no pooling): the presets switch
+/// physics on, so tests of the null model's own properties say so.
+const NULL_MODEL: &str = "[physics]\nrope = \"off\"\npooling = \"off\"\n";
+
 fn scenario(toml: &str) -> Scenario {
     let params = parse_scenario_toml(toml).unwrap_or_else(|e| panic!("{e}"));
     config::check(config::resolve(params).unwrap()).unwrap()
@@ -43,7 +47,7 @@ fn null_needle_recall_matches_the_hypergeometric_chance() {
     ];
     for (geometry, context, k, tokens) in cases {
         let s = scenario(&format!(
-            "[geometry]\n{geometry}\n[needle]\nstrength = 0.0\ntokens = {tokens}\n\
+            "{NULL_MODEL}[geometry]\n{geometry}\n[needle]\nstrength = 0.0\ntokens = {tokens}\n\
              [sweep]\ncontexts = \"{context}\"\ndepths = \"30\"\ntopk = \"{k}\"\nprecisions = \"fp32\"\ntrials = 3000\nseed = 7\n"
         ));
         let o = sweep(&s);
@@ -64,9 +68,11 @@ fn null_needle_recall_matches_the_hypergeometric_chance() {
 
 #[test]
 fn a_very_strong_needle_always_survives() {
-    let s = scenario(
-        "[needle]\nstrength = 30.0\n[sweep]\ncontexts = \"16K,64K\"\ndepths = \"0,50\"\ntopk = \"64\"\nprecisions = \"fp32,bf16,fp8,fp4\"\ntrials = 40\n",
-    );
+    // Null model: strength s is s SDs on each looking head at every depth
+    // (RoPE would make the needle's match decay with its distance).
+    let s = scenario(&format!(
+        "{NULL_MODEL}[needle]\nstrength = 30.0\n[sweep]\ncontexts = \"16K,64K\"\ndepths = \"0,50\"\ntopk = \"64\"\nprecisions = \"fp32,bf16,fp8,fp4\"\ntrials = 40\n",
+    ));
     for c in &sweep(&s).cells {
         assert_eq!(c.survived, c.trials, "{c:?}");
         assert_eq!(c.mean_rank, Some(0.0));
@@ -75,9 +81,10 @@ fn a_very_strong_needle_always_survives() {
 
 #[test]
 fn recall_does_not_rise_with_context_nor_fall_with_k() {
-    let s = scenario(
-        "[needle]\nstrength = 0.7\n[sweep]\ncontexts = \"4K..64K\"\ndepths = \"50\"\ntopk = \"128,256,512\"\nprecisions = \"fp32\"\ntrials = 300\n",
-    );
+    // Null model: with RoPE, recall against context need not be monotone.
+    let s = scenario(&format!(
+        "{NULL_MODEL}[needle]\nstrength = 0.7\n[sweep]\ncontexts = \"4K..64K\"\ndepths = \"50\"\ntopk = \"128,256,512\"\nprecisions = \"fp32\"\ntrials = 300\n",
+    ));
     let o = sweep(&s);
     for &k in &s.topks {
         for pair in s.contexts.windows(2) {

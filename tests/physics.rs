@@ -20,17 +20,45 @@ fn find<'a>(o: &'a SweepOutcome, context: u64, depth: f64, precision: &str) -> &
     o.cells.iter().find(|c| c.context_tokens == context && c.depth_percent == depth && c.precision == precision).expect("cell")
 }
 
+/// Every `[physics]` field of the null model, off.
+const NULL_PHYSICS: [(&str, &str); 8] = [
+    ("rope", "\"off\""),
+    ("pooling", "\"off\""),
+    ("gate_bias_std", "0.0"),
+    ("gate_noise_std", "0.0"),
+    ("needle_gate_boost", "0.0"),
+    ("correlation_length", "0.0"),
+    ("distractors", "0"),
+    ("distractor_similarity", "0.0"),
+];
+
+/// A `[physics]` table: the null model with the `key = value` lines of `on` replacing its fields.
+fn physics_table(on: &str) -> String {
+    let mut out = String::from("[physics]\n");
+    for (key, value) in NULL_PHYSICS {
+        let line = on.lines().find(|l| l.split('=').next().map(str::trim) == Some(key));
+        out += &line.map_or_else(|| format!("{key} = {value}"), str::to_string);
+        out.push('\n');
+    }
+    out
+}
+
 #[test]
-fn physics_left_off_is_the_null_model_bit_for_bit() {
+fn physics_switched_off_is_the_null_model_bit_for_bit() {
+    // The presets switch RoPE and pooling on (with gate settings); `--rope off
+    // --pooling off` leaves the gate settings, which act only through pooling.
     let base = "[sweep]\ncontexts = \"4K,16K\"\ndepths = \"50\"\ntopk = \"512\"\nprecisions = \"fp32,fp8\"\ntrials = 40\n";
-    let explicit = format!("{base}[physics]\nrope = \"off\"\npooling = \"off\"\ncorrelation_length = 0.0\ndistractors = 0\n");
-    assert_eq!(sweep(base).cells, sweep(&explicit).cells);
+    let switched_off = scenario(&format!("{base}[physics]\nrope = \"off\"\npooling = \"off\"\n"));
+    assert!(switched_off.physics.gate_bias_std > 0.0, "the preset sets a gate spread: {:?}", switched_off.physics);
+    assert!(switched_off.physics.is_null(switched_off.geometry.ratio));
+    let every_field_off = format!("{base}{}", physics_table(""));
+    assert_eq!(run_sweep(&switched_off, &|| {}).unwrap().cells, sweep(&every_field_off).cells);
 }
 
 #[test]
 fn every_physics_component_changes_the_outcome() {
     let base = "[sweep]\ncontexts = \"16K\"\ndepths = \"50\"\ntopk = \"256\"\nprecisions = \"fp32\"\ntrials = 40\nseed = 3\n";
-    let null = sweep(base);
+    let null = sweep(&format!("{base}{}", physics_table("")));
     for physics in [
         "rope = \"v4\"",
         "rope = \"v3.2\"",
@@ -38,7 +66,7 @@ fn every_physics_component_changes_the_outcome() {
         "correlation_length = 32.0",
         "distractors = 50\ndistractor_similarity = 1.0",
     ] {
-        let o = sweep(&format!("{base}[physics]\n{physics}\n"));
+        let o = sweep(&format!("{base}{}", physics_table(physics)));
         let (a, b) = (&null.cells[0], &o.cells[0]);
         assert!(a.mean_rank != b.mean_rank, "{physics}: same mean rank {:?}", a.mean_rank);
     }
@@ -92,7 +120,7 @@ fn a_topk_override_changes_k_eff_and_only_above_the_coverage_limit() {
 #[test]
 fn swapping_the_rope_layout_on_one_side_hurts_recall() {
     let o = sweep(
-        "[physics]\nrope = \"v4\"\n[needle]\nstrength = 2.0\n[sweep]\ncontexts = \"16K\"\ndepths = \"90\"\ntopk = \"512\"\n\
+        "[physics]\nrope = \"v4\"\npooling = \"off\"\n[needle]\nstrength = 2.0\n[sweep]\ncontexts = \"16K\"\ndepths = \"90\"\ntopk = \"512\"\n\
          precisions = \"fp32,fp32+rope-swap-k\"\ntrials = 200\n",
     );
     let (a, b) = (find(&o, 16384, 90.0, "fp32"), find(&o, 16384, 90.0, "fp32+rope-swap-k"));

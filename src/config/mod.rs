@@ -279,13 +279,13 @@ pub fn check(p: ScenarioParams) -> Result<Scenario, ConfigError> {
     }
     // Tail sampling and the prediction assume the null model's independent,
     // position-free rows with one needle (docs/MODEL.md, "Analytic prediction").
-    let null_model = physics == Physics::NULL && needle_offsets == [None];
+    let null_model = physics.is_null(ratio) && needle_offsets == [None];
     if estimator.mode == EstimatorMode::Tail {
         if !null_model {
             return Err(ConfigError::new(
                 field_name("estimator.mode"),
                 "\"tail\"",
-                "full when [physics] or sweep.needle_offsets is set: tail sampling assumes independent rows without position (the null model)",
+                "full when [physics] is on (the presets switch it on; --rope off --pooling off gives the null model) or sweep.needle_offsets is set: tail sampling assumes independent rows without position (the null model)",
             ));
         }
         if let Some(v) = precisions.iter().find(|v| !v.cache.is_default() || !v.selection.is_default()) {
@@ -293,7 +293,7 @@ pub fn check(p: ScenarioParams) -> Result<Scenario, ConfigError> {
         }
     }
     if estimator.predict && !null_model {
-        return Err(ConfigError::new(field_name("estimator.predict"), "true", "false when [physics] or sweep.needle_offsets is set: the prediction assumes the null model"));
+        return Err(ConfigError::new(field_name("estimator.predict"), "true", "false when [physics] is on (the presets switch it on; --rope off --pooling off gives the null model) or sweep.needle_offsets is set: the prediction assumes the null model"));
     }
 
     Ok(Scenario {
@@ -454,6 +454,22 @@ mod tests {
         // Scale hypotheses need one e4m3fn scale per row: fp4 has blocks of 32.
         let err = with("[sweep]\nprecisions = \"fp4+stale-scale\"\n").unwrap_err().to_string();
         assert!(err.contains("e4m3fn keys with one scale per row"), "{err}");
+    }
+
+    #[test]
+    fn prediction_and_tail_need_the_null_model() {
+        // The presets switch physics on: refused there, accepted with RoPE and
+        // pooling off (the preset's gate settings act only through pooling).
+        for estimator in ["predict = true", "mode = \"tail\""] {
+            let err = with(&format!("[estimator]\n{estimator}\n")).unwrap_err().to_string();
+            assert!(err.contains("--rope off --pooling off"), "{err}");
+            let s = with(&format!("[estimator]\n{estimator}\n[physics]\nrope = \"off\"\npooling = \"off\"\n")).unwrap();
+            assert!(s.physics.gate_bias_std > 0.0 && s.physics.is_null(s.geometry.ratio));
+            let err = with(&format!("[estimator]\n{estimator}\n[physics]\nrope = \"off\"\npooling = \"off\"\ndistractors = 1\n")).unwrap_err().to_string();
+            assert!(err.contains("null model"), "{err}");
+        }
+        // V3.2 has no pooling (ratio 1): RoPE off is the null model.
+        assert!(with("preset = \"deepseek-v3.2\"\n[estimator]\npredict = true\n[physics]\nrope = \"off\"\n").is_ok());
     }
 
     #[test]

@@ -291,9 +291,7 @@ impl<'a> TrialRows<'a> {
     /// [`Self::finalize`], with the RoPE pair layout swapped when `swapped`.
     pub fn finalize_with(&self, first_row: u64, rows: &mut [f32], swapped: bool) -> Result<(), SimError> {
         if self.pools {
-            for row in rows.chunks_exact_mut(self.d) {
-                compressor::rms_norm(row, compressor::RMS_NORM_EPS)?;
-            }
+            compressor::rms_norm_rows(rows, self.d, compressor::RMS_NORM_EPS)?;
         }
         if let Some(rope) = if swapped { &self.rope_swapped } else { &self.rope } {
             rope.rotate_rows(rows, first_row * self.geometry.ratio, self.geometry.ratio)?;

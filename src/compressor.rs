@@ -72,15 +72,48 @@ pub fn pool_row(current: TokenHalf<'_>, previous: Option<TokenHalf<'_>>, dim: us
     }
     let gates: Vec<&[f32]> = previous.iter().map(|h| h.gate_logits).chain([current.gate_logits]).collect();
     let values: Vec<&[f32]> = previous.iter().map(|h| h.values).chain([current.values]).collect();
-    let weights = softmax_over_tokens(&gates, dim)?;
+    let mut weights = Vec::new();
+    softmax_over_tokens_into(&gates, dim, &mut weights)?;
+    weighted_sum(values.iter().flat_map(|v| v.chunks_exact(dim)), &weights, dim, out);
+    Ok(())
+}
+
+/// The softmax weights [`pool_row`] gives every window whose gate logits
+/// are these (`c × dim` per half, previous optional as in [`pool_row`]):
+/// `tokens × dim`, token-major, previous half first. With them,
+/// [`pool_with_weights`] pools bit for bit as [`pool_row`] does.
+pub fn pool_weights(gates_current: &[f32], gates_previous: Option<&[f32]>, dim: usize) -> Result<Vec<f32>, CompressorError> {
+    if dim == 0 {
+        return Err(CompressorError::ZeroDim);
+    }
+    let tokens = whole_tokens(gates_current, dim, "current gate logits")?;
+    if let Some(prev) = gates_previous {
+        let previous_tokens = whole_tokens(prev, dim, "previous gate logits")?;
+        if previous_tokens != tokens {
+            return Err(CompressorError::HalvesDiffer { current: tokens, previous: previous_tokens });
+        }
+    }
+    let gates: Vec<&[f32]> = gates_previous.into_iter().chain([gates_current]).collect();
+    let mut weights = Vec::new();
+    softmax_over_tokens_into(&gates, dim, &mut weights)?;
+    Ok(weights)
+}
+
+/// Σ_j a_j·x_j per channel in token order, `out` zeroed first: the last step
+/// of [`pool_row`]. `tokens` yields the window's value rows (previous half
+/// first), `weights` is [`pool_weights`]'s output for the window's gates.
+pub fn pool_with_weights<'a>(tokens: impl Iterator<Item = &'a [f32]>, weights: &[f32], dim: usize, out: &mut [f32]) {
+    weighted_sum(tokens, weights, dim, out);
+}
+
+#[inline]
+fn weighted_sum<'a>(tokens: impl Iterator<Item = &'a [f32]>, weights: &[f32], dim: usize, out: &mut [f32]) {
     out.fill(0.0);
-    let token_rows = values.iter().flat_map(|v| v.chunks_exact(dim));
-    for (x, a) in token_rows.zip(weights.chunks_exact(dim)) {
+    for (x, a) in tokens.zip(weights.chunks_exact(dim)) {
         for ((o, &x), &a) in out.iter_mut().zip(x).zip(a) {
             *o += a * x;
         }
     }
-    Ok(())
 }
 
 /// RMSNorm with unit weight: x / √(mean(x²) + eps), in f32 (sum of squares
@@ -95,6 +128,38 @@ pub fn rms_norm(row: &mut [f32], eps: f32) -> Result<(), CompressorError> {
     let sum_sq = row.iter().fold(0.0f32, |s, &x| s + x * x);
     let scale = 1.0 / (sum_sq / row.len() as f32 + eps).sqrt();
     row.iter_mut().for_each(|x| *x *= scale);
+    Ok(())
+}
+
+/// [`rms_norm`] of every `dim`-value row of `rows`, the same bits: each
+/// row's sum of squares is still taken in index order, but eight rows'
+/// sums run side by side, so the additions of one row no longer wait for
+/// each other.
+pub fn rms_norm_rows(rows: &mut [f32], dim: usize, eps: f32) -> Result<(), CompressorError> {
+    const ROWS: usize = 8;
+    if !(eps.is_finite() && eps > 0.0) {
+        return Err(CompressorError::Eps(eps));
+    }
+    if dim == 0 {
+        return Err(CompressorError::ZeroDim);
+    }
+    let mut blocks = rows.chunks_exact_mut(ROWS * dim);
+    for block in &mut blocks {
+        let mut sum_sq = [0.0f32; ROWS];
+        for j in 0..dim {
+            for (r, s) in sum_sq.iter_mut().enumerate() {
+                let x = block[r * dim + j];
+                *s += x * x;
+            }
+        }
+        for (row, &s) in block.chunks_exact_mut(dim).zip(&sum_sq) {
+            let scale = 1.0 / (s / dim as f32 + eps).sqrt();
+            row.iter_mut().for_each(|x| *x *= scale);
+        }
+    }
+    for row in blocks.into_remainder().chunks_exact_mut(dim) {
+        rms_norm(row, eps)?;
+    }
     Ok(())
 }
 
@@ -146,6 +211,13 @@ fn check_half(half: TokenHalf<'_>, dim: usize, what: &'static str) -> Result<usi
 /// Softmax weights per channel over all tokens of the halves, in order;
 /// returns `tokens × dim` weights, token-major.
 fn softmax_over_tokens(halves: &[&[f32]], dim: usize) -> Result<Vec<f32>, CompressorError> {
+    let mut weights = Vec::new();
+    softmax_over_tokens_into(halves, dim, &mut weights)?;
+    Ok(weights)
+}
+
+/// [`softmax_over_tokens`] into a reused buffer.
+fn softmax_over_tokens_into(halves: &[&[f32]], dim: usize, weights: &mut Vec<f32>) -> Result<(), CompressorError> {
     let token_rows = || halves.iter().flat_map(|g| g.chunks_exact(dim));
     let mut max = vec![f32::NEG_INFINITY; dim];
     for (token, g) in token_rows().enumerate() {
@@ -156,20 +228,61 @@ fn softmax_over_tokens(halves: &[&[f32]], dim: usize) -> Result<Vec<f32>, Compre
             *m = m.max(g);
         }
     }
-    let mut weights: Vec<f32> = Vec::with_capacity(token_rows().count() * dim);
+    weights.clear();
+    weights.resize(token_rows().count() * dim, 0.0);
     let mut sum = vec![0.0f32; dim];
-    for g in token_rows() {
-        for ((s, &m), &g) in sum.iter_mut().zip(&max).zip(g) {
-            let e = exp_nonpositive(g - m);
-            *s += e;
-            weights.push(e);
-        }
-    }
+    exponentials(halves, dim, &max, &mut sum, weights);
     // S ≥ 1 (the largest gate contributes exp(0) = 1), so the division is safe.
     for a in weights.chunks_exact_mut(dim) {
         a.iter_mut().zip(&sum).for_each(|(a, &s)| *a /= s);
     }
-    Ok(weights)
+    Ok(())
+}
+
+/// e_j = exp(g_j − max) into `weights` and S = Σ e_j in token order, per
+/// channel; channels run in SIMD lanes where the CPU has them (the same
+/// IEEE operations per lane, so the same bits).
+fn exponentials(halves: &[&[f32]], dim: usize, max: &[f32], sum: &mut [f32], weights: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            // SAFETY: AVX-512F was detected just above.
+            unsafe { exponentials_avx512(halves, dim, max, sum, weights) };
+            return;
+        }
+        if std::arch::is_x86_feature_detected!("avx2") {
+            // SAFETY: AVX2 was detected just above.
+            unsafe { exponentials_avx2(halves, dim, max, sum, weights) };
+            return;
+        }
+    }
+    exponentials_lanes(halves, dim, max, sum, weights);
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn exponentials_avx512(halves: &[&[f32]], dim: usize, max: &[f32], sum: &mut [f32], weights: &mut [f32]) {
+    exponentials_lanes(halves, dim, max, sum, weights);
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn exponentials_avx2(halves: &[&[f32]], dim: usize, max: &[f32], sum: &mut [f32], weights: &mut [f32]) {
+    exponentials_lanes(halves, dim, max, sum, weights);
+}
+
+#[inline(always)]
+fn exponentials_lanes(halves: &[&[f32]], dim: usize, max: &[f32], sum: &mut [f32], weights: &mut [f32]) {
+    let token_rows = halves.iter().flat_map(|g| g.chunks_exact(dim));
+    let (sum, max) = (&mut sum[..dim], &max[..dim]);
+    for (g, w) in token_rows.zip(weights.chunks_exact_mut(dim)) {
+        let (g, w) = (&g[..dim], &mut w[..dim]);
+        for j in 0..dim {
+            let e = exp_nonpositive_lanes(g[j] - max[j]);
+            sum[j] += e;
+            w[j] = e;
+        }
+    }
 }
 
 /// ln 2 split so that k·LN2_HI is exact for |k| < 2²⁰ (LN2_HI has 32
@@ -179,6 +292,7 @@ const LN2_LO: f64 = 1.908_214_929_270_587_7e-10;
 
 /// exp(x) for x ≤ 0 (NaN maps to NaN), computed in f64 and rounded to f32
 /// once; only IEEE basic operations, so identical on every machine.
+#[cfg_attr(not(test), allow(dead_code))]
 fn exp_nonpositive(x: f32) -> f32 {
     // e^-104 is below half the smallest f32 subnormal: the result rounds to 0.
     if x < -104.0 {
@@ -194,6 +308,42 @@ fn exp_nonpositive(x: f32) -> f32 {
     }
     let two_k = f64::from_bits(((k as i64 + 1023) as u64) << 52);
     (e * two_k) as f32
+}
+
+/// [`exp_nonpositive`] without branches or integer conversions, so that a
+/// loop over channels vectorizes: the same value for every input. k is the
+/// same integer (round half away from zero, done as trunc and a correction:
+/// y − trunc(y) is exact), and 2^k is built from the bits of k + 1023 + 2⁵²
+/// (exact for |k| < 2⁵¹) instead of an integer conversion; r, the series
+/// and the final product are the same operations in the same order.
+#[inline(always)]
+fn exp_nonpositive_lanes(x: f32) -> f32 {
+    let xd = x as f64;
+    let y = xd * std::f64::consts::LOG2_E;
+    let t = y.trunc();
+    let k = if (y - t).abs() >= 0.5 { t + 1.0f64.copysign(y) } else { t };
+    let r = (xd - k * LN2_HI) - k * LN2_LO;
+    // The series of `exp_nonpositive`, n = 14 … 1, written out so that it
+    // unrolls and the channel loop around it vectorizes.
+    let mut e = 1.0;
+    e = 1.0 + r / 14.0 * e;
+    e = 1.0 + r / 13.0 * e;
+    e = 1.0 + r / 12.0 * e;
+    e = 1.0 + r / 11.0 * e;
+    e = 1.0 + r / 10.0 * e;
+    e = 1.0 + r / 9.0 * e;
+    e = 1.0 + r / 8.0 * e;
+    e = 1.0 + r / 7.0 * e;
+    e = 1.0 + r / 6.0 * e;
+    e = 1.0 + r / 5.0 * e;
+    e = 1.0 + r / 4.0 * e;
+    e = 1.0 + r / 3.0 * e;
+    e = 1.0 + r / 2.0 * e;
+    e = 1.0 + r / 1.0 * e;
+    // 2⁵² + 1023: its low mantissa bits hold k + 1023 for the k that occur.
+    let two_k = f64::from_bits((k + 4_503_599_627_371_519.0).to_bits() << 52);
+    let v = (e * two_k) as f32;
+    if x < -104.0 { 0.0 } else { v }
 }
 
 #[cfg(test)]
@@ -351,6 +501,46 @@ mod tests {
         }
         assert_eq!(exp_nonpositive(0.0), 1.0);
         assert_eq!(exp_nonpositive(-1e4), 0.0);
+    }
+
+    #[test]
+    fn lane_exp_equals_the_scalar_exp_bit_for_bit() {
+        let check = |x: f32| {
+            let (a, b) = (exp_nonpositive(x), exp_nonpositive_lanes(x));
+            assert!(a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan()), "x {x:e} ({:#x}): {a:e} vs {b:e}", x.to_bits());
+        };
+        // Every 61st f32 from -0 down past -110 …
+        let mut bits = (-0.0f32).to_bits();
+        while f32::from_bits(bits) > -120.0 {
+            check(f32::from_bits(bits));
+            bits += 61;
+        }
+        // … every f32 near the points where k changes (y = x·log2 e = −(n + ½)) …
+        for n in 0..160u32 {
+            let x = (-(f64::from(n) + 0.5) / std::f64::consts::LOG2_E) as f32;
+            for step in 0..400u32 {
+                check(f32::from_bits(x.to_bits() - 200 + step));
+            }
+        }
+        // … and the edges.
+        for x in [0.0, -0.0, -104.0, -103.999_99, -104.000_01, -1e4, f32::MIN, -f32::MIN_POSITIVE, -1e-45, f32::NAN] {
+            check(x);
+        }
+    }
+
+    #[test]
+    fn rms_norm_rows_equals_rms_norm_row_by_row() {
+        let mut rng = ChaCha8Rng::seed_from_u64(11);
+        for (rows, dim) in [(1usize, 128usize), (7, 128), (8, 128), (19, 128), (256, 128), (9, 3)] {
+            let data = random(&mut rng, rows * dim, 3.0);
+            let mut a = data.clone();
+            for row in a.chunks_exact_mut(dim) {
+                rms_norm(row, RMS_NORM_EPS).unwrap();
+            }
+            let mut b = data;
+            rms_norm_rows(&mut b, dim, RMS_NORM_EPS).unwrap();
+            assert_eq!(a.iter().map(|x| x.to_bits()).collect::<Vec<_>>(), b.iter().map(|x| x.to_bits()).collect::<Vec<_>>(), "{rows} × {dim}");
+        }
     }
 
     /// Mean square after RMSNorm: exactly ms/(ms + eps) in real numbers. In

@@ -104,6 +104,12 @@ pub fn normal_group(key: u64, row: u64, group: u32, out: &mut [f32; NORMAL_GROUP
 /// of row `row` of the stream `key` (the last group may be cut short):
 /// the same bits on every CPU path.
 pub fn fill_normals(key: u64, row: u64, first_group: u32, out: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if out.len() >= 2 * NORMAL_GROUP && std::arch::is_x86_feature_detected!("avx512f") {
+        // SAFETY: AVX-512F was detected just above.
+        unsafe { fill_normals_avx512(key, row, first_group, out) };
+        return;
+    }
     let mut z = [0.0f32; NORMAL_GROUP];
     for (g, chunk) in out.chunks_mut(NORMAL_GROUP).enumerate() {
         #[cfg(target_arch = "x86_64")]
@@ -118,6 +124,32 @@ pub fn fill_normals(key: u64, row: u64, first_group: u32, out: &mut [f32]) {
         #[cfg(not(target_arch = "x86_64"))]
         normal_group(key, row, first_group + g as u32, &mut z);
         chunk.copy_from_slice(&z[..chunk.len()]);
+    }
+}
+
+/// [`fill_normals`] two groups at a time ([`normal_group_pair_avx512`], the
+/// same bits), a trailing odd or partial group through the AVX2 path.
+///
+/// # Safety
+/// The CPU must support AVX-512F.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn fill_normals_avx512(key: u64, row: u64, first_group: u32, out: &mut [f32]) {
+    let mut pair = [[0.0f32; NORMAL_GROUP]; 2];
+    let mut z = [0.0f32; NORMAL_GROUP];
+    let mut pairs = out.chunks_exact_mut(2 * NORMAL_GROUP);
+    let mut group = first_group;
+    for chunk in &mut pairs {
+        // SAFETY: AVX-512F is enabled in this function.
+        unsafe { normal_group_pair_avx512(key, row, group, &mut pair) };
+        chunk.copy_from_slice(pair.as_flattened());
+        group += 2;
+    }
+    for chunk in pairs.into_remainder().chunks_mut(NORMAL_GROUP) {
+        // SAFETY: AVX-512F implies AVX2.
+        unsafe { normal_group_avx2(key, row, group, &mut z) };
+        chunk.copy_from_slice(&z[..chunk.len()]);
+        group += 1;
     }
 }
 
@@ -558,6 +590,21 @@ mod tests {
                 for (h, bh) in b.iter().enumerate() {
                     normal_group(key, row, group.wrapping_add(h as u32), &mut a);
                     assert_eq!(a.map(f32::to_bits), bh.map(f32::to_bits), "key {key} row {row} group {group}+{h}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn fill_normals_equals_portable_groups_for_any_length() {
+        let mut z = [0.0f32; NORMAL_GROUP];
+        for len in [1usize, 31, 32, 33, 63, 64, 65, 96, 128, 200, 256, 512] {
+            for (key, row, first) in [(1u64, 0u64, 0u32), (mix64(7), 123_456, 3), (mix64(9), 1 << 40, 17)] {
+                let mut out = vec![0.0f32; len];
+                fill_normals(key, row, first, &mut out);
+                for (g, chunk) in out.chunks(NORMAL_GROUP).enumerate() {
+                    normal_group(key, row, first + g as u32, &mut z);
+                    assert_eq!(chunk.iter().map(|x| x.to_bits()).collect::<Vec<_>>(), z[..chunk.len()].iter().map(|x| x.to_bits()).collect::<Vec<_>>(), "len {len} group {g}");
                 }
             }
         }

@@ -66,6 +66,15 @@ pub struct TrialRows<'a> {
     ar_state: Vec<f32>,
     ar_started: bool,
     chunk: TokenChunk,
+    /// Softmax weights of a window when the gates are the same for every
+    /// window (pooling, no gate noise): [0] a full window (previous half
+    /// first), [1] a window of the row's own tokens only (row 0 with overlap).
+    /// Pooling with them gives [`compressor::pool_row`]'s bits.
+    fixed_weights: Option<[Vec<f32>; 2]>,
+    /// Reused by [`Self::pool_row`].
+    scratch: PoolScratch,
+    /// Normals of one token, [values of half 0 | half 1 | gate noise of half 0 | half 1].
+    normals: Vec<f32>,
 }
 
 /// Token values and gates of the current chunk, both halves, starting one
@@ -117,6 +126,15 @@ impl<'a> TrialRows<'a> {
             offsets.push(distractor_offset(&needle, norm, physics.distractor_similarity, &mut rng));
         }
 
+        let gate_noise = physics.gate_noise_std as f32;
+        // A bad bias (not finite) is left to pool_row, which reports it.
+        let fixed_weights = (pools && !(gate_noise > 0.0))
+            .then(|| -> Result<[Vec<f32>; 2], compressor::CompressorError> {
+                let full = compressor::pool_weights(&gate_bias[0], geometry.overlap.then_some(&gate_bias[1][..]), d)?;
+                let own = compressor::pool_weights(&gate_bias[0], None, d)?;
+                Ok([full, own])
+            })
+            .and_then(Result::ok);
         let token_level = physics.token_level(geometry.ratio);
         let rho = if token_level { physics.token_correlation() } else { physics.token_correlation().powf(geometry.ratio as f64) };
         Ok(TrialRows {
@@ -134,7 +152,7 @@ impl<'a> TrialRows<'a> {
             pools,
             token_level,
             gate_bias,
-            gate_noise: physics.gate_noise_std as f32,
+            gate_noise,
             boost: physics.needle_gate_boost as f32,
             token_std,
             first_row_factor,
@@ -146,6 +164,9 @@ impl<'a> TrialRows<'a> {
             ar_state: vec![0.0; 2 * d],
             ar_started: false,
             chunk: TokenChunk::default(),
+            fixed_weights,
+            scratch: PoolScratch::new(if geometry.overlap { 2 * c } else { c }, d),
+            normals: vec![0.0; 4 * d],
         })
     }
 
@@ -185,10 +206,28 @@ impl<'a> TrialRows<'a> {
         let n = out.len() / d;
         if self.token_level {
             self.fill_tokens(start, n);
-            let mut scratch = PoolScratch::new(self.window_len(), d);
+            if let Some(weights) = &self.fixed_weights {
+                // The same weights for every window: only the values differ.
+                let c = self.geometry.ratio;
+                let chunk = &self.chunk;
+                for (r, out_row) in out.chunks_exact_mut(d).enumerate() {
+                    let row = start + r as u64;
+                    let window = self.geometry.row_tokens(row);
+                    let own = row * c;
+                    let w = if window.start < own { &weights[0] } else { &weights[1] };
+                    let tokens = window.map(|t| {
+                        let k = (t - chunk.first_token) as usize;
+                        &chunk.values[usize::from(t < own)][k * d..(k + 1) * d]
+                    });
+                    compressor::pool_with_weights(tokens, w, d, out_row);
+                }
+                return Ok(());
+            }
+            let mut scratch = std::mem::take(&mut self.scratch);
             for (r, row) in out.chunks_exact_mut(d).enumerate() {
                 self.pool_row(start + r as u64, &[], &mut scratch, row)?;
             }
+            self.scratch = scratch;
             return Ok(());
         }
         self.hay.fill_haystack_rows(start, out);
@@ -219,7 +258,7 @@ impl<'a> TrialRows<'a> {
     /// Key of `row` with the given items' tokens in it, before normalisation
     /// and rotation. `base` is the row's key from [`Self::next_chunk`]; with
     /// token-level generation the row must lie in the last chunk.
-    pub fn special_row(&self, row: u64, items: &[Item], base: &[f32], out: &mut [f32]) -> Result<(), SimError> {
+    pub fn special_row(&mut self, row: u64, items: &[Item], base: &[f32], out: &mut [f32]) -> Result<(), SimError> {
         let window = self.geometry.row_tokens(row);
         if !self.pools {
             out.copy_from_slice(base);
@@ -230,11 +269,18 @@ impl<'a> TrialRows<'a> {
             }
             return Ok(());
         }
-        let mut scratch = PoolScratch::new(self.window_len(), self.d);
+        let mut scratch = std::mem::take(&mut self.scratch);
         if !self.token_level {
             self.draw_window(row, &mut scratch);
         }
-        self.pool_row(row, items, &mut scratch, out)
+        let pooled = self.pool_row(row, items, &mut scratch, out);
+        self.scratch = scratch;
+        pooled
+    }
+
+    /// Whether [`Self::finalize`] changes rows (pooling or RoPE on).
+    pub fn finalizes(&self) -> bool {
+        self.pools || self.rope.is_some()
     }
 
     /// RMS-normalises pooled rows and rotates every row at its position.
@@ -245,9 +291,7 @@ impl<'a> TrialRows<'a> {
     /// [`Self::finalize`], with the RoPE pair layout swapped when `swapped`.
     pub fn finalize_with(&self, first_row: u64, rows: &mut [f32], swapped: bool) -> Result<(), SimError> {
         if self.pools {
-            for row in rows.chunks_exact_mut(self.d) {
-                compressor::rms_norm(row, compressor::RMS_NORM_EPS)?;
-            }
+            compressor::rms_norm_rows(rows, self.d, compressor::RMS_NORM_EPS)?;
         }
         if let Some(rope) = if swapped { &self.rope_swapped } else { &self.rope } {
             rope.rotate_rows(rows, first_row * self.geometry.ratio, self.geometry.ratio)?;
@@ -264,20 +308,22 @@ impl<'a> TrialRows<'a> {
         Ok(())
     }
 
-    fn window_len(&self) -> usize {
-        let c = self.geometry.ratio as usize;
-        if self.geometry.overlap { 2 * c } else { c }
-    }
-
     /// Shortcut: draws the independent tokens of `row`'s window into `scratch`.
     fn draw_window(&self, row: u64, scratch: &mut PoolScratch) {
         let d = self.d;
         let groups = d.div_ceil(rng::NORMAL_GROUP) as u32;
         let common = self.hay.common();
         let window = self.geometry.row_tokens(row);
-        for slot in 0..(window.end - window.start) as usize {
+        let slots = (window.end - window.start) as usize;
+        if d.is_multiple_of(rng::NORMAL_GROUP) {
+            // Slot s is groups s·groups …: one call draws them all.
+            rng::fill_normals(self.special_seed, row, 0, &mut scratch.tokens[..slots * d]);
+        }
+        for slot in 0..slots {
             let v = &mut scratch.tokens[slot * d..(slot + 1) * d];
-            rng::fill_normals(self.special_seed, row, slot as u32 * groups, v);
+            if !d.is_multiple_of(rng::NORMAL_GROUP) {
+                rng::fill_normals(self.special_seed, row, slot as u32 * groups, v);
+            }
             for ((x, &m), &s) in v.iter_mut().zip(common).zip(&self.token_std) {
                 *x = m + s * *x;
             }
@@ -293,38 +339,63 @@ impl<'a> TrialRows<'a> {
         let first_new = start * c;
         let new_tokens = n * c as usize;
         let chunk = &mut self.chunk;
+        // Without gate noise every token's gates are its slot's bias: read from there.
+        let noisy = self.gate_noise > 0.0;
         for h in 0..2 {
             // Keep the previous chunk's last `carry` tokens in front.
             if carry > 0 {
                 let from = (chunk.tokens - carry) * d;
                 chunk.values[h].copy_within(from..from + carry * d, 0);
-                chunk.gates[h].copy_within(from..from + carry * d, 0);
+                if noisy {
+                    chunk.gates[h].copy_within(from..from + carry * d, 0);
+                }
             }
             chunk.values[h].resize((carry + new_tokens) * d, 0.0);
-            chunk.gates[h].resize((carry + new_tokens) * d, 0.0);
+            if noisy {
+                chunk.gates[h].resize((carry + new_tokens) * d, 0.0);
+            }
         }
         chunk.first_token = first_new - carry as u64;
         chunk.tokens = carry + new_tokens;
         let keep = (1.0 - self.rho * self.rho).sqrt();
         let common = self.hay.common();
-        let mut eps = vec![0.0f32; d];
+        // Token t's normals: values of half h are groups h·groups …, gate
+        // noise of half h groups (2 + h)·groups …; drawn in one call when
+        // head_dim is a whole number of groups (the same numbers).
+        let drawn = if noisy { 4 } else { 2 };
+        let batch = d.is_multiple_of(rng::NORMAL_GROUP);
+        let normals = &mut self.normals;
         for k in 0..new_tokens {
             let t = first_new + k as u64;
             let slot = (t % c) as usize;
+            if batch {
+                rng::fill_normals(self.token_seed, t, 0, &mut normals[..drawn * d]);
+            } else {
+                for part in 0..drawn {
+                    rng::fill_normals(self.token_seed, t, part as u32 * groups, &mut normals[part * d..(part + 1) * d]);
+                }
+            }
             for h in 0..2 {
-                rng::fill_normals(self.token_seed, t, h as u32 * groups, &mut eps);
+                let eps = &normals[h * d..(h + 1) * d];
                 let state = &mut self.ar_state[h * d..(h + 1) * d];
                 let values = &mut chunk.values[h][(carry + k) * d..(carry + k + 1) * d];
-                for j in 0..d {
-                    let z = if self.ar_started && self.rho > 0.0 { self.rho * state[j] + keep * eps[j] } else { eps[j] };
-                    state[j] = z;
-                    values[j] = common[j] + self.token_std[j] * z;
+                if self.ar_started && self.rho > 0.0 {
+                    for j in 0..d {
+                        let z = self.rho * state[j] + keep * eps[j];
+                        state[j] = z;
+                        values[j] = common[j] + self.token_std[j] * z;
+                    }
+                } else {
+                    for j in 0..d {
+                        let z = eps[j];
+                        state[j] = z;
+                        values[j] = common[j] + self.token_std[j] * z;
+                    }
                 }
-                let gates = &mut chunk.gates[h][(carry + k) * d..(carry + k + 1) * d];
-                gates.copy_from_slice(&self.gate_bias[h][slot * d..(slot + 1) * d]);
-                if self.gate_noise > 0.0 {
-                    rng::fill_normals(self.token_seed, t, (2 + h as u32) * groups, &mut eps);
-                    for (g, &e) in gates.iter_mut().zip(&eps) {
+                if noisy {
+                    let gates = &mut chunk.gates[h][(carry + k) * d..(carry + k + 1) * d];
+                    gates.copy_from_slice(&self.gate_bias[h][slot * d..(slot + 1) * d]);
+                    for (g, &e) in gates.iter_mut().zip(&normals[(2 + h) * d..(3 + h) * d]) {
                         *g += self.gate_noise * e;
                     }
                 }
@@ -347,7 +418,12 @@ impl<'a> TrialRows<'a> {
             if self.token_level {
                 let k = (t - self.chunk.first_token) as usize;
                 scratch.tokens[range.clone()].copy_from_slice(&self.chunk.values[half][k * d..(k + 1) * d]);
-                scratch.gates[range.clone()].copy_from_slice(&self.chunk.gates[half][k * d..(k + 1) * d]);
+                if self.gate_noise > 0.0 {
+                    scratch.gates[range.clone()].copy_from_slice(&self.chunk.gates[half][k * d..(k + 1) * d]);
+                } else {
+                    let s = (t % c) as usize;
+                    scratch.gates[range.clone()].copy_from_slice(&self.gate_bias[half][s * d..(s + 1) * d]);
+                }
             } else {
                 let s = (t % c) as usize;
                 scratch.gates[range.clone()].copy_from_slice(&self.gate_bias[half][s * d..(s + 1) * d]);
@@ -408,6 +484,7 @@ pub fn context_keys(
     Ok((keys, queries))
 }
 
+#[derive(Default)]
 struct PoolScratch {
     tokens: Vec<f32>,
     gates: Vec<f32>,

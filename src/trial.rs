@@ -156,36 +156,50 @@ impl TrialSpec<'_> {
                 case.special_keys[1] = vec![0.0; case.special.len() * d];
             }
         }
+        // Finalizing (RMSNorm, RoPE) does nothing without pooling and RoPE:
+        // then the generated rows are scored as they are.
+        let finalizes = source.finalizes();
         let mut pre = vec![0.0f32; CHUNK_ROWS * d];
-        let mut fins = vec![vec![0.0f32; CHUNK_ROWS * d]; key_layouts];
+        // Keys with the swapped RoPE layout (layout 1), when a variant needs them;
+        // layout 0 is finalized in place in `pre`.
+        let mut swapped_fin = if key_layouts == 2 { vec![0.0f32; CHUNK_ROWS * d] } else { Vec::new() };
         let mut special_pre = vec![0.0f32; d];
         let mut patched = vec![0.0f32; CHUNK_ROWS * d];
         let mut chunk_scores = vec![0.0f32; CHUNK_ROWS];
         let mut quantized = QuantizedRows::with_capacity(CHUNK_ROWS, d);
-        let mut key = vec![0.0f32; d];
+        // Per case: which of its special rows lie in the current chunk.
+        let mut in_chunk: Vec<std::ops::Range<usize>> = vec![0..0; cases.len()];
         for start in (0..max_rows).step_by(CHUNK_ROWS) {
             let n = CHUNK_ROWS.min(max_rows - start);
             let rows = start as u64..(start + n) as u64;
             source.next_chunk(rows.start, &mut pre[..n * d])?;
-            for case in &mut cases {
-                for (i, &row) in case.special.iter().enumerate().filter(|(_, r)| rows.contains(r)) {
+            for (case, range) in cases.iter_mut().zip(in_chunk.iter_mut()) {
+                // `special` is ascending: the rows of this chunk are one run.
+                let first = case.special.partition_point(|&r| r < rows.start);
+                let last = case.special.partition_point(|&r| r < rows.end);
+                *range = first..last;
+                for i in first..last {
+                    let row = case.special[i];
                     let at = (row - rows.start) as usize * d;
                     source.special_row(row, &case.items, &pre[at..at + d], &mut special_pre)?;
                     for layout in 0..key_layouts {
+                        let key = &mut case.special_keys[layout][i * d..(i + 1) * d];
                         key.copy_from_slice(&special_pre);
-                        source.finalize_with(row, &mut key, layout == 1)?;
-                        case.special_keys[layout][i * d..(i + 1) * d].copy_from_slice(&key);
+                        source.finalize_with(row, key, layout == 1)?;
                     }
                 }
             }
-            for (layout, fin) in fins.iter_mut().enumerate() {
-                fin[..n * d].copy_from_slice(&pre[..n * d]);
-                source.finalize_with(rows.start, &mut fin[..n * d], layout == 1)?;
+            if key_layouts == 2 {
+                swapped_fin[..n * d].copy_from_slice(&pre[..n * d]);
+                source.finalize_with(rows.start, &mut swapped_fin[..n * d], true)?;
+            }
+            if finalizes {
+                source.finalize_with(rows.start, &mut pre[..n * d], false)?;
             }
 
             for (v, variant) in self.variants.iter().enumerate() {
                 let layout = layout_of(variant);
-                let fin = &fins[layout];
+                let fin = if layout == 1 { &swapped_fin } else { &pre };
                 variant.store_keys(&fin[..n * d], rows.start, d, &mut quantized)?;
                 for (g, group_scores) in scores.iter_mut().enumerate().filter(|(g, _)| group_rows[*g] > start) {
                     let m = n.min(group_rows[g] - start);
@@ -196,9 +210,8 @@ impl TrialSpec<'_> {
                         group_scores[v][start..start + m].copy_from_slice(&chunk_scores[..m]);
                     }
                 }
-                for case in cases.iter_mut() {
-                    let in_chunk: Vec<usize> = (0..case.special.len()).filter(|&i| rows.contains(&case.special[i])).collect();
-                    if in_chunk.is_empty() {
+                for (case, range) in cases.iter_mut().zip(&in_chunk) {
+                    if range.is_empty() {
                         continue;
                     }
                     let q = &queries[group_of(case.ci)][v];
@@ -206,19 +219,16 @@ impl TrialSpec<'_> {
                     if variant.cache.is_default() {
                         // Each row's stored key depends on that row alone:
                         // store and score just the rows that changed.
-                        let mut keys = Vec::with_capacity(in_chunk.len() * d);
-                        for &i in &in_chunk {
-                            keys.extend_from_slice(&special_keys[i * d..(i + 1) * d]);
-                        }
-                        variant.store_keys(&keys, rows.start, d, &mut quantized)?;
-                        q.score_quantized_rows(&quantized, &mut chunk_scores[..in_chunk.len()]);
-                        for (j, &i) in in_chunk.iter().enumerate() {
+                        let keys = &special_keys[range.start * d..range.end * d];
+                        variant.store_keys(keys, rows.start, d, &mut quantized)?;
+                        q.score_quantized_rows(&quantized, &mut chunk_scores[..range.len()]);
+                        for (j, i) in range.clone().enumerate() {
                             case.patches[v].push((case.special[i] as u32, chunk_scores[j]));
                         }
                     } else {
                         // Pages and neighbours matter: store the whole chunk with the special rows in.
                         patched[..n * d].copy_from_slice(&fin[..n * d]);
-                        for &i in &in_chunk {
+                        for i in range.clone() {
                             let at = (case.special[i] - rows.start) as usize * d;
                             patched[at..at + d].copy_from_slice(&special_keys[i * d..(i + 1) * d]);
                         }
@@ -241,22 +251,26 @@ impl TrialSpec<'_> {
             _ => Vec::new(),
         };
         let mut row_order: Vec<u32> = Vec::new();
-        let mut assembled: Vec<Vec<f32>> = vec![Vec::new(); self.variants.len()];
+        // The case's scores are the shared ones with its patches written in
+        // place (originals saved here and put back after the case).
+        let mut saved: Vec<(usize, usize, f32)> = Vec::new();
 
         for case in &cases {
             let (ci, oi, candidates) = (case.ci, case.oi, case.candidates);
             let placement = &case.placement;
             let skip = placement.rows.start as usize..placement.rows.end as usize;
             let k_effs: Vec<usize> = self.topks.iter().map(|&k| (k as usize).min(candidates)).collect();
-            for (v, buf) in assembled.iter_mut().enumerate() {
-                buf.clear();
-                buf.extend_from_slice(&scores[group_of(ci)][v][..candidates]);
-                for &(row, score) in &case.patches[v] {
-                    if let Some(slot) = buf.get_mut(row as usize) {
-                        *slot = score;
-                    }
+            let g = group_of(ci);
+            saved.clear();
+            for (v, patches) in case.patches.iter().enumerate() {
+                let shared = &mut scores[g][v];
+                for &(row, score) in patches.iter().filter(|&&(row, _)| (row as usize) < candidates) {
+                    let row = row as usize;
+                    saved.push((v, row, shared[row]));
+                    shared[row] = score;
                 }
             }
+            let assembled: Vec<&[f32]> = scores[g].iter().map(|s| &s[..candidates]).collect();
 
             for (v, variant) in self.variants.iter().enumerate() {
                 // What this variant's engine selects with (hypotheses may change it).
@@ -266,7 +280,7 @@ impl TrialSpec<'_> {
                 let window = sel.window_for(self.geometry.window);
                 let in_window = placement.tokens.start >= self.contexts[ci].saturating_sub(window);
                 let k_effs: Vec<usize> = self.topks.iter().map(|&k| (sel.topk_for(k) as usize).min(candidates)).collect();
-                let visible = &assembled[v][..];
+                let visible = assembled[v];
                 let needle_scores = &visible[skip.clone()];
                 // Best needle row: highest score in the engine's order, first on ties.
                 let best = needle_scores.iter().copied().reduce(|a, b| if nan.compare(b, a, |x, y| x.total_cmp(&y)).is_gt() { b } else { a });
@@ -317,12 +331,16 @@ impl TrialSpec<'_> {
                 for v in (0..self.variants.len()).filter(|&v| v != r) {
                     for (ki, &k_eff) in k_effs.iter().enumerate().filter(|(_, &k)| k > 0) {
                         let (nan_r, nan_v) = (self.variants[r].selection.nan_order, self.variants[v].selection.nan_order);
-                        let both = selection_overlap_with(&assembled[r], &assembled[v], &tie_keys[..candidates], k_eff, &mut row_order, nan_r, nan_v);
+                        let both = selection_overlap_with(assembled[r], assembled[v], &tie_keys[..candidates], k_eff, &mut row_order, nan_r, nan_v);
                         let cell = &mut cells[self.cell_index(ci, oi, ki, v)];
                         cell.selection_recall = Some(both as f64 / k_eff as f64);
                         cell.jaccard = Some(both as f64 / (2 * k_eff as u64 - both) as f64);
                     }
                 }
+            }
+            drop(assembled);
+            for &(v, row, old) in saved.iter().rev() {
+                scores[g][v][row] = old;
             }
         }
         Ok(TrialOutcome { cells })

@@ -54,6 +54,7 @@ strength = 1.5
 [physics]
 rope = "v4"
 pooling = "on"
+gate_bias_std = 0.0
 needle_gate_boost = 2.0
 [sweep]
 contexts = "1024,2048,2560,3072,4096,5120,6144,8192,10240,12288,16384"

@@ -35,6 +35,7 @@ strength = 1.5
 [physics]
 rope = "v4"
 pooling = "on"
+gate_bias_std = 0.0
 needle_gate_boost = 2.0
 [sweep]
 contexts = "57344"

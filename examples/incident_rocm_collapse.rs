@@ -36,6 +36,7 @@ strength = 1.5
 [physics]
 rope = "v4"
 pooling = "on"
+gate_bias_std = 0.0
 needle_gate_boost = 2.0
 [sweep]
 contexts = "1913,3611,5294,8192,16384"

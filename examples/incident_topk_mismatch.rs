@@ -20,6 +20,7 @@ preset = "deepseek-v4-flash"
 [physics]
 rope = "v4"
 pooling = "on"
+gate_bias_std = 0.0
 needle_gate_boost = 2.0
 [sweep]
 contexts = "1024,1536,2048,2176,2560,3072,4096,8192,16384,32768"

@@ -26,6 +26,7 @@ use crate::indexer::IndexerQuery;
 use crate::montecarlo::trial_seed;
 use crate::precision::{LogitFormat, PrecisionVariant, Rotation};
 use crate::rng::{self, tag};
+use crate::sampled_prediction::{predict_trial_sampled, sampled_prediction_applies};
 use crate::trial::TrialSpec;
 use rand::Rng;
 use rand_distr::StandardNormal;
@@ -499,7 +500,26 @@ pub struct CellPrediction {
 
 /// Predictions of one trial, per cell index of `spec` (None where the
 /// prediction does not model the variant).
+///
+/// Under the null model the closed forms serve the variants they model
+/// ([`prediction_applies`]); every other variant, and every variant under
+/// physics, gets the sampled prediction ([`crate::sampled_prediction`]).
 pub fn predict_trial(spec: &TrialSpec<'_>, trial_seed: u64) -> Result<Vec<Option<SurvivalEstimate>>, SimError> {
+    let closed_form = spec.physics.is_null(spec.geometry.ratio) && spec.needle_offsets == [None];
+    let mut out = if closed_form { predict_trial_closed_form(spec, trial_seed)? } else { vec![None; spec.cell_count()] };
+    let wanted: Vec<bool> =
+        spec.variants.iter().map(|v| !(closed_form && prediction_applies(v)) && sampled_prediction_applies(v)).collect();
+    let sampled = predict_trial_sampled(spec, trial_seed, &wanted)?;
+    for (o, s) in out.iter_mut().zip(sampled) {
+        if s.is_some() {
+            *o = s;
+        }
+    }
+    Ok(out)
+}
+
+/// [`predict_trial`] by the closed forms (null model only).
+fn predict_trial_closed_form(spec: &TrialSpec<'_>, trial_seed: u64) -> Result<Vec<Option<SurvivalEstimate>>, SimError> {
     let haystack = TrialHaystack::draw(spec.model, trial_seed)?;
     let d = spec.model.shape.head_dim;
     let mut rng = rng::stream(trial_seed, &[tag::PREDICT]);

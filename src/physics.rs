@@ -125,6 +125,15 @@ impl Physics {
         self.gate_noise_std == 0.0 && self.correlation_length == 0.0
     }
 
+    /// Whether rows are independent given the trial's draws and haystack
+    /// rows come straight from the row distribution (no token-level
+    /// generation, no correlated tokens, no distractors): what the sampling
+    /// estimators (tail mode, the prediction) need. Position may still
+    /// matter (RoPE), and pooling may be on through the exact shortcut.
+    pub fn rows_are_independent(&self, ratio: u64) -> bool {
+        !self.token_level(ratio) && self.correlation_length == 0.0 && self.distractors == 0
+    }
+
     /// Token-by-token generation of every row.
     pub fn token_level(&self, ratio: u64) -> bool {
         self.pools(ratio) && (self.pooling == Pooling::Full || !self.shortcut_is_exact())

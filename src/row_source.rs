@@ -27,6 +27,10 @@ use rand::Rng;
 use rand_distr::StandardNormal;
 use std::ops::Range;
 
+/// Noise rows of [`TrialRows::sampled_special_row`]'s redraws: far beyond any
+/// context (and beyond the tail sampler's proposal rows at 2^40).
+const REDRAW_FIRST_ROW: u64 = 1 << 44;
+
 /// A needle or a distractor in one context: its tokens and which key offset it adds.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Item {
@@ -278,6 +282,59 @@ impl<'a> TrialRows<'a> {
         pooled
     }
 
+    /// A haystack key of `row`, finalized, drawn with the noise z of
+    /// haystack row `noise_row`, moved by `tilt` (in units of the channel
+    /// spread σ) when `shifted`: key = common + σ ⊙ x, x = z (+ tilt). With
+    /// `noise_row` beyond every context it is a draw of row `row`'s
+    /// distribution independent of the trial's rows. Returns tilt · x, the
+    /// data term of the tilted density's log-likelihood ratio (0 for an
+    /// empty tilt). Only for independent rows
+    /// ([`Physics::rows_are_independent`]): no AR(1) state, no token chunk.
+    pub fn sampled_haystack_row(&self, row: u64, noise_row: u64, tilt: &[f64], shifted: bool, out: &mut [f32]) -> Result<f64, SimError> {
+        self.hay.fill_haystack_row(noise_row, out);
+        let (common, sigma) = (self.hay.common(), self.hay.channel_std());
+        let mut tz = 0.0;
+        for (j, &theta) in tilt.iter().enumerate() {
+            if shifted {
+                out[j] += (theta * f64::from(sigma[j])) as f32;
+            }
+            tz += theta * (f64::from(out[j]) - f64::from(common[j])) / f64::from(sigma[j]);
+        }
+        if self.pools && self.geometry.overlap && row == 0 {
+            for j in 0..self.d {
+                out[j] = common[j] + (out[j] - common[j]) * self.first_row_factor[j];
+            }
+        }
+        self.finalize(row, out)?;
+        Ok(tz)
+    }
+
+    /// The key of special row `row` holding `items`, finalized: the trial's
+    /// own (`draw` None, the same bits as the full simulation) or an
+    /// independent redraw of its tokens (`draw` Some(j), j = 0, 1, …).
+    /// Only for independent rows ([`Physics::rows_are_independent`]).
+    pub fn sampled_special_row(&mut self, row: u64, items: &[Item], draw: Option<u64>, out: &mut [f32]) -> Result<(), SimError> {
+        let d = self.d;
+        if self.pools {
+            let mut scratch = std::mem::take(&mut self.scratch);
+            let seed = match draw {
+                None => self.special_seed,
+                Some(j) => rng::derive(self.special_seed, &[tag::PREDICT, j]),
+            };
+            self.draw_window_seeded(seed, row, &mut scratch);
+            let pooled = self.pool_row(row, items, &mut scratch, out);
+            self.scratch = scratch;
+            pooled?;
+        } else {
+            let mut base = vec![0.0f32; d];
+            // Fresh draws take their noise from rows no context reaches, one
+            // per (draw, row): a draw's rows are as independent as the trial's.
+            self.hay.fill_haystack_row(draw.map_or(row, |j| REDRAW_FIRST_ROW + (j << 24) + (row & 0xff_ffff)), &mut base);
+            self.special_row(row, items, &base, out)?;
+        }
+        self.finalize(row, out)
+    }
+
     /// Whether [`Self::finalize`] changes rows (pooling or RoPE on).
     pub fn finalizes(&self) -> bool {
         self.pools || self.rope.is_some()
@@ -310,6 +367,11 @@ impl<'a> TrialRows<'a> {
 
     /// Shortcut: draws the independent tokens of `row`'s window into `scratch`.
     fn draw_window(&self, row: u64, scratch: &mut PoolScratch) {
+        self.draw_window_seeded(self.special_seed, row, scratch);
+    }
+
+    /// [`Self::draw_window`] from the token stream `seed`.
+    fn draw_window_seeded(&self, seed: u64, row: u64, scratch: &mut PoolScratch) {
         let d = self.d;
         let groups = d.div_ceil(rng::NORMAL_GROUP) as u32;
         let common = self.hay.common();
@@ -317,12 +379,12 @@ impl<'a> TrialRows<'a> {
         let slots = (window.end - window.start) as usize;
         if d.is_multiple_of(rng::NORMAL_GROUP) {
             // Slot s is groups s·groups …: one call draws them all.
-            rng::fill_normals(self.special_seed, row, 0, &mut scratch.tokens[..slots * d]);
+            rng::fill_normals(seed, row, 0, &mut scratch.tokens[..slots * d]);
         }
         for slot in 0..slots {
             let v = &mut scratch.tokens[slot * d..(slot + 1) * d];
             if !d.is_multiple_of(rng::NORMAL_GROUP) {
-                rng::fill_normals(self.special_seed, row, slot as u32 * groups, v);
+                rng::fill_normals(seed, row, slot as u32 * groups, v);
             }
             for ((x, &m), &s) in v.iter_mut().zip(common).zip(&self.token_std) {
                 *x = m + s * *x;
@@ -545,6 +607,69 @@ mod tests {
         rows.finalize(0, &mut a).unwrap();
         hay.fill_haystack_rows(0, &mut b);
         assert_eq!(a.iter().map(|x| x.to_bits()).collect::<Vec<_>>(), b.iter().map(|x| x.to_bits()).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn sampled_rows_with_their_own_noise_are_the_trial_rows_bit_for_bit() {
+        use crate::physics::RopeChoice;
+        let m = model();
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        let v4 = Physics { rope: RopeChoice::V4, pooling: Pooling::On, gate_bias_std: 1.0, needle_gate_boost: 2.0, ..Physics::NULL };
+        let rope_only = Physics { rope: RopeChoice::V32, ..Physics::NULL };
+        for physics in [v4, rope_only] {
+            assert!(physics.rows_are_independent(4));
+            let hay = TrialHaystack::draw(&m, 21).unwrap();
+            let (context, needle) = (2000u64, 1001..1005);
+            let (keys, _) = context_keys(&m, &physics, csa(), &hay, 21, context, needle.clone()).unwrap();
+            let mut src = TrialRows::new(&m, &physics, csa(), &hay, 21).unwrap();
+            let rows = csa().candidate_rows(context);
+            let items = src.items(context, needle);
+            let special = src.special_rows(&items, rows);
+            assert_eq!(special, vec![250, 251, 252]);
+            let mut out = vec![0.0f32; 128];
+            for row in [0u64, 1, 7, 249, 253, 256, 300, rows - 1] {
+                let tz = src.sampled_haystack_row(row, row, &[], false, &mut out).unwrap();
+                assert_eq!(tz, 0.0);
+                assert_eq!(bits(&out), bits(&keys[row as usize * 128..(row as usize + 1) * 128]), "{physics:?} row {row}");
+            }
+            let mut redraws = Vec::new();
+            for &row in &special {
+                src.sampled_special_row(row, &items, None, &mut out).unwrap();
+                assert_eq!(bits(&out), bits(&keys[row as usize * 128..(row as usize + 1) * 128]), "{physics:?} needle row {row}");
+                for draw in 0..2 {
+                    src.sampled_special_row(row, &items, Some(draw), &mut out).unwrap();
+                    redraws.push(bits(&out));
+                }
+            }
+            // Every redraw is new: none equals the trial's row or another redraw.
+            let mut unique = redraws.clone();
+            unique.sort();
+            unique.dedup();
+            assert_eq!(unique.len(), redraws.len());
+            assert!(special.iter().all(|&r| !redraws.contains(&bits(&keys[r as usize * 128..(r as usize + 1) * 128]))));
+        }
+    }
+
+    #[test]
+    fn a_tilted_haystack_draw_moves_by_sigma_theta_and_reports_its_likelihood_term() {
+        let m = model();
+        let hay = TrialHaystack::draw(&m, 3).unwrap();
+        let src = TrialRows::new(&m, &Physics::NULL, csa(), &hay, 3).unwrap();
+        let theta: Vec<f64> = (0..128).map(|j| 0.01 * j as f64 - 0.5).collect();
+        let (mut plain, mut tilted) = (vec![0.0f32; 128], vec![0.0f32; 128]);
+        let tz_plain = src.sampled_haystack_row(5, 77, &theta, false, &mut plain).unwrap();
+        let tz_tilted = src.sampled_haystack_row(5, 77, &theta, true, &mut tilted).unwrap();
+        let (common, sigma) = (hay.common(), hay.channel_std());
+        let z: Vec<f64> = (0..128).map(|j| f64::from((plain[j] - common[j]) / sigma[j])).collect();
+        let dot: f64 = theta.iter().zip(&z).map(|(t, z)| t * z).sum();
+        let theta_sq: f64 = theta.iter().map(|t| t * t).sum();
+        // f32 keys: the standardised noise is recovered to ~1e-6 per channel.
+        assert!((tz_plain - dot).abs() < 1e-4, "{tz_plain} vs {dot}");
+        assert!((tz_tilted - (dot + theta_sq)).abs() < 1e-4, "{tz_tilted} vs {}", dot + theta_sq);
+        for j in 0..128 {
+            let want = f64::from(plain[j]) + theta[j] * f64::from(sigma[j]);
+            assert!((f64::from(tilted[j]) - want).abs() < 1e-5, "channel {j}");
+        }
     }
 
     /// Lag-1 correlation of channel `j`'s standardised values over rows.

@@ -21,7 +21,9 @@ use crate::haystack::TrialHaystack;
 use crate::indexer::IndexerQuery;
 use crate::montecarlo::trial_seed;
 use crate::precision::QuantizedRows;
-use crate::selection::TieRule;
+use crate::rng::{self, tag};
+use crate::row_sample::{context_queries, score_keys, stratified_rows, tie_share};
+use crate::row_source::TrialRows;
 use crate::stats::mean_interval;
 use crate::sweep::CellResult;
 use crate::trial::TrialSpec;
@@ -136,6 +138,95 @@ fn tilt(haystack: &TrialHaystack) -> Vec<f64> {
 
 /// One trial's survival probability per cell index of `spec`.
 pub fn tail_trial(spec: &TrialSpec<'_>, trial_seed: u64, tail_rows: u64) -> Result<Vec<f64>, SimError> {
+    if spec.physics.is_null(spec.geometry.ratio) && spec.needle_offsets == [None] {
+        tail_trial_null(spec, trial_seed, tail_rows)
+    } else {
+        tail_trial_positional(spec, trial_seed, tail_rows)
+    }
+}
+
+/// Under physics (RoPE, pooling through the exact shortcut) rows are still
+/// independent given the trial, but a row's distribution depends on its
+/// position: per context (its query sits at the context's end) and needle
+/// offset, M/2 positions spread over the competitors
+/// ([`stratified_rows`]) each get one haystack draw and one proposal draw
+/// (noise z + θ), finalized at that position; p̄(s*) = (1/N) Σ_i P(S_i > s*)
+/// is estimated with the same balance-heuristic weights, and the count of
+/// rows above the needle is taken as Binomial(N, p̄) (docs/PERFORMANCE.md,
+/// "Tail sampling", says what that neglects). The needle rows are the
+/// trial's own, bit for bit.
+fn tail_trial_positional(spec: &TrialSpec<'_>, trial_seed: u64, tail_rows: u64) -> Result<Vec<f64>, SimError> {
+    let d = spec.model.shape.head_dim;
+    let haystack = TrialHaystack::draw(spec.model, trial_seed)?;
+    let mut source = TrialRows::new(spec.model, spec.physics, spec.geometry, &haystack, trial_seed)?;
+    let half = (tail_rows / 2) as usize;
+    let theta = tilt(&haystack);
+    let theta_sq: f64 = theta.iter().map(|t| t * t).sum();
+    let mut out = vec![0.0; spec.cell_count()];
+    let mut keys = vec![0.0f32; 2 * half * d];
+    let mut weights = vec![0.0f64; 2 * half];
+    let mut scores = vec![0.0f32; 2 * half];
+    let mut key = vec![0.0f32; d];
+    let mut quantized = QuantizedRows::with_capacity(CHUNK_ROWS, d);
+    for (ci, &context) in spec.contexts.iter().enumerate() {
+        let queries = context_queries(&haystack, &source, spec.variants, context)?;
+        let candidates = spec.geometry.candidate_rows(context);
+        for (oi, &offset) in spec.needle_offsets.iter().enumerate() {
+            let placement = spec.placement(context, offset);
+            let needle_rows = placement.rows.end - placement.rows.start;
+            let competitors = candidates - needle_rows;
+            let fixed = if placement.in_window {
+                Some(1.0)
+            } else if needle_rows == 0 {
+                Some(0.0)
+            } else {
+                None
+            };
+            if let Some(value) = fixed {
+                for ki in 0..spec.topks.len() {
+                    for v in 0..spec.variants.len() {
+                        out[spec.cell_index(ci, oi, ki, v)] = value;
+                    }
+                }
+                continue;
+            }
+            let mut rng = rng::stream(trial_seed, &[tag::TAIL, ci as u64, oi as u64]);
+            let rows = stratified_rows(candidates, placement.rows.clone(), half, &mut rng);
+            for (j, &row) in rows.iter().enumerate() {
+                for (slot, shifted) in [(j, false), (half + j, true)] {
+                    let tz = source.sampled_haystack_row(row, PROPOSAL_FIRST_ROW + slot as u64, &theta, shifted, &mut keys[slot * d..(slot + 1) * d])?;
+                    weights[slot] = 1.0 / (0.5 + 0.5 * (tz - 0.5 * theta_sq).exp());
+                }
+            }
+            let items = source.items(context, placement.tokens.clone());
+            let mut best = vec![f32::NEG_INFINITY; spec.variants.len()];
+            for row in placement.rows.clone() {
+                source.sampled_special_row(row, &items, None, &mut key)?;
+                for (v, variant) in spec.variants.iter().enumerate() {
+                    let mut s = [0.0f32];
+                    score_keys(variant, &queries[v], &key, d, &mut quantized, &mut s)?;
+                    if s[0].total_cmp(&best[v]).is_gt() {
+                        best[v] = s[0];
+                    }
+                }
+            }
+            let share = tie_share(spec.tie_rule, placement.rows.start, competitors);
+            for (v, variant) in spec.variants.iter().enumerate() {
+                score_keys(variant, &queries[v], &keys, d, &mut quantized, &mut scores)?;
+                let sample = TailSample::new(&scores, &weights);
+                let e = sample.exceedance(best[v], share);
+                for (ki, &k) in spec.topks.iter().enumerate() {
+                    out[spec.cell_index(ci, oi, ki, v)] = survival(competitors, k.min(candidates), e);
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// [`tail_trial`] for the null model: no position, one query for every
+/// context, and the sample's haystack half is the trial's own first rows.
+fn tail_trial_null(spec: &TrialSpec<'_>, trial_seed: u64, tail_rows: u64) -> Result<Vec<f64>, SimError> {
     let d = spec.model.shape.head_dim;
     let haystack = TrialHaystack::draw(spec.model, trial_seed)?;
     let queries: Vec<IndexerQuery> = spec
@@ -198,13 +289,7 @@ pub fn tail_trial(spec: &TrialSpec<'_>, trial_seed: u64, tail_rows: u64) -> Resu
         let candidates = spec.geometry.candidate_rows(context);
         let needle_rows = placement.rows.end - placement.rows.start;
         let competitors = candidates - needle_rows;
-        // Share of tied competitors the tie rule puts ahead of the needle.
-        let before = placement.rows.start as f64 / competitors.max(1) as f64;
-        let tie_share = match spec.tie_rule {
-            TieRule::Random => 0.5,
-            TieRule::LowestIndex => before,
-            TieRule::HighestIndex => 1.0 - before,
-        };
+        let tie_share = tie_share(spec.tie_rule, placement.rows.start, competitors);
         let mut best = vec![f32::NEG_INFINITY; spec.variants.len()];
         for row in placement.rows.clone() {
             haystack.fill_needle_row(row, &mut key);
@@ -247,20 +332,21 @@ pub fn cells_for_tail(s: &Scenario, spec: &TrialSpec<'_>, on_trial: &(dyn Fn() +
         .collect::<Result<_, _>>()?;
     let mut cells = Vec::with_capacity(spec.cell_count());
     for (ci, &context) in s.contexts.iter().enumerate() {
-        let placement = spec.placement(context, None);
+      for (oi, &needle_offset) in spec.needle_offsets.iter().enumerate() {
+        let placement = spec.placement(context, needle_offset);
         let candidates = s.geometry.candidate_rows(context);
         for (ki, &k) in s.topks.iter().enumerate() {
             for (vi, variant) in s.precisions.iter().enumerate() {
-                let i = spec.cell_index(ci, 0, ki, vi);
+                let i = spec.cell_index(ci, oi, ki, vi);
                 let (sum, sum_sq) = per_trial.iter().fold((0.0, 0.0), |(a, b), t| (a + t[i], b + t[i] * t[i]));
                 let (recall, low, high) = mean_interval(sum, sum_sq, s.trials).unwrap_or((0.0, 0.0, 1.0));
-                let base = spec.cell_index(ci, 0, ki, 0);
+                let base = spec.cell_index(ci, oi, ki, 0);
                 let base_recall = per_trial.iter().map(|t| t[base]).sum::<f64>() / s.trials.max(1) as f64;
                 let paired = vi > 0;
                 cells.push(CellResult {
                     context_tokens: context,
                     depth_percent: spec.depth_percent,
-                    needle_offset: None,
+                    needle_offset,
                     topk: k,
                     precision: variant.name.clone(),
                     trials: s.trials,
@@ -299,6 +385,7 @@ pub fn cells_for_tail(s: &Scenario, spec: &TrialSpec<'_>, on_trial: &(dyn Fn() +
                 });
             }
         }
+      }
     }
     Ok(cells)
 }

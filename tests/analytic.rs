@@ -1,6 +1,11 @@
-//! The analytic prediction and tail sampling against full simulation on the
-//! presets' default cells (fp32, where the prediction's assumptions hold),
-//! with the presets' physics switched off (the null model).
+//! The prediction and tail sampling against full simulation.
+//!
+//! * The presets as shipped (physics on: RoPE, pooling, gate biases; their
+//!   own precision pair), where the prediction and tail sampling work from a
+//!   sample of rows at spread-out positions.
+//! * The presets' null model (`--rope off --pooling off`, fp32), where the
+//!   prediction uses its closed forms.
+//!
 //! Tolerances: the simulation's 95 % Wilson interval widened by twice the
 //! prediction's own sampling standard error (prediction), or the 95 %
 //! interval of the difference of two independent estimates (tail sampling;
@@ -13,8 +18,7 @@ use dsa_recall::precision::PrecisionVariant;
 use dsa_recall::stats::Z95;
 use dsa_recall::sweep::{run_sweep, spec_for};
 
-/// The preset's null model (`--rope off --pooling off`): the prediction and
-/// tail sampling assume it, and config refuses them with physics on.
+/// The preset's null model (`--rope off --pooling off`), fp32.
 fn scenario(preset: &str, contexts: &[u64], topk: u64, trials: u64) -> Scenario {
     let physics = PhysicsParams { rope: Some("off".into()), pooling: Some("off".into()), ..Default::default() };
     let params = ScenarioParams { preset: Some(preset.into()), physics, ..Default::default() };
@@ -30,29 +34,61 @@ fn scenario(preset: &str, contexts: &[u64], topk: u64, trials: u64) -> Scenario 
     }
 }
 
+/// The preset as shipped (its physics and its precision pair), with
+/// `contexts` and `topk`.
+fn shipped(preset: &str, contexts: &[u64], topk: u64, trials: u64) -> Scenario {
+    let params = ScenarioParams { preset: Some(preset.into()), ..Default::default() };
+    let s = config::check(config::resolve(params).unwrap()).unwrap();
+    assert!(!s.physics.is_null(s.geometry.ratio) && s.physics.rows_are_independent(s.geometry.ratio), "{preset}: {:?}", s.physics);
+    Scenario { contexts: contexts.to_vec(), depths: vec![50.0], topks: vec![topk], trials, ..s }
+}
+
 fn prediction_agrees(preset: &str, contexts: &[u64], topk: u64) {
-    let mut s = scenario(preset, contexts, topk, 400);
+    prediction_agrees_in(scenario(preset, contexts, topk, 400));
+}
+
+fn prediction_agrees_as_shipped(preset: &str, contexts: &[u64], topk: u64) {
+    prediction_agrees_in(shipped(preset, contexts, topk, 400));
+}
+
+fn prediction_agrees_in(mut s: Scenario) {
+    let preset = s.preset.clone();
+    let topk = s.topks[0];
     s.estimator.predict = true;
     let cells = run_sweep(&s, &|| {}).unwrap().cells;
     let predictions = predict_cells(&spec_for(&s, 50.0), s.seed, s.trials).unwrap();
     for (c, p) in cells.iter().zip(&predictions) {
-        let p = p.expect("fp32 is predicted");
+        let p = p.expect("every variant here is predicted");
         assert_eq!(c.predicted_recall, Some(p.recall));
         let (lo, hi) = (c.ci_low - 2.0 * p.sampling_se, c.ci_high + 2.0 * p.sampling_se);
-        eprintln!("{preset} {} tokens k={topk}: simulated {:.4} [{:.4}, {:.4}], predicted {:.4} ± {:.4}", c.context_tokens, c.recall, c.ci_low, c.ci_high, p.recall, p.sampling_se);
-        assert!(p.recall >= lo && p.recall <= hi, "{preset} at {} tokens: predicted {} outside [{lo}, {hi}]", c.context_tokens, p.recall);
+        eprintln!("{preset} {} tokens k={topk} {}: simulated {:.4} [{:.4}, {:.4}], predicted {:.4} ± {:.4}", c.context_tokens, c.precision, c.recall, c.ci_low, c.ci_high, p.recall, p.sampling_se);
+        assert!(p.recall >= lo && p.recall <= hi, "{preset} at {} tokens, {}: predicted {} outside [{lo}, {hi}]", c.context_tokens, c.precision, p.recall);
     }
 }
 
 #[test]
-fn prediction_agrees_with_simulation_on_v4_flash_up_to_32k() {
+fn prediction_agrees_with_simulation_on_v4_flash_as_shipped_up_to_32k() {
+    prediction_agrees_as_shipped("deepseek-v4-flash", &[8192, 32768], 512);
+}
+
+/// A minute or two each in release; `cargo test --release --test analytic -- --ignored`.
+#[test]
+#[ignore]
+fn prediction_agrees_with_simulation_on_every_preset_as_shipped() {
+    prediction_agrees_as_shipped("deepseek-v4-flash", &[4096, 16384, 65536, 131072], 1024);
+    prediction_agrees_as_shipped("deepseek-v4-pro", &[8192, 32768, 131072], 1024);
+    prediction_agrees_as_shipped("deepseek-v3.2", &[8192, 32768, 131072], 2048);
+}
+
+#[test]
+fn null_model_prediction_agrees_with_simulation_on_v4_flash_up_to_32k() {
     prediction_agrees("deepseek-v4-flash", &[8192, 32768], 512);
 }
 
 /// ~1 min each in release; run with `cargo test --release --test analytic -- --ignored`.
 #[test]
 #[ignore]
-fn prediction_agrees_with_simulation_on_v4_flash_at_128k() {
+fn null_model_prediction_agrees_with_simulation_on_v4_flash_at_128k() {
     prediction_agrees("deepseek-v4-flash", &[8192, 32768, 131072], 512);
 }
 
@@ -60,19 +96,24 @@ fn prediction_agrees_with_simulation_on_v4_flash_at_128k() {
 /// is 0.9524 against a Wilson interval [0.9546, 0.9864] widened to 0.9530.
 #[test]
 #[ignore]
-fn prediction_agrees_with_simulation_on_v4_pro() {
+fn null_model_prediction_agrees_with_simulation_on_v4_pro() {
     prediction_agrees("deepseek-v4-pro", &[32768, 131072], 1024);
 }
 
 #[test]
 #[ignore]
-fn prediction_agrees_with_simulation_on_v3_2() {
+fn null_model_prediction_agrees_with_simulation_on_v3_2() {
     prediction_agrees("deepseek-v3.2", &[32768, 131072], 2048);
 }
 
 fn tail_agrees(preset: &str, contexts: &[u64], topk: u64, trials: u64, precisions: &[&str]) {
     let mut s = scenario(preset, contexts, topk, trials);
     s.precisions = precisions.iter().map(|p| PrecisionVariant::builtin(p).unwrap()).collect();
+    tail_agrees_in(s);
+}
+
+fn tail_agrees_in(mut s: Scenario) {
+    let preset = s.preset.clone();
     s.estimator.predict = false;
     let full = run_sweep(&s, &|| {}).unwrap().cells;
     s.estimator.mode = EstimatorMode::Tail;
@@ -97,6 +138,36 @@ fn tail_sampling_agrees_with_full_simulation_at_32k() {
 fn tail_sampling_agrees_with_full_simulation_on_the_presets() {
     tail_agrees("deepseek-v4-flash", &[8192, 32768, 131072], 512, 400, &["fp32", "bf16", "fp8", "fp4"]);
     tail_agrees("deepseek-v4-pro", &[32768, 131072], 1024, 400, &["fp32", "fp4"]);
+}
+
+#[test]
+fn tail_sampling_agrees_with_full_simulation_on_v4_flash_as_shipped_at_32k() {
+    tail_agrees_in(shipped("deepseek-v4-flash", &[32768], 512, 300));
+}
+
+/// Several minutes in release; `cargo test --release --test analytic -- --ignored`.
+#[test]
+#[ignore]
+fn tail_sampling_agrees_with_full_simulation_on_every_preset_as_shipped() {
+    tail_agrees_in(shipped("deepseek-v4-flash", &[8192, 131072], 512, 400));
+    tail_agrees_in(shipped("deepseek-v4-pro", &[32768, 131072], 1024, 400));
+    tail_agrees_in(shipped("deepseek-v3.2", &[32768, 131072], 2048, 400));
+}
+
+#[test]
+fn sampled_estimators_are_identical_for_any_thread_count() {
+    let mut s = shipped("deepseek-v4-flash", &[16384], 512, 12);
+    s.estimator.predict = true;
+    let run = |s: &Scenario, threads| {
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+        let cells = pool.install(|| run_sweep(s, &|| {})).unwrap().cells;
+        assert!(cells.iter().all(|c| c.predicted_recall.is_some() == s.estimator.predict));
+        dsa_recall::output::results_jsonl(&cells)
+    };
+    assert_eq!(run(&s, 1), run(&s, 2));
+    s.estimator.predict = false;
+    s.estimator.mode = EstimatorMode::Tail;
+    assert_eq!(run(&s, 1), run(&s, 2));
 }
 
 #[test]

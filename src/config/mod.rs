@@ -277,23 +277,20 @@ pub fn check(p: ScenarioParams) -> Result<Scenario, ConfigError> {
     if let Some(predict) = p.estimator.predict {
         estimator.predict = predict;
     }
-    // Tail sampling and the prediction assume the null model's independent,
-    // position-free rows with one needle (docs/MODEL.md, "Analytic prediction").
-    let null_model = physics.is_null(ratio) && needle_offsets == [None];
+    // Tail sampling and the prediction need rows that are independent given
+    // the trial, with one needle (docs/MODEL.md, "Analytic prediction").
+    let independent = physics.rows_are_independent(ratio);
+    let needs_independent = "[physics] with independent rows: correlation_length = 0, distractors = 0, and pooling \"on\" without gate noise (or off)";
     if estimator.mode == EstimatorMode::Tail {
-        if !null_model {
-            return Err(ConfigError::new(
-                field_name("estimator.mode"),
-                "\"tail\"",
-                "full when [physics] is on (the presets switch it on; --rope off --pooling off gives the null model) or sweep.needle_offsets is set: tail sampling assumes independent rows without position (the null model)",
-            ));
+        if !independent {
+            return Err(ConfigError::new(field_name("estimator.mode"), "\"tail\"", format!("full, or {needs_independent}: tail sampling counts rows as independent draws")));
         }
         if let Some(v) = precisions.iter().find(|v| !v.cache.is_default() || !v.selection.is_default()) {
             return Err(ConfigError::new(field_name("estimator.mode"), "\"tail\"", format!("full with hypothesis variant {:?}: tail sampling stores rows one at a time", v.name)));
         }
     }
-    if estimator.predict && !null_model {
-        return Err(ConfigError::new(field_name("estimator.predict"), "true", "false when [physics] is on (the presets switch it on; --rope off --pooling off gives the null model) or sweep.needle_offsets is set: the prediction assumes the null model"));
+    if estimator.predict && !independent {
+        return Err(ConfigError::new(field_name("estimator.predict"), "true", format!("false, or {needs_independent}: the prediction counts rows as independent draws")));
     }
 
     Ok(Scenario {
@@ -457,19 +454,22 @@ mod tests {
     }
 
     #[test]
-    fn prediction_and_tail_need_the_null_model() {
-        // The presets switch physics on: refused there, accepted with RoPE and
-        // pooling off (the preset's gate settings act only through pooling).
+    fn prediction_and_tail_need_independent_rows() {
+        // The presets' physics (RoPE, pooling through the exact shortcut) keep
+        // rows independent given the trial: accepted, as is the null model.
         for estimator in ["predict = true", "mode = \"tail\""] {
-            let err = with(&format!("[estimator]\n{estimator}\n")).unwrap_err().to_string();
-            assert!(err.contains("--rope off --pooling off"), "{err}");
+            for preset in ["deepseek-v4-flash", "deepseek-v3.2"] {
+                assert!(with(&format!("preset = \"{preset}\"\n[estimator]\n{estimator}\n")).is_ok(), "{preset} {estimator}");
+            }
             let s = with(&format!("[estimator]\n{estimator}\n[physics]\nrope = \"off\"\npooling = \"off\"\n")).unwrap();
             assert!(s.physics.gate_bias_std > 0.0 && s.physics.is_null(s.geometry.ratio));
-            let err = with(&format!("[estimator]\n{estimator}\n[physics]\nrope = \"off\"\npooling = \"off\"\ndistractors = 1\n")).unwrap_err().to_string();
-            assert!(err.contains("null model"), "{err}");
+            assert!(with(&format!("[estimator]\n{estimator}\n[sweep]\nneedle_offsets = [0, 1]\n")).is_ok());
+            // Correlated tokens, distractors, gate noise and token-level pooling make rows depend on each other.
+            for physics in ["distractors = 1", "correlation_length = 8.0", "gate_noise_std = 0.5", "pooling = \"full\""] {
+                let err = with(&format!("[estimator]\n{estimator}\n[physics]\n{physics}\n")).unwrap_err().to_string();
+                assert!(err.contains("independent rows") && err.contains("estimator."), "{physics}: {err}");
+            }
         }
-        // V3.2 has no pooling (ratio 1): RoPE off is the null model.
-        assert!(with("preset = \"deepseek-v3.2\"\n[estimator]\npredict = true\n[physics]\nrope = \"off\"\n").is_ok());
     }
 
     #[test]

@@ -267,11 +267,30 @@ impl RopeConfig {
         if last > MAX_POSITION as u128 {
             return Err(RopeError::Position { position: last, max: MAX_POSITION });
         }
+        self.rotate_checked(rows, (0..n as u64).map(|r| first_position + r * position_stride));
+        Ok(())
+    }
+
+    /// Rotates row r of `rows` (row-major, head_dim wide) at `positions[r]`:
+    /// the same bits as [`Self::rotate_rows`] for each row. Cheapest when
+    /// positions come in ascending order (the coarse angles are reused).
+    pub fn rotate_rows_at(&self, rows: &mut [f32], positions: &[u64]) -> Result<(), RopeError> {
+        if rows.len() != positions.len() * self.head_dim {
+            return Err(RopeError::RowsLength { len: rows.len(), head_dim: self.head_dim });
+        }
+        if let Some(&last) = positions.iter().max().filter(|&&p| p > MAX_POSITION) {
+            return Err(RopeError::Position { position: u128::from(last), max: MAX_POSITION });
+        }
+        self.rotate_checked(rows, positions.iter().copied());
+        Ok(())
+    }
+
+    /// The rotation itself, positions already checked.
+    fn rotate_checked(&self, rows: &mut [f32], positions: impl Iterator<Item = u64>) {
         let pairs = self.freqs.len();
         let mut high = vec![[1.0, 0.0]; pairs];
         let mut high_key = 0u64;
-        for (r, row) in rows.chunks_exact_mut(self.head_dim).enumerate() {
-            let p = first_position + r as u64 * position_stride;
+        for (row, p) in rows.chunks_exact_mut(self.head_dim).zip(positions) {
             let key = p >> (2 * TABLE_BITS);
             if key != high_key {
                 let base = key << (2 * TABLE_BITS);
@@ -291,7 +310,6 @@ impl RopeConfig {
                 row[j] = (x * s + y * c) as f32;
             }
         }
-        Ok(())
     }
 }
 

@@ -282,7 +282,8 @@ impl<'a> TrialRows<'a> {
         pooled
     }
 
-    /// A haystack key of `row`, finalized, drawn with the noise z of
+    /// A haystack key of `row` before normalisation and rotation (see
+    /// [`Self::finalize_at`]), drawn with the noise z of
     /// haystack row `noise_row`, moved by `tilt` (in units of the channel
     /// spread σ) when `shifted`: key = common + σ ⊙ x, x = z (+ tilt). With
     /// `noise_row` beyond every context it is a draw of row `row`'s
@@ -305,11 +306,11 @@ impl<'a> TrialRows<'a> {
                 out[j] = common[j] + (out[j] - common[j]) * self.first_row_factor[j];
             }
         }
-        self.finalize(row, out)?;
         Ok(tz)
     }
 
-    /// The key of special row `row` holding `items`, finalized: the trial's
+    /// The key of special row `row` holding `items`, before normalisation
+    /// and rotation (see [`Self::finalize_at`]): the trial's
     /// own (`draw` None, the same bits as the full simulation) or an
     /// independent redraw of its tokens (`draw` Some(j), j = 0, 1, …).
     /// Only for independent rows ([`Physics::rows_are_independent`]).
@@ -332,7 +333,21 @@ impl<'a> TrialRows<'a> {
             self.hay.fill_haystack_row(draw.map_or(row, |j| REDRAW_FIRST_ROW + (j << 24) + (row & 0xff_ffff)), &mut base);
             self.special_row(row, items, &base, out)?;
         }
-        self.finalize(row, out)
+        Ok(())
+    }
+
+    /// [`Self::finalize`] for rows that are not consecutive: row r of `rows`
+    /// is row `row_indices[r]` of the context (the same bits as finalizing
+    /// it in its chunk). Cheapest with ascending indices.
+    pub fn finalize_at(&self, rows: &mut [f32], row_indices: &[u64]) -> Result<(), SimError> {
+        if self.pools {
+            compressor::rms_norm_rows(rows, self.d, compressor::RMS_NORM_EPS)?;
+        }
+        if let Some(rope) = &self.rope {
+            let positions: Vec<u64> = row_indices.iter().map(|&r| r * self.geometry.ratio).collect();
+            rope.rotate_rows_at(rows, &positions)?;
+        }
+        Ok(())
     }
 
     /// Whether [`Self::finalize`] changes rows (pooling or RoPE on).
@@ -630,14 +645,27 @@ mod tests {
             for row in [0u64, 1, 7, 249, 253, 256, 300, rows - 1] {
                 let tz = src.sampled_haystack_row(row, row, &[], false, &mut out).unwrap();
                 assert_eq!(tz, 0.0);
+                src.finalize_at(&mut out, &[row]).unwrap();
                 assert_eq!(bits(&out), bits(&keys[row as usize * 128..(row as usize + 1) * 128]), "{physics:?} row {row}");
+            }
+            // Finalizing scattered rows together gives each row's bits.
+            let scattered = [3u64, 90, 249, 400];
+            let mut batch = vec![0.0f32; scattered.len() * 128];
+            for (i, &row) in scattered.iter().enumerate() {
+                src.sampled_haystack_row(row, row, &[], false, &mut batch[i * 128..(i + 1) * 128]).unwrap();
+            }
+            src.finalize_at(&mut batch, &scattered).unwrap();
+            for (i, &row) in scattered.iter().enumerate() {
+                assert_eq!(bits(&batch[i * 128..(i + 1) * 128]), bits(&keys[row as usize * 128..(row as usize + 1) * 128]));
             }
             let mut redraws = Vec::new();
             for &row in &special {
                 src.sampled_special_row(row, &items, None, &mut out).unwrap();
+                src.finalize_at(&mut out, &[row]).unwrap();
                 assert_eq!(bits(&out), bits(&keys[row as usize * 128..(row as usize + 1) * 128]), "{physics:?} needle row {row}");
                 for draw in 0..2 {
                     src.sampled_special_row(row, &items, Some(draw), &mut out).unwrap();
+                    src.finalize_at(&mut out, &[row]).unwrap();
                     redraws.push(bits(&out));
                 }
             }

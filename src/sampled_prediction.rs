@@ -102,13 +102,18 @@ pub fn predict_trial_sampled(spec: &TrialSpec<'_>, trial_seed: u64, wanted: &[bo
             for (j, &row) in rows.iter().enumerate() {
                 source.sampled_haystack_row(row, SAMPLE_FIRST_ROW + j as u64, &[], false, &mut keys[j * d..(j + 1) * d])?;
             }
+            source.finalize_at(&mut keys[..rows.len() * d], &rows)?;
             let items = source.items(context, placement.tokens.clone());
+            // Redraw j's rows are rows j·R … j·R + R − 1, positioned like the needle's.
             let mut needle_keys = vec![0.0f32; NEEDLE_SAMPLES * needle_rows * d];
+            let mut needle_positions = Vec::with_capacity(NEEDLE_SAMPLES * needle_rows);
             for (j, draw) in needle_keys.chunks_exact_mut(needle_rows * d).enumerate() {
                 for (i, row) in placement.rows.clone().enumerate() {
                     source.sampled_special_row(row, &items, Some(j as u64), &mut draw[i * d..(i + 1) * d])?;
+                    needle_positions.push(row);
                 }
             }
+            source.finalize_at(&mut needle_keys, &needle_positions)?;
             let mut needle_scores = vec![0.0f32; NEEDLE_SAMPLES * needle_rows];
             let share = tie_share(spec.tie_rule, placement.rows.start, competitors);
             for (v, variant) in spec.variants.iter().enumerate().filter(|&(v, _)| wanted[v]) {

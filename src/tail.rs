@@ -198,10 +198,13 @@ fn tail_trial_positional(spec: &TrialSpec<'_>, trial_seed: u64, tail_rows: u64) 
                     weights[slot] = 1.0 / (0.5 + 0.5 * (tz - 0.5 * theta_sq).exp());
                 }
             }
+            source.finalize_at(&mut keys[..half * d], &rows)?;
+            source.finalize_at(&mut keys[half * d..], &rows)?;
             let items = source.items(context, placement.tokens.clone());
             let mut best = vec![f32::NEG_INFINITY; spec.variants.len()];
             for row in placement.rows.clone() {
                 source.sampled_special_row(row, &items, None, &mut key)?;
+                source.finalize_at(&mut key, &[row])?;
                 for (v, variant) in spec.variants.iter().enumerate() {
                     let mut s = [0.0f32];
                     score_keys(variant, &queries[v], &key, d, &mut quantized, &mut s)?;

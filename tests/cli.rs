@@ -909,3 +909,34 @@ fn needle_offsets_and_length_mods_become_cells() {
         assert_eq!(c["needle_start_token"].as_u64().unwrap() % 4, c["needle_offset"].as_u64().unwrap());
     }
 }
+
+// ------------------------------------------------------------- estimators --
+
+#[test]
+fn prediction_and_tail_mode_run_on_the_default_preset_with_its_physics() {
+    let dir = TempDir::new().unwrap();
+    let out = dir.path().join("pred");
+    let o = sweep(&out, &["--predict", "on"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let cells = results(&out);
+    assert!(!cells.is_empty());
+    for c in &cells {
+        let p = c["predicted_recall"].as_f64().unwrap_or_else(|| panic!("no prediction: {c}"));
+        assert!((0.0..=1.0).contains(&p), "{c}");
+    }
+    let out = dir.path().join("tail");
+    let o = sweep(&out, &["--mode", "tail"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(results(&out).len(), cells.len());
+}
+
+#[test]
+fn estimators_that_need_independent_rows_refuse_dependent_ones() {
+    let dir = TempDir::new().unwrap();
+    for (flag, value, physics) in [("--predict", "on", "--distractors"), ("--mode", "tail", "--correlation-length")] {
+        let out = dir.path().join(flag.trim_start_matches('-'));
+        let o = sweep(&out, &[flag, value, physics, "2"]);
+        assert_one_line_error(&o, &["independent rows", "correlation_length = 0"]);
+        assert!(!out.exists(), "no output directory after a refused configuration");
+    }
+}

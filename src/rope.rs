@@ -25,7 +25,7 @@
 //! and the same vector inside any batch get identical bits.
 
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use thiserror::Error;
 
 /// Largest position accepted (2⁴⁸): the exact-angle reduction keeps its error
@@ -190,17 +190,28 @@ impl RopeConfig {
 
     /// DeepSeek-V3.2 indexer: 128 dims, rope on the first 64, halves pairing,
     /// theta 10000, YaRN factor 40 over an original 4096 (betas 32 and 1).
+    /// Built once per process (a trial asks for it, and its tables are
+    /// 16K cos/sin evaluations); clones share the tables.
     pub fn deepseek_v32() -> Self {
-        let yarn = Yarn { factor: 40.0, original_max_position: 4096, beta_fast: 32.0, beta_slow: 1.0 };
-        Self::new(128, RopeDims::first(64), Pairing::Halves, 10_000.0, Some(yarn)).expect("valid built-in layout")
+        static V32: OnceLock<RopeConfig> = OnceLock::new();
+        V32.get_or_init(|| {
+            let yarn = Yarn { factor: 40.0, original_max_position: 4096, beta_fast: 32.0, beta_slow: 1.0 };
+            Self::new(128, RopeDims::first(64), Pairing::Halves, 10_000.0, Some(yarn)).expect("valid built-in layout")
+        })
+        .clone()
     }
 
     /// DeepSeek-V4 compressed layers (where the indexer lives): 128 dims,
     /// rope on the last 64, interleaved, theta 160000, YaRN factor 16 over an
     /// original 65536 (betas 32 and 1).
+    /// Built once per process, like [`Self::deepseek_v32`].
     pub fn deepseek_v4() -> Self {
-        let yarn = Yarn { factor: 16.0, original_max_position: 65_536, beta_fast: 32.0, beta_slow: 1.0 };
-        Self::new(128, RopeDims::last(64, 128), Pairing::Interleaved, 160_000.0, Some(yarn)).expect("valid built-in layout")
+        static V4: OnceLock<RopeConfig> = OnceLock::new();
+        V4.get_or_init(|| {
+            let yarn = Yarn { factor: 16.0, original_max_position: 65_536, beta_fast: 32.0, beta_slow: 1.0 };
+            Self::new(128, RopeDims::last(64, 128), Pairing::Interleaved, 160_000.0, Some(yarn)).expect("valid built-in layout")
+        })
+        .clone()
     }
 
     /// The same layout with another pairing (every pairing fits any valid span).
@@ -285,11 +296,18 @@ impl RopeConfig {
         Ok(())
     }
 
-    /// The rotation itself, positions already checked.
+    /// The rotation itself, positions already checked. Each pair's angle is
+    /// (high ⊕ mid) ⊕ low in that order, so the bits do not depend on how
+    /// rows are batched; high ⊕ mid is kept while positions share their bits
+    /// from 8 up (a chunk's rows at stride 4 share them 64 rows at a time).
     fn rotate_checked(&self, rows: &mut [f32], positions: impl Iterator<Item = u64>) {
         let pairs = self.freqs.len();
+        let (offset, len) = (self.dims.offset, self.dims.len);
         let mut high = vec![[1.0, 0.0]; pairs];
         let mut high_key = 0u64;
+        let mut high_mid = vec![[1.0, 0.0]; pairs];
+        let mut mid_key = u64::MAX;
+        let mut angle = vec![[1.0, 0.0]; pairs];
         for (row, p) in rows.chunks_exact_mut(self.head_dim).zip(positions) {
             let key = p >> (2 * TABLE_BITS);
             if key != high_key {
@@ -298,16 +316,36 @@ impl RopeConfig {
                     *h = cos_sin_of_product(base, f as f64);
                 }
                 high_key = key;
+                mid_key = u64::MAX;
             }
-            let mid = table_slice(&self.tables[1], (p >> TABLE_BITS) as usize % TABLE_LEN, pairs);
+            if p >> TABLE_BITS != mid_key {
+                mid_key = p >> TABLE_BITS;
+                let mid = table_slice(&self.tables[1], mid_key as usize % TABLE_LEN, pairs);
+                for ((hm, &h), &m) in high_mid.iter_mut().zip(&high).zip(mid) {
+                    *hm = add_angles(h, m);
+                }
+            }
             let low = table_slice(&self.tables[0], p as usize % TABLE_LEN, pairs);
-            for m in 0..pairs {
-                // Fixed order (high ⊕ mid) ⊕ low: same bits however rows are batched.
-                let [c, s] = add_angles(add_angles(high[m], mid[m]), low[m]);
-                let (i, j) = self.pair_dims(m);
-                let (x, y) = (row[i] as f64, row[j] as f64);
-                row[i] = (x * c - y * s) as f32;
-                row[j] = (x * s + y * c) as f32;
+            for ((a, &hm), &l) in angle.iter_mut().zip(&high_mid).zip(low) {
+                *a = add_angles(hm, l);
+            }
+            let part = &mut row[offset..offset + len];
+            match self.pairing {
+                Pairing::Interleaved => {
+                    for (xy, &[c, s]) in part.chunks_exact_mut(2).zip(&angle) {
+                        let (x, y) = (xy[0] as f64, xy[1] as f64);
+                        xy[0] = (x * c - y * s) as f32;
+                        xy[1] = (x * s + y * c) as f32;
+                    }
+                }
+                Pairing::Halves => {
+                    let (xs, ys) = part.split_at_mut(len / 2);
+                    for ((x, y), &[c, s]) in xs.iter_mut().zip(ys.iter_mut()).zip(&angle) {
+                        let (xv, yv) = (*x as f64, *y as f64);
+                        *x = (xv * c - yv * s) as f32;
+                        *y = (xv * s + yv * c) as f32;
+                    }
+                }
             }
         }
     }

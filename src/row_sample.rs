@@ -10,6 +10,7 @@
 //! uniform positions, and still unbiased).
 
 use crate::error::SimError;
+use crate::geometry::NeedlePlacement;
 use crate::haystack::TrialHaystack;
 use crate::indexer::IndexerQuery;
 use crate::precision::{LogitFormat, PrecisionVariant, QuantizedRows};
@@ -48,6 +49,18 @@ pub fn tie_share(rule: TieRule, first_row: u64, competitors: u64) -> f64 {
         TieRule::Random => 0.5,
         TieRule::LowestIndex => before,
         TieRule::HighestIndex => 1.0 - before,
+    }
+}
+
+/// The needle's survival when no sample is needed: 1 when it lies in the
+/// raw window, 0 when none of its rows is a candidate; None otherwise.
+pub fn settled_survival(placement: &NeedlePlacement) -> Option<f64> {
+    if placement.in_window {
+        Some(1.0)
+    } else if placement.rows.is_empty() {
+        Some(0.0)
+    } else {
+        None
     }
 }
 

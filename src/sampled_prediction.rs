@@ -27,7 +27,7 @@ use crate::error::SimError;
 use crate::haystack::TrialHaystack;
 use crate::precision::{PrecisionVariant, QuantizedRows};
 use crate::rng::{self, tag};
-use crate::row_sample::{context_queries, rounding_interval, score_keys, stratified_rows, tie_share};
+use crate::row_sample::{context_queries, settled_survival, rounding_interval, score_keys, stratified_rows, tie_share};
 use crate::row_source::TrialRows;
 use crate::trial::TrialSpec;
 
@@ -82,14 +82,7 @@ pub fn predict_trial_sampled(spec: &TrialSpec<'_>, trial_seed: u64, wanted: &[bo
             let placement = spec.placement(context, offset);
             let needle_rows = (placement.rows.end - placement.rows.start) as usize;
             let competitors = candidates - needle_rows as u64;
-            let fixed = if placement.in_window {
-                Some(1.0)
-            } else if needle_rows == 0 {
-                Some(0.0)
-            } else {
-                None
-            };
-            if let Some(probability) = fixed {
+            if let Some(probability) = settled_survival(&placement) {
                 for ki in 0..spec.topks.len() {
                     for v in (0..spec.variants.len()).filter(|&v| wanted[v]) {
                         out[spec.cell_index(ci, oi, ki, v)] = Some(SurvivalEstimate { probability, variance: 0.0 });

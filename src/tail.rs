@@ -22,7 +22,7 @@ use crate::indexer::IndexerQuery;
 use crate::montecarlo::trial_seed;
 use crate::precision::QuantizedRows;
 use crate::rng::{self, tag};
-use crate::row_sample::{context_queries, score_keys, stratified_rows, tie_share};
+use crate::row_sample::{context_queries, settled_survival, score_keys, stratified_rows, tie_share};
 use crate::row_source::TrialRows;
 use crate::stats::mean_interval;
 use crate::sweep::CellResult;
@@ -175,14 +175,7 @@ fn tail_trial_positional(spec: &TrialSpec<'_>, trial_seed: u64, tail_rows: u64) 
             let placement = spec.placement(context, offset);
             let needle_rows = placement.rows.end - placement.rows.start;
             let competitors = candidates - needle_rows;
-            let fixed = if placement.in_window {
-                Some(1.0)
-            } else if needle_rows == 0 {
-                Some(0.0)
-            } else {
-                None
-            };
-            if let Some(value) = fixed {
+            if let Some(value) = settled_survival(&placement) {
                 for ki in 0..spec.topks.len() {
                     for v in 0..spec.variants.len() {
                         out[spec.cell_index(ci, oi, ki, v)] = value;

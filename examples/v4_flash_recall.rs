@@ -1,6 +1,7 @@
 //! Regenerates `plots/v4_flash_recall_vs_context.png`, the chart the README
 //! shows: the default preset (DeepSeek-V4-Flash, k 512 and 1024, bf16 vs the
-//! fp4 reference indexer) over 1K … 128K tokens.
+//! fp4 reference indexer) over 1K … 128K tokens, with the predicted recall
+//! from the score distributions (`--predict on`) drawn beside each series.
 //!
 //! `cargo run --release --example v4_flash_recall`
 
@@ -10,7 +11,8 @@ use dsa_recall::sweep::run_sweep;
 use std::path::Path;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let s = config::check(config::resolve(ScenarioParams::default())?)?;
+    let mut s = config::check(config::resolve(ScenarioParams::default())?)?;
+    s.estimator.predict = true;
     let outcome = run_sweep(&s, &|| {})?;
     std::fs::create_dir_all("plots")?;
     let path = Path::new("plots/v4_flash_recall_vs_context.png");

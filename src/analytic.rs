@@ -207,7 +207,8 @@ pub fn ln_gamma(x: f64) -> f64 {
 /// lower sum runs down from k−1 when k−1 is below the mean, otherwise the
 /// upper sum runs up from k and is subtracted from 1. Terms are built by the
 /// pmf ratio from one lgamma evaluation and the sum stops once a term adds
-/// less than 1e-17 of it, so n in the millions costs O(√(np) + tail) terms.
+/// less than 1e-17 of it, so n in the millions costs O(√(np) + tail) terms
+/// (and one when the first term underflows: the rest are smaller).
 pub fn binomial_cdf_below(n: u64, p: f64, k: u64) -> f64 {
     if k == 0 {
         return 0.0;
@@ -232,6 +233,10 @@ pub fn binomial_cdf_below(n: u64, p: f64, k: u64) -> f64 {
         // Lower tail P(X ≤ k−1), terms decreasing downward.
         let mut i = k - 1;
         let mut term = ln_pmf(i).exp();
+        if term == 0.0 {
+            // Every further term is smaller: they all underflow too.
+            return 0.0;
+        }
         let mut sum = term;
         while i > 0 {
             term *= i as f64 / ((nf - i as f64 + 1.0) * odds);
@@ -246,6 +251,9 @@ pub fn binomial_cdf_below(n: u64, p: f64, k: u64) -> f64 {
         // 1 − P(X ≥ k), terms decreasing upward.
         let mut i = k;
         let mut term = ln_pmf(i).exp();
+        if term == 0.0 {
+            return 1.0;
+        }
         let mut sum = term;
         while i < n {
             term *= (nf - i as f64) / (i as f64 + 1.0) * odds;

@@ -79,6 +79,9 @@ pub struct TrialRows<'a> {
     scratch: PoolScratch,
     /// Normals of one token, [values of half 0 | half 1 | gate noise of half 0 | half 1].
     normals: Vec<f32>,
+    /// Softmax weights of the windows redrawn by [`Self::sampled_special_row`],
+    /// per (row, items).
+    redraw_weights: Vec<(u64, Vec<Item>, Vec<f32>)>,
 }
 
 /// Token values and gates of the current chunk, both halves, starting one
@@ -171,6 +174,7 @@ impl<'a> TrialRows<'a> {
             fixed_weights,
             scratch: PoolScratch::new(if geometry.overlap { 2 * c } else { c }, d),
             normals: vec![0.0; 4 * d],
+            redraw_weights: Vec::new(),
         })
     }
 
@@ -323,7 +327,11 @@ impl<'a> TrialRows<'a> {
                 Some(j) => rng::derive(self.special_seed, &[tag::PREDICT, j]),
             };
             self.draw_window_seeded(seed, row, &mut scratch);
-            let pooled = self.pool_row(row, items, &mut scratch, out);
+            let pooled = if draw.is_some() && !(self.gate_noise > 0.0) {
+                self.pool_redraw(row, items, &mut scratch, out)
+            } else {
+                self.pool_row(row, items, &mut scratch, out)
+            };
             self.scratch = scratch;
             pooled?;
         } else {
@@ -485,6 +493,44 @@ impl<'a> TrialRows<'a> {
     /// already drawn by the shortcut), adding item offsets and gate boosts.
     fn pool_row(&self, row: u64, items: &[Item], scratch: &mut PoolScratch, out: &mut [f32]) -> Result<(), SimError> {
         let d = self.d;
+        let prev = self.prepare_window(row, items, scratch);
+        let slots = prev + self.geometry.ratio as usize;
+        let half = |from: usize, to: usize| compressor::TokenHalf { values: &scratch.tokens[from * d..to * d], gate_logits: &scratch.gates[from * d..to * d] };
+        let previous = (prev > 0).then(|| half(0, prev));
+        compressor::pool_row(half(prev, slots), previous, d, out)?;
+        Ok(())
+    }
+
+    /// [`Self::pool_row`] for the shortcut's redraws: without gate noise the
+    /// gates of a (row, items) window are the same in every redraw, so its
+    /// softmax weights are computed once and kept (the same bits as
+    /// [`compressor::pool_row`], which uses the same two steps).
+    fn pool_redraw(&mut self, row: u64, items: &[Item], scratch: &mut PoolScratch, out: &mut [f32]) -> Result<(), SimError> {
+        let d = self.d;
+        let prev = self.prepare_window(row, items, scratch);
+        let slots = prev + self.geometry.ratio as usize;
+        let cached = self.redraw_weights.iter().position(|(r, it, _)| *r == row && it.as_slice() == items);
+        let at = match cached {
+            Some(at) => at,
+            None => {
+                let previous = (prev > 0).then(|| &scratch.gates[..prev * d]);
+                let weights = compressor::pool_weights(&scratch.gates[prev * d..slots * d], previous, d)?;
+                if self.redraw_weights.len() >= 16 {
+                    self.redraw_weights.clear();
+                }
+                self.redraw_weights.push((row, items.to_vec(), weights));
+                self.redraw_weights.len() - 1
+            }
+        };
+        compressor::pool_with_weights(scratch.tokens[..slots * d].chunks_exact(d), &self.redraw_weights[at].2, d, out);
+        Ok(())
+    }
+
+    /// Writes `row`'s window into `scratch` (token values with item offsets
+    /// added, gate logits with item boosts), previous half first; returns
+    /// the number of previous-half slots.
+    fn prepare_window(&self, row: u64, items: &[Item], scratch: &mut PoolScratch) -> usize {
+        let d = self.d;
         let c = self.geometry.ratio;
         let window = self.geometry.row_tokens(row);
         let own = row * c;
@@ -515,12 +561,7 @@ impl<'a> TrialRows<'a> {
             }
         }
         // Slots run previous half first, then the row's own tokens.
-        let own_slots = c as usize;
-        let prev = slots - own_slots;
-        let half = |from: usize, to: usize| compressor::TokenHalf { values: &scratch.tokens[from * d..to * d], gate_logits: &scratch.gates[from * d..to * d] };
-        let previous = (prev > 0).then(|| half(0, prev));
-        compressor::pool_row(half(prev, slots), previous, d, out)?;
-        Ok(())
+        slots - c as usize
     }
 }
 

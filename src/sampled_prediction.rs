@@ -119,17 +119,20 @@ pub fn predict_trial_sampled(spec: &TrialSpec<'_>, trial_seed: u64, wanted: &[bo
                     let (above, at_or_above) = (tail.exceedance(hi), tail.exceedance(lo));
                     above + share * (at_or_above - above)
                 };
-                let bests: Vec<f32> =
-                    needle_scores.chunks_exact(needle_rows).map(|draw| draw.iter().copied().fold(f32::NEG_INFINITY, f32::max)).collect();
+                // Each redraw's best row, and the share of haystack rows ahead of it.
+                let ahead: Vec<f64> = needle_scores
+                    .chunks_exact(needle_rows)
+                    .map(|draw| exceedance(draw.iter().copied().fold(f32::NEG_INFINITY, f32::max)).clamp(0.0, 1.0))
+                    .collect();
                 for (ki, &k) in spec.topks.iter().enumerate() {
                     let k_eff = k.min(candidates);
                     let (mut e, mut e2) = (0.0, 0.0);
-                    for &s in &bests {
-                        let g = binomial_cdf_below(competitors, exceedance(s).clamp(0.0, 1.0), k_eff);
+                    for &p in &ahead {
+                        let g = binomial_cdf_below(competitors, p, k_eff);
                         e += g;
                         e2 += g * g;
                     }
-                    let m = bests.len() as f64;
+                    let m = ahead.len() as f64;
                     let (mean, var) = (e / m, (e2 / m - (e / m).powi(2)).max(0.0) / m);
                     out[spec.cell_index(ci, oi, ki, v)] = Some(SurvivalEstimate { probability: mean.clamp(0.0, 1.0), variance: var });
                 }

@@ -736,6 +736,17 @@ mod tests {
     }
 
     #[test]
+    fn binomial_cdf_far_tails_are_exactly_zero_and_one() {
+        // First terms that underflow (ln pmf ≈ −6900 and −7·10⁴): nothing to add.
+        assert_eq!(binomial_cdf_below(1_000_000, 0.5, 10), 0.0);
+        assert_eq!(binomial_cdf_below(1_000_000, 1e-4, 10_000), 1.0);
+        // Just inside: small but not zero, and monotone in k.
+        let a = binomial_cdf_below(10_000, 0.5, 4_700);
+        let b = binomial_cdf_below(10_000, 0.5, 4_800);
+        assert!(a > 0.0 && a < 1e-8 && b > a, "{a} {b}");
+    }
+
+    #[test]
     fn binomial_cdf_matches_exact_rational_sums() {
         // Exact sums in rational arithmetic (Python fractions), both branches.
         for (n, p, k, want) in [

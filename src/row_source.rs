@@ -710,6 +710,13 @@ mod tests {
                     redraws.push(bits(&out));
                 }
             }
+            // The rows of one redraw are drawn independently of each other
+            // (not one noise vector shared by all rows of the redraw).
+            let (mut a, mut b) = (vec![0.0f32; 128], vec![0.0f32; 128]);
+            src.sampled_special_row(special[0], &items, Some(0), &mut a).unwrap();
+            src.sampled_special_row(special[1], &items, Some(0), &mut b).unwrap();
+            let same = a.iter().zip(&b).filter(|(x, y)| x == y).count();
+            assert!(same < 8, "{physics:?}: {same} of 128 values shared by two rows of one redraw");
             // Every redraw is new: none equals the trial's row or another redraw.
             let mut unique = redraws.clone();
             unique.sort();

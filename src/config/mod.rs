@@ -285,7 +285,9 @@ pub fn check(p: ScenarioParams) -> Result<Scenario, ConfigError> {
         if !independent {
             return Err(ConfigError::new(field_name("estimator.mode"), "\"tail\"", format!("full, or {needs_independent}: tail sampling counts rows as independent draws")));
         }
-        if let Some(v) = precisions.iter().find(|v| !v.cache.is_default() || !v.selection.is_default()) {
+        // Position hypotheses (RoPE layout swapped on one side) matter now that
+        // tail sampling runs with RoPE on; it does not model them either.
+        if let Some(v) = precisions.iter().find(|v| !v.cache.is_default() || !v.selection.is_default() || !v.position.is_default()) {
             return Err(ConfigError::new(field_name("estimator.mode"), "\"tail\"", format!("full with hypothesis variant {:?}: tail sampling stores rows one at a time", v.name)));
         }
     }
@@ -464,6 +466,10 @@ mod tests {
             let s = with(&format!("[estimator]\n{estimator}\n[physics]\nrope = \"off\"\npooling = \"off\"\n")).unwrap();
             assert!(s.physics.gate_bias_std > 0.0 && s.physics.is_null(s.geometry.ratio));
             assert!(with(&format!("[estimator]\n{estimator}\n[sweep]\nneedle_offsets = [0, 1]\n")).is_ok());
+            if estimator.starts_with("mode") {
+                let err = with(&format!("[estimator]\n{estimator}\n[sweep]\nprecisions = \"bf16,bf16+rope-swap-q\"\n")).unwrap_err().to_string();
+                assert!(err.contains("rope-swap-q"), "{err}");
+            }
             // Correlated tokens, distractors, gate noise and token-level pooling make rows depend on each other.
             for physics in ["distractors = 1", "correlation_length = 8.0", "gate_noise_std = 0.5", "pooling = \"full\""] {
                 let err = with(&format!("[estimator]\n{estimator}\n[physics]\n{physics}\n")).unwrap_err().to_string();

@@ -513,7 +513,7 @@ pub struct CellPrediction {
 /// ([`prediction_applies`]); every other variant, and every variant under
 /// physics, gets the sampled prediction ([`crate::sampled_prediction`]).
 pub fn predict_trial(spec: &TrialSpec<'_>, trial_seed: u64) -> Result<Vec<Option<SurvivalEstimate>>, SimError> {
-    let closed_form = spec.physics.is_null(spec.geometry.ratio) && spec.needle_offsets == [None];
+    let closed_form = spec.is_null_model();
     let mut out = if closed_form { predict_trial_closed_form(spec, trial_seed)? } else { vec![None; spec.cell_count()] };
     let wanted: Vec<bool> =
         spec.variants.iter().map(|v| !(closed_form && prediction_applies(v)) && sampled_prediction_applies(v)).collect();

@@ -65,14 +65,15 @@ pub fn settled_survival(placement: &NeedlePlacement) -> Option<f64> {
 }
 
 /// Every variant's query for a context of `context` tokens: rotated to the
-/// decode position `context − 1` when RoPE is on, then quantized.
+/// decode position `context − 1` when RoPE is on (with the variant's pair
+/// layout), then quantized.
 pub fn context_queries(hay: &TrialHaystack, source: &TrialRows<'_>, variants: &[PrecisionVariant], context: u64) -> Result<Vec<IndexerQuery>, SimError> {
     let d = hay.shape.head_dim;
     variants
         .iter()
         .map(|v| {
             let mut q = hay.queries.clone();
-            source.rotate_queries(&mut q, context.saturating_sub(1), false)?;
+            source.rotate_queries(&mut q, context.saturating_sub(1), v.position.query_rope_layout_swapped)?;
             Ok(IndexerQuery::new(v.query.quantize_rows(&q, d)?, &hay.weights, d, v.scoring))
         })
         .collect()

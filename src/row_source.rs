@@ -253,12 +253,8 @@ impl<'a> TrialRows<'a> {
                 self.ar_started = true;
             }
         }
-        if self.pools && self.geometry.overlap && start == 0 && n > 0 {
-            // Row 0 pools only its own tokens: a different spread.
-            let common = self.hay.common();
-            for j in 0..d {
-                out[j] = common[j] + (out[j] - common[j]) * self.first_row_factor[j];
-            }
+        if start == 0 && n > 0 {
+            self.spread_first_row(&mut out[..d]);
         }
         Ok(())
     }
@@ -295,7 +291,7 @@ impl<'a> TrialRows<'a> {
     /// data term of the tilted density's log-likelihood ratio (0 for an
     /// empty tilt). Only for independent rows
     /// ([`Physics::rows_are_independent`]): no AR(1) state, no token chunk.
-    pub fn sampled_haystack_row(&self, row: u64, noise_row: u64, tilt: &[f64], shifted: bool, out: &mut [f32]) -> Result<f64, SimError> {
+    pub fn sampled_haystack_row(&self, row: u64, noise_row: u64, tilt: &[f64], shifted: bool, out: &mut [f32]) -> f64 {
         self.hay.fill_haystack_row(noise_row, out);
         let (common, sigma) = (self.hay.common(), self.hay.channel_std());
         let mut tz = 0.0;
@@ -305,12 +301,21 @@ impl<'a> TrialRows<'a> {
             }
             tz += theta * (f64::from(out[j]) - f64::from(common[j])) / f64::from(sigma[j]);
         }
-        if self.pools && self.geometry.overlap && row == 0 {
+        if row == 0 {
+            self.spread_first_row(out);
+        }
+        tz
+    }
+
+    /// Row 0 of an overlapping pooled geometry pools only its own tokens: a
+    /// different spread around the common part (nothing to do otherwise).
+    fn spread_first_row(&self, key: &mut [f32]) {
+        if self.pools && self.geometry.overlap {
+            let common = self.hay.common();
             for j in 0..self.d {
-                out[j] = common[j] + (out[j] - common[j]) * self.first_row_factor[j];
+                key[j] = common[j] + (key[j] - common[j]) * self.first_row_factor[j];
             }
         }
-        Ok(tz)
     }
 
     /// The key of special row `row` holding `items`, before normalisation
@@ -335,11 +340,15 @@ impl<'a> TrialRows<'a> {
             self.scratch = scratch;
             pooled?;
         } else {
-            let mut base = vec![0.0f32; d];
             // Fresh draws take their noise from rows no context reaches, one
             // per (draw, row): a draw's rows are as independent as the trial's.
-            self.hay.fill_haystack_row(draw.map_or(row, |j| REDRAW_FIRST_ROW + (j << 24) + (row & 0xff_ffff)), &mut base);
-            self.special_row(row, items, &base, out)?;
+            // Without pooling the scratch is free to hold the base row.
+            let mut scratch = std::mem::take(&mut self.scratch);
+            let base = &mut scratch.tokens[..d];
+            self.hay.fill_haystack_row(draw.map_or(row, |j| REDRAW_FIRST_ROW + (j << 24) + (row & 0xff_ffff)), base);
+            let added = self.special_row(row, items, base, out);
+            self.scratch = scratch;
+            added?;
         }
         Ok(())
     }
@@ -684,7 +693,7 @@ mod tests {
             assert_eq!(special, vec![250, 251, 252]);
             let mut out = vec![0.0f32; 128];
             for row in [0u64, 1, 7, 249, 253, 256, 300, rows - 1] {
-                let tz = src.sampled_haystack_row(row, row, &[], false, &mut out).unwrap();
+                let tz = src.sampled_haystack_row(row, row, &[], false, &mut out);
                 assert_eq!(tz, 0.0);
                 src.finalize_at(&mut out, &[row]).unwrap();
                 assert_eq!(bits(&out), bits(&keys[row as usize * 128..(row as usize + 1) * 128]), "{physics:?} row {row}");
@@ -693,7 +702,7 @@ mod tests {
             let scattered = [3u64, 90, 249, 400];
             let mut batch = vec![0.0f32; scattered.len() * 128];
             for (i, &row) in scattered.iter().enumerate() {
-                src.sampled_haystack_row(row, row, &[], false, &mut batch[i * 128..(i + 1) * 128]).unwrap();
+                src.sampled_haystack_row(row, row, &[], false, &mut batch[i * 128..(i + 1) * 128]);
             }
             src.finalize_at(&mut batch, &scattered).unwrap();
             for (i, &row) in scattered.iter().enumerate() {
@@ -733,8 +742,8 @@ mod tests {
         let src = TrialRows::new(&m, &Physics::NULL, csa(), &hay, 3).unwrap();
         let theta: Vec<f64> = (0..128).map(|j| 0.01 * j as f64 - 0.5).collect();
         let (mut plain, mut tilted) = (vec![0.0f32; 128], vec![0.0f32; 128]);
-        let tz_plain = src.sampled_haystack_row(5, 77, &theta, false, &mut plain).unwrap();
-        let tz_tilted = src.sampled_haystack_row(5, 77, &theta, true, &mut tilted).unwrap();
+        let tz_plain = src.sampled_haystack_row(5, 77, &theta, false, &mut plain);
+        let tz_tilted = src.sampled_haystack_row(5, 77, &theta, true, &mut tilted);
         let (common, sigma) = (hay.common(), hay.channel_std());
         let z: Vec<f64> = (0..128).map(|j| f64::from((plain[j] - common[j]) / sigma[j])).collect();
         let dot: f64 = theta.iter().zip(&z).map(|(t, z)| t * z).sum();

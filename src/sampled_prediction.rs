@@ -93,7 +93,7 @@ pub fn predict_trial_sampled(spec: &TrialSpec<'_>, trial_seed: u64, wanted: &[bo
             let mut rng = rng::stream(trial_seed, &[tag::PREDICT, ci as u64, oi as u64]);
             let rows = stratified_rows(candidates, placement.rows.clone(), HAYSTACK_SAMPLES, &mut rng);
             for (j, &row) in rows.iter().enumerate() {
-                source.sampled_haystack_row(row, SAMPLE_FIRST_ROW + j as u64, &[], false, &mut keys[j * d..(j + 1) * d])?;
+                source.sampled_haystack_row(row, SAMPLE_FIRST_ROW + j as u64, &[], false, &mut keys[j * d..(j + 1) * d]);
             }
             source.finalize_at(&mut keys[..rows.len() * d], &rows)?;
             let items = source.items(context, placement.tokens.clone());

@@ -138,7 +138,7 @@ fn tilt(haystack: &TrialHaystack) -> Vec<f64> {
 
 /// One trial's survival probability per cell index of `spec`.
 pub fn tail_trial(spec: &TrialSpec<'_>, trial_seed: u64, tail_rows: u64) -> Result<Vec<f64>, SimError> {
-    if spec.physics.is_null(spec.geometry.ratio) && spec.needle_offsets == [None] {
+    if spec.is_null_model() {
         tail_trial_null(spec, trial_seed, tail_rows)
     } else {
         tail_trial_positional(spec, trial_seed, tail_rows)
@@ -166,7 +166,6 @@ fn tail_trial_positional(spec: &TrialSpec<'_>, trial_seed: u64, tail_rows: u64) 
     let mut keys = vec![0.0f32; 2 * half * d];
     let mut weights = vec![0.0f64; 2 * half];
     let mut scores = vec![0.0f32; 2 * half];
-    let mut key = vec![0.0f32; d];
     let mut quantized = QuantizedRows::with_capacity(CHUNK_ROWS, d);
     for (ci, &context) in spec.contexts.iter().enumerate() {
         let queries = context_queries(&haystack, &source, spec.variants, context)?;
@@ -187,30 +186,27 @@ fn tail_trial_positional(spec: &TrialSpec<'_>, trial_seed: u64, tail_rows: u64) 
             let rows = stratified_rows(candidates, placement.rows.clone(), half, &mut rng);
             for (j, &row) in rows.iter().enumerate() {
                 for (slot, shifted) in [(j, false), (half + j, true)] {
-                    let tz = source.sampled_haystack_row(row, PROPOSAL_FIRST_ROW + slot as u64, &theta, shifted, &mut keys[slot * d..(slot + 1) * d])?;
+                    let tz = source.sampled_haystack_row(row, PROPOSAL_FIRST_ROW + slot as u64, &theta, shifted, &mut keys[slot * d..(slot + 1) * d]);
                     weights[slot] = 1.0 / (0.5 + 0.5 * (tz - 0.5 * theta_sq).exp());
                 }
             }
             source.finalize_at(&mut keys[..half * d], &rows)?;
             source.finalize_at(&mut keys[half * d..], &rows)?;
             let items = source.items(context, placement.tokens.clone());
-            let mut best = vec![f32::NEG_INFINITY; spec.variants.len()];
-            for row in placement.rows.clone() {
-                source.sampled_special_row(row, &items, None, &mut key)?;
-                source.finalize_at(&mut key, &[row])?;
-                for (v, variant) in spec.variants.iter().enumerate() {
-                    let mut s = [0.0f32];
-                    score_keys(variant, &queries[v], &key, d, &mut quantized, &mut s)?;
-                    if s[0].total_cmp(&best[v]).is_gt() {
-                        best[v] = s[0];
-                    }
-                }
+            let needle: Vec<u64> = placement.rows.clone().collect();
+            let mut needle_keys = vec![0.0f32; needle.len() * d];
+            for (&row, key) in needle.iter().zip(needle_keys.chunks_exact_mut(d)) {
+                source.sampled_special_row(row, &items, None, key)?;
             }
+            source.finalize_at(&mut needle_keys, &needle)?;
+            let mut needle_scores = vec![0.0f32; needle.len()];
             let share = tie_share(spec.tie_rule, placement.rows.start, competitors);
             for (v, variant) in spec.variants.iter().enumerate() {
+                score_keys(variant, &queries[v], &needle_keys, d, &mut quantized, &mut needle_scores)?;
+                let best = needle_scores.iter().copied().fold(f32::NEG_INFINITY, |a, b| if b.total_cmp(&a).is_gt() { b } else { a });
                 score_keys(variant, &queries[v], &keys, d, &mut quantized, &mut scores)?;
                 let sample = TailSample::new(&scores, &weights);
-                let e = sample.exceedance(best[v], share);
+                let e = sample.exceedance(best, share);
                 for (ki, &k) in spec.topks.iter().enumerate() {
                     out[spec.cell_index(ci, oi, ki, v)] = survival(competitors, k.min(candidates), e);
                 }

@@ -15,6 +15,7 @@ use crate::haystack::{GenerativeModel, TrialHaystack};
 use crate::indexer::IndexerQuery;
 use crate::precision::{PrecisionVariant, QuantizedRows};
 use crate::rng::{self, tag};
+use crate::row_sample::context_queries;
 use crate::selection::{kth_largest_many_with, selection_overlap_with, tally_with, tie_key, tied_ahead, NeedleRank, TieRule};
 use serde::Serialize;
 
@@ -100,6 +101,13 @@ impl TrialSpec<'_> {
         self.contexts.len() * self.needle_offsets.len() * self.topks.len() * self.variants.len()
     }
 
+    /// Whether every row is the null model's (no physics at this ratio) and
+    /// the needle sits where the depth puts it: what the closed-form
+    /// estimators assume.
+    pub fn is_null_model(&self) -> bool {
+        self.physics.is_null(self.geometry.ratio) && self.needle_offsets == [None]
+    }
+
     pub fn placement(&self, context: u64, offset: Option<u64>) -> NeedlePlacement {
         self.geometry.place_needle_at(context, self.needle_tokens, self.depth_percent, offset)
     }
@@ -115,18 +123,8 @@ impl TrialSpec<'_> {
         let positional = self.physics.rope != RopeChoice::Off;
         let group_of = |ci: usize| if positional { ci } else { 0 };
         let groups = if positional { self.contexts.len() } else { 1 };
-        let mut queries: Vec<Vec<IndexerQuery>> = Vec::with_capacity(groups);
-        for g in 0..groups {
-            let mut group = Vec::with_capacity(self.variants.len());
-            for v in self.variants {
-                let mut q = haystack.queries.clone();
-                if positional {
-                    source.rotate_queries(&mut q, self.contexts[g] - 1, v.position.query_rope_layout_swapped)?;
-                }
-                group.push(IndexerQuery::new(v.query.quantize_rows(&q, d)?, &haystack.weights, d, v.scoring));
-            }
-            queries.push(group);
-        }
+        let queries: Vec<Vec<IndexerQuery>> =
+            (0..groups).map(|g| context_queries(&haystack, &source, self.variants, self.contexts[g])).collect::<Result<_, _>>()?;
         // Keys rotated with the other pair layout, for `rope-swap-k` variants.
         let key_layouts = if positional && self.variants.iter().any(|v| v.position.key_rope_layout_swapped) { 2 } else { 1 };
         let layout_of = |v: &PrecisionVariant| usize::from(v.position.key_rope_layout_swapped && key_layouts == 2);

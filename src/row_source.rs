@@ -332,7 +332,7 @@ impl<'a> TrialRows<'a> {
                 Some(j) => rng::derive(self.special_seed, &[tag::PREDICT, j]),
             };
             self.draw_window_seeded(seed, row, &mut scratch);
-            let pooled = if draw.is_some() && !(self.gate_noise > 0.0) {
+            let pooled = if draw.is_some() && self.gate_noise <= 0.0 {
                 self.pool_redraw(row, items, &mut scratch, out)
             } else {
                 self.pool_row(row, items, &mut scratch, out)

@@ -133,34 +133,45 @@ impl TrialHaystack {
         self.fill_rows::<true>(first_row, out);
     }
 
-    /// Two groups of 32 normals at a time in 16 lanes, the same bits as the
+    /// Four groups of 32 normals at a time (two 16-lane group pairs with
+    /// their Philox rounds interleaved), then pairs, the same bits as the
     /// other paths (tested); odd trailing groups go through the AVX2 code.
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx512f")]
     unsafe fn fill_rows_avx512(&self, first_row: u64, out: &mut [f32]) {
+        const G: usize = rng::NORMAL_GROUP;
         let d = self.shape.head_dim;
-        let pairs = d / (2 * rng::NORMAL_GROUP);
-        let done = pairs * 2 * rng::NORMAL_GROUP;
-        let mut z = [[0.0f32; rng::NORMAL_GROUP]; 2];
-        let mut tail = [0.0f32; rng::NORMAL_GROUP];
+        let quads = d / (4 * G);
+        let pairs = (d - quads * 4 * G) / (2 * G);
+        let done = (4 * quads + 2 * pairs) * G;
+        let mut z4 = rng::CacheLines([[[0.0f32; G]; 2]; 2]);
+        let mut z2 = rng::CacheLines([[[0.0f32; G]; 2]; 1]);
+        let (z4, z2) = (&mut z4.0, &mut z2.0);
+        let mut tail = [0.0f32; G];
+        let affine = |key: &mut [f32], start: usize, z: &[f32]| {
+            let span = start..start + z.len();
+            for (((o, &c), &s), &z) in key[span.clone()].iter_mut().zip(&self.common[span.clone()]).zip(&self.channel_std[span]).zip(z) {
+                *o = c + s * z;
+            }
+        };
         for (r, key) in out.chunks_exact_mut(d).enumerate() {
             let row = first_row + r as u64;
-            for p in 0..pairs {
+            for p in 0..quads {
                 // SAFETY: AVX-512F is enabled in this function.
-                unsafe { rng::normal_group_pair_avx512(self.row_seed, row, (2 * p) as u32, &mut z) };
-                let span = 2 * p * rng::NORMAL_GROUP..2 * (p + 1) * rng::NORMAL_GROUP;
-                let zs = z.as_flattened();
-                for (((o, &c), &s), &z) in key[span.clone()].iter_mut().zip(&self.common[span.clone()]).zip(&self.channel_std[span]).zip(zs) {
-                    *o = c + s * z;
-                }
+                unsafe { rng::normal_group_pairs_avx512::<2>(self.row_seed, row, (4 * p) as u32, z4) };
+                affine(key, 4 * p * G, z4.as_flattened().as_flattened());
             }
-            for (g, start) in (done..d).step_by(rng::NORMAL_GROUP).enumerate() {
-                let end = (start + rng::NORMAL_GROUP).min(d);
+            for p in 0..pairs {
+                let group = 4 * quads + 2 * p;
+                // SAFETY: AVX-512F is enabled in this function.
+                unsafe { rng::normal_group_pairs_avx512::<1>(self.row_seed, row, group as u32, z2) };
+                affine(key, group * G, z2.as_flattened().as_flattened());
+            }
+            for (g, start) in (done..d).step_by(G).enumerate() {
+                let end = (start + G).min(d);
                 // SAFETY: AVX-512F implies AVX2.
-                unsafe { rng::normal_group_avx2(self.row_seed, row, (2 * pairs + g) as u32, &mut tail) };
-                for (((o, &c), &s), &z) in key[start..end].iter_mut().zip(&self.common[start..end]).zip(&self.channel_std[start..end]).zip(&tail) {
-                    *o = c + s * z;
-                }
+                unsafe { rng::normal_group_avx2(self.row_seed, row, (done / G + g) as u32, &mut tail) };
+                affine(key, start, &tail[..end - start]);
             }
         }
     }
@@ -239,12 +250,24 @@ fn needle_offset(model: &GenerativeModel, queries: &[f32], channel_std: &[f32]) 
         let var: f64 = (0..d).map(|j| (q(h, j) * f64::from(channel_std[j])).powi(2)).sum();
         *t = model.needle_strength * var.sqrt();
     }
+    // Gram entries, each summed over j in ascending order as `Iterator::sum`
+    // would (from −0.0), but a whole row of them side by side: one long
+    // serial chain of f64 adds per entry was most of a trial's setup.
+    let q_by_dim: Vec<f64> = (0..d).flat_map(|j| (0..heads).map(move |h| q(h, j))).collect();
     let mut gram = vec![0.0f64; heads * heads];
+    let mut row = vec![0.0f64; heads];
     for a in 0..heads {
-        for b in 0..=a {
-            let g: f64 = (0..d).map(|j| q(a, j) * q(b, j)).sum();
-            gram[a * heads + b] = g;
-            gram[b * heads + a] = g;
+        let g = &mut row[..=a];
+        g.fill(-0.0);
+        for j in 0..d {
+            let qa = q(a, j);
+            for (gb, &qb) in g.iter_mut().zip(&q_by_dim[j * heads..j * heads + a + 1]) {
+                *gb += qa * qb;
+            }
+        }
+        for (b, &v) in g.iter().enumerate() {
+            gram[a * heads + b] = v;
+            gram[b * heads + a] = v;
         }
     }
     let alpha = cholesky_solve(&mut gram, heads, &target)
@@ -364,7 +387,9 @@ mod tests {
 
     #[test]
     fn batched_rows_equal_single_rows_and_the_portable_path() {
-        for d in [128usize, 96, 40] {
+        // 128, 256: group quads; 192: a quad and a pair; 96, 40: pairs,
+        // single groups and a cut group.
+        for d in [128usize, 256, 192, 96, 40] {
             let mut m = model(1.0);
             m.shape.head_dim = d;
             m.shape.heads = 8;

@@ -127,29 +127,38 @@ pub fn fill_normals(key: u64, row: u64, first_group: u32, out: &mut [f32]) {
     }
 }
 
-/// [`fill_normals`] two groups at a time ([`normal_group_pair_avx512`], the
-/// same bits), a trailing odd or partial group through the AVX2 path.
+/// [`fill_normals`] four groups at a time ([`normal_group_pairs_avx512`],
+/// the same bits), then a pair, a trailing odd or partial group through the
+/// AVX2 path.
 ///
 /// # Safety
 /// The CPU must support AVX-512F.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 unsafe fn fill_normals_avx512(key: u64, row: u64, first_group: u32, out: &mut [f32]) {
-    let mut pair = [[0.0f32; NORMAL_GROUP]; 2];
+    let mut quad = CacheLines([[[0.0f32; NORMAL_GROUP]; 2]; 2]);
+    let mut pair = CacheLines([[[0.0f32; NORMAL_GROUP]; 2]; 1]);
     let mut z = [0.0f32; NORMAL_GROUP];
-    let mut pairs = out.chunks_exact_mut(2 * NORMAL_GROUP);
+    let mut quads = out.chunks_exact_mut(4 * NORMAL_GROUP);
     let mut group = first_group;
+    for chunk in &mut quads {
+        // SAFETY: AVX-512F is enabled in this function.
+        unsafe { normal_group_pairs_avx512::<2>(key, row, group, &mut quad.0) };
+        chunk.copy_from_slice(quad.0.as_flattened().as_flattened());
+        group = group.wrapping_add(4);
+    }
+    let mut pairs = quads.into_remainder().chunks_exact_mut(2 * NORMAL_GROUP);
     for chunk in &mut pairs {
         // SAFETY: AVX-512F is enabled in this function.
-        unsafe { normal_group_pair_avx512(key, row, group, &mut pair) };
-        chunk.copy_from_slice(pair.as_flattened());
-        group += 2;
+        unsafe { normal_group_pairs_avx512::<1>(key, row, group, &mut pair.0) };
+        chunk.copy_from_slice(pair.0.as_flattened().as_flattened());
+        group = group.wrapping_add(2);
     }
     for chunk in pairs.into_remainder().chunks_mut(NORMAL_GROUP) {
         // SAFETY: AVX-512F implies AVX2.
         unsafe { normal_group_avx2(key, row, group, &mut z) };
         chunk.copy_from_slice(&z[..chunk.len()]);
-        group += 1;
+        group = group.wrapping_add(1);
     }
 }
 
@@ -169,72 +178,96 @@ pub unsafe fn normal_group_avx2(key: u64, row: u64, group: u32, out: &mut [f32; 
     box_muller(&c2, &c3, b);
 }
 
-/// Groups `group` and `group + 1` of a row at once, in 16 AVX-512 lanes:
-/// exactly the numbers [`normal_group`] gives for each (integer Philox, then
-/// the same f32 Box–Muller lane by lane; no FMA is ever formed).
+/// `S` consecutive pairs of groups of a row (groups `group` …
+/// `group + 2S − 1`) in 16 AVX-512 lanes per pair: exactly the numbers
+/// [`normal_group`] gives for each (integer Philox, then the same f32
+/// Box–Muller lane by lane; no FMA is ever formed). The Philox rounds of the
+/// S pairs are interleaved so their multiply chains overlap.
 ///
 /// # Safety
 /// The CPU must support AVX-512F.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 #[inline]
-pub unsafe fn normal_group_pair_avx512(key: u64, row: u64, group: u32, out: &mut [[f32; NORMAL_GROUP]; 2]) {
-    let [c0, c1, c2, c3] = philox16_avx512(key, row, group);
-    let mut a = [0.0f32; 4 * NORMAL_LANES];
-    let mut b = [0.0f32; 4 * NORMAL_LANES];
-    box_muller(&c0, &c1, &mut a);
-    box_muller(&c2, &c3, &mut b);
-    // a = [z1 of lanes 0..16 | z2 of lanes 0..16]; lanes 0..8 are `group`, 8..16 `group + 1`.
-    for (h, o) in out.iter_mut().enumerate() {
-        let lanes = h * NORMAL_LANES..(h + 1) * NORMAL_LANES;
-        o[..8].copy_from_slice(&a[lanes.clone()]);
-        o[8..16].copy_from_slice(&a[16 + lanes.start..16 + lanes.end]);
-        o[16..24].copy_from_slice(&b[lanes.clone()]);
-        o[24..32].copy_from_slice(&b[16 + lanes.start..16 + lanes.end]);
+pub unsafe fn normal_group_pairs_avx512<const S: usize>(key: u64, row: u64, group: u32, out: &mut [[[f32; NORMAL_GROUP]; 2]; S]) {
+    let words = philox16_avx512::<S>(key, row, group);
+    for (pair, [c0, c1, c2, c3]) in out.iter_mut().zip(&words.0) {
+        let mut a = CacheLines([0.0f32; 4 * NORMAL_LANES]);
+        let mut b = CacheLines([0.0f32; 4 * NORMAL_LANES]);
+        let (a, b) = (&mut a.0, &mut b.0);
+        box_muller(c0, c1, a);
+        box_muller(c2, c3, b);
+        // a = [z1 of lanes 0..16 | z2 of lanes 0..16]; lanes 0..8 are the pair's first group, 8..16 its second.
+        for (h, o) in pair.iter_mut().enumerate() {
+            let lanes = h * NORMAL_LANES..(h + 1) * NORMAL_LANES;
+            o[..8].copy_from_slice(&a[lanes.clone()]);
+            o[8..16].copy_from_slice(&a[16 + lanes.start..16 + lanes.end]);
+            o[16..24].copy_from_slice(&b[lanes.clone()]);
+            o[24..32].copy_from_slice(&b[16 + lanes.start..16 + lanes.end]);
+        }
     }
 }
 
+/// The Philox words of `S` group pairs of one row, pair s covering groups
+/// `group + 2s` and `group + 2s + 1` in 16 lanes.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 #[inline]
-fn philox16_avx512(key: u64, row: u64, group: u32) -> [[u32; 2 * NORMAL_LANES]; 4] {
+fn philox16_avx512<const S: usize>(key: u64, row: u64, group: u32) -> CacheLines<[[[u32; 2 * NORMAL_LANES]; 4]; S]> {
     use std::arch::x86_64::*;
-    #[target_feature(enable = "avx512f")]
-    #[inline]
-    fn mulhilo(a: __m512i, m: __m512i) -> (__m512i, __m512i) {
-        let even = _mm512_mul_epu32(a, m);
-        let odd = _mm512_mul_epu32(_mm512_srli_epi64::<32>(a), m);
-        let lo = _mm512_mask_blend_epi32(0xAAAA, even, _mm512_slli_epi64::<32>(odd));
-        let hi = _mm512_mask_blend_epi32(0xAAAA, _mm512_srli_epi64::<32>(even), odd);
-        (hi, lo)
+    // Each block's words sit in the low halves of 64-bit lanes, 8 blocks per
+    // register, so one `vpmuludq` gives a whole 32×32→64 product: hi is
+    // that product shifted down, lo is the product itself (its high half is
+    // junk that nothing reads: the multiplies use only low halves, the xors
+    // act lane-wise, and the words are narrowed at the end).
+    let mut c0 = [[_mm512_setzero_si512(); 2]; S];
+    let mut c1 = [[_mm512_setzero_si512(); 2]; S];
+    let mut c2 = [[_mm512_setzero_si512(); 2]; S];
+    let mut c3 = [[_mm512_setzero_si512(); 2]; S];
+    for s in 0..S {
+        let base = group.wrapping_add(2 * s as u32).wrapping_mul(NORMAL_LANES as u32);
+        for half in 0..2 {
+            let first: [u64; NORMAL_LANES] = std::array::from_fn(|l| u64::from(base.wrapping_add((NORMAL_LANES * half + l) as u32)));
+            // SAFETY: 64 bytes read from a [u64; 8].
+            c0[s][half] = unsafe { _mm512_loadu_si512(first.as_ptr().cast()) };
+            c2[s][half] = _mm512_set1_epi64(i64::from(row as u32));
+            c3[s][half] = _mm512_set1_epi64(i64::from((row >> 32) as u32));
+        }
     }
-    let base = group.wrapping_mul(NORMAL_LANES as u32);
-    let first: [u32; 2 * NORMAL_LANES] = std::array::from_fn(|l| base.wrapping_add(l as u32));
-    // SAFETY: 64 bytes read from a [u32; 16].
-    let mut c0 = unsafe { _mm512_loadu_si512(first.as_ptr().cast()) };
-    let mut c1 = _mm512_setzero_si512();
-    let mut c2 = _mm512_set1_epi32(row as u32 as i32);
-    let mut c3 = _mm512_set1_epi32((row >> 32) as u32 as i32);
-    let (m0, m1) = (_mm512_set1_epi32(PHILOX_M0 as i32), _mm512_set1_epi32(PHILOX_M1 as i32));
+    let (m0, m1) = (_mm512_set1_epi64(i64::from(PHILOX_M0)), _mm512_set1_epi64(i64::from(PHILOX_M1)));
     let (mut k0, mut k1) = (key as u32, (key >> 32) as u32);
     for round in 0..10 {
         if round > 0 {
             k0 = k0.wrapping_add(PHILOX_W0);
             k1 = k1.wrapping_add(PHILOX_W1);
         }
-        let (hi0, lo0) = mulhilo(c0, m0);
-        let (hi1, lo1) = mulhilo(c2, m1);
-        let n0 = _mm512_xor_si512(_mm512_xor_si512(hi1, c1), _mm512_set1_epi32(k0 as i32));
-        let n2 = _mm512_xor_si512(_mm512_xor_si512(hi0, c3), _mm512_set1_epi32(k1 as i32));
-        (c0, c1, c2, c3) = (n0, lo1, n2, lo0);
+        let (kv0, kv1) = (_mm512_set1_epi32(k0 as i32), _mm512_set1_epi32(k1 as i32));
+        for s in 0..S {
+            for half in 0..2 {
+                let p0 = _mm512_mul_epu32(c0[s][half], m0);
+                let p1 = _mm512_mul_epu32(c2[s][half], m1);
+                let n0 = _mm512_xor_si512(_mm512_xor_si512(_mm512_srli_epi64::<32>(p1), c1[s][half]), kv0);
+                let n2 = _mm512_xor_si512(_mm512_xor_si512(_mm512_srli_epi64::<32>(p0), c3[s][half]), kv1);
+                (c0[s][half], c1[s][half], c2[s][half], c3[s][half]) = (n0, p1, n2, p0);
+            }
+        }
     }
-    let mut words = [[0u32; 2 * NORMAL_LANES]; 4];
-    for (w, c) in words.iter_mut().zip([c0, c1, c2, c3]) {
-        // SAFETY: [u32; 16] is 64 bytes, the width of an unaligned store.
-        unsafe { _mm512_storeu_si512(w.as_mut_ptr().cast(), c) };
+    let mut words = CacheLines([[[0u32; 2 * NORMAL_LANES]; 4]; S]);
+    for (s, set) in words.0.iter_mut().enumerate() {
+        for (w, c) in set.iter_mut().zip([c0[s], c1[s], c2[s], c3[s]]) {
+            let packed = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(_mm512_cvtepi64_epi32(c[0])), _mm512_cvtepi64_epi32(c[1]));
+            // SAFETY: [u32; 16] is 64 bytes, the width of an unaligned store.
+            unsafe { _mm512_storeu_si512(w.as_mut_ptr().cast(), packed) };
+        }
     }
     words
 }
+
+/// A value on its own 64-byte cache lines, so that full-width vector loads
+/// and stores of it never split across two lines.
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+pub struct CacheLines<T>(pub T);
 
 /// Words of the 8 Philox blocks of one group, as 4 arrays of 8 lanes.
 #[inline(always)]
@@ -582,12 +615,31 @@ mod tests {
     fn avx512_group_pairs_equal_portable_groups() {
         #[cfg(target_arch = "x86_64")]
         if std::arch::is_x86_feature_detected!("avx512f") {
-            let (mut a, mut b) = ([0.0f32; NORMAL_GROUP], [[0.0f32; NORMAL_GROUP]; 2]);
+            let (mut a, mut b) = ([0.0f32; NORMAL_GROUP], [[[0.0f32; NORMAL_GROUP]; 2]; 1]);
             for i in 0..20_000u64 {
                 let (key, row, group) = (mix64(i), mix64(i ^ 0xabc) >> (i % 64), (i % 7) as u32 + (i as u32) * 977);
                 // SAFETY: AVX-512F detected above.
-                unsafe { normal_group_pair_avx512(key, row, group, &mut b) };
-                for (h, bh) in b.iter().enumerate() {
+                unsafe { normal_group_pairs_avx512::<1>(key, row, group, &mut b) };
+                for (h, bh) in b[0].iter().enumerate() {
+                    normal_group(key, row, group.wrapping_add(h as u32), &mut a);
+                    assert_eq!(a.map(f32::to_bits), bh.map(f32::to_bits), "key {key} row {row} group {group}+{h}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn interleaved_avx512_group_pairs_equal_portable_groups() {
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            let mut a = [0.0f32; NORMAL_GROUP];
+            let mut b = [[[0.0f32; NORMAL_GROUP]; 2]; 3];
+            for i in 0..5_000u64 {
+                // Group numbers near 2³² check the wrap of the block counter.
+                let (key, row, group) = (mix64(i), mix64(i ^ 0x51) >> (i % 64), (mix64(i + 7) as u32) | u32::from(i % 5 == 0) * 0xFFFF_FFF8);
+                // SAFETY: AVX-512F detected above.
+                unsafe { normal_group_pairs_avx512::<3>(key, row, group, &mut b) };
+                for (h, bh) in b.as_flattened().iter().enumerate() {
                     normal_group(key, row, group.wrapping_add(h as u32), &mut a);
                     assert_eq!(a.map(f32::to_bits), bh.map(f32::to_bits), "key {key} row {row} group {group}+{h}");
                 }

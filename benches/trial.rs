@@ -4,7 +4,11 @@
 //! 1. V4-Flash trials at 32K, 128K and 1M tokens, for one precision (fp32,
 //!    fp8; null model, as NumPy computes it), fp32 with the preset's physics
 //!    ("fp32 phys") and the preset as shipped (bf16 + fp4, k 512 and 1024),
-//!    on 1 and 2 threads: median ms per trial and trials/s;
+//!    on 1 and 2 threads: median ms per trial and trials/s (trials run side
+//!    by side on 2 threads, so this is throughput);
+//!    and the latency of one 128K trial at a time (fp32, null model and with
+//!    the preset's physics) on 1 and 2 threads, where its chunks are scored
+//!    in parallel;
 //! 2. our scoring of 32K rows against an optimized GEMM (`gemm` crate) on the
 //!    same [32K × 128]·[128 × 64] product: the share of its throughput;
 //! 3. the README's default sweep end to end (2 threads, as shipped);
@@ -109,6 +113,29 @@ fn main() {
         let a = per_trial[&format!("{context:>5} {:<9} 1 thr", "fp8")];
         let b = per_trial[&format!("{context:>5} {:<9} 1 thr", "fp32")];
         println!("fp8 / fp32 time per trial at {context}: {:.2}×", a / b);
+    }
+
+    // 1b. Latency: one 128K trial at a time, 16 in a row per round.
+    println!("\n## one 128K trial at a time (fp32, k 512; median of {rounds} rounds of 16 single-trial runs)");
+    let mut single: Vec<(String, Scenario, usize, Vec<f64>)> = Vec::new();
+    for (what, physics) in [("null model", "[physics]\nrope = \"off\"\npooling = \"off\"\n"), ("fp32 phys", "")] {
+        for threads in [1usize, 2] {
+            let text = format!("[sweep]\ncontexts = \"128K\"\ntrials = 1\nprecisions = \"fp32\"\ntopk = \"512\"\n{physics}");
+            single.push((format!("{what:<10} {threads} thr"), scenario(&text), threads, Vec::new()));
+        }
+    }
+    for _ in 0..rounds {
+        for (_, s, threads, times) in &mut single {
+            let p = &pools[*threads - 1];
+            times.push(time(|| {
+                for _ in 0..16 {
+                    p.install(|| run_sweep(s, &|| {})).expect("sweep");
+                }
+            }) / 16.0);
+        }
+    }
+    for (label, _, _, times) in &single {
+        println!("{label:<24} {:>12.2} ms", 1e3 * median(times.clone()));
     }
 
     // 2. Scoring vs GEMM on [32K × 128]·[128 × 64].

@@ -636,7 +636,7 @@ mod tests {
             let mut b = [[[0.0f32; NORMAL_GROUP]; 2]; 3];
             for i in 0..5_000u64 {
                 // Group numbers near 2³² check the wrap of the block counter.
-                let (key, row, group) = (mix64(i), mix64(i ^ 0x51) >> (i % 64), (mix64(i + 7) as u32) | u32::from(i % 5 == 0) * 0xFFFF_FFF8);
+                let (key, row, group) = (mix64(i), mix64(i ^ 0x51) >> (i % 64), (mix64(i + 7) as u32) | (u32::from(i % 5 == 0) * 0xFFFF_FFF8));
                 // SAFETY: AVX-512F detected above.
                 unsafe { normal_group_pairs_avx512::<3>(key, row, group, &mut b) };
                 for (h, bh) in b.as_flattened().iter().enumerate() {

@@ -39,7 +39,9 @@ pub struct Item {
     pub offset: usize,
 }
 
-/// A trial's row generator (one per trial, used by one thread, chunks in order).
+/// A trial's row generator. Chunks come in order from row 0, or in any order
+/// on clones when [`TrialRows::chunks_are_independent`].
+#[derive(Clone)]
 pub struct TrialRows<'a> {
     hay: &'a TrialHaystack,
     geometry: CompressionGeometry,
@@ -86,7 +88,7 @@ pub struct TrialRows<'a> {
 
 /// Token values and gates of the current chunk, both halves, starting one
 /// row's worth of tokens before the chunk (the previous half of its first row).
-#[derive(Default)]
+#[derive(Clone, Default)]
 struct TokenChunk {
     first_token: u64,
     tokens: usize,
@@ -207,8 +209,17 @@ impl<'a> TrialRows<'a> {
         rows
     }
 
+    /// Whether a chunk's rows depend on nothing but their own positions (no
+    /// AR(1) state, no tokens carried over from the previous chunk): then
+    /// [`Self::next_chunk`] may start anywhere, and clones of this source
+    /// may generate different chunks side by side with the same bits.
+    pub fn chunks_are_independent(&self) -> bool {
+        self.rho == 0.0 && !self.token_level
+    }
+
     /// Generates rows `start …` into `out` (a whole number of rows) before
-    /// normalisation and rotation. Chunks must come in order from row 0.
+    /// normalisation and rotation. Chunks must come in order from row 0
+    /// unless [`Self::chunks_are_independent`].
     pub fn next_chunk(&mut self, start: u64, out: &mut [f32]) -> Result<(), SimError> {
         let d = self.d;
         let n = out.len() / d;
@@ -611,7 +622,7 @@ pub fn context_keys(
     Ok((keys, queries))
 }
 
-#[derive(Default)]
+#[derive(Clone, Default)]
 struct PoolScratch {
     tokens: Vec<f32>,
     gates: Vec<f32>,

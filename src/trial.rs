@@ -17,6 +17,7 @@ use crate::precision::{PrecisionVariant, QuantizedRows};
 use crate::rng::{self, tag};
 use crate::row_sample::context_queries;
 use crate::selection::{kth_largest_many_with, selection_overlap_with, tally_with, tie_key, tied_ahead, NeedleRank, TieRule};
+use rayon::prelude::*;
 use serde::Serialize;
 
 /// Rows generated, quantized and scored together: small enough to stay in
@@ -85,10 +86,170 @@ struct Case {
     items: Vec<Item>,
     /// Rows holding needle or distractor tokens, ascending.
     special: Vec<u64>,
-    /// Their keys, finalized, [special × d], per key RoPE layout.
-    special_keys: [Vec<f32>; 2],
     /// Scores that replace the shared ones: [variant] → (row, score).
     patches: Vec<Vec<(u32, f32)>>,
+}
+
+/// Chunks per rayon job at least, when a trial's chunks are scored in
+/// parallel (2048 rows: a job's setup is small beside its work).
+const CHUNKS_PER_JOB: usize = 8;
+
+/// One chunk's rows of one (query group, variant) score array.
+struct ScorePiece<'s> {
+    group: usize,
+    variant: usize,
+    scores: &'s mut [f32],
+}
+
+/// A score that replaces the shared one in one case (a row holding needle
+/// or distractor tokens, or any row of a chunk whose stored keys they change).
+struct Patch {
+    case: usize,
+    variant: usize,
+    row: u32,
+    score: f32,
+}
+
+/// What scoring a chunk reads: the trial's queries and cases.
+struct ChunkWork<'w, 'a> {
+    spec: &'w TrialSpec<'a>,
+    d: usize,
+    /// 2 when some variant reads keys rotated with the swapped RoPE layout.
+    key_layouts: usize,
+    queries: &'w [Vec<IndexerQuery>],
+    cases: &'w [Case],
+    group_of: &'w (dyn Fn(usize) -> usize + Sync),
+    /// Whether rows are RMS-normalised or rotated after generation.
+    finalizes: bool,
+}
+
+/// Buffers of the chunk loop, one set per thread.
+struct ChunkScratch {
+    /// The chunk's rows; finalized in place (layout 0).
+    pre: Vec<f32>,
+    /// The same rows finalized with the swapped RoPE layout (layout 1).
+    swapped_fin: Vec<f32>,
+    special_pre: Vec<f32>,
+    /// Per case and key layout: its special rows in this chunk, finalized.
+    special_keys: Vec<[Vec<f32>; 2]>,
+    /// Per case: which of its special rows lie in this chunk.
+    in_chunk: Vec<std::ops::Range<usize>>,
+    /// A chunk with a case's special rows in (variants with cache faults).
+    patched: Vec<f32>,
+    chunk_scores: Vec<f32>,
+    quantized: QuantizedRows,
+}
+
+impl ChunkScratch {
+    fn new(work: &ChunkWork) -> Self {
+        let d = work.d;
+        ChunkScratch {
+            pre: vec![0.0; CHUNK_ROWS * d],
+            swapped_fin: if work.key_layouts == 2 { vec![0.0; CHUNK_ROWS * d] } else { Vec::new() },
+            special_pre: vec![0.0; d],
+            special_keys: vec![[Vec::new(), Vec::new()]; work.cases.len()],
+            in_chunk: vec![0..0; work.cases.len()],
+            patched: Vec::new(),
+            chunk_scores: vec![0.0; CHUNK_ROWS],
+            quantized: QuantizedRows::with_capacity(CHUNK_ROWS, d),
+        }
+    }
+}
+
+impl ChunkWork<'_, '_> {
+    /// Generates, finalizes, stores and scores the chunk of rows from
+    /// `start` into `pieces`, and the cases' special rows into `patches`.
+    fn score_chunk(&self, source: &mut TrialRows, scratch: &mut ChunkScratch, start: usize, pieces: &mut [ScorePiece], patches: &mut Vec<Patch>) -> Result<(), SimError> {
+        let (d, key_layouts) = (self.d, self.key_layouts);
+        let layout_of = |v: &PrecisionVariant| usize::from(v.position.key_rope_layout_swapped && key_layouts == 2);
+        let n = pieces.iter().map(|p| p.scores.len()).max().unwrap_or(0);
+        let rows = start as u64..(start + n) as u64;
+        let ChunkScratch { pre, swapped_fin, special_pre, special_keys, in_chunk, patched, chunk_scores, quantized } = scratch;
+        source.next_chunk(rows.start, &mut pre[..n * d])?;
+        for ((case, range), keys) in self.cases.iter().zip(in_chunk.iter_mut()).zip(special_keys.iter_mut()) {
+            // `special` is ascending: the rows of this chunk are one run.
+            let first = case.special.partition_point(|&r| r < rows.start);
+            let last = case.special.partition_point(|&r| r < rows.end);
+            *range = first..last;
+            for layout_keys in keys.iter_mut().take(key_layouts) {
+                layout_keys.resize(range.len() * d, 0.0);
+            }
+            for (j, &row) in case.special[range.clone()].iter().enumerate() {
+                let at = (row - rows.start) as usize * d;
+                source.special_row(row, &case.items, &pre[at..at + d], special_pre)?;
+                for (layout, layout_keys) in keys.iter_mut().enumerate().take(key_layouts) {
+                    let key = &mut layout_keys[j * d..(j + 1) * d];
+                    key.copy_from_slice(special_pre);
+                    source.finalize_with(row, key, layout == 1)?;
+                }
+            }
+        }
+        if key_layouts == 2 {
+            swapped_fin[..n * d].copy_from_slice(&pre[..n * d]);
+            source.finalize_with(rows.start, &mut swapped_fin[..n * d], true)?;
+        }
+        // Finalizing (RMSNorm, RoPE) does nothing without pooling and RoPE:
+        // then the generated rows are scored as they are.
+        if self.finalizes {
+            source.finalize_with(rows.start, &mut pre[..n * d], false)?;
+        }
+
+        for (v, variant) in self.spec.variants.iter().enumerate() {
+            let layout = layout_of(variant);
+            let fin: &[f32] = if layout == 1 { swapped_fin } else { pre };
+            // Exact keys in a fault-free cache are what was generated:
+            // scored in place, without a copy (the same bits: their
+            // row scales would be 1).
+            let stored = if variant.key.is_identity() && variant.cache.is_default() {
+                None
+            } else {
+                variant.store_keys(&fin[..n * d], rows.start, d, quantized)?;
+                Some(&*quantized)
+            };
+            let score = |q: &IndexerQuery, out: &mut [f32]| match stored {
+                Some(keys) => q.score_quantized_rows(keys, out),
+                None => q.score_rows(&fin[..n * d], out),
+            };
+            for piece in pieces.iter_mut().filter(|p| p.variant == v) {
+                let q = &self.queries[piece.group][v];
+                if piece.scores.len() == n {
+                    score(q, piece.scores);
+                } else {
+                    score(q, &mut chunk_scores[..n]);
+                    let m = piece.scores.len();
+                    piece.scores.copy_from_slice(&chunk_scores[..m]);
+                }
+            }
+            for (c, (case, range)) in self.cases.iter().zip(in_chunk.iter()).enumerate() {
+                if range.is_empty() {
+                    continue;
+                }
+                let q = &self.queries[(self.group_of)(case.ci)][v];
+                let keys = &special_keys[c][layout];
+                if variant.cache.is_default() {
+                    // Each row's stored key depends on that row alone:
+                    // store and score just the rows that changed.
+                    variant.store_keys(keys, rows.start, d, quantized)?;
+                    q.score_quantized_rows(quantized, &mut chunk_scores[..range.len()]);
+                    for (&row, &score) in case.special[range.clone()].iter().zip(chunk_scores.iter()) {
+                        patches.push(Patch { case: c, variant: v, row: row as u32, score });
+                    }
+                } else {
+                    // Pages and neighbours matter: store the whole chunk with the special rows in.
+                    patched.resize(CHUNK_ROWS * d, 0.0);
+                    patched[..n * d].copy_from_slice(&fin[..n * d]);
+                    for (j, &row) in case.special[range.clone()].iter().enumerate() {
+                        let at = (row - rows.start) as usize * d;
+                        patched[at..at + d].copy_from_slice(&keys[j * d..(j + 1) * d]);
+                    }
+                    variant.store_keys(&patched[..n * d], rows.start, d, quantized)?;
+                    q.score_quantized_rows(quantized, &mut chunk_scores[..n]);
+                    patches.extend((0..n).map(|r| Patch { case: c, variant: v, row: (start + r) as u32, score: chunk_scores[r] }));
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
 impl TrialSpec<'_> {
@@ -127,7 +288,6 @@ impl TrialSpec<'_> {
             (0..groups).map(|g| context_queries(&haystack, &source, self.variants, self.contexts[g])).collect::<Result<_, _>>()?;
         // Keys rotated with the other pair layout, for `rope-swap-k` variants.
         let key_layouts = if positional && self.variants.iter().any(|v| v.position.key_rope_layout_swapped) { 2 } else { 1 };
-        let layout_of = |v: &PrecisionVariant| usize::from(v.position.key_rope_layout_swapped && key_layouts == 2);
         let candidates_of = |ci: usize| self.geometry.candidate_rows(self.contexts[ci]) as usize;
         let group_rows: Vec<usize> = (0..groups)
             .map(|g| if positional { candidates_of(g) } else { (0..self.contexts.len()).map(candidates_of).max().unwrap_or(0) })
@@ -141,113 +301,44 @@ impl TrialSpec<'_> {
                 let candidates = candidates_of(ci);
                 let items = source.items(self.contexts[ci], placement.tokens.clone());
                 let special = source.special_rows(&items, candidates as u64);
-                let special_keys = [vec![0.0; special.len() * d], Vec::new()];
-                cases.push(Case { ci, oi, placement, candidates, items, special, special_keys, patches: vec![Vec::new(); self.variants.len()] });
+                cases.push(Case { ci, oi, placement, candidates, items, special, patches: vec![Vec::new(); self.variants.len()] });
             }
         }
 
         // Score every row once per (query group, variant), chunk by chunk;
         // rows that hold needle or distractor tokens are keyed per case.
         let mut scores: Vec<Vec<Vec<f32>>> = group_rows.iter().map(|&n| vec![vec![0.0; n]; self.variants.len()]).collect();
-        if key_layouts == 2 {
-            for case in &mut cases {
-                case.special_keys[1] = vec![0.0; case.special.len() * d];
+        let work = ChunkWork { spec: self, d, key_layouts, queries: &queries, cases: &cases, group_of: &group_of, finalizes: source.finalizes() };
+        // Each chunk's piece of every (group, variant) score array.
+        let chunk_count = max_rows.div_ceil(CHUNK_ROWS);
+        let mut pieces: Vec<Vec<ScorePiece>> = (0..chunk_count).map(|_| Vec::new()).collect();
+        for (g, group) in scores.iter_mut().enumerate() {
+            for (v, variant_scores) in group.iter_mut().enumerate() {
+                for (c, piece) in variant_scores.chunks_mut(CHUNK_ROWS).enumerate() {
+                    pieces[c].push(ScorePiece { group: g, variant: v, scores: piece });
+                }
             }
         }
-        // Finalizing (RMSNorm, RoPE) does nothing without pooling and RoPE:
-        // then the generated rows are scored as they are.
-        let finalizes = source.finalizes();
-        let mut pre = vec![0.0f32; CHUNK_ROWS * d];
-        // Keys with the swapped RoPE layout (layout 1), when a variant needs them;
-        // layout 0 is finalized in place in `pre`.
-        let mut swapped_fin = if key_layouts == 2 { vec![0.0f32; CHUNK_ROWS * d] } else { Vec::new() };
-        let mut special_pre = vec![0.0f32; d];
-        let mut patched = vec![0.0f32; CHUNK_ROWS * d];
-        let mut chunk_scores = vec![0.0f32; CHUNK_ROWS];
-        let mut quantized = QuantizedRows::with_capacity(CHUNK_ROWS, d);
-        // Per case: which of its special rows lie in the current chunk.
-        let mut in_chunk: Vec<std::ops::Range<usize>> = vec![0..0; cases.len()];
-        for start in (0..max_rows).step_by(CHUNK_ROWS) {
-            let n = CHUNK_ROWS.min(max_rows - start);
-            let rows = start as u64..(start + n) as u64;
-            source.next_chunk(rows.start, &mut pre[..n * d])?;
-            for (case, range) in cases.iter_mut().zip(in_chunk.iter_mut()) {
-                // `special` is ascending: the rows of this chunk are one run.
-                let first = case.special.partition_point(|&r| r < rows.start);
-                let last = case.special.partition_point(|&r| r < rows.end);
-                *range = first..last;
-                for i in first..last {
-                    let row = case.special[i];
-                    let at = (row - rows.start) as usize * d;
-                    source.special_row(row, &case.items, &pre[at..at + d], &mut special_pre)?;
-                    for layout in 0..key_layouts {
-                        let key = &mut case.special_keys[layout][i * d..(i + 1) * d];
-                        key.copy_from_slice(&special_pre);
-                        source.finalize_with(row, key, layout == 1)?;
-                    }
-                }
-            }
-            if key_layouts == 2 {
-                swapped_fin[..n * d].copy_from_slice(&pre[..n * d]);
-                source.finalize_with(rows.start, &mut swapped_fin[..n * d], true)?;
-            }
-            if finalizes {
-                source.finalize_with(rows.start, &mut pre[..n * d], false)?;
-            }
-
-            for (v, variant) in self.variants.iter().enumerate() {
-                let layout = layout_of(variant);
-                let fin = if layout == 1 { &swapped_fin } else { &pre };
-                // Exact keys in a fault-free cache are what was generated:
-                // scored in place, without a copy (the same bits: their
-                // row scales would be 1).
-                let stored = if variant.key.is_identity() && variant.cache.is_default() {
-                    None
-                } else {
-                    variant.store_keys(&fin[..n * d], rows.start, d, &mut quantized)?;
-                    Some(&quantized)
-                };
-                let score = |q: &IndexerQuery, out: &mut [f32]| match stored {
-                    Some(keys) => q.score_quantized_rows(keys, out),
-                    None => q.score_rows(&fin[..n * d], out),
-                };
-                for (g, group_scores) in scores.iter_mut().enumerate().filter(|(g, _)| group_rows[*g] > start) {
-                    let m = n.min(group_rows[g] - start);
-                    if m == n {
-                        score(&queries[g][v], &mut group_scores[v][start..start + n]);
-                    } else {
-                        score(&queries[g][v], &mut chunk_scores[..n]);
-                        group_scores[v][start..start + m].copy_from_slice(&chunk_scores[..m]);
-                    }
-                }
-                for (case, range) in cases.iter_mut().zip(&in_chunk) {
-                    if range.is_empty() {
-                        continue;
-                    }
-                    let q = &queries[group_of(case.ci)][v];
-                    let special_keys = &case.special_keys[layout];
-                    if variant.cache.is_default() {
-                        // Each row's stored key depends on that row alone:
-                        // store and score just the rows that changed.
-                        let keys = &special_keys[range.start * d..range.end * d];
-                        variant.store_keys(keys, rows.start, d, &mut quantized)?;
-                        q.score_quantized_rows(&quantized, &mut chunk_scores[..range.len()]);
-                        for (j, i) in range.clone().enumerate() {
-                            case.patches[v].push((case.special[i] as u32, chunk_scores[j]));
-                        }
-                    } else {
-                        // Pages and neighbours matter: store the whole chunk with the special rows in.
-                        patched[..n * d].copy_from_slice(&fin[..n * d]);
-                        for i in range.clone() {
-                            let at = (case.special[i] - rows.start) as usize * d;
-                            patched[at..at + d].copy_from_slice(&special_keys[i * d..(i + 1) * d]);
-                        }
-                        variant.store_keys(&patched[..n * d], rows.start, d, &mut quantized)?;
-                        q.score_quantized_rows(&quantized, &mut chunk_scores[..n]);
-                        case.patches[v].extend((0..n).map(|r| ((start + r) as u32, chunk_scores[r])));
-                    }
-                }
-            }
+        let score_chunk = |source: &mut TrialRows, scratch: &mut ChunkScratch, (c, mut pieces): (usize, Vec<ScorePiece>)| {
+            let mut patches = Vec::new();
+            work.score_chunk(source, scratch, c * CHUNK_ROWS, &mut pieces, &mut patches).map(|()| patches)
+        };
+        // Every row is a pure function of its position when chunks are
+        // independent: then chunks may be scored on several threads (one
+        // source clone and one scratch per rayon job) with the same bits.
+        let chunk_patches: Vec<Vec<Patch>> = if source.chunks_are_independent() && rayon::current_num_threads() > 1 && chunk_count >= 2 * CHUNKS_PER_JOB {
+            pieces
+                .into_par_iter()
+                .enumerate()
+                .with_min_len(CHUNKS_PER_JOB)
+                .map_init(|| (source.clone(), ChunkScratch::new(&work)), |(source, scratch), chunk| score_chunk(source, scratch, chunk))
+                .collect::<Result<_, _>>()?
+        } else {
+            let mut scratch = ChunkScratch::new(&work);
+            pieces.into_iter().enumerate().map(|chunk| score_chunk(&mut source, &mut scratch, chunk)).collect::<Result<_, _>>()?
+        };
+        for patch in chunk_patches.into_iter().flatten() {
+            cases[patch.case].patches[patch.variant].push((patch.row, patch.score));
         }
 
         let mut cells = vec![NeedleOutcome::LOST; self.cell_count()];

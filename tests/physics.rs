@@ -127,3 +127,25 @@ fn swapping_the_rope_layout_on_one_side_hurts_recall() {
     assert!(b.recall < a.recall, "swap {} vs {}", b.recall, a.recall);
     assert!(b.mcnemar_p.unwrap() < 1e-3, "p = {:?}", b.mcnemar_p);
 }
+
+#[test]
+fn chunks_scored_in_parallel_give_the_sequential_bits() {
+    // With more than one thread, a long context's chunks are scored side by
+    // side (independent rows only); with one thread, in order. Every kind of
+    // row and key handling must come out the same: needle and distractor
+    // rows at every offset, both RoPE layouts, cache faults that store whole
+    // chunks, and (sequential either way) correlated and token-level rows.
+    let base = "[sweep]\ncontexts = \"2K,32K\"\ndepths = \"0,70\"\ntopk = \"256\"\ntrials = 3\nseed = 5\nneedle_offsets = \"all\"\n";
+    let cases = [
+        format!("{base}precisions = \"fp32,bf16\"\n"),
+        format!("{base}precisions = \"fp32,fp8+scale-per-page,fp8+slot-shift,bf16+rope-swap-k\"\n[physics]\ndistractors = 3\n"),
+        format!("{base}precisions = \"fp32,fp8\"\n[physics]\nrope = \"off\"\npooling = \"off\"\n"),
+        format!("{base}precisions = \"fp32\"\n[physics]\ncorrelation_length = 8.0\n"),
+        format!("{base}precisions = \"fp32\"\n[physics]\npooling = \"full\"\n"),
+    ];
+    for toml in &cases {
+        let s = scenario(toml);
+        let run = |threads| rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap().install(|| run_sweep(&s, &|| {}).unwrap().cells);
+        assert_eq!(run(1), run(4), "{toml}");
+    }
+}

@@ -132,9 +132,10 @@ pub fn rms_norm(row: &mut [f32], eps: f32) -> Result<(), CompressorError> {
 }
 
 /// [`rms_norm`] of every `dim`-value row of `rows`, the same bits: each
-/// row's sum of squares is still taken in index order, but eight rows'
-/// sums run side by side, so the additions of one row no longer wait for
-/// each other.
+/// row's sum of squares is still taken in index order, but several rows'
+/// sums run side by side (16 rows in the lanes of one AVX-512 register, the
+/// rows transposed 16 × 16 at a time; otherwise 8 rows in scalar chains),
+/// so the additions of one row no longer wait for each other.
 pub fn rms_norm_rows(rows: &mut [f32], dim: usize, eps: f32) -> Result<(), CompressorError> {
     const ROWS: usize = 8;
     if !(eps.is_finite() && eps > 0.0) {
@@ -142,6 +143,17 @@ pub fn rms_norm_rows(rows: &mut [f32], dim: usize, eps: f32) -> Result<(), Compr
     }
     if dim == 0 {
         return Err(CompressorError::ZeroDim);
+    }
+    let mut rows = rows;
+    #[cfg(target_arch = "x86_64")]
+    if dim.is_multiple_of(16) && std::arch::is_x86_feature_detected!("avx512f") {
+        let whole = rows.len() / (16 * dim) * (16 * dim);
+        let (blocks, rest) = rows.split_at_mut(whole);
+        for block in blocks.chunks_exact_mut(16 * dim) {
+            // SAFETY: the CPU supports AVX-512F, checked just above.
+            unsafe { rms_norm_16_rows_avx512(block, dim, eps) };
+        }
+        rows = rest;
     }
     let mut blocks = rows.chunks_exact_mut(ROWS * dim);
     for block in &mut blocks {
@@ -161,6 +173,65 @@ pub fn rms_norm_rows(rows: &mut [f32], dim: usize, eps: f32) -> Result<(), Compr
         rms_norm(row, eps)?;
     }
     Ok(())
+}
+
+/// [`rms_norm`] of 16 rows of `dim` (a multiple of 16) values: lane r sums
+/// row r's squares in index order (the same f32 operations as the scalar
+/// fold), then the same scale, computed 16 lanes at a time.
+///
+/// # Safety
+/// The CPU must support AVX-512F.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn rms_norm_16_rows_avx512(block: &mut [f32], dim: usize, eps: f32) {
+    use std::arch::x86_64::*;
+    debug_assert_eq!(block.len(), 16 * dim);
+    let mut sum_sq = _mm512_setzero_ps();
+    for j in (0..dim).step_by(16) {
+        // SAFETY: rows r < 16 and columns j … j + 15 < dim lie in the block.
+        let columns = transpose_16x16(std::array::from_fn(|r| unsafe { _mm512_loadu_ps(block.as_ptr().add(r * dim + j)) }));
+        for c in columns {
+            sum_sq = _mm512_add_ps(sum_sq, _mm512_mul_ps(c, c));
+        }
+    }
+    let mean = _mm512_div_ps(sum_sq, _mm512_set1_ps(dim as f32));
+    let scale = _mm512_div_ps(_mm512_set1_ps(1.0), _mm512_sqrt_ps(_mm512_add_ps(mean, _mm512_set1_ps(eps))));
+    let mut scales = [0.0f32; 16];
+    // SAFETY: [f32; 16] is 64 bytes, the width of an unaligned store.
+    unsafe { _mm512_storeu_ps(scales.as_mut_ptr(), scale) };
+    for (row, &scale) in block.chunks_exact_mut(dim).zip(&scales) {
+        row.iter_mut().for_each(|x| *x *= scale);
+    }
+}
+
+/// The 16 × 16 transpose: lane r of output k is lane k of input r.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+#[inline]
+fn transpose_16x16(r: [std::arch::x86_64::__m512; 16]) -> [std::arch::x86_64::__m512; 16] {
+    use std::arch::x86_64::*;
+    // Pairs of rows interleaved by element, then by element pair: each
+    // 128-bit lane of u[4i + k] holds element 4l + k of rows 4i … 4i + 3.
+    let t: [__m512; 16] = std::array::from_fn(|i| if i % 2 == 0 { _mm512_unpacklo_ps(r[i], r[i + 1]) } else { _mm512_unpackhi_ps(r[i - 1], r[i]) });
+    let u: [__m512; 16] = std::array::from_fn(|i| {
+        let (q, k) = (i / 4 * 4, i % 4);
+        let (a, b) = (_mm512_castps_pd(t[q + k / 2]), _mm512_castps_pd(t[q + 2 + k / 2]));
+        _mm512_castpd_ps(if k % 2 == 0 { _mm512_unpacklo_pd(a, b) } else { _mm512_unpackhi_pd(a, b) })
+    });
+    // Then the 128-bit lanes: v[k + 4h] (h = 0, 1) takes lanes h and h + 2
+    // of row groups 0/1 and 2/3 …
+    let v: [__m512; 16] = std::array::from_fn(|i| {
+        let (h, k, g) = (i / 4 % 2, i % 4, i / 8);
+        let (a, b) = (u[8 * g + k], u[8 * g + 4 + k]);
+        if h == 0 { _mm512_shuffle_f32x4::<0x88>(a, b) } else { _mm512_shuffle_f32x4::<0xDD>(a, b) }
+    });
+    // … and output column 4l + k is lane l of each group's v, l = 2·h2 + h.
+    std::array::from_fn(|i| {
+        let (l, k) = (i / 4, i % 4);
+        let (h, h2) = (l % 2, l / 2);
+        let (a, b) = (v[4 * h + k], v[8 + 4 * h + k]);
+        if h2 == 0 { _mm512_shuffle_f32x4::<0x88>(a, b) } else { _mm512_shuffle_f32x4::<0xDD>(a, b) }
+    })
 }
 
 /// √(Σ_j a_j²) per channel for fixed gate logits (`c × dim` per half,
@@ -529,9 +600,31 @@ mod tests {
     }
 
     #[test]
+    fn the_16_by_16_transpose_moves_lane_k_of_row_r_to_lane_r_of_column_k() {
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            use std::arch::x86_64::*;
+            let m: Vec<f32> = (0..256).map(|i| i as f32).collect();
+            let mut out = [[0.0f32; 16]; 16];
+            // SAFETY: AVX-512F detected above; every load and store is 16 f32 in bounds.
+            unsafe {
+                let rows = std::array::from_fn(|r| _mm512_loadu_ps(m.as_ptr().add(16 * r)));
+                for (o, c) in out.iter_mut().zip(transpose_16x16(rows)) {
+                    _mm512_storeu_ps(o.as_mut_ptr(), c);
+                }
+            }
+            for (k, column) in out.iter().enumerate() {
+                for (r, &x) in column.iter().enumerate() {
+                    assert_eq!(x, (16 * r + k) as f32, "column {k}, row {r}");
+                }
+            }
+        }
+    }
+
+    #[test]
     fn rms_norm_rows_equals_rms_norm_row_by_row() {
         let mut rng = ChaCha8Rng::seed_from_u64(11);
-        for (rows, dim) in [(1usize, 128usize), (7, 128), (8, 128), (19, 128), (256, 128), (9, 3)] {
+        for (rows, dim) in [(1usize, 128usize), (7, 128), (8, 128), (16, 128), (19, 128), (41, 128), (256, 128), (9, 3), (35, 48), (16, 16)] {
             let data = random(&mut rng, rows * dim, 3.0);
             let mut a = data.clone();
             for row in a.chunks_exact_mut(dim) {

@@ -128,8 +128,8 @@ pub struct RopeConfig {
     theta: f64,
     yarn: Option<Yarn>,
     freqs: Vec<f32>,
-    /// cos and sin of `b · 2^(8·level) · f_m`, index `[level][b · pairs + m]`.
-    tables: Arc<[Vec<[f64; 2]>; 2]>,
+    /// cos and sin of `b · 2^(8·level) · f_m`, index `[level]`, then `b · pairs + m`.
+    tables: Arc<[AngleTable; 2]>,
 }
 
 impl fmt::Debug for RopeConfig {
@@ -178,10 +178,14 @@ impl RopeConfig {
         }
         let freqs = reference_frequencies(dims.len, theta, yarn);
         let tables = Arc::new([0u32, 1].map(|level| {
-            let mut table = Vec::with_capacity(TABLE_LEN * freqs.len());
+            let mut table = AngleTable { cos: Vec::with_capacity(TABLE_LEN * freqs.len()), sin: Vec::with_capacity(TABLE_LEN * freqs.len()) };
             for b in 0..TABLE_LEN as u64 {
                 let position = b << (TABLE_BITS * level);
-                table.extend(freqs.iter().map(|&f| cos_sin_of_product(position, f as f64)));
+                for &f in &freqs {
+                    let [c, s] = cos_sin_of_product(position, f as f64);
+                    table.cos.push(c);
+                    table.sin.push(s);
+                }
             }
             table
         }));
@@ -300,14 +304,34 @@ impl RopeConfig {
     /// (high ⊕ mid) ⊕ low in that order, so the bits do not depend on how
     /// rows are batched; high ⊕ mid is kept while positions share their bits
     /// from 8 up (a chunk's rows at stride 4 share them 64 rows at a time).
+    /// Cosines and sines sit in separate arrays so that the angle sums and
+    /// the rotation run 8 pairs to a vector (plain f64 operations, no FMA:
+    /// the same bits on every path).
     fn rotate_checked(&self, rows: &mut [f32], positions: impl Iterator<Item = u64>) {
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            // SAFETY: the CPU supports AVX-512F, checked just above.
+            return unsafe { self.rotate_checked_avx512(rows, positions) };
+        }
+        self.rotate_checked_inline(rows, positions)
+    }
+
+    /// The same code compiled for AVX-512 (no FMA is formed: the same bits).
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn rotate_checked_avx512(&self, rows: &mut [f32], positions: impl Iterator<Item = u64>) {
+        self.rotate_checked_inline(rows, positions)
+    }
+
+    #[inline(always)]
+    fn rotate_checked_inline(&self, rows: &mut [f32], positions: impl Iterator<Item = u64>) {
         let pairs = self.freqs.len();
         let (offset, len) = (self.dims.offset, self.dims.len);
         let mut high = vec![[1.0, 0.0]; pairs];
         let mut high_key = 0u64;
-        let mut high_mid = vec![[1.0, 0.0]; pairs];
+        let (mut hm_cos, mut hm_sin) = (vec![1.0f64; pairs], vec![0.0f64; pairs]);
         let mut mid_key = u64::MAX;
-        let mut angle = vec![[1.0, 0.0]; pairs];
+        let [low_table, mid_table] = &*self.tables;
         for (row, p) in rows.chunks_exact_mut(self.head_dim).zip(positions) {
             let key = p >> (2 * TABLE_BITS);
             if key != high_key {
@@ -320,19 +344,18 @@ impl RopeConfig {
             }
             if p >> TABLE_BITS != mid_key {
                 mid_key = p >> TABLE_BITS;
-                let mid = table_slice(&self.tables[1], mid_key as usize % TABLE_LEN, pairs);
-                for ((hm, &h), &m) in high_mid.iter_mut().zip(&high).zip(mid) {
-                    *hm = add_angles(h, m);
+                let (mid_cos, mid_sin) = mid_table.at(mid_key as usize % TABLE_LEN, pairs);
+                for m in 0..pairs {
+                    [hm_cos[m], hm_sin[m]] = add_angles(high[m], [mid_cos[m], mid_sin[m]]);
                 }
             }
-            let low = table_slice(&self.tables[0], p as usize % TABLE_LEN, pairs);
-            for ((a, &hm), &l) in angle.iter_mut().zip(&high_mid).zip(low) {
-                *a = add_angles(hm, l);
-            }
+            let (low_cos, low_sin) = low_table.at(p as usize % TABLE_LEN, pairs);
             let part = &mut row[offset..offset + len];
+            let angle = |m: usize| add_angles([hm_cos[m], hm_sin[m]], [low_cos[m], low_sin[m]]);
             match self.pairing {
                 Pairing::Interleaved => {
-                    for (xy, &[c, s]) in part.chunks_exact_mut(2).zip(&angle) {
+                    for (m, xy) in part.chunks_exact_mut(2).enumerate() {
+                        let [c, s] = angle(m);
                         let (x, y) = (xy[0] as f64, xy[1] as f64);
                         xy[0] = (x * c - y * s) as f32;
                         xy[1] = (x * s + y * c) as f32;
@@ -340,7 +363,8 @@ impl RopeConfig {
                 }
                 Pairing::Halves => {
                     let (xs, ys) = part.split_at_mut(len / 2);
-                    for ((x, y), &[c, s]) in xs.iter_mut().zip(ys.iter_mut()).zip(&angle) {
+                    for (m, (x, y)) in xs.iter_mut().zip(ys.iter_mut()).enumerate() {
+                        let [c, s] = angle(m);
                         let (xv, yv) = (*x as f64, *y as f64);
                         *x = (xv * c - yv * s) as f32;
                         *y = (xv * s + yv * c) as f32;
@@ -351,8 +375,18 @@ impl RopeConfig {
     }
 }
 
-fn table_slice(table: &[[f64; 2]], b: usize, pairs: usize) -> &[[f64; 2]] {
-    &table[b * pairs..(b + 1) * pairs]
+/// cos and sin of one table's angles, `[b · pairs + m]`.
+struct AngleTable {
+    cos: Vec<f64>,
+    sin: Vec<f64>,
+}
+
+impl AngleTable {
+    /// The cosines and sines of entry `b` (all pairs).
+    fn at(&self, b: usize, pairs: usize) -> (&[f64], &[f64]) {
+        let span = b * pairs..(b + 1) * pairs;
+        (&self.cos[span.clone()], &self.sin[span])
+    }
 }
 
 /// The reference's frequency table (f32 arithmetic, same operation order).

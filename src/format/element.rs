@@ -440,7 +440,7 @@ impl ElementFormat {
         if self == ElementFormat::F32 && overflow == Overflow::Cast {
             return;
         }
-        super::with_widest_simd(|| self.round_trip_slice_inline(xs, overflow));
+        super::with_widest_simd(#[inline(always)] || self.round_trip_slice_inline(xs, overflow));
     }
 
     #[inline(always)]

@@ -16,7 +16,7 @@ pub fn hadamard_in_place(x: &mut [f32]) -> Result<(), FormatError> {
     if !n.is_power_of_two() {
         return Err(FormatError::NotPowerOfTwo { len: n });
     }
-    super::with_widest_simd(|| hadamard_row(x));
+    super::with_widest_simd(#[inline(always)] || hadamard_row(x));
     Ok(())
 }
 
@@ -184,7 +184,7 @@ pub fn hadamard_rows_in_place(x: &mut [f32], d: usize) -> Result<(), FormatError
     if !x.len().is_multiple_of(d) {
         return Err(FormatError::LengthNotMultipleOfRow { len: x.len(), d });
     }
-    super::with_widest_simd(|| x.chunks_exact_mut(d).for_each(hadamard_row));
+    super::with_widest_simd(#[inline(always)] || x.chunks_exact_mut(d).for_each(hadamard_row));
     Ok(())
 }
 

@@ -33,7 +33,10 @@ pub use scale::{
 /// the same IEEE operations in the same order, no FMA contraction (Rust never
 /// fuses), so results are bit-identical on every path (the golden and
 /// property tests run on whichever path the test machine takes; valgrind
-/// hides AVX-512 and runs the AVX2 one).
+/// hides AVX-512 and runs the AVX2 one). Pass an `#[inline(always)]`
+/// closure: otherwise LLVM may keep it out of line, compiled for the
+/// baseline, and the wrappers below become plain jumps to it (which they
+/// were until that attribute was added).
 #[inline(always)]
 pub(crate) fn with_widest_simd<R>(f: impl FnOnce() -> R) -> R {
     #[cfg(target_arch = "x86_64")]

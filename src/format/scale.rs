@@ -564,7 +564,7 @@ pub fn quantize_dequantize(
         });
         return Ok(());
     }
-    super::with_widest_simd(|| {
+    super::with_widest_simd(#[inline(always)] || {
         for block in values.chunks_exact_mut(block_len) {
             let codes = out.as_deref_mut().map(|o| &mut o.codes);
             let s = quantize_block(block, element, scaling, codes);

@@ -12,6 +12,7 @@
 //! function of its inputs whatever the CPU's vector width or thread count.
 
 use crate::precision::{LogitFormat, QuantizedRows, ScoreNumerics};
+use crate::rng::CacheLines;
 
 const LANES: usize = 8;
 
@@ -25,8 +26,9 @@ pub struct IndexerQuery {
     logits: LogitFormat,
     /// The queries of head pairs interleaved by 8-lane chunk for the AVX-512
     /// kernel: `[pair][chunk][q_2p chunk (8), q_2p+1 chunk (8)]`. Empty when
-    /// the shape has no blocked kernel (see [`Self::blocked_shape`]).
-    paired: Vec<f32>,
+    /// the shape has no blocked kernel (see [`Self::blocked_shape`]). One
+    /// cache line per (pair, chunk), so the kernel's loads never split.
+    paired: Vec<CacheLines<[f32; 2 * LANES]>>,
 }
 
 impl IndexerQuery {
@@ -49,12 +51,10 @@ impl IndexerQuery {
             let chunks = dim / LANES;
             iq.paired = (0..heads / 2)
                 .flat_map(|p| (0..chunks).map(move |j| (p, j)))
-                .flat_map(|(p, j)| {
+                .map(|(p, j)| {
                     let (a, b) = (2 * p * dim + j * LANES, (2 * p + 1) * dim + j * LANES);
-                    [&iq.queries[a..a + LANES], &iq.queries[b..b + LANES]]
+                    CacheLines(std::array::from_fn(|l| if l < LANES { iq.queries[a + l] } else { iq.queries[b + l - LANES] }))
                 })
-                .flatten()
-                .copied()
                 .collect();
         }
         iq
@@ -124,7 +124,8 @@ impl IndexerQuery {
     /// of heads (lanes 0–7 head 2p, 8–15 head 2p+1: the same 8 lanes per
     /// head as [`Self::score_block`], each summed over its j ≡ l (mod 8) in
     /// ascending j); 4 rows × 4 pairs stay in registers while each key chunk
-    /// is loaded once per 8 heads and each query chunk once per 4 rows. The
+    /// is loaded (from a doubled copy) once per 8 heads and each query chunk
+    /// once per 4 rows. The
     /// 8 lanes of each (row, head) are then reduced with the same tree,
     /// ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)), 16 at a time by
     /// shuffles, and the heads are summed in order with the rows across
@@ -158,15 +159,29 @@ impl IndexerQuery {
             _mm_storeu_ps(dst.add(2 * BLOCK), _mm512_extractf32x4_ps::<2>(o));
             _mm_storeu_ps(dst.add(3 * BLOCK), _mm512_extractf32x4_ps::<3>(o));
         }
+        // The 4 rows of a group with every 8-value chunk written twice, so the
+        // inner loop loads each (chunk | chunk) with a plain 512-bit load: a
+        // broadcast load costs an extra µop in the FP pipes, which on Zen 4
+        // competes with the adds (the loop alone: 40 G products/s with
+        // broadcast loads, 45–50 G with plain ones; docs/PERFORMANCE.md).
+        let mut doubled = vec![CacheLines([0f32; 16]); 4 * chunks];
+        let doubled_ptr = doubled.as_mut_ptr().cast::<f32>();
         for b in 0..blocks {
             let base = b * BLOCK;
             for g in 0..BLOCK / 4 {
-                let kp: [*const f32; 4] = std::array::from_fn(|i| keys.as_ptr().add((base + 4 * g + i) * d));
+                for i in 0..4 {
+                    let row = keys.as_ptr().add((base + 4 * g + i) * d);
+                    for j in 0..chunks {
+                        let chunk = _mm512_broadcast_f32x8(_mm256_loadu_ps(row.add(j * LANES)));
+                        _mm512_storeu_ps(doubled_ptr.add((i * chunks + j) * 16), chunk);
+                    }
+                }
+                let kp = doubled_ptr.cast_const();
                 for hg in 0..heads / 8 {
-                    let qp = self.paired.as_ptr().add(hg * 4 * chunks * 16);
+                    let qp = self.paired.as_ptr().cast::<f32>().add(hg * 4 * chunks * 16);
                     let mut acc = [[_mm512_setzero_ps(); 4]; 4];
                     for j in 0..chunks {
-                        let k: [__m512; 4] = std::array::from_fn(|i| _mm512_broadcast_f32x8(_mm256_loadu_ps(kp[i].add(j * LANES))));
+                        let k: [__m512; 4] = std::array::from_fn(|i| _mm512_loadu_ps(kp.add((i * chunks + j) * 16)));
                         for p in 0..4 {
                             let q = _mm512_loadu_ps(qp.add((p * chunks + j) * 16));
                             for i in 0..4 {

@@ -265,7 +265,7 @@ fn philox16_avx512<const S: usize>(key: u64, row: u64, group: u32) -> CacheLines
 
 /// A value on its own 64-byte cache lines, so that full-width vector loads
 /// and stores of it never split across two lines.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 #[repr(C, align(64))]
 pub struct CacheLines<T>(pub T);
 

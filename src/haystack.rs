@@ -133,47 +133,23 @@ impl TrialHaystack {
         self.fill_rows::<true>(first_row, out);
     }
 
-    /// Four groups of 32 normals at a time (two 16-lane group pairs with
-    /// their Philox rounds interleaved), then pairs, the same bits as the
-    /// other paths (tested); odd trailing groups go through the AVX2 code.
+    /// The normals of each row block by block from the AVX-512 generator
+    /// ([`rng::for_each_normal_block_avx512`]), the same bits as the other
+    /// paths (tested).
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx512f")]
     unsafe fn fill_rows_avx512(&self, first_row: u64, out: &mut [f32]) {
-        const G: usize = rng::NORMAL_GROUP;
         let d = self.shape.head_dim;
-        let quads = d / (4 * G);
-        let pairs = (d - quads * 4 * G) / (2 * G);
-        let done = (4 * quads + 2 * pairs) * G;
-        let mut z4 = rng::CacheLines([[[0.0f32; G]; 2]; 2]);
-        let mut z2 = rng::CacheLines([[[0.0f32; G]; 2]; 1]);
-        let (z4, z2) = (&mut z4.0, &mut z2.0);
-        let mut tail = [0.0f32; G];
-        let affine = |key: &mut [f32], start: usize, z: &[f32]| {
+        let rows = first_row..first_row + (out.len() / d) as u64;
+        let fill = |row: u64, start: usize, z: &[f32]| {
+            let at = (row - first_row) as usize * d + start;
             let span = start..start + z.len();
-            for (((o, &c), &s), &z) in key[span.clone()].iter_mut().zip(&self.common[span.clone()]).zip(&self.channel_std[span]).zip(z) {
+            for (((o, &c), &s), &z) in out[at..at + z.len()].iter_mut().zip(&self.common[span.clone()]).zip(&self.channel_std[span]).zip(z) {
                 *o = c + s * z;
             }
         };
-        for (r, key) in out.chunks_exact_mut(d).enumerate() {
-            let row = first_row + r as u64;
-            for p in 0..quads {
-                // SAFETY: AVX-512F is enabled in this function.
-                unsafe { rng::normal_group_pairs_avx512::<2>(self.row_seed, row, (4 * p) as u32, z4) };
-                affine(key, 4 * p * G, z4.as_flattened().as_flattened());
-            }
-            for p in 0..pairs {
-                let group = 4 * quads + 2 * p;
-                // SAFETY: AVX-512F is enabled in this function.
-                unsafe { rng::normal_group_pairs_avx512::<1>(self.row_seed, row, group as u32, z2) };
-                affine(key, group * G, z2.as_flattened().as_flattened());
-            }
-            for (g, start) in (done..d).step_by(G).enumerate() {
-                let end = (start + G).min(d);
-                // SAFETY: AVX-512F implies AVX2.
-                unsafe { rng::normal_group_avx2(self.row_seed, row, (done / G + g) as u32, &mut tail) };
-                affine(key, start, &tail[..end - start]);
-            }
-        }
+        // SAFETY: AVX-512F is enabled in this function.
+        unsafe { rng::for_each_normal_block_avx512(self.row_seed, rows, 0, d, fill) };
     }
 
     pub(crate) fn fill_rows_portable(&self, first_row: u64, out: &mut [f32]) {

@@ -127,38 +127,55 @@ pub fn fill_normals(key: u64, row: u64, first_group: u32, out: &mut [f32]) {
     }
 }
 
-/// [`fill_normals`] four groups at a time ([`normal_group_pairs_avx512`],
-/// the same bits), then a pair, a trailing odd or partial group through the
-/// AVX2 path.
+/// [`fill_normals`] through [`for_each_normal_block_avx512`].
 ///
 /// # Safety
 /// The CPU must support AVX-512F.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 unsafe fn fill_normals_avx512(key: u64, row: u64, first_group: u32, out: &mut [f32]) {
+    // SAFETY: AVX-512F is enabled in this function.
+    unsafe { for_each_normal_block_avx512(key, row..row + 1, first_group, out.len(), |_, at, z| out[at..at + z.len()].copy_from_slice(z)) };
+}
+
+/// For each row of `rows`, its first `len` normals from group `first_group`
+/// on, handed to `f(row, offset, normals)` block by block in order: four
+/// groups at a time ([`normal_group_pairs_avx512`], two pairs interleaved),
+/// then a pair, then a trailing odd or partial group through the AVX2 path.
+/// The same bits as [`normal_group`]. Inlined into its AVX-512 callers, which
+/// fill keys or plain buffers from the blocks without another copy; the
+/// block buffers are set up once for all rows.
+///
+/// # Safety
+/// The CPU must support AVX-512F.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+pub unsafe fn for_each_normal_block_avx512(key: u64, rows: std::ops::Range<u64>, first_group: u32, len: usize, mut f: impl FnMut(u64, usize, &[f32])) {
     let mut quad = CacheLines([[[0.0f32; NORMAL_GROUP]; 2]; 2]);
     let mut pair = CacheLines([[[0.0f32; NORMAL_GROUP]; 2]; 1]);
     let mut z = [0.0f32; NORMAL_GROUP];
-    let mut quads = out.chunks_exact_mut(4 * NORMAL_GROUP);
-    let mut group = first_group;
-    for chunk in &mut quads {
-        // SAFETY: AVX-512F is enabled in this function.
-        unsafe { normal_group_pairs_avx512::<2>(key, row, group, &mut quad.0) };
-        chunk.copy_from_slice(quad.0.as_flattened().as_flattened());
-        group = group.wrapping_add(4);
-    }
-    let mut pairs = quads.into_remainder().chunks_exact_mut(2 * NORMAL_GROUP);
-    for chunk in &mut pairs {
-        // SAFETY: AVX-512F is enabled in this function.
-        unsafe { normal_group_pairs_avx512::<1>(key, row, group, &mut pair.0) };
-        chunk.copy_from_slice(pair.0.as_flattened().as_flattened());
-        group = group.wrapping_add(2);
-    }
-    for chunk in pairs.into_remainder().chunks_mut(NORMAL_GROUP) {
-        // SAFETY: AVX-512F implies AVX2.
-        unsafe { normal_group_avx2(key, row, group, &mut z) };
-        chunk.copy_from_slice(&z[..chunk.len()]);
-        group = group.wrapping_add(1);
+    for row in rows {
+        let mut at = 0;
+        let mut group = first_group;
+        while len - at >= 4 * NORMAL_GROUP {
+            // SAFETY: the caller guarantees AVX-512F.
+            unsafe { normal_group_pairs_avx512::<2>(key, row, group, &mut quad.0) };
+            f(row, at, quad.0.as_flattened().as_flattened());
+            (at, group) = (at + 4 * NORMAL_GROUP, group.wrapping_add(4));
+        }
+        if len - at >= 2 * NORMAL_GROUP {
+            // SAFETY: the caller guarantees AVX-512F.
+            unsafe { normal_group_pairs_avx512::<1>(key, row, group, &mut pair.0) };
+            f(row, at, pair.0.as_flattened().as_flattened());
+            (at, group) = (at + 2 * NORMAL_GROUP, group.wrapping_add(2));
+        }
+        while at < len {
+            let n = NORMAL_GROUP.min(len - at);
+            // SAFETY: AVX-512F implies AVX2.
+            unsafe { normal_group_avx2(key, row, group, &mut z) };
+            f(row, at, &z[..n]);
+            (at, group) = (at + n, group.wrapping_add(1));
+        }
     }
 }
 

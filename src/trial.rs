@@ -113,14 +113,11 @@ struct Patch {
 /// What scoring a chunk reads: the trial's queries and cases.
 struct ChunkWork<'w, 'a> {
     spec: &'w TrialSpec<'a>,
-    d: usize,
     /// 2 when some variant reads keys rotated with the swapped RoPE layout.
     key_layouts: usize,
+    /// [query group][variant].
     queries: &'w [Vec<IndexerQuery>],
     cases: &'w [Case],
-    group_of: &'w (dyn Fn(usize) -> usize + Sync),
-    /// Whether rows are RMS-normalised or rotated after generation.
-    finalizes: bool,
 }
 
 /// Buffers of the chunk loop, one set per thread.
@@ -142,7 +139,7 @@ struct ChunkScratch {
 
 impl ChunkScratch {
     fn new(work: &ChunkWork) -> Self {
-        let d = work.d;
+        let d = work.spec.model.shape.head_dim;
         ChunkScratch {
             pre: vec![0.0; CHUNK_ROWS * d],
             swapped_fin: if work.key_layouts == 2 { vec![0.0; CHUNK_ROWS * d] } else { Vec::new() },
@@ -158,9 +155,10 @@ impl ChunkScratch {
 
 impl ChunkWork<'_, '_> {
     /// Generates, finalizes, stores and scores the chunk of rows from
-    /// `start` into `pieces`, and the cases' special rows into `patches`.
-    fn score_chunk(&self, source: &mut TrialRows, scratch: &mut ChunkScratch, start: usize, pieces: &mut [ScorePiece], patches: &mut Vec<Patch>) -> Result<(), SimError> {
-        let (d, key_layouts) = (self.d, self.key_layouts);
+    /// `start` into `pieces`; returns the scores of the cases' special rows.
+    fn score_chunk(&self, source: &mut TrialRows, scratch: &mut ChunkScratch, start: usize, pieces: &mut [ScorePiece]) -> Result<Vec<Patch>, SimError> {
+        let (d, key_layouts) = (self.spec.model.shape.head_dim, self.key_layouts);
+        let mut patches = Vec::new();
         let layout_of = |v: &PrecisionVariant| usize::from(v.position.key_rope_layout_swapped && key_layouts == 2);
         let n = pieces.iter().map(|p| p.scores.len()).max().unwrap_or(0);
         let rows = start as u64..(start + n) as u64;
@@ -190,7 +188,7 @@ impl ChunkWork<'_, '_> {
         }
         // Finalizing (RMSNorm, RoPE) does nothing without pooling and RoPE:
         // then the generated rows are scored as they are.
-        if self.finalizes {
+        if source.finalizes() {
             source.finalize_with(rows.start, &mut pre[..n * d], false)?;
         }
 
@@ -224,7 +222,7 @@ impl ChunkWork<'_, '_> {
                 if range.is_empty() {
                     continue;
                 }
-                let q = &self.queries[(self.group_of)(case.ci)][v];
+                let q = &self.queries[self.spec.query_group(case.ci)][v];
                 let keys = &special_keys[c][layout];
                 if variant.cache.is_default() {
                     // Each row's stored key depends on that row alone:
@@ -248,7 +246,7 @@ impl ChunkWork<'_, '_> {
                 }
             }
         }
-        Ok(())
+        Ok(patches)
     }
 }
 
@@ -269,20 +267,24 @@ impl TrialSpec<'_> {
         self.physics.is_null(self.geometry.ratio) && self.needle_offsets == [None]
     }
 
+    /// Which query scores context `ci`: with RoPE the query sits at position
+    /// L−1 of each context, so each context has its own; otherwise one
+    /// query serves all.
+    fn query_group(&self, ci: usize) -> usize {
+        if self.physics.rope != RopeChoice::Off { ci } else { 0 }
+    }
+
     pub fn placement(&self, context: u64, offset: Option<u64>) -> NeedlePlacement {
         self.geometry.place_needle_at(context, self.needle_tokens, self.depth_percent, offset)
     }
 
     /// Runs the trial seeded by `trial_seed`.
     pub fn run(&self, trial_seed: u64) -> Result<TrialOutcome, SimError> {
-        let d = self.model.shape.head_dim;
         let haystack = TrialHaystack::draw(self.model, trial_seed)?;
         let mut source = TrialRows::new(self.model, self.physics, self.geometry, &haystack, trial_seed)?;
 
-        // With RoPE the query sits at position L−1 of each context, so each
-        // context scores with its own query; otherwise one query serves all.
+        // One query per context with RoPE (see `query_group`).
         let positional = self.physics.rope != RopeChoice::Off;
-        let group_of = |ci: usize| if positional { ci } else { 0 };
         let groups = if positional { self.contexts.len() } else { 1 };
         let queries: Vec<Vec<IndexerQuery>> =
             (0..groups).map(|g| context_queries(&haystack, &source, self.variants, self.contexts[g])).collect::<Result<_, _>>()?;
@@ -308,7 +310,7 @@ impl TrialSpec<'_> {
         // Score every row once per (query group, variant), chunk by chunk;
         // rows that hold needle or distractor tokens are keyed per case.
         let mut scores: Vec<Vec<Vec<f32>>> = group_rows.iter().map(|&n| vec![vec![0.0; n]; self.variants.len()]).collect();
-        let work = ChunkWork { spec: self, d, key_layouts, queries: &queries, cases: &cases, group_of: &group_of, finalizes: source.finalizes() };
+        let work = ChunkWork { spec: self, key_layouts, queries: &queries, cases: &cases };
         // Each chunk's piece of every (group, variant) score array.
         let chunk_count = max_rows.div_ceil(CHUNK_ROWS);
         let mut pieces: Vec<Vec<ScorePiece>> = (0..chunk_count).map(|_| Vec::new()).collect();
@@ -319,10 +321,8 @@ impl TrialSpec<'_> {
                 }
             }
         }
-        let score_chunk = |source: &mut TrialRows, scratch: &mut ChunkScratch, (c, mut pieces): (usize, Vec<ScorePiece>)| {
-            let mut patches = Vec::new();
-            work.score_chunk(source, scratch, c * CHUNK_ROWS, &mut pieces, &mut patches).map(|()| patches)
-        };
+        let score_chunk =
+            |source: &mut TrialRows, scratch: &mut ChunkScratch, (c, mut pieces): (usize, Vec<ScorePiece>)| work.score_chunk(source, scratch, c * CHUNK_ROWS, &mut pieces);
         // Every row is a pure function of its position when chunks are
         // independent: then chunks may be scored on several threads (one
         // source clone and one scratch per rayon job) with the same bits.
@@ -361,7 +361,7 @@ impl TrialSpec<'_> {
             let placement = &case.placement;
             let skip = placement.rows.start as usize..placement.rows.end as usize;
             let k_effs: Vec<usize> = self.topks.iter().map(|&k| (k as usize).min(candidates)).collect();
-            let g = group_of(ci);
+            let g = self.query_group(ci);
             saved.clear();
             for (v, patches) in case.patches.iter().enumerate() {
                 let shared = &mut scores[g][v];

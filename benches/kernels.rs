@@ -173,11 +173,25 @@ pub fn gemm_f32(k: &[f32], q: &[f32], c: &mut [f32], threads: usize) {
     // SAFETY: the slices have the sizes the strides describe.
     unsafe {
         gemm::gemm(
-            n, 64, D,
-            c.as_mut_ptr(), 1, 64, false,
-            k.as_ptr(), 1, D as isize,
-            q.as_ptr(), D as isize, 1,
-            0.0, 1.0, false, false, false, par,
+            n,
+            64,
+            D,
+            c.as_mut_ptr(),
+            1,
+            64,
+            false,
+            k.as_ptr(),
+            1,
+            D as isize,
+            q.as_ptr(),
+            D as isize,
+            1,
+            0.0,
+            1.0,
+            false,
+            false,
+            false,
+            par,
         );
     }
 }

@@ -96,11 +96,25 @@ fn gemm_f32(k: &[f32], q: &[f32], c: &mut [f32], d: usize, heads: usize, threads
     // SAFETY: the slices have the sizes the strides describe.
     unsafe {
         gemm::gemm(
-            n, heads, d,
-            c.as_mut_ptr(), 1, heads as isize, false,
-            k.as_ptr(), 1, d as isize,
-            q.as_ptr(), d as isize, 1,
-            0.0, 1.0, false, false, false, par,
+            n,
+            heads,
+            d,
+            c.as_mut_ptr(),
+            1,
+            heads as isize,
+            false,
+            k.as_ptr(),
+            1,
+            d as isize,
+            q.as_ptr(),
+            d as isize,
+            1,
+            0.0,
+            1.0,
+            false,
+            false,
+            false,
+            par,
         );
     }
 }

@@ -83,12 +83,20 @@ fn main() {
     for (context, trials) in [("32K", 16u64), ("128K", 16), ("1M", 2)] {
         // fp32 and fp8 on the null model (what tools/numpy_reference.py
         // computes); "as shipped" adds the preset's RoPE, pooling and RMSNorm.
-        for (what, precisions, null) in [("fp32", "fp32", true), ("fp8", "fp8", true), ("fp32 phys", "fp32", false), ("bf16+fp4", "bf16,fp4", false)] {
+        for (what, precisions, null) in
+            [("fp32", "fp32", true), ("fp8", "fp8", true), ("fp32 phys", "fp32", false), ("bf16+fp4", "bf16,fp4", false)]
+        {
             for threads in [1usize, 2] {
                 let topk = if precisions.contains(',') { "" } else { "topk = \"512\"\n" };
                 let physics = if null { "[physics]\nrope = \"off\"\npooling = \"off\"\n" } else { "" };
                 let text = format!("[sweep]\ncontexts = \"{context}\"\ntrials = {trials}\nprecisions = \"{precisions}\"\n{topk}{physics}");
-                cases.push(Case { label: format!("{context:>5} {what:<9} {threads} thr"), scenario: scenario(&text), threads, trials, times: vec![] });
+                cases.push(Case {
+                    label: format!("{context:>5} {what:<9} {threads} thr"),
+                    scenario: scenario(&text),
+                    threads,
+                    trials,
+                    times: vec![],
+                });
             }
         }
     }
@@ -127,11 +135,13 @@ fn main() {
     for _ in 0..rounds {
         for (_, s, threads, times) in &mut single {
             let p = &pools[*threads - 1];
-            times.push(time(|| {
-                for _ in 0..16 {
-                    p.install(|| run_sweep(s, &|| {})).expect("sweep");
-                }
-            }) / 16.0);
+            times.push(
+                time(|| {
+                    for _ in 0..16 {
+                        p.install(|| run_sweep(s, &|| {})).expect("sweep");
+                    }
+                }) / 16.0,
+            );
         }
     }
     for (label, _, _, times) in &single {
@@ -144,7 +154,11 @@ fn main() {
     let (rows, d) = (32 * 1024, 128);
     let mut keys = vec![0.0f32; rows * d];
     let gen_t = median((0..5).map(|_| time(|| h.fill_haystack_rows(0, &mut keys))).collect());
-    println!("\n## generation: {:.2} ms for 32K rows × 128 ({:.3} ns per Gaussian, 1 thread)", 1e3 * gen_t, 1e9 * gen_t / (rows * d) as f64);
+    println!(
+        "\n## generation: {:.2} ms for 32K rows × 128 ({:.3} ns per Gaussian, 1 thread)",
+        1e3 * gen_t,
+        1e9 * gen_t / (rows * d) as f64
+    );
     let mut out = vec![0.0f32; rows];
     let mut c = vec![0.0f32; rows * 64];
     println!("\n## scoring 32K rows vs gemm {{32K×128}}·{{128×64}} f32 (median of 7, interleaved)");
@@ -182,7 +196,15 @@ fn main() {
     // 3. The README's default sweep.
     let sweep_rounds = if quick { 1 } else { 2 };
     let default = scenario("");
-    let t = median((0..sweep_rounds).map(|_| time(|| { pools[1].install(|| run_sweep(&default, &|| {})).expect("sweep"); })).collect());
+    let t = median(
+        (0..sweep_rounds)
+            .map(|_| {
+                time(|| {
+                    pools[1].install(|| run_sweep(&default, &|| {})).expect("sweep");
+                })
+            })
+            .collect(),
+    );
     println!("\n## default sweep (deepseek-v4-flash, 1K..128K, k 512/1024, bf16+fp4, 400 trials), 2 threads: {t:.2} s (median of {sweep_rounds})");
 
     // 4. Peak memory at 1M tokens, in a fresh process.
@@ -198,9 +220,8 @@ fn main() {
     for (context, trials) in [("32K", 20u64), ("128K", 16)] {
         // Three rounds, each timing our fp32 and fp8 trials (1 and 2 threads)
         // right before a NumPy run (which times its trials after one warm-up).
-        let find = |what: &str, threads: usize| {
-            cases.iter().find(|c| c.label == format!("{context:>5} {what:<9} {threads} thr")).expect("case")
-        };
+        let find =
+            |what: &str, threads: usize| cases.iter().find(|c| c.label == format!("{context:>5} {what:<9} {threads} thr")).expect("case");
         let mut ours: [Vec<f64>; 4] = Default::default();
         let mut runs = Vec::new();
         for _ in 0..3 {
@@ -219,7 +240,9 @@ fn main() {
                 .filter(|o| o.status.success());
             let Some(out) = out else { break };
             let json = String::from_utf8_lossy(&out.stdout).into_owned();
-            if let Some(tps) = json.split("\"trials_per_s\": ").nth(1).and_then(|r| r.split([',', '}']).next()).and_then(|v| v.trim().parse::<f64>().ok()) {
+            if let Some(tps) =
+                json.split("\"trials_per_s\": ").nth(1).and_then(|r| r.split([',', '}']).next()).and_then(|v| v.trim().parse::<f64>().ok())
+            {
                 runs.push(tps);
             }
         }
@@ -247,6 +270,26 @@ fn gemm_f32(k: &[f32], q: &[f32], c: &mut [f32], threads: usize) {
     let par = if threads <= 1 { gemm::Parallelism::None } else { gemm::Parallelism::Rayon(threads) };
     // SAFETY: the slices have the sizes the strides describe.
     unsafe {
-        gemm::gemm(n, 64, d, c.as_mut_ptr(), 1, 64, false, k.as_ptr(), 1, d as isize, q.as_ptr(), d as isize, 1, 0.0, 1.0, false, false, false, par);
+        gemm::gemm(
+            n,
+            64,
+            d,
+            c.as_mut_ptr(),
+            1,
+            64,
+            false,
+            k.as_ptr(),
+            1,
+            d as isize,
+            q.as_ptr(),
+            d as isize,
+            1,
+            0.0,
+            1.0,
+            false,
+            false,
+            false,
+            par,
+        );
     }
 }

@@ -5,10 +5,7 @@
 
 use std::path::PathBuf;
 
-use dsa_recall::chart::{
-    render_heatmap, render_recall_vs_context, Heatmap, HeatmapPanel, RecallChart, RecallPoint,
-    RecallSeries,
-};
+use dsa_recall::chart::{render_heatmap, render_recall_vs_context, Heatmap, HeatmapPanel, RecallChart, RecallPoint, RecallSeries};
 
 /// Wilson score interval for `successes` out of `n` trials at z = 1.96.
 fn wilson(successes: f64, n: f64) -> (f64, f64) {
@@ -22,51 +19,29 @@ fn wilson(successes: f64, n: f64) -> (f64, f64) {
 
 /// Synthetic recall curve: ~1 up to the coverage limit, then decaying like
 /// (limit / context)^slope, quantised to 400 trials.
-fn series(
-    topk: u32,
-    precision: &str,
-    coverage: u64,
-    slope: f64,
-    exps: std::ops::RangeInclusive<u32>,
-) -> RecallSeries {
+fn series(topk: u32, precision: &str, coverage: u64, slope: f64, exps: std::ops::RangeInclusive<u32>) -> RecallSeries {
     let trials = 400.0;
     let points = exps
         .map(|e| {
             let c = 1u64 << e;
-            let raw = if c <= coverage {
-                1.0
-            } else {
-                (coverage as f64 / c as f64).powf(slope)
-            };
+            let raw = if c <= coverage { 1.0 } else { (coverage as f64 / c as f64).powf(slope) };
             let hits = (raw * trials).round();
             let (lo, hi) = wilson(hits, trials);
-            RecallPoint {
-                context_tokens: c,
-                recall: hits / trials,
-                ci_low: lo,
-                ci_high: hi,
-            }
+            RecallPoint { context_tokens: c, recall: hits / trials, ci_low: lo, ci_high: hi }
         })
         .collect();
-    RecallSeries {
-        topk,
-        precision: precision.into(),
-        points,
-        predicted: Vec::new(),
-    }
+    RecallSeries { topk, precision: precision.into(), points, predicted: Vec::new() }
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let dir = PathBuf::from(std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into()))
-        .join("chart-gallery");
+    let dir = PathBuf::from(std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into())).join("chart-gallery");
     std::fs::create_dir_all(&dir)?;
 
     // c = 4 (compression), W = 128 (sliding window): k·c+W
     let cov = |k: u64| k * 4 + 128;
     let recall = RecallChart {
         title: "Needle recall vs context length".into(),
-        subtitle: "synthetic demo data: needle depth 50 %, 400 trials per point, Wilson 95 % bands"
-            .into(),
+        subtitle: "synthetic demo data: needle depth 50 %, 400 trials per point, Wilson 95 % bands".into(),
         series: vec![
             series(512, "bf16", cov(512), 0.55, 10..=20),
             series(512, "fp8", cov(512), 0.70, 10..=20),
@@ -78,10 +53,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         effective_threshold: Some(0.9),
         effective: Vec::new(),
     };
-    for (name, w, h) in [
-        ("recall_vs_context.png", 1600, 1000),
-        ("recall_vs_context_small.png", 800, 500),
-    ] {
+    for (name, w, h) in [("recall_vs_context.png", 1600, 1000), ("recall_vs_context_small.png", 800, 500)] {
         render_recall_vs_context(&recall, &dir.join(name), w, h)?;
     }
     render_recall_vs_context(&recall, &dir.join("recall_vs_context.svg"), 1600, 1000)?;
@@ -89,9 +61,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // a short range starting below 1K, one series
     let short = RecallChart {
         title: "Needle recall, wide range".into(),
-        subtitle:
-            "synthetic demo data: single series, 512 tokens … 4M tokens (every other tick labelled)"
-                .into(),
+        subtitle: "synthetic demo data: single series, 512 tokens … 4M tokens (every other tick labelled)".into(),
         series: vec![series(256, "fp8", cov(256), 0.3, 9..=22)],
         coverage_limits: vec![(256, cov(256)), (64, cov(64))],
         effective_threshold: None,
@@ -117,16 +87,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                             if c == 1 << 16 && (d - 30.0).abs() < 1e-9 {
                                 return None; // a missing measurement
                             }
-                            let base = if c <= limit {
-                                1.0
-                            } else {
-                                (limit as f64 / c as f64).powf(slope)
-                            };
+                            let base = if c <= limit { 1.0 } else { (limit as f64 / c as f64).powf(slope) };
                             // needles near the middle are a little harder
-                            let dip = 1.0
-                                - 0.12
-                                    * (1.0 - ((d - 50.0) / 50.0).powi(2))
-                                    * (c > limit) as u8 as f64;
+                            let dip = 1.0 - 0.12 * (1.0 - ((d - 50.0) / 50.0).powi(2)) * (c > limit) as u8 as f64;
                             Some(((base * dip) * 400.0).round() / 400.0)
                         })
                         .collect()
@@ -135,11 +98,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             coverage_limit: Some(limit),
         }
     };
-    let panels = vec![
-        panel(512, "bf16", 0.55),
-        panel(512, "fp8", 0.7),
-        panel(2048, "fp8", 0.6),
-    ];
+    let panels = vec![panel(512, "bf16", 0.55), panel(512, "fp8", 0.7), panel(2048, "fp8", 0.6)];
     let hm = Heatmap {
         title: "Needle recall by depth and context (synthetic demo data)".into(),
         panels: panels.clone(),
@@ -152,17 +111,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         title: format!("{} − {}", b.title, a.title),
         depths_percent: a.depths_percent.clone(),
         contexts: a.contexts.clone(),
-        recall: a
-            .recall
-            .iter()
-            .zip(&b.recall)
-            .map(|(ra, rb)| {
-                ra.iter()
-                    .zip(rb)
-                    .map(|(x, y)| Some((*y)? - (*x)?))
-                    .collect()
-            })
-            .collect(),
+        recall: a.recall.iter().zip(&b.recall).map(|(ra, rb)| ra.iter().zip(rb).map(|(x, y)| Some((*y)? - (*x)?)).collect()).collect(),
         coverage_limit: a.coverage_limit,
     };
     let diff = Heatmap {
@@ -175,10 +124,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let many = Heatmap {
         title: "Needle recall, grid layout (synthetic demo data)".into(),
-        panels: [128u64, 256, 512, 1024, 2048]
-            .iter()
-            .map(|&k| panel(k, "fp8", 0.6))
-            .collect(),
+        panels: [128u64, 256, 512, 1024, 2048].iter().map(|&k| panel(k, "fp8", 0.6)).collect(),
         diverging: false,
         diverging_limit: None,
     };

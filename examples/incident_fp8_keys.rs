@@ -94,7 +94,8 @@ trials = 200
             let lost_4k = ctx.iter().filter(|&&c| c >= 4096).all(|&c| recall(cells, p, 512, d, c) <= 0.5);
             let r1024 = reliable(cells, ctx, p, 1024, d);
             let moved = (4096..=6144).contains(&r1024);
-            let lost_10k = ctx.iter().filter(|&&c| c >= 10240).all(|&c| recall(cells, p, 512, d, c) <= 0.5 && recall(cells, p, 1024, d, c) <= 0.5);
+            let lost_10k =
+                ctx.iter().filter(|&&c| c >= 10240).all(|&c| recall(cells, p, 512, d, c) <= 0.5 && recall(cells, p, 1024, d, c) <= 0.5);
             // "bf16 fixes it": the same depth under bf16 keeps ≥ 0.8 at 10K with k 1024.
             let bf16_holds = recall(cells, "bf16", 1024, d, 10240) >= 0.8;
             let all = ok_2k && lost_4k && moved && lost_10k && bf16_holds;

@@ -61,7 +61,9 @@ trials = 300
             let r: Vec<f64> = s
                 .contexts
                 .iter()
-                .map(|&l| cells.iter().find(|c| c.precision == *p && c.depth_percent == d && c.context_tokens == l).map_or(f64::NAN, |c| c.recall))
+                .map(|&l| {
+                    cells.iter().find(|c| c.precision == *p && c.depth_percent == d && c.context_tokens == l).map_or(f64::NAN, |c| c.recall)
+                })
                 .collect();
             let likelihood = r[0].powi(3) * r[1].powi(3) * r[2..].iter().map(|x| (1.0 - x).powi(3)).product::<f64>();
             let shown: Vec<String> = r.iter().map(|x| format!("{x:.2}")).collect();

@@ -37,7 +37,10 @@ trials = 300
     render_charts(dir, &ReportMeta::from_scenario(&s, &outcome.effective), cells, &PlotOptions::default())?;
     std::fs::write(dir.join("summary.csv"), dsa_recall::output::summary_csv(cells))?;
 
-    println!("{:>8} {:>6}  {:>12} {:>12}  {:>10} {:>10}  {:>9}", "tokens", "rows", "k_eff model", "k_eff bridge", "recall 512", "recall 1024", "McNemar p");
+    println!(
+        "{:>8} {:>6}  {:>12} {:>12}  {:>10} {:>10}  {:>9}",
+        "tokens", "rows", "k_eff model", "k_eff bridge", "recall 512", "recall 1024", "McNemar p"
+    );
     for &l in &s.contexts {
         let find = |p: &str| cells.iter().find(|c| c.context_tokens == l && c.precision == p).expect("cell");
         let (a, b) = (find("fp8-fp32scale"), find("fp8-fp32scale+topk=1024"));

@@ -280,7 +280,8 @@ pub const NEEDLE_SAMPLES: usize = 512;
 pub fn prediction_applies(variant: &PrecisionVariant) -> bool {
     variant.cache.is_default()
         && variant.selection.is_default()
-        && matches!(variant.key.element, ElementFormat::F32 | ElementFormat::Bf16 | ElementFormat::F16) && variant.scoring.logits == LogitFormat::F32
+        && matches!(variant.key.element, ElementFormat::F32 | ElementFormat::Bf16 | ElementFormat::F16)
+        && variant.scoring.logits == LogitFormat::F32
 }
 
 /// One trial's score distribution under one precision variant: head h's

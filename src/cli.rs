@@ -348,9 +348,10 @@ impl ScenarioArgs {
         p.sweep.seed = self.seed;
         p.sweep.threshold = self.threshold;
         if let Some(text) = &self.needle_strength {
-            let x = text.trim().parse::<f64>().map_err(|_| {
-                ConfigError::new(config::field_name("needle.strength"), format!("{text:?}"), "a finite number ≥ 0")
-            })?;
+            let x = text
+                .trim()
+                .parse::<f64>()
+                .map_err(|_| ConfigError::new(config::field_name("needle.strength"), format!("{text:?}"), "a finite number ≥ 0"))?;
             p.needle.strength = Some(x);
         }
         p.needle.tokens = self.needle_tokens;

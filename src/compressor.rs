@@ -212,7 +212,8 @@ fn transpose_16x16(r: [std::arch::x86_64::__m512; 16]) -> [std::arch::x86_64::__
     use std::arch::x86_64::*;
     // Pairs of rows interleaved by element, then by element pair: each
     // 128-bit lane of u[4i + k] holds element 4l + k of rows 4i … 4i + 3.
-    let t: [__m512; 16] = std::array::from_fn(|i| if i % 2 == 0 { _mm512_unpacklo_ps(r[i], r[i + 1]) } else { _mm512_unpackhi_ps(r[i - 1], r[i]) });
+    let t: [__m512; 16] =
+        std::array::from_fn(|i| if i % 2 == 0 { _mm512_unpacklo_ps(r[i], r[i + 1]) } else { _mm512_unpackhi_ps(r[i - 1], r[i]) });
     let u: [__m512; 16] = std::array::from_fn(|i| {
         let (q, k) = (i / 4 * 4, i % 4);
         let (a, b) = (_mm512_castps_pd(t[q + k / 2]), _mm512_castps_pd(t[q + 2 + k / 2]));
@@ -223,14 +224,22 @@ fn transpose_16x16(r: [std::arch::x86_64::__m512; 16]) -> [std::arch::x86_64::__
     let v: [__m512; 16] = std::array::from_fn(|i| {
         let (h, k, g) = (i / 4 % 2, i % 4, i / 8);
         let (a, b) = (u[8 * g + k], u[8 * g + 4 + k]);
-        if h == 0 { _mm512_shuffle_f32x4::<0x88>(a, b) } else { _mm512_shuffle_f32x4::<0xDD>(a, b) }
+        if h == 0 {
+            _mm512_shuffle_f32x4::<0x88>(a, b)
+        } else {
+            _mm512_shuffle_f32x4::<0xDD>(a, b)
+        }
     });
     // … and output column 4l + k is lane l of each group's v, l = 2·h2 + h.
     std::array::from_fn(|i| {
         let (l, k) = (i / 4, i % 4);
         let (h, h2) = (l % 2, l / 2);
         let (a, b) = (v[4 * h + k], v[8 + 4 * h + k]);
-        if h2 == 0 { _mm512_shuffle_f32x4::<0x88>(a, b) } else { _mm512_shuffle_f32x4::<0xDD>(a, b) }
+        if h2 == 0 {
+            _mm512_shuffle_f32x4::<0x88>(a, b)
+        } else {
+            _mm512_shuffle_f32x4::<0xDD>(a, b)
+        }
     })
 }
 
@@ -414,7 +423,11 @@ fn exp_nonpositive_lanes(x: f32) -> f32 {
     // 2⁵² + 1023: its low mantissa bits hold k + 1023 for the k that occur.
     let two_k = f64::from_bits((k + 4_503_599_627_371_519.0).to_bits() << 52);
     let v = (e * two_k) as f32;
-    if x < -104.0 { 0.0 } else { v }
+    if x < -104.0 {
+        0.0
+    } else {
+        v
+    }
 }
 
 #[cfg(test)]
@@ -445,7 +458,8 @@ mod tests {
             let a: Vec<f64> = d.iter().map(|d| d.exp() / s).collect();
             exact[c] = (0..n).map(|j| a[j] * x[j * dim + c] as f64).sum();
             let big_d: f64 = (0..n).map(|j| a[j] * (1.0 + d[j].abs())).sum();
-            bound[c] = 1.01 * U * (0..n).map(|j| (a[j] * x[j * dim + c] as f64).abs() * (d[j].abs() + 2.0 * n as f64 + 2.0 + big_d)).sum::<f64>();
+            bound[c] =
+                1.01 * U * (0..n).map(|j| (a[j] * x[j * dim + c] as f64).abs() * (d[j].abs() + 2.0 * n as f64 + 2.0 + big_d)).sum::<f64>();
         }
         (exact, bound)
     }
@@ -469,11 +483,8 @@ mod tests {
                 let previous = overlap.then_some(TokenHalf { values: &x_prev, gate_logits: &g_prev });
                 let mut out = vec![0.0; dim];
                 pool_row(current, previous, dim, &mut out).unwrap();
-                let (exact, bound) = if overlap {
-                    naive(&[&g_prev, &g_cur], &[&x_prev, &x_cur], dim)
-                } else {
-                    naive(&[&g_cur], &[&x_cur], dim)
-                };
+                let (exact, bound) =
+                    if overlap { naive(&[&g_prev, &g_cur], &[&x_prev, &x_cur], dim) } else { naive(&[&g_cur], &[&x_cur], dim) };
                 for ch in 0..dim {
                     let err = (out[ch] as f64 - exact[ch]).abs();
                     assert!(err <= bound[ch], "c {c} spread {spread} ch {ch}: err {err:e} > {:e}", bound[ch]);
@@ -624,7 +635,8 @@ mod tests {
     #[test]
     fn rms_norm_rows_equals_rms_norm_row_by_row() {
         let mut rng = ChaCha8Rng::seed_from_u64(11);
-        for (rows, dim) in [(1usize, 128usize), (7, 128), (8, 128), (16, 128), (19, 128), (41, 128), (256, 128), (9, 3), (35, 48), (16, 16)] {
+        for (rows, dim) in [(1usize, 128usize), (7, 128), (8, 128), (16, 128), (19, 128), (41, 128), (256, 128), (9, 3), (35, 48), (16, 16)]
+        {
             let data = random(&mut rng, rows * dim, 3.0);
             let mut a = data.clone();
             for row in a.chunks_exact_mut(dim) {
@@ -632,7 +644,11 @@ mod tests {
             }
             let mut b = data;
             rms_norm_rows(&mut b, dim, RMS_NORM_EPS).unwrap();
-            assert_eq!(a.iter().map(|x| x.to_bits()).collect::<Vec<_>>(), b.iter().map(|x| x.to_bits()).collect::<Vec<_>>(), "{rows} × {dim}");
+            assert_eq!(
+                a.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+                b.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+                "{rows} × {dim}"
+            );
         }
     }
 

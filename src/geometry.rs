@@ -100,11 +100,7 @@ impl CompressionGeometry {
         }
         let visible = self.candidate_rows(context);
         let rows = first_row.min(visible)..(last_row + 1).min(visible);
-        NeedlePlacement {
-            tokens: start..end,
-            rows,
-            in_window: start >= context.saturating_sub(self.window),
-        }
+        NeedlePlacement { tokens: start..end, rows, in_window: start >= context.saturating_sub(self.window) }
     }
 }
 

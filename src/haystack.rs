@@ -71,19 +71,21 @@ impl TrialHaystack {
 
         let queries: Vec<f32> = (0..heads * d).map(|_| rng.sample::<f32, _>(StandardNormal)).collect();
 
-        let weight_dist = Normal::new(model.weight_mean, model.weight_std)
-            .map_err(|e| SimError::Model(format!("head weight distribution: {e}")))?;
+        let weight_dist =
+            Normal::new(model.weight_mean, model.weight_std).map_err(|e| SimError::Model(format!("head weight distribution: {e}")))?;
         let weights: Vec<f32> = (0..heads)
             .map(|h| {
                 let w = weight_dist.sample(&mut rng);
                 // A head that looks for the needle must vote for it.
-                if h < model.needle_heads { w.abs() as f32 } else { w as f32 }
+                if h < model.needle_heads {
+                    w.abs() as f32
+                } else {
+                    w as f32
+                }
             })
             .collect();
 
-        let channel_std: Vec<f32> = (0..d)
-            .map(|j| if j < model.outlier_channels { model.outlier_scale as f32 } else { 1.0 })
-            .collect();
+        let channel_std: Vec<f32> = (0..d).map(|j| if j < model.outlier_channels { model.outlier_scale as f32 } else { 1.0 }).collect();
         let random_norm = channel_std.iter().map(|&s| f64::from(s).powi(2)).sum::<f64>().sqrt();
         let mut direction: Vec<f64> = (0..d).map(|_| rng.sample::<f64, _>(StandardNormal)).collect();
         let dir_norm = direction.iter().map(|x| x * x).sum::<f64>().sqrt().max(f64::MIN_POSITIVE);
@@ -144,7 +146,8 @@ impl TrialHaystack {
         let fill = |row: u64, start: usize, z: &[f32]| {
             let at = (row - first_row) as usize * d + start;
             let span = start..start + z.len();
-            for (((o, &c), &s), &z) in out[at..at + z.len()].iter_mut().zip(&self.common[span.clone()]).zip(&self.channel_std[span]).zip(z) {
+            for (((o, &c), &s), &z) in out[at..at + z.len()].iter_mut().zip(&self.common[span.clone()]).zip(&self.channel_std[span]).zip(z)
+            {
                 *o = c + s * z;
             }
         };

@@ -290,7 +290,10 @@ pub fn names() -> String {
 
 /// Every field of an entry, one per paragraph (`dsa-recall hypotheses show`).
 pub fn long_text(h: &HypothesisInfo) -> String {
-    let mut text = format!("{} ({})\n  {}\n  changes: {}\n  stands for: {}\n  expected: {}\n", h.name, h.group, h.summary, h.changes, h.stands_for, h.expected);
+    let mut text = format!(
+        "{} ({})\n  {}\n  changes: {}\n  stands for: {}\n  expected: {}\n",
+        h.name, h.group, h.summary, h.changes, h.stands_for, h.expected
+    );
     if let Some(r) = h.requires {
         text.push_str(&format!("  requires: {r}\n"));
     }

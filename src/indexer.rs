@@ -41,11 +41,7 @@ impl IndexerQuery {
         debug_assert_eq!(queries.values.len(), heads * dim);
         debug_assert_eq!(queries.row_scales.len(), heads);
         let scale = 1.0 / ((heads * dim) as f32).sqrt();
-        let weights = weights
-            .iter()
-            .zip(&queries.row_scales)
-            .map(|(&w, &s_q)| scoring.weights.round(w * scale * s_q))
-            .collect();
+        let weights = weights.iter().zip(&queries.row_scales).map(|(&w, &s_q)| scoring.weights.round(w * scale * s_q)).collect();
         let mut iq = Self { queries: queries.values, weights, dim, logits: scoring.logits, paired: Vec::new() };
         if iq.blocked_shape() {
             let chunks = dim / LANES;
@@ -412,7 +408,8 @@ mod tests {
             assert_eq!(portable.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), want);
             #[cfg(target_arch = "x86_64")]
             {
-                let tail = |done: usize, out: &mut [f32]| iq.score_rows_portable(&keys[done * d..], Some(&scales[done..]), &mut out[done..]);
+                let tail =
+                    |done: usize, out: &mut [f32]| iq.score_rows_portable(&keys[done * d..], Some(&scales[done..]), &mut out[done..]);
                 if std::arch::is_x86_feature_detected!("avx2") {
                     let mut out = vec![0.0; n];
                     let done = unsafe { iq.score_blocks_avx2(&keys, Some(&scales), &mut out) };

@@ -473,7 +473,8 @@ mod tests {
         // Scale faults need one scale per row: fp4's blocks of 32 have none.
         assert!(KeyCacheFaults { scale_word: ScaleWordFault::UnwrittenZero, ..Default::default() }.unsupported(&fp8("fp4"), D).is_some());
         let mut out = QuantizedRows::default();
-        let err = KeyCacheFaults { scale_word: ScaleWordFault::UnwrittenZero, ..Default::default() }.store(&fp8("fp4"), &raw, 0, D, &mut out);
+        let err =
+            KeyCacheFaults { scale_word: ScaleWordFault::UnwrittenZero, ..Default::default() }.store(&fp8("fp4"), &raw, 0, D, &mut out);
         assert!(matches!(err, Err(SimError::Hypothesis(_))));
     }
 

@@ -6,7 +6,10 @@ mod cli;
 
 use clap::error::ErrorKind;
 use clap::Parser;
-use cli::{Cli, Command, HypothesesAction, MergeArgs, PlotArgs, PresetsAction, QuantizeArgs, ReplayArgs, RunArgs, ScenarioArgs, SweepArgs, TrialArgs};
+use cli::{
+    Cli, Command, HypothesesAction, MergeArgs, PlotArgs, PresetsAction, QuantizeArgs, ReplayArgs, RunArgs, ScenarioArgs, SweepArgs,
+    TrialArgs,
+};
 use dsa_recall::config::{self, Overlay, Scenario, ScenarioParams};
 use dsa_recall::error::Error;
 use dsa_recall::store::{self, Shard, StoreOptions};
@@ -17,7 +20,12 @@ use std::process::ExitCode;
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
-        Err(e) if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand) => {
+        Err(e)
+            if matches!(
+                e.kind(),
+                ErrorKind::DisplayHelp | ErrorKind::DisplayVersion | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+            ) =>
+        {
             let _ = e.print();
             return ExitCode::from(if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand { 2 } else { 0 });
         }
@@ -59,7 +67,11 @@ fn run(cli: Cli) -> Result<(), Error> {
         Command::Hypotheses(args) => match (args.action, args.long) {
             (Some(HypothesesAction::Show { name }), _) => {
                 let h = dsa_recall::hypothesis::info(&name).ok_or_else(|| {
-                    dsa_recall::ConfigError::new("hypotheses show", format!("{name:?}"), format!("one of {}", dsa_recall::hypothesis::names()))
+                    dsa_recall::ConfigError::new(
+                        "hypotheses show",
+                        format!("{name:?}"),
+                        format!("one of {}", dsa_recall::hypothesis::names()),
+                    )
                 })?;
                 print!("{}", dsa_recall::hypothesis::long_text(h));
                 Ok(())
@@ -280,7 +292,11 @@ fn run_replay(args: &ReplayArgs) -> Result<(), Error> {
     let mut variants = Vec::new();
     for name in config::lists::parse_names("--precisions", &args.precisions)? {
         let v = dsa_recall::precision::PrecisionVariant::builtin(&name).ok_or_else(|| {
-            dsa_recall::ConfigError::new("--precisions", format!("{name:?}"), format!("one of {}", dsa_recall::precision::PrecisionVariant::builtin_names().join(", ")))
+            dsa_recall::ConfigError::new(
+                "--precisions",
+                format!("{name:?}"),
+                format!("one of {}", dsa_recall::precision::PrecisionVariant::builtin_names().join(", ")),
+            )
         })?;
         variants.push(v);
     }
@@ -295,7 +311,11 @@ fn run_replay(args: &ReplayArgs) -> Result<(), Error> {
             load_safetensors(file, &names)?
         }
         (None, Some(q), Some(k), Some(w)) => load_npy(q, k, w)?,
-        _ => return Err(dsa_recall::ConfigError::new("replay", "(inputs)", "a safetensors FILE, or --q-npy, --k-npy and --weights-npy").into()),
+        _ => {
+            return Err(
+                dsa_recall::ConfigError::new("replay", "(inputs)", "a safetensors FILE, or --q-npy, --k-npy and --weights-npy").into()
+            )
+        }
     };
     for v in &variants {
         if let Some(reason) = v.unsupported(rec.dim) {
@@ -305,7 +325,11 @@ fn run_replay(args: &ReplayArgs) -> Result<(), Error> {
     if let Some(list) = &args.needle_rows {
         rec.needle_rows = list
             .split(',')
-            .map(|x| x.trim().parse::<u64>().map_err(|_| dsa_recall::ConfigError::new("--needle-rows", format!("{list:?}"), "row indices, e.g. 12,13")))
+            .map(|x| {
+                x.trim()
+                    .parse::<u64>()
+                    .map_err(|_| dsa_recall::ConfigError::new("--needle-rows", format!("{list:?}"), "row indices, e.g. 12,13"))
+            })
             .collect::<Result<_, _>>()?;
         if rec.needle_rows.iter().any(|&r| r as usize >= rec.rows) {
             return Err(dsa_recall::ConfigError::new("--needle-rows", list, format!("row indices below {}", rec.rows)).into());
@@ -315,7 +339,10 @@ fn run_replay(args: &ReplayArgs) -> Result<(), Error> {
     if let Some(path) = &args.chart {
         let chart = dsa_recall::chart::overlap::OverlapChart {
             title: "Top-k kept under each precision, against fp32".into(),
-            subtitle: format!("replayed tensors: {} query token(s), {} heads × {} dims, {} key rows", rec.tokens, rec.heads, rec.dim, rec.rows),
+            subtitle: format!(
+                "replayed tensors: {} query token(s), {} heads × {} dims, {} key rows",
+                rec.tokens, rec.heads, rec.dim, rec.rows
+            ),
             bars: dsa_recall::tensors::replay::overlap_bars(&rows),
         };
         dsa_recall::chart::overlap::render_overlap(&chart, path, 1400, 800).map_err(|e| Error::Chart(e.to_string()))?;
@@ -327,11 +354,17 @@ fn run_replay(args: &ReplayArgs) -> Result<(), Error> {
         return Ok(());
     }
     println!("{} tokens × {} heads × {} dims against {} key rows; selection compared with fp32", rec.tokens, rec.heads, rec.dim, rec.rows);
-    println!("{:>6} {:>7} {:<14} {:>16} {:>9} {:>9} {:>12}", "token", "k", "precision", "recall@k vs fp32", "jaccard", "needle", "needle rank");
+    println!(
+        "{:>6} {:>7} {:<14} {:>16} {:>9} {:>9} {:>12}",
+        "token", "k", "precision", "recall@k vs fp32", "jaccard", "needle", "needle rank"
+    );
     for r in &rows {
         let needle = r.needle_survived.map_or("-", |s| if s { "kept" } else { "lost" });
         let rank = r.needle_rank.map_or("-".to_string(), |x| x.to_string());
-        println!("{:>6} {:>7} {:<14} {:>16.4} {:>9.4} {:>9} {:>12}", r.token, r.topk, r.precision, r.selection_recall, r.jaccard, needle, rank);
+        println!(
+            "{:>6} {:>7} {:<14} {:>16.4} {:>9.4} {:>9} {:>12}",
+            r.token, r.topk, r.precision, r.selection_recall, r.jaccard, needle, rank
+        );
     }
     Ok(())
 }

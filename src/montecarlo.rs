@@ -60,7 +60,11 @@ impl Moments {
 
 impl CellTally {
     pub fn recall(&self) -> f64 {
-        if self.trials == 0 { 0.0 } else { self.survived as f64 / self.trials as f64 }
+        if self.trials == 0 {
+            0.0
+        } else {
+            self.survived as f64 / self.trials as f64
+        }
     }
 
     /// Wilson 95 % interval of the recall.
@@ -146,12 +150,7 @@ impl CellTally {
 
 /// Runs `trials` trials of one haystack group, in trial order.
 /// `on_trial` is called once per finished trial (for progress bars).
-pub fn run_trials(
-    spec: &TrialSpec<'_>,
-    seed: u64,
-    trials: u64,
-    on_trial: &(dyn Fn() + Sync),
-) -> Result<Vec<TrialOutcome>, SimError> {
+pub fn run_trials(spec: &TrialSpec<'_>, seed: u64, trials: u64, on_trial: &(dyn Fn() + Sync)) -> Result<Vec<TrialOutcome>, SimError> {
     (0..trials)
         .into_par_iter()
         .map(|t| {
@@ -185,11 +184,6 @@ pub fn tally_cells(spec: &TrialSpec<'_>, outcomes: &[TrialOutcome]) -> Vec<CellT
 }
 
 /// Runs and tallies one haystack group.
-pub fn simulate(
-    spec: &TrialSpec<'_>,
-    seed: u64,
-    trials: u64,
-    on_trial: &(dyn Fn() + Sync),
-) -> Result<Vec<CellTally>, SimError> {
+pub fn simulate(spec: &TrialSpec<'_>, seed: u64, trials: u64, on_trial: &(dyn Fn() + Sync)) -> Result<Vec<CellTally>, SimError> {
     Ok(tally_cells(spec, &run_trials(spec, seed, trials, on_trial)?))
 }

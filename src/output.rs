@@ -156,8 +156,7 @@ pub fn format_table(s: &Scenario, outcome: &SweepOutcome) -> String {
         "dsa-recall sweep · {} · needle strength {} · {} trials per cell · seed {}",
         s.preset, s.model.needle_strength, s.trials, s.seed
     );
-    let series: Vec<(u64, &str)> =
-        s.topks.iter().flat_map(|&k| s.precisions.iter().map(move |p| (k, p.name.as_str()))).collect();
+    let series: Vec<(u64, &str)> = s.topks.iter().flat_map(|&k| s.precisions.iter().map(move |p| (k, p.name.as_str()))).collect();
     for &depth in &s.depths {
         let _ = writeln!(out, "\nneedle recall at depth {depth} % (95 % Wilson interval)");
         let _ = write!(out, "{:>8}", "context");
@@ -184,7 +183,11 @@ pub fn format_table(s: &Scenario, outcome: &SweepOutcome) -> String {
             "\npaired comparison with {} on the same haystacks (recall difference; trials kept only by the variant / only by {}; exact McNemar p)",
             s.precisions[0].name, s.precisions[0].name
         );
-        let _ = writeln!(out, "{:>8}  {:>7}  {:>6}  {:<14}  {:>8}  {:>11}  {:>9}", "context", "depth", "k", "precision", "diff", "gained/lost", "p");
+        let _ = writeln!(
+            out,
+            "{:>8}  {:>7}  {:>6}  {:<14}  {:>8}  {:>11}  {:>9}",
+            "context", "depth", "k", "precision", "diff", "gained/lost", "p"
+        );
         for c in outcome.cells.iter().filter(|c| c.baseline.is_some()) {
             let _ = writeln!(
                 out,
@@ -219,10 +222,15 @@ mod tests {
     #[test]
     fn every_csv_row_has_as_many_columns_as_the_header() {
         let s = crate::config::check(crate::config::resolve(Default::default()).unwrap()).unwrap();
-        let s = crate::config::Scenario { contexts: vec![4096], trials: 5, precisions: vec![
-            crate::precision::PrecisionVariant::builtin("fp32").unwrap(),
-            crate::precision::PrecisionVariant::builtin("bf16").unwrap(),
-        ], ..s };
+        let s = crate::config::Scenario {
+            contexts: vec![4096],
+            trials: 5,
+            precisions: vec![
+                crate::precision::PrecisionVariant::builtin("fp32").unwrap(),
+                crate::precision::PrecisionVariant::builtin("bf16").unwrap(),
+            ],
+            ..s
+        };
         let outcome = crate::sweep::run_sweep(&s, &|| {}).unwrap();
         let csv = summary_csv(&outcome.cells);
         let columns = summary_header().split(',').count();

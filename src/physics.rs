@@ -141,6 +141,10 @@ impl Physics {
 
     /// AR(1) coefficient between neighbouring tokens, exp(−1/ℓ).
     pub fn token_correlation(&self) -> f64 {
-        if self.correlation_length > 0.0 { (-1.0 / self.correlation_length).exp() } else { 0.0 }
+        if self.correlation_length > 0.0 {
+            (-1.0 / self.correlation_length).exp()
+        } else {
+            0.0
+        }
     }
 }

@@ -10,11 +10,10 @@
 //! into the head weight, the key's after the head sum); otherwise that side
 //! is dequantized before the products.
 
-use crate::format::{
-    hadamard_rows_in_place, quantize_dequantize, quantize_to_elements, BlockScaling, BlockShape, ElementFormat,
-    FormatError, Overflow,
-};
 use crate::error::SimError;
+use crate::format::{
+    hadamard_rows_in_place, quantize_dequantize, quantize_to_elements, BlockScaling, BlockShape, ElementFormat, FormatError, Overflow,
+};
 use crate::key_cache::KeyCacheFaults;
 use crate::selection::SelectionOverride;
 use serde::{Deserialize, Serialize};
@@ -231,7 +230,9 @@ impl QuantPipeline {
             return Some(format!("the Hadamard rotation needs a power-of-two head_dim, not {dim}"));
         }
         match self.scaling.map(|s| s.shape) {
-            Some(BlockShape::Block(b)) if b == 0 || !dim.is_multiple_of(b) => Some(format!("block size {b} does not divide head_dim {dim}")),
+            Some(BlockShape::Block(b)) if b == 0 || !dim.is_multiple_of(b) => {
+                Some(format!("block size {b} does not divide head_dim {dim}"))
+            }
             _ => None,
         }
     }

@@ -7,8 +7,7 @@
 //! `NaN` (its sign and payload are not printed: `--codes` shows the bits).
 
 use crate::format::{
-    default_amax_floor, quantize_dequantize, BlockScaling, BlockShape, ElementFormat, Overflow, QuantizedBlocks,
-    ScaleFormat,
+    default_amax_floor, quantize_dequantize, BlockScaling, BlockShape, ElementFormat, Overflow, QuantizedBlocks, ScaleFormat,
 };
 
 /// How the values are scaled before the cast.

@@ -7,9 +7,8 @@
 //! so `plot` redraws byte-identical files without simulating.
 
 use crate::chart::{
-    render_fidelity, render_heatmap, render_rank_margin, render_recall_vs_context, DistributionRow, EffectiveMark,
-    FidelityChart, FidelityPoint, FidelitySeries, Heatmap, HeatmapPanel, ImageFormat, RankMarginChart, RecallChart,
-    RecallPoint, RecallSeries,
+    render_fidelity, render_heatmap, render_rank_margin, render_recall_vs_context, DistributionRow, EffectiveMark, FidelityChart,
+    FidelityPoint, FidelitySeries, Heatmap, HeatmapPanel, ImageFormat, RankMarginChart, RecallChart, RecallPoint, RecallSeries,
 };
 use crate::config::Scenario;
 use crate::error::{ConfigError, Error};
@@ -90,7 +89,11 @@ impl ReportMeta {
         if p["distractors"].as_u64().unwrap_or(0) > 0 {
             parts.push(format!("{} distractors at similarity {}", p["distractors"], p["distractor_similarity"]));
         }
-        if parts.is_empty() { "null model".to_string() } else { parts.join(", ") }
+        if parts.is_empty() {
+            "null model".to_string()
+        } else {
+            parts.join(", ")
+        }
     }
 
     /// Reads the fields back from a `manifest.json` text (`location` names the file in errors).
@@ -100,8 +103,8 @@ impl ReportMeta {
         let sc = &v["scenario"];
         let num = |x: &serde_json::Value, what: &str| x.as_f64().ok_or_else(|| bad(format!("missing number {what}")));
         let int = |x: &serde_json::Value, what: &str| x.as_u64().ok_or_else(|| bad(format!("missing integer {what}")));
-        let effective: Vec<EffectiveContext> = serde_json::from_value(v["effective_context"].clone())
-            .map_err(|e| bad(format!("effective_context: {e}")))?;
+        let effective: Vec<EffectiveContext> =
+            serde_json::from_value(v["effective_context"].clone()).map_err(|e| bad(format!("effective_context: {e}")))?;
         Ok(ReportMeta {
             preset: sc["preset"].as_str().ok_or_else(|| bad("missing scenario.preset".into()))?.to_string(),
             needle_strength: num(&sc["model"]["needle_strength"], "scenario.model.needle_strength")?,
@@ -185,7 +188,8 @@ pub fn recall_chart(meta: &ReportMeta, cells: &[CellResult], depth: f64) -> Reca
                     .filter(of_series)
                     .map(|c| RecallPoint { context_tokens: c.context_tokens, recall: c.recall, ci_low: c.ci_low, ci_high: c.ci_high })
                     .collect();
-                let predicted: Vec<(u64, f64)> = cells.iter().filter(of_series).filter_map(|c| c.predicted_recall.map(|r| (c.context_tokens, r))).collect();
+                let predicted: Vec<(u64, f64)> =
+                    cells.iter().filter(of_series).filter_map(|c| c.predicted_recall.map(|r| (c.context_tokens, r))).collect();
                 // One line per needle offset when the sweep has that axis.
                 let label = match offset {
                     Some(o) if offsets.len() > 1 => format!("{p} @ offset {o}"),
@@ -197,11 +201,8 @@ pub fn recall_chart(meta: &ReportMeta, cells: &[CellResult], depth: f64) -> Reca
             }
         }
     }
-    let coverage_limits = g
-        .topks
-        .iter()
-        .filter_map(|&k| cells.iter().find(|c| c.topk == k).map(|c| (k as u32, c.coverage_limit)))
-        .collect();
+    let coverage_limits =
+        g.topks.iter().filter_map(|&k| cells.iter().find(|c| c.topk == k).map(|c| (k as u32, c.coverage_limit))).collect();
     RecallChart {
         title: format!("Needle recall vs context · {} · {}", meta.preset, meta.physics_label()),
         subtitle: format!(
@@ -268,11 +269,8 @@ pub fn heatmap(meta: &ReportMeta, cells: &[CellResult]) -> Heatmap {
     let mut panels = Vec::new();
     for &k in &g.topks {
         for p in &g.precisions {
-            let recall = g
-                .depths
-                .iter()
-                .map(|&d| g.contexts.iter().map(|&c| find(cells, d, c, k, p).map(|x| x.recall)).collect())
-                .collect();
+            let recall =
+                g.depths.iter().map(|&d| g.contexts.iter().map(|&c| find(cells, d, c, k, p).map(|x| x.recall)).collect()).collect();
             let eff = meta.effective.iter().find(|e| e.topk == k && e.precision == *p);
             let title = match eff {
                 Some(e) => format!("k={k}, {p} · eff. {}", effective_label(e, g.contexts[0])),
@@ -514,7 +512,10 @@ pub fn parse_results(text: &str, location: &str) -> Result<Vec<CellResult>, Erro
 /// finished sweep directory from `results.jsonl` and `manifest.json`.
 pub fn plot_dir(dir: &Path, opts: &PlotOptions) -> Result<Vec<String>, Error> {
     if !dir.is_dir() {
-        return Err(Error::Input { location: dir.display().to_string(), message: "no such directory (give a sweep's output directory)".into() });
+        return Err(Error::Input {
+            location: dir.display().to_string(),
+            message: "no such directory (give a sweep's output directory)".into(),
+        });
     }
     let read = |name: &str| {
         let path = dir.join(name);

@@ -150,7 +150,13 @@ unsafe fn fill_normals_avx512(key: u64, row: u64, first_group: u32, out: &mut [f
 /// The CPU must support AVX-512F.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-pub unsafe fn for_each_normal_block_avx512(key: u64, rows: std::ops::Range<u64>, first_group: u32, len: usize, mut f: impl FnMut(u64, usize, &[f32])) {
+pub unsafe fn for_each_normal_block_avx512(
+    key: u64,
+    rows: std::ops::Range<u64>,
+    first_group: u32,
+    len: usize,
+    mut f: impl FnMut(u64, usize, &[f32]),
+) {
     let mut quad = CacheLines([[[0.0f32; NORMAL_GROUP]; 2]; 2]);
     let mut pair = CacheLines([[[0.0f32; NORMAL_GROUP]; 2]; 1]);
     let mut z = [0.0f32; NORMAL_GROUP];
@@ -411,8 +417,7 @@ pub(crate) fn ln_unit(x: f32) -> f32 {
 pub(crate) fn sin_cos_quarter(t: f32) -> (f32, f32) {
     let t2 = t * t;
     let s = t + t * (t2 * (-1.0 / 6.0 + t2 * (1.0 / 120.0 + t2 * (-1.0 / 5040.0 + t2 * (1.0 / 362_880.0)))));
-    let c = 1.0
-        + t2 * (-0.5 + t2 * (1.0 / 24.0 + t2 * (-1.0 / 720.0 + t2 * (1.0 / 40_320.0 + t2 * (-1.0 / 3_628_800.0)))));
+    let c = 1.0 + t2 * (-0.5 + t2 * (1.0 / 24.0 + t2 * (-1.0 / 720.0 + t2 * (1.0 / 40_320.0 + t2 * (-1.0 / 3_628_800.0)))));
     (s, c)
 }
 
@@ -514,7 +519,11 @@ mod tests {
                                 + t * (0.278_868_07
                                     + t * (-1.135_203_98 + t * (1.488_515_87 + t * (-0.822_152_23 + t * 0.170_872_77))))))));
             let r = t * poly.exp();
-            if x >= 0.0 { r } else { 2.0 - r }
+            if x >= 0.0 {
+                r
+            } else {
+                2.0 - r
+            }
         };
         0.5 * erfc(-x / std::f64::consts::SQRT_2)
     }
@@ -604,9 +613,8 @@ mod tests {
         // Box–Muller partner (j, j + 8), the next Philox block's lane, the next row.
         for (name, dj, dr) in [("next channel", 1, 0), ("Box–Muller partner", 8, 0), ("pair word", 16, 0), ("next row", 0, 1)] {
             for square in [false, true] {
-                let mut it = (0..rows - dr).flat_map(|r| {
-                    (0..128 - dj).filter(move |j| dj != 8 || j % 32 < 8).map(move |j| (at(r, j), at(r + dr, j + dj)))
-                });
+                let mut it = (0..rows - dr)
+                    .flat_map(|r| (0..128 - dj).filter(move |j| dj != 8 || j % 32 < 8).map(move |j| (at(r, j), at(r + dr, j + dj))));
                 let (r, n) = corr(&mut it, square);
                 assert!(r.abs() < 4.0 / n.sqrt(), "{name} (squared: {square}): correlation {r}, n {n}");
             }
@@ -653,7 +661,8 @@ mod tests {
             let mut b = [[[0.0f32; NORMAL_GROUP]; 2]; 3];
             for i in 0..5_000u64 {
                 // Group numbers near 2³² check the wrap of the block counter.
-                let (key, row, group) = (mix64(i), mix64(i ^ 0x51) >> (i % 64), (mix64(i + 7) as u32) | (u32::from(i % 5 == 0) * 0xFFFF_FFF8));
+                let (key, row, group) =
+                    (mix64(i), mix64(i ^ 0x51) >> (i % 64), (mix64(i + 7) as u32) | (u32::from(i % 5 == 0) * 0xFFFF_FFF8));
                 // SAFETY: AVX-512F detected above.
                 unsafe { normal_group_pairs_avx512::<3>(key, row, group, &mut b) };
                 for (h, bh) in b.as_flattened().iter().enumerate() {
@@ -673,7 +682,11 @@ mod tests {
                 fill_normals(key, row, first, &mut out);
                 for (g, chunk) in out.chunks(NORMAL_GROUP).enumerate() {
                     normal_group(key, row, first + g as u32, &mut z);
-                    assert_eq!(chunk.iter().map(|x| x.to_bits()).collect::<Vec<_>>(), z[..chunk.len()].iter().map(|x| x.to_bits()).collect::<Vec<_>>(), "len {len} group {g}");
+                    assert_eq!(
+                        chunk.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+                        z[..chunk.len()].iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+                        "len {len} group {g}"
+                    );
                 }
             }
         }

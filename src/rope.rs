@@ -178,7 +178,8 @@ impl RopeConfig {
         }
         let freqs = reference_frequencies(dims.len, theta, yarn);
         let tables = Arc::new([0u32, 1].map(|level| {
-            let mut table = AngleTable { cos: Vec::with_capacity(TABLE_LEN * freqs.len()), sin: Vec::with_capacity(TABLE_LEN * freqs.len()) };
+            let mut table =
+                AngleTable { cos: Vec::with_capacity(TABLE_LEN * freqs.len()), sin: Vec::with_capacity(TABLE_LEN * freqs.len()) };
             for b in 0..TABLE_LEN as u64 {
                 let position = b << (TABLE_BITS * level);
                 for &f in &freqs {

@@ -14,8 +14,8 @@ use crate::geometry::NeedlePlacement;
 use crate::haystack::TrialHaystack;
 use crate::indexer::IndexerQuery;
 use crate::precision::{LogitFormat, PrecisionVariant, QuantizedRows};
-use crate::selection::TieRule;
 use crate::row_source::TrialRows;
+use crate::selection::TieRule;
 use rand::Rng;
 use std::ops::Range;
 
@@ -36,7 +36,11 @@ pub fn stratified_rows(candidates: u64, skip: Range<u64>, m: usize, rng: &mut im
             let u: f64 = rng.random();
             let at = (((j as f64 + u) / m as f64) * competitors as f64) as u64;
             let at = at.min(competitors - 1);
-            if at < skip.start { at } else { at + skipped }
+            if at < skip.start {
+                at
+            } else {
+                at + skipped
+            }
         })
         .collect()
 }
@@ -67,7 +71,12 @@ pub fn settled_survival(placement: &NeedlePlacement) -> Option<f64> {
 /// Every variant's query for a context of `context` tokens: rotated to the
 /// decode position `context − 1` when RoPE is on (with the variant's pair
 /// layout), then quantized.
-pub fn context_queries(hay: &TrialHaystack, source: &TrialRows<'_>, variants: &[PrecisionVariant], context: u64) -> Result<Vec<IndexerQuery>, SimError> {
+pub fn context_queries(
+    hay: &TrialHaystack,
+    source: &TrialRows<'_>,
+    variants: &[PrecisionVariant],
+    context: u64,
+) -> Result<Vec<IndexerQuery>, SimError> {
     let d = hay.shape.head_dim;
     variants
         .iter()
@@ -81,7 +90,14 @@ pub fn context_queries(hay: &TrialHaystack, source: &TrialRows<'_>, variants: &[
 
 /// Scores finalized `keys` ([rows × d]) as `variant` stores them (default
 /// cache layout: each row's stored key depends on that row alone).
-pub fn score_keys(variant: &PrecisionVariant, query: &IndexerQuery, keys: &[f32], d: usize, quantized: &mut QuantizedRows, out: &mut [f32]) -> Result<(), SimError> {
+pub fn score_keys(
+    variant: &PrecisionVariant,
+    query: &IndexerQuery,
+    keys: &[f32],
+    d: usize,
+    quantized: &mut QuantizedRows,
+    out: &mut [f32],
+) -> Result<(), SimError> {
     let rows = keys.len() / d;
     for start in (0..rows).step_by(CHUNK_ROWS) {
         let n = CHUNK_ROWS.min(rows - start);
@@ -107,7 +123,11 @@ pub fn rounding_interval(format: LogitFormat, s: f64) -> (f64, f64) {
     let ulp = (exponent - f64::from(mantissa_bits)).exp2();
     // Below a power of two the spacing halves.
     let ulp_toward_zero = if s.abs() == exponent.exp2() { ulp / 2.0 } else { ulp };
-    if s > 0.0 { (s - ulp_toward_zero / 2.0, s + ulp / 2.0) } else { (s - ulp / 2.0, s + ulp_toward_zero / 2.0) }
+    if s > 0.0 {
+        (s - ulp_toward_zero / 2.0, s + ulp / 2.0)
+    } else {
+        (s - ulp / 2.0, s + ulp_toward_zero / 2.0)
+    }
 }
 
 #[cfg(test)]

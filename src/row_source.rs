@@ -515,7 +515,10 @@ impl<'a> TrialRows<'a> {
         let d = self.d;
         let prev = self.prepare_window(row, items, scratch);
         let slots = prev + self.geometry.ratio as usize;
-        let half = |from: usize, to: usize| compressor::TokenHalf { values: &scratch.tokens[from * d..to * d], gate_logits: &scratch.gates[from * d..to * d] };
+        let half = |from: usize, to: usize| compressor::TokenHalf {
+            values: &scratch.tokens[from * d..to * d],
+            gate_logits: &scratch.gates[from * d..to * d],
+        };
         let previous = (prev > 0).then(|| half(0, prev));
         compressor::pool_row(half(prev, slots), previous, d, out)?;
         Ok(())

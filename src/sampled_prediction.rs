@@ -27,7 +27,7 @@ use crate::error::SimError;
 use crate::haystack::TrialHaystack;
 use crate::precision::{PrecisionVariant, QuantizedRows};
 use crate::rng::{self, tag};
-use crate::row_sample::{context_queries, settled_survival, rounding_interval, score_keys, stratified_rows, tie_share};
+use crate::row_sample::{context_queries, rounding_interval, score_keys, settled_survival, stratified_rows, tie_share};
 use crate::row_source::TrialRows;
 use crate::trial::TrialSpec;
 

@@ -252,7 +252,15 @@ pub fn selection_overlap(a: &[f32], b: &[f32], tie_keys: &[u64], k: usize, rows:
 
 /// [`selection_overlap`] where `a` ranks NaN by `nan_a` and `b` by `nan_b`
 /// (two variants may order NaN differently).
-pub fn selection_overlap_with(a: &[f32], b: &[f32], tie_keys: &[u64], k: usize, rows: &mut Vec<u32>, nan_a: NanOrder, nan_b: NanOrder) -> u64 {
+pub fn selection_overlap_with(
+    a: &[f32],
+    b: &[f32],
+    tie_keys: &[u64],
+    k: usize,
+    rows: &mut Vec<u32>,
+    nan_a: NanOrder,
+    nan_b: NanOrder,
+) -> u64 {
     if k >= a.len() {
         return a.len() as u64;
     }

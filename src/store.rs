@@ -83,7 +83,9 @@ impl Manifest {
     pub fn read(dir: &Path) -> Result<Manifest, Error> {
         let path = dir.join(MANIFEST_FILE);
         let text = fs::read_to_string(&path).map_err(|e| match e.kind() {
-            std::io::ErrorKind::NotFound => Error::Mismatch(format!("{} has no {MANIFEST_FILE}: it is not a dsa-recall output directory", dir.display())),
+            std::io::ErrorKind::NotFound => {
+                Error::Mismatch(format!("{} has no {MANIFEST_FILE}: it is not a dsa-recall output directory", dir.display()))
+            }
             _ => Error::io(format!("reading {}", path.display()), e),
         })?;
         serde_json::from_str(&text).map_err(|e| Error::Corrupt { path: path.display().to_string(), message: e.to_string() })
@@ -199,10 +201,8 @@ pub fn sweep_into(dir: &Path, s: &Scenario, opts: StoreOptions, on_trial: &(dyn 
     if units_done > units.len() {
         return Err(Error::Mismatch(format!("{} holds more cells than this sweep has", results_path.display())));
     }
-    let mut file = OpenOptions::new()
-        .append(true)
-        .open(&results_path)
-        .map_err(|e| Error::io(format!("opening {}", results_path.display()), e))?;
+    let mut file =
+        OpenOptions::new().append(true).open(&results_path).map_err(|e| Error::io(format!("opening {}", results_path.display()), e))?;
     let mut cells = done.cells;
     let mut i = units_done;
     while i < units.len() {
@@ -262,11 +262,23 @@ pub fn merge_shards(dirs: &[PathBuf]) -> Result<MergedShards, Error> {
             return Err(Error::Mismatch(format!("{} and {} come from different configurations ({field})", first.display(), d.display())));
         }
         if m.version != base.version {
-            return Err(Error::Mismatch(format!("{} was written by dsa-recall {}, {} by {}", first.display(), base.version, d.display(), m.version)));
+            return Err(Error::Mismatch(format!(
+                "{} was written by dsa-recall {}, {} by {}",
+                first.display(),
+                base.version,
+                d.display(),
+                m.version
+            )));
         }
         let shard = m.shard.unwrap_or(Shard { index: 1, count: 1 });
         if shard.count != count {
-            return Err(Error::Mismatch(format!("{} is shard {}/{} but {} is one of {count}", d.display(), shard.index, shard.count, first.display())));
+            return Err(Error::Mismatch(format!(
+                "{} is shard {}/{} but {} is one of {count}",
+                d.display(),
+                shard.index,
+                shard.count,
+                first.display()
+            )));
         }
         let slot = &mut seen[(shard.index - 1) as usize];
         if *slot {
@@ -282,7 +294,11 @@ pub fn merge_shards(dirs: &[PathBuf]) -> Result<MergedShards, Error> {
         let stored = read_results(&d.join(RESULTS_FILE))?;
         all.extend(stored.lines.into_iter().zip(stored.cells));
     }
-    Ok(MergedShards { manifest: base.clone(), lines: all.iter().map(|(l, _)| l.clone()).collect(), cells: all.into_iter().map(|(_, c)| c).collect() })
+    Ok(MergedShards {
+        manifest: base.clone(),
+        lines: all.iter().map(|(l, _)| l.clone()).collect(),
+        cells: all.into_iter().map(|(_, c)| c).collect(),
+    })
 }
 
 /// Orders merged cells as an unsharded sweep of `s` would, checking that

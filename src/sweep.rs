@@ -4,8 +4,8 @@
 
 use crate::analytic::{predict_cells, CellPrediction};
 use crate::config::Scenario;
-use crate::estimator::EstimatorMode;
 use crate::error::SimError;
+use crate::estimator::EstimatorMode;
 use crate::montecarlo::{simulate, CellTally};
 use crate::stats::mcnemar_exact_p;
 use crate::trial::TrialSpec;
@@ -123,60 +123,60 @@ pub fn cells_for(s: &Scenario, spec: &TrialSpec<'_>, tallies: &[CellTally]) -> V
     let mut cells = Vec::with_capacity(tallies.len());
     let reference = spec.fidelity_reference.map(|r| s.precisions[r].name.clone());
     for (ci, &context) in s.contexts.iter().enumerate() {
-      for (oi, &needle_offset) in s.needle_offsets.iter().enumerate() {
-        let placement = spec.placement(context, needle_offset);
-        let candidates = s.geometry.candidate_rows(context);
-        for (ki, &k) in s.topks.iter().enumerate() {
-            for (vi, variant) in s.precisions.iter().enumerate() {
-                let t = &tallies[spec.cell_index(ci, oi, ki, vi)];
-                let (ci_low, ci_high) = t.interval();
-                let base = &tallies[spec.cell_index(ci, oi, ki, 0)];
-                let paired = vi > 0;
-                let fidelity = t.selection_recall();
-                let jaccard = t.jaccard();
-                cells.push(CellResult {
-                    context_tokens: context,
-                    depth_percent: spec.depth_percent,
-                    needle_offset,
-                    topk: k,
-                    precision: variant.name.clone(),
-                    trials: t.trials,
-                    survived: t.survived,
-                    recall: t.recall(),
-                    ci_low,
-                    ci_high,
-                    predicted_recall: None,
-                    mean_rank: t.mean_rank(),
-                    mean_rank_ties: t.mean_rank_ties(),
-                    median_rank: t.median_rank(),
-                    trials_with_ties: t.trials_with_ties,
-                    mean_margin_sd: t.mean_margin_sd(),
-                    needle_rows: placement.rows.end - placement.rows.start,
-                    needle_start_token: placement.tokens.start,
-                    needle_in_window: placement.tokens.start >= context.saturating_sub(variant.selection.window_for(s.geometry.window)),
-                    survived_via_window: t.survived_via_window,
-                    visible_rows: s.geometry.visible_rows(context),
-                    candidate_rows: candidates,
-                    k_eff: variant.selection.topk_for(k).min(candidates),
-                    coverage_limit: s.geometry.coverage_limit(k),
-                    rank_share_quantiles: t.rank_share_quantiles(),
-                    margin_sd_quantiles: t.margin_sd_quantiles(),
-                    fidelity_reference: reference.clone().filter(|_| fidelity.is_some()),
-                    selection_recall: fidelity.map(|f| f.0),
-                    selection_recall_ci_low: fidelity.map(|f| f.1),
-                    selection_recall_ci_high: fidelity.map(|f| f.2),
-                    jaccard: jaccard.map(|f| f.0),
-                    jaccard_ci_low: jaccard.map(|f| f.1),
-                    jaccard_ci_high: jaccard.map(|f| f.2),
-                    baseline: paired.then(|| s.precisions[0].name.clone()),
-                    recall_diff: paired.then(|| t.recall() - base.recall()),
-                    discordant_gained: paired.then_some(t.gained_vs_baseline),
-                    discordant_lost: paired.then_some(t.lost_vs_baseline),
-                    mcnemar_p: paired.then(|| mcnemar_exact_p(t.gained_vs_baseline, t.lost_vs_baseline)),
-                });
+        for (oi, &needle_offset) in s.needle_offsets.iter().enumerate() {
+            let placement = spec.placement(context, needle_offset);
+            let candidates = s.geometry.candidate_rows(context);
+            for (ki, &k) in s.topks.iter().enumerate() {
+                for (vi, variant) in s.precisions.iter().enumerate() {
+                    let t = &tallies[spec.cell_index(ci, oi, ki, vi)];
+                    let (ci_low, ci_high) = t.interval();
+                    let base = &tallies[spec.cell_index(ci, oi, ki, 0)];
+                    let paired = vi > 0;
+                    let fidelity = t.selection_recall();
+                    let jaccard = t.jaccard();
+                    cells.push(CellResult {
+                        context_tokens: context,
+                        depth_percent: spec.depth_percent,
+                        needle_offset,
+                        topk: k,
+                        precision: variant.name.clone(),
+                        trials: t.trials,
+                        survived: t.survived,
+                        recall: t.recall(),
+                        ci_low,
+                        ci_high,
+                        predicted_recall: None,
+                        mean_rank: t.mean_rank(),
+                        mean_rank_ties: t.mean_rank_ties(),
+                        median_rank: t.median_rank(),
+                        trials_with_ties: t.trials_with_ties,
+                        mean_margin_sd: t.mean_margin_sd(),
+                        needle_rows: placement.rows.end - placement.rows.start,
+                        needle_start_token: placement.tokens.start,
+                        needle_in_window: placement.tokens.start >= context.saturating_sub(variant.selection.window_for(s.geometry.window)),
+                        survived_via_window: t.survived_via_window,
+                        visible_rows: s.geometry.visible_rows(context),
+                        candidate_rows: candidates,
+                        k_eff: variant.selection.topk_for(k).min(candidates),
+                        coverage_limit: s.geometry.coverage_limit(k),
+                        rank_share_quantiles: t.rank_share_quantiles(),
+                        margin_sd_quantiles: t.margin_sd_quantiles(),
+                        fidelity_reference: reference.clone().filter(|_| fidelity.is_some()),
+                        selection_recall: fidelity.map(|f| f.0),
+                        selection_recall_ci_low: fidelity.map(|f| f.1),
+                        selection_recall_ci_high: fidelity.map(|f| f.2),
+                        jaccard: jaccard.map(|f| f.0),
+                        jaccard_ci_low: jaccard.map(|f| f.1),
+                        jaccard_ci_high: jaccard.map(|f| f.2),
+                        baseline: paired.then(|| s.precisions[0].name.clone()),
+                        recall_diff: paired.then(|| t.recall() - base.recall()),
+                        discordant_gained: paired.then_some(t.gained_vs_baseline),
+                        discordant_lost: paired.then_some(t.lost_vs_baseline),
+                        mcnemar_p: paired.then(|| mcnemar_exact_p(t.gained_vs_baseline, t.lost_vs_baseline)),
+                    });
+                }
             }
         }
-      }
     }
     cells
 }

@@ -22,7 +22,7 @@ use crate::indexer::IndexerQuery;
 use crate::montecarlo::trial_seed;
 use crate::precision::QuantizedRows;
 use crate::rng::{self, tag};
-use crate::row_sample::{context_queries, settled_survival, score_keys, stratified_rows, tie_share};
+use crate::row_sample::{context_queries, score_keys, settled_survival, stratified_rows, tie_share};
 use crate::row_source::TrialRows;
 use crate::stats::mean_interval;
 use crate::sweep::CellResult;
@@ -73,7 +73,11 @@ impl TailSample {
     }
 
     fn sums_above(&self, count: usize) -> (f64, f64) {
-        if count == 0 { (0.0, 0.0) } else { (self.cum_weight[count - 1], self.cum_weight_sq[count - 1]) }
+        if count == 0 {
+            (0.0, 0.0)
+        } else {
+            (self.cum_weight[count - 1], self.cum_weight_sq[count - 1])
+        }
     }
 
     /// P(S > s) + tie_share·P(S = s): the chance a haystack row is ahead of
@@ -186,7 +190,13 @@ fn tail_trial_positional(spec: &TrialSpec<'_>, trial_seed: u64, tail_rows: u64) 
             let rows = stratified_rows(candidates, placement.rows.clone(), half, &mut rng);
             for (j, &row) in rows.iter().enumerate() {
                 for (slot, shifted) in [(j, false), (half + j, true)] {
-                    let tz = source.sampled_haystack_row(row, PROPOSAL_FIRST_ROW + slot as u64, &theta, shifted, &mut keys[slot * d..(slot + 1) * d]);
+                    let tz = source.sampled_haystack_row(
+                        row,
+                        PROPOSAL_FIRST_ROW + slot as u64,
+                        &theta,
+                        shifted,
+                        &mut keys[slot * d..(slot + 1) * d],
+                    );
                     weights[slot] = 1.0 / (0.5 + 0.5 * (tz - 0.5 * theta_sq).exp());
                 }
             }
@@ -324,60 +334,60 @@ pub fn cells_for_tail(s: &Scenario, spec: &TrialSpec<'_>, on_trial: &(dyn Fn() +
         .collect::<Result<_, _>>()?;
     let mut cells = Vec::with_capacity(spec.cell_count());
     for (ci, &context) in s.contexts.iter().enumerate() {
-      for (oi, &needle_offset) in spec.needle_offsets.iter().enumerate() {
-        let placement = spec.placement(context, needle_offset);
-        let candidates = s.geometry.candidate_rows(context);
-        for (ki, &k) in s.topks.iter().enumerate() {
-            for (vi, variant) in s.precisions.iter().enumerate() {
-                let i = spec.cell_index(ci, oi, ki, vi);
-                let (sum, sum_sq) = per_trial.iter().fold((0.0, 0.0), |(a, b), t| (a + t[i], b + t[i] * t[i]));
-                let (recall, low, high) = mean_interval(sum, sum_sq, s.trials).unwrap_or((0.0, 0.0, 1.0));
-                let base = spec.cell_index(ci, oi, ki, 0);
-                let base_recall = per_trial.iter().map(|t| t[base]).sum::<f64>() / s.trials.max(1) as f64;
-                let paired = vi > 0;
-                cells.push(CellResult {
-                    context_tokens: context,
-                    depth_percent: spec.depth_percent,
-                    needle_offset,
-                    topk: k,
-                    precision: variant.name.clone(),
-                    trials: s.trials,
-                    survived: sum.round() as u64,
-                    recall,
-                    ci_low: low.max(0.0),
-                    ci_high: high.min(1.0),
-                    predicted_recall: None,
-                    mean_rank: None,
-                    mean_rank_ties: None,
-                    median_rank: None,
-                    trials_with_ties: 0,
-                    mean_margin_sd: None,
-                    needle_rows: placement.rows.end - placement.rows.start,
-                    needle_start_token: placement.tokens.start,
-                    needle_in_window: placement.in_window,
-                    survived_via_window: if placement.in_window { s.trials } else { 0 },
-                    visible_rows: s.geometry.visible_rows(context),
-                    candidate_rows: candidates,
-                    k_eff: k.min(candidates),
-                    coverage_limit: s.geometry.coverage_limit(k),
-                    rank_share_quantiles: None,
-                    margin_sd_quantiles: None,
-                    fidelity_reference: None,
-                    selection_recall: None,
-                    selection_recall_ci_low: None,
-                    selection_recall_ci_high: None,
-                    jaccard: None,
-                    jaccard_ci_low: None,
-                    jaccard_ci_high: None,
-                    baseline: paired.then(|| s.precisions[0].name.clone()),
-                    recall_diff: paired.then_some(recall - base_recall),
-                    discordant_gained: None,
-                    discordant_lost: None,
-                    mcnemar_p: None,
-                });
+        for (oi, &needle_offset) in spec.needle_offsets.iter().enumerate() {
+            let placement = spec.placement(context, needle_offset);
+            let candidates = s.geometry.candidate_rows(context);
+            for (ki, &k) in s.topks.iter().enumerate() {
+                for (vi, variant) in s.precisions.iter().enumerate() {
+                    let i = spec.cell_index(ci, oi, ki, vi);
+                    let (sum, sum_sq) = per_trial.iter().fold((0.0, 0.0), |(a, b), t| (a + t[i], b + t[i] * t[i]));
+                    let (recall, low, high) = mean_interval(sum, sum_sq, s.trials).unwrap_or((0.0, 0.0, 1.0));
+                    let base = spec.cell_index(ci, oi, ki, 0);
+                    let base_recall = per_trial.iter().map(|t| t[base]).sum::<f64>() / s.trials.max(1) as f64;
+                    let paired = vi > 0;
+                    cells.push(CellResult {
+                        context_tokens: context,
+                        depth_percent: spec.depth_percent,
+                        needle_offset,
+                        topk: k,
+                        precision: variant.name.clone(),
+                        trials: s.trials,
+                        survived: sum.round() as u64,
+                        recall,
+                        ci_low: low.max(0.0),
+                        ci_high: high.min(1.0),
+                        predicted_recall: None,
+                        mean_rank: None,
+                        mean_rank_ties: None,
+                        median_rank: None,
+                        trials_with_ties: 0,
+                        mean_margin_sd: None,
+                        needle_rows: placement.rows.end - placement.rows.start,
+                        needle_start_token: placement.tokens.start,
+                        needle_in_window: placement.in_window,
+                        survived_via_window: if placement.in_window { s.trials } else { 0 },
+                        visible_rows: s.geometry.visible_rows(context),
+                        candidate_rows: candidates,
+                        k_eff: k.min(candidates),
+                        coverage_limit: s.geometry.coverage_limit(k),
+                        rank_share_quantiles: None,
+                        margin_sd_quantiles: None,
+                        fidelity_reference: None,
+                        selection_recall: None,
+                        selection_recall_ci_low: None,
+                        selection_recall_ci_high: None,
+                        jaccard: None,
+                        jaccard_ci_low: None,
+                        jaccard_ci_high: None,
+                        baseline: paired.then(|| s.precisions[0].name.clone()),
+                        recall_diff: paired.then_some(recall - base_recall),
+                        discordant_gained: None,
+                        discordant_lost: None,
+                        mcnemar_p: None,
+                    });
+                }
             }
         }
-      }
     }
     Ok(cells)
 }

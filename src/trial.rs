@@ -9,13 +9,13 @@
 
 use crate::error::SimError;
 use crate::geometry::{CompressionGeometry, NeedlePlacement};
-use crate::physics::{Physics, RopeChoice};
-use crate::row_source::{Item, TrialRows};
 use crate::haystack::{GenerativeModel, TrialHaystack};
 use crate::indexer::IndexerQuery;
+use crate::physics::{Physics, RopeChoice};
 use crate::precision::{PrecisionVariant, QuantizedRows};
 use crate::rng::{self, tag};
 use crate::row_sample::context_queries;
+use crate::row_source::{Item, TrialRows};
 use crate::selection::{kth_largest_many_with, selection_overlap_with, tally_with, tie_key, tied_ahead, NeedleRank, TieRule};
 use rayon::prelude::*;
 use serde::Serialize;
@@ -66,8 +66,15 @@ pub struct NeedleOutcome {
 }
 
 impl NeedleOutcome {
-    const LOST: NeedleOutcome =
-        NeedleOutcome { survived: false, via_window: false, rank: None, margin: None, margin_sd: None, selection_recall: None, jaccard: None };
+    const LOST: NeedleOutcome = NeedleOutcome {
+        survived: false,
+        via_window: false,
+        rank: None,
+        margin: None,
+        margin_sd: None,
+        selection_recall: None,
+        jaccard: None,
+    };
 }
 
 /// Outcomes of one trial, indexed by [`TrialSpec::cell_index`].
@@ -156,7 +163,13 @@ impl ChunkScratch {
 impl ChunkWork<'_, '_> {
     /// Generates, finalizes, stores and scores the chunk of rows from
     /// `start` into `pieces`; returns the scores of the cases' special rows.
-    fn score_chunk(&self, source: &mut TrialRows, scratch: &mut ChunkScratch, start: usize, pieces: &mut [ScorePiece]) -> Result<Vec<Patch>, SimError> {
+    fn score_chunk(
+        &self,
+        source: &mut TrialRows,
+        scratch: &mut ChunkScratch,
+        start: usize,
+        pieces: &mut [ScorePiece],
+    ) -> Result<Vec<Patch>, SimError> {
         let (d, key_layouts) = (self.spec.model.shape.head_dim, self.key_layouts);
         let mut patches = Vec::new();
         let layout_of = |v: &PrecisionVariant| usize::from(v.position.key_rope_layout_swapped && key_layouts == 2);
@@ -271,7 +284,11 @@ impl TrialSpec<'_> {
     /// L−1 of each context, so each context has its own; otherwise one
     /// query serves all.
     fn query_group(&self, ci: usize) -> usize {
-        if self.physics.rope != RopeChoice::Off { ci } else { 0 }
+        if self.physics.rope != RopeChoice::Off {
+            ci
+        } else {
+            0
+        }
     }
 
     pub fn placement(&self, context: u64, offset: Option<u64>) -> NeedlePlacement {
@@ -321,22 +338,24 @@ impl TrialSpec<'_> {
                 }
             }
         }
-        let score_chunk =
-            |source: &mut TrialRows, scratch: &mut ChunkScratch, (c, mut pieces): (usize, Vec<ScorePiece>)| work.score_chunk(source, scratch, c * CHUNK_ROWS, &mut pieces);
+        let score_chunk = |source: &mut TrialRows, scratch: &mut ChunkScratch, (c, mut pieces): (usize, Vec<ScorePiece>)| {
+            work.score_chunk(source, scratch, c * CHUNK_ROWS, &mut pieces)
+        };
         // Every row is a pure function of its position when chunks are
         // independent: then chunks may be scored on several threads (one
         // source clone and one scratch per rayon job) with the same bits.
-        let chunk_patches: Vec<Vec<Patch>> = if source.chunks_are_independent() && rayon::current_num_threads() > 1 && chunk_count >= 2 * CHUNKS_PER_JOB {
-            pieces
-                .into_par_iter()
-                .enumerate()
-                .with_min_len(CHUNKS_PER_JOB)
-                .map_init(|| (source.clone(), ChunkScratch::new(&work)), |(source, scratch), chunk| score_chunk(source, scratch, chunk))
-                .collect::<Result<_, _>>()?
-        } else {
-            let mut scratch = ChunkScratch::new(&work);
-            pieces.into_iter().enumerate().map(|chunk| score_chunk(&mut source, &mut scratch, chunk)).collect::<Result<_, _>>()?
-        };
+        let chunk_patches: Vec<Vec<Patch>> =
+            if source.chunks_are_independent() && rayon::current_num_threads() > 1 && chunk_count >= 2 * CHUNKS_PER_JOB {
+                pieces
+                    .into_par_iter()
+                    .enumerate()
+                    .with_min_len(CHUNKS_PER_JOB)
+                    .map_init(|| (source.clone(), ChunkScratch::new(&work)), |(source, scratch), chunk| score_chunk(source, scratch, chunk))
+                    .collect::<Result<_, _>>()?
+            } else {
+                let mut scratch = ChunkScratch::new(&work);
+                pieces.into_iter().enumerate().map(|chunk| score_chunk(&mut source, &mut scratch, chunk)).collect::<Result<_, _>>()?
+            };
         for patch in chunk_patches.into_iter().flatten() {
             cases[patch.case].patches[patch.variant].push((patch.row, patch.score));
         }
@@ -384,10 +403,12 @@ impl TrialSpec<'_> {
                 let visible = assembled[v];
                 let needle_scores = &visible[skip.clone()];
                 // Best needle row: highest score in the engine's order, first on ties.
-                let best = needle_scores.iter().copied().reduce(|a, b| if nan.compare(b, a, |x, y| x.total_cmp(&y)).is_gt() { b } else { a });
+                let best =
+                    needle_scores.iter().copied().reduce(|a, b| if nan.compare(b, a, |x, y| x.total_cmp(&y)).is_gt() { b } else { a });
                 let Some(best) = best else {
                     for ki in 0..self.topks.len() {
-                        cells[self.cell_index(ci, oi, ki, v)] = NeedleOutcome { survived: in_window, via_window: in_window, ..NeedleOutcome::LOST };
+                        cells[self.cell_index(ci, oi, ki, v)] =
+                            NeedleOutcome { survived: in_window, via_window: in_window, ..NeedleOutcome::LOST };
                     }
                     continue;
                 };
@@ -432,7 +453,15 @@ impl TrialSpec<'_> {
                 for v in (0..self.variants.len()).filter(|&v| v != r) {
                     for (ki, &k_eff) in k_effs.iter().enumerate().filter(|(_, &k)| k > 0) {
                         let (nan_r, nan_v) = (self.variants[r].selection.nan_order, self.variants[v].selection.nan_order);
-                        let both = selection_overlap_with(assembled[r], assembled[v], &tie_keys[..candidates], k_eff, &mut row_order, nan_r, nan_v);
+                        let both = selection_overlap_with(
+                            assembled[r],
+                            assembled[v],
+                            &tie_keys[..candidates],
+                            k_eff,
+                            &mut row_order,
+                            nan_r,
+                            nan_v,
+                        );
                         let cell = &mut cells[self.cell_index(ci, oi, ki, v)];
                         cell.selection_recall = Some(both as f64 / k_eff as f64);
                         cell.jaccard = Some(both as f64 / (2 * k_eff as u64 - both) as f64);

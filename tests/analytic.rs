@@ -27,7 +27,11 @@ fn family_wise_z(cells: usize) -> f64 {
     let (mut lo, mut hi) = (0.0, 10.0);
     for _ in 0..100 {
         let mid = 0.5 * (lo + hi);
-        if normal_sf(mid) > tail { lo = mid } else { hi = mid }
+        if normal_sf(mid) > tail {
+            lo = mid
+        } else {
+            hi = mid
+        }
     }
     0.5 * (lo + hi)
 }
@@ -77,8 +81,17 @@ fn prediction_agrees_in(mut s: Scenario) {
         assert_eq!(c.predicted_recall, Some(p.recall));
         let (lo, hi) = wilson_interval(c.survived, c.trials, z);
         let (lo, hi) = (lo - 2.0 * p.sampling_se, hi + 2.0 * p.sampling_se);
-        eprintln!("{preset} {} tokens k={topk} {}: simulated {:.4} [{:.4}, {:.4}], predicted {:.4} ± {:.4}", c.context_tokens, c.precision, c.recall, c.ci_low, c.ci_high, p.recall, p.sampling_se);
-        assert!(p.recall >= lo && p.recall <= hi, "{preset} at {} tokens, {}: predicted {} outside [{lo}, {hi}]", c.context_tokens, c.precision, p.recall);
+        eprintln!(
+            "{preset} {} tokens k={topk} {}: simulated {:.4} [{:.4}, {:.4}], predicted {:.4} ± {:.4}",
+            c.context_tokens, c.precision, c.recall, c.ci_low, c.ci_high, p.recall, p.sampling_se
+        );
+        assert!(
+            p.recall >= lo && p.recall <= hi,
+            "{preset} at {} tokens, {}: predicted {} outside [{lo}, {hi}]",
+            c.context_tokens,
+            c.precision,
+            p.recall
+        );
     }
 }
 
@@ -145,8 +158,18 @@ fn tail_agrees_in(mut s: Scenario) {
         assert_eq!((f.context_tokens, &f.precision), (t.context_tokens, &t.precision));
         let se = |lo: f64, hi: f64| (hi - lo) / (2.0 * Z95);
         let tol = Z95 * (se(f.ci_low, f.ci_high).powi(2) + se(t.ci_low, t.ci_high).powi(2)).sqrt();
-        eprintln!("{preset} {} tokens {}: full {:.4} [{:.4}, {:.4}], tail {:.4} [{:.4}, {:.4}]", f.context_tokens, f.precision, f.recall, f.ci_low, f.ci_high, t.recall, t.ci_low, t.ci_high);
-        assert!((f.recall - t.recall).abs() <= tol, "{} tokens {}: full {} vs tail {} (tolerance {tol})", f.context_tokens, f.precision, f.recall, t.recall);
+        eprintln!(
+            "{preset} {} tokens {}: full {:.4} [{:.4}, {:.4}], tail {:.4} [{:.4}, {:.4}]",
+            f.context_tokens, f.precision, f.recall, f.ci_low, f.ci_high, t.recall, t.ci_low, t.ci_high
+        );
+        assert!(
+            (f.recall - t.recall).abs() <= tol,
+            "{} tokens {}: full {} vs tail {} (tolerance {tol})",
+            f.context_tokens,
+            f.precision,
+            f.recall,
+            t.recall
+        );
     }
 }
 

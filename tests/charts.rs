@@ -63,7 +63,14 @@ fn a_sweep_writes_every_chart_and_a_self_contained_report() {
     let html = std::fs::read_to_string(dir.join("report.html")).unwrap();
     assert!(html.starts_with("<!DOCTYPE html>"));
     assert_eq!(html.matches("src=\"data:image/png;base64,").count(), CHARTS.len());
-    for needle in ["Effective context", "Paired comparison with fp32", "McNemar p", "Selection fidelity against fp32", "&quot;preset&quot;: &quot;deepseek-v4-flash&quot;", "recall@k"] {
+    for needle in [
+        "Effective context",
+        "Paired comparison with fp32",
+        "McNemar p",
+        "Selection fidelity against fp32",
+        "&quot;preset&quot;: &quot;deepseek-v4-flash&quot;",
+        "recall@k",
+    ] {
         assert!(html.contains(needle), "report.html lacks {needle:?}");
     }
     // nothing external

@@ -11,18 +11,7 @@ use std::process::Output;
 use tempfile::TempDir;
 
 /// A tiny sweep grid: 2 contexts × 2 depths × 1 k × 1 precision = 4 cells.
-const TINY: &[&str] = &[
-    "--trials",
-    "20",
-    "--contexts",
-    "1K,4K",
-    "--depths",
-    "0,50",
-    "--topk",
-    "64",
-    "--precisions",
-    "fp32",
-];
+const TINY: &[&str] = &["--trials", "20", "--contexts", "1K,4K", "--depths", "0,50", "--topk", "64", "--precisions", "fp32"];
 const TINY_CELLS: usize = 2 * 2;
 
 /// Keys every line of results.jsonl must carry.
@@ -55,14 +44,7 @@ fn stderr(o: &Output) -> String {
 
 /// `dsa-recall sweep <TINY> <extra…> --out <out>`.
 fn sweep(out: &Path, extra: &[&str]) -> Output {
-    bin()
-        .arg("sweep")
-        .args(TINY)
-        .args(extra)
-        .arg("--out")
-        .arg(out)
-        .output()
-        .expect("spawn dsa-recall")
+    bin().arg("sweep").args(TINY).args(extra).arg("--out").arg(out).output().expect("spawn dsa-recall")
 }
 
 /// A failure with exit code 2, no panic, and exactly one line on stderr that
@@ -74,33 +56,17 @@ fn assert_one_line_error(output: &Output, must_contain: &[&str]) {
 /// As [`assert_one_line_error`]; `code` None accepts any non-zero exit code.
 fn assert_one_line_error_code(output: &Output, code: Option<i32>, must_contain: &[&str]) {
     let err = stderr(output);
-    assert!(
-        !output.status.success(),
-        "expected a failure, got success; stderr: {err:?}"
-    );
+    assert!(!output.status.success(), "expected a failure, got success; stderr: {err:?}");
     match code {
         Some(c) => assert_eq!(output.status.code(), Some(c), "exit code; stderr: {err:?}"),
-        None => assert!(
-            output.status.code().is_some_and(|c| c != 0),
-            "exit code {:?}; stderr: {err:?}",
-            output.status.code()
-        ),
+        None => assert!(output.status.code().is_some_and(|c| c != 0), "exit code {:?}; stderr: {err:?}", output.status.code()),
     }
     assert!(!err.contains("panicked"), "the binary panicked: {err:?}");
-    assert!(
-        !err.contains("RUST_BACKTRACE"),
-        "the binary panicked: {err:?}"
-    );
-    assert!(
-        err.ends_with('\n'),
-        "stderr should end with a newline: {err:?}"
-    );
+    assert!(!err.contains("RUST_BACKTRACE"), "the binary panicked: {err:?}");
+    assert!(err.ends_with('\n'), "stderr should end with a newline: {err:?}");
     let lines: Vec<&str> = err.lines().collect();
     assert_eq!(lines.len(), 1, "stderr should be exactly one line: {err:?}");
-    assert!(
-        lines[0].starts_with("error: "),
-        "stderr should start with `error: `: {err:?}"
-    );
+    assert!(lines[0].starts_with("error: "), "stderr should start with `error: `: {err:?}");
     for s in must_contain {
         assert!(err.contains(s), "stderr should contain {s:?}: {err:?}");
     }
@@ -114,10 +80,7 @@ fn results(dir: &Path) -> Vec<Value> {
     read(&dir.join("results.jsonl"))
         .lines()
         .enumerate()
-        .map(|(i, line)| {
-            serde_json::from_str(line)
-                .unwrap_or_else(|e| panic!("results.jsonl line {}: {e}: {line}", i + 1))
-        })
+        .map(|(i, line)| serde_json::from_str(line).unwrap_or_else(|e| panic!("results.jsonl line {}: {e}: {line}", i + 1)))
         .collect()
 }
 
@@ -137,10 +100,7 @@ fn snapshot(dir: &Path) -> Vec<(String, Vec<u8>)> {
         .unwrap()
         .map(|e| {
             let e = e.unwrap();
-            (
-                e.file_name().to_string_lossy().into_owned(),
-                fs::read(e.path()).unwrap(),
-            )
+            (e.file_name().to_string_lossy().into_owned(), fs::read(e.path()).unwrap())
         })
         .collect();
     v.sort();
@@ -155,30 +115,18 @@ fn presets_lists_the_three_presets() {
     assert!(o.status.success(), "{}", stderr(&o));
     let out = stdout(&o);
     for name in ["deepseek-v4-flash", "deepseek-v4-pro", "deepseek-v3.2"] {
-        assert!(
-            out.lines()
-                .any(|l| l.split_whitespace().next() == Some(name)),
-            "missing preset {name}:\n{out}"
-        );
+        assert!(out.lines().any(|l| l.split_whitespace().next() == Some(name)), "missing preset {name}:\n{out}");
     }
 }
 
 #[test]
 fn presets_show_prints_parseable_toml() {
-    let o = bin()
-        .args(["presets", "show", "deepseek-v3.2"])
-        .output()
-        .unwrap();
+    let o = bin().args(["presets", "show", "deepseek-v3.2"]).output().unwrap();
     assert!(o.status.success(), "{}", stderr(&o));
     let out = stdout(&o);
     let v: toml::Value = toml::from_str(&out).unwrap_or_else(|e| panic!("not TOML: {e}\n{out}"));
     assert!(out.contains("index_topk = 2048"), "{out}");
-    assert_eq!(
-        v.get("indexer")
-            .and_then(|i| i.get("index_topk"))
-            .and_then(toml::Value::as_integer),
-        Some(2048)
-    );
+    assert_eq!(v.get("indexer").and_then(|i| i.get("index_topk")).and_then(toml::Value::as_integer), Some(2048));
 }
 
 #[test]
@@ -186,8 +134,7 @@ fn presets_show_every_preset_is_toml() {
     for (name, rope, pooling) in [("deepseek-v4-flash", "v4", "on"), ("deepseek-v4-pro", "v4", "on"), ("deepseek-v3.2", "v3.2", "off")] {
         let o = bin().args(["presets", "show", name]).output().unwrap();
         assert!(o.status.success(), "{name}: {}", stderr(&o));
-        let v = toml::from_str::<toml::Value>(&stdout(&o))
-            .unwrap_or_else(|e| panic!("{name}: not TOML: {e}"));
+        let v = toml::from_str::<toml::Value>(&stdout(&o)).unwrap_or_else(|e| panic!("{name}: not TOML: {e}"));
         let physics = v.get("physics").unwrap_or_else(|| panic!("{name}: no [physics]"));
         assert_eq!(physics.get("rope").and_then(toml::Value::as_str), Some(rope), "{name}");
         assert_eq!(physics.get("pooling").and_then(toml::Value::as_str), Some(pooling), "{name}");
@@ -226,7 +173,8 @@ fn hypotheses_lists_every_group_one_per_line() {
     let out = stdout(&o);
     let lines: Vec<&str> = out.lines().collect();
     assert_eq!(lines.len(), dsa_recall::hypothesis::CATALOGUE.len());
-    for (name, group) in [("no-hadamard", "numerics"), ("slot-shift", "cache-layout"), ("topk=N", "selection"), ("rope-swap-q", "position")] {
+    for (name, group) in [("no-hadamard", "numerics"), ("slot-shift", "cache-layout"), ("topk=N", "selection"), ("rope-swap-q", "position")]
+    {
         let line = lines.iter().find(|l| l.split_whitespace().nth(1) == Some(name)).unwrap_or_else(|| panic!("{name} missing:\n{out}"));
         assert!(line.starts_with(group), "{line}");
     }
@@ -249,7 +197,10 @@ fn hypotheses_show_and_long_print_the_full_text() {
 
 #[test]
 fn unknown_hypothesis_in_precisions_is_a_one_line_error() {
-    let o = bin().args(["run", "--trials", "2", "--context", "1K", "--depth", "50", "--topk", "64", "--precision", "fp8+stale-scales"]).output().unwrap();
+    let o = bin()
+        .args(["run", "--trials", "2", "--context", "1K", "--depth", "50", "--topk", "64", "--precision", "fp8+stale-scales"])
+        .output()
+        .unwrap();
     assert_one_line_error(&o, &["--precision)", "\"fp8+stale-scales\"", "unknown hypothesis", "stale-scale,"]);
 }
 
@@ -264,26 +215,16 @@ fn sweep_writes_all_outputs() {
     assert!(!stderr(&o).contains("panicked"));
     assert!(stdout(&o).contains("effective context"), "{}", stdout(&o));
 
-    for f in [
-        "results.jsonl",
-        "summary.csv",
-        "manifest.json",
-        "recall_vs_context.png",
-    ] {
+    for f in ["results.jsonl", "summary.csv", "manifest.json", "recall_vs_context.png"] {
         assert!(out.join(f).is_file(), "missing {f}");
     }
     let png = fs::read(out.join("recall_vs_context.png")).unwrap();
-    assert!(
-        png.starts_with(b"\x89PNG\r\n\x1a\n"),
-        "recall_vs_context.png is not a PNG"
-    );
+    assert!(png.starts_with(b"\x89PNG\r\n\x1a\n"), "recall_vs_context.png is not a PNG");
 
     let rows = results(&out);
     assert_eq!(rows.len(), TINY_CELLS, "one results.jsonl line per cell");
     for (i, row) in rows.iter().enumerate() {
-        let obj = row
-            .as_object()
-            .unwrap_or_else(|| panic!("line {} is not an object", i + 1));
+        let obj = row.as_object().unwrap_or_else(|| panic!("line {} is not an object", i + 1));
         for k in RESULT_KEYS {
             assert!(obj.contains_key(*k), "line {} lacks {k}: {row}", i + 1);
         }
@@ -292,30 +233,17 @@ fn sweep_writes_all_outputs() {
         assert_eq!(row["precision"], "fp32");
         let recall = row["recall"].as_f64().unwrap();
         assert!((0.0..=1.0).contains(&recall));
-        assert!(
-            row["ci_low"].as_f64().unwrap() <= recall && recall <= row["ci_high"].as_f64().unwrap()
-        );
+        assert!(row["ci_low"].as_f64().unwrap() <= recall && recall <= row["ci_high"].as_f64().unwrap());
     }
-    let mut cells: Vec<(u64, String)> = rows
-        .iter()
-        .map(|r| {
-            (
-                r["context_tokens"].as_u64().unwrap(),
-                r["depth_percent"].to_string(),
-            )
-        })
-        .collect();
+    let mut cells: Vec<(u64, String)> =
+        rows.iter().map(|r| (r["context_tokens"].as_u64().unwrap(), r["depth_percent"].to_string())).collect();
     cells.sort();
     cells.dedup();
     assert_eq!(cells.len(), TINY_CELLS, "cells are distinct");
 
     let csv = read(&out.join("summary.csv"));
     let lines: Vec<&str> = csv.lines().collect();
-    assert_eq!(
-        lines.len(),
-        1 + TINY_CELLS,
-        "header plus one row per cell:\n{csv}"
-    );
+    assert_eq!(lines.len(), 1 + TINY_CELLS, "header plus one row per cell:\n{csv}");
     let header: Vec<&str> = lines[0].split(',').collect();
     for k in RESULT_KEYS {
         assert!(header.contains(k), "summary.csv header lacks {k}");
@@ -325,10 +253,7 @@ fn sweep_writes_all_outputs() {
     }
 
     let m = manifest(&out);
-    assert!(
-        m.get("version").and_then(Value::as_str).is_some(),
-        "manifest lacks version"
-    );
+    assert!(m.get("version").and_then(Value::as_str).is_some(), "manifest lacks version");
     assert_eq!(m["scenario"]["seed"], 42, "manifest scenario.seed");
 }
 
@@ -343,11 +268,7 @@ fn sweep_refuses_non_empty_output_without_force() {
     // A different seed would change the results if anything were rewritten.
     let o = sweep(&out, &["--seed", "7"]);
     assert_one_line_error(&o, &["--force"]);
-    assert_eq!(
-        snapshot(&out),
-        before,
-        "a refused sweep must leave the files untouched"
-    );
+    assert_eq!(snapshot(&out), before, "a refused sweep must leave the files untouched");
 
     let o = sweep(&out, &["--seed", "7", "--force"]);
     assert!(o.status.success(), "with --force: {}", stderr(&o));
@@ -373,29 +294,13 @@ fn sweep_results_do_not_depend_on_threads() {
     let ob = sweep(&b, &["--threads", "2"]);
     assert!(ob.status.success(), "{}", stderr(&ob));
     for f in ["results.jsonl", "summary.csv"] {
-        assert_eq!(
-            fs::read(a.join(f)).unwrap(),
-            fs::read(b.join(f)).unwrap(),
-            "{f} differs between --threads 1 and 2"
-        );
+        assert_eq!(fs::read(a.join(f)).unwrap(), fs::read(b.join(f)).unwrap(), "{f} differs between --threads 1 and 2");
     }
 }
 
 // -------------------------------------------------------------------- run --
 
-const RUN: &[&str] = &[
-    "run",
-    "--context",
-    "4K",
-    "--depth",
-    "50",
-    "--topk",
-    "64",
-    "--precision",
-    "fp32",
-    "--trials",
-    "30",
-];
+const RUN: &[&str] = &["run", "--context", "4K", "--depth", "50", "--topk", "64", "--precision", "fp32", "--trials", "30"];
 
 #[test]
 fn run_prints_trials_and_summary() {
@@ -404,27 +309,13 @@ fn run_prints_trials_and_summary() {
     let out = stdout(&o);
     let trial_lines: Vec<&str> = out
         .lines()
-        .filter(|l| {
-            l.split_whitespace()
-                .next()
-                .is_some_and(|w| w.parse::<u64>().is_ok())
-        })
+        .filter(|l| l.split_whitespace().next().is_some_and(|w| w.parse::<u64>().is_ok()))
         .filter(|l| !l.contains("recall"))
         .collect();
     assert_eq!(trial_lines.len(), 30, "one line per trial:\n{out}");
-    let indices: Vec<u64> = trial_lines
-        .iter()
-        .map(|l| l.split_whitespace().next().unwrap().parse().unwrap())
-        .collect();
-    assert_eq!(
-        indices,
-        (0..30).collect::<Vec<_>>(),
-        "trial lines numbered 0..30"
-    );
-    assert!(
-        out.lines().any(|l| l.contains("recall")),
-        "no summary line with recall:\n{out}"
-    );
+    let indices: Vec<u64> = trial_lines.iter().map(|l| l.split_whitespace().next().unwrap().parse().unwrap()).collect();
+    assert_eq!(indices, (0..30).collect::<Vec<_>>(), "trial lines numbered 0..30");
+    assert!(out.lines().any(|l| l.contains("recall")), "no summary line with recall:\n{out}");
 }
 
 #[test]
@@ -433,10 +324,7 @@ fn run_without_print_trials_prints_only_summary() {
     assert!(o.status.success(), "{}", stderr(&o));
     let out = stdout(&o);
     assert!(out.contains("recall"), "{out}");
-    assert!(
-        out.lines().count() < 30,
-        "no trial lines without --print-trials:\n{out}"
-    );
+    assert!(out.lines().count() < 30, "no trial lines without --print-trials:\n{out}");
 }
 
 #[test]
@@ -445,8 +333,7 @@ fn run_json_prints_one_object() {
     assert!(o.status.success(), "{}", stderr(&o));
     let out = stdout(&o);
     assert_eq!(out.trim_end().lines().count(), 1, "one JSON line:\n{out}");
-    let v: Value =
-        serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("not JSON: {e}\n{out}"));
+    let v: Value = serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("not JSON: {e}\n{out}"));
     let recall = v.get("recall").and_then(Value::as_f64).expect("recall");
     assert!((0.0..=1.0).contains(&recall));
     assert_eq!(v["trials"], 30);
@@ -456,11 +343,7 @@ fn run_json_prints_one_object() {
 #[test]
 fn run_json_is_deterministic() {
     let a = bin().args(RUN).arg("--json").output().unwrap();
-    let b = bin()
-        .args(RUN)
-        .args(["--json", "--threads", "1"])
-        .output()
-        .unwrap();
+    let b = bin().args(RUN).args(["--json", "--threads", "1"]).output().unwrap();
     assert!(a.status.success() && b.status.success());
     assert_eq!(a.stdout, b.stdout);
 }
@@ -468,36 +351,12 @@ fn run_json_is_deterministic() {
 #[test]
 fn run_rejects_a_list_of_contexts() {
     let o = bin()
-        .args([
-            "run",
-            "--context",
-            "1K..4K",
-            "--depth",
-            "50",
-            "--topk",
-            "64",
-            "--precision",
-            "fp32",
-            "--trials",
-            "5",
-        ])
+        .args(["run", "--context", "1K..4K", "--depth", "50", "--topk", "64", "--precision", "fp32", "--trials", "5"])
         .output()
         .unwrap();
     assert_one_line_error(&o, &["--context"]);
     let o = bin()
-        .args([
-            "run",
-            "--context",
-            "1K,4K",
-            "--depth",
-            "50",
-            "--topk",
-            "64",
-            "--precision",
-            "fp32",
-            "--trials",
-            "5",
-        ])
+        .args(["run", "--context", "1K,4K", "--depth", "50", "--topk", "64", "--precision", "fp32", "--trials", "5"])
         .output()
         .unwrap();
     assert_one_line_error(&o, &["--context"]);
@@ -507,18 +366,9 @@ fn run_rejects_a_list_of_contexts() {
 fn run_rejects_lists_of_depths_topk_precisions() {
     let base = ["run", "--context", "1K", "--trials", "5"];
     for (extra, field) in [
-        (
-            ["--depth", "0,50", "--topk", "64", "--precision", "fp32"],
-            "--depth",
-        ),
-        (
-            ["--depth", "50", "--topk", "32,64", "--precision", "fp32"],
-            "--topk",
-        ),
-        (
-            ["--depth", "50", "--topk", "64", "--precision", "fp32,bf16"],
-            "--precision",
-        ),
+        (["--depth", "0,50", "--topk", "64", "--precision", "fp32"], "--depth"),
+        (["--depth", "50", "--topk", "32,64", "--precision", "fp32"], "--topk"),
+        (["--depth", "50", "--topk", "64", "--precision", "fp32,bf16"], "--precision"),
     ] {
         let o = bin().args(base).args(extra).output().unwrap();
         assert_one_line_error(&o, &[field]);
@@ -543,20 +393,10 @@ fn assert_bad_sweep(bad: &[&str], must_contain: &[&str]) {
         }
         i += 2;
     }
-    let o = bin()
-        .arg("sweep")
-        .args(&args)
-        .args(bad)
-        .arg("--out")
-        .arg(&out)
-        .output()
-        .unwrap();
+    let o = bin().arg("sweep").args(&args).args(bad).arg("--out").arg(&out).output().unwrap();
     let ctx = format!("sweep {}", bad.join(" "));
     let err = stderr(&o);
-    assert!(
-        !out.exists(),
-        "{ctx}: output directory created on bad input (stderr {err:?})"
-    );
+    assert!(!out.exists(), "{ctx}: output directory created on bad input (stderr {err:?})");
     assert!(!err.contains("panicked"), "{ctx}: panicked: {err}");
     eprintln!("case: {ctx}");
     assert_one_line_error(&o, must_contain);
@@ -592,22 +432,13 @@ fn bad_depth_negative_with_equals() {
 #[test]
 fn bad_negative_numbers_name_their_flag() {
     let mut failures = Vec::new();
-    for (flag, value) in [
-        ("--topk", "-1"),
-        ("--contexts", "-1K"),
-        ("--trials", "-1"),
-        ("--threshold", "-0.5"),
-        ("--window", "-1"),
-    ] {
+    for (flag, value) in [("--topk", "-1"), ("--contexts", "-1K"), ("--trials", "-1"), ("--threshold", "-0.5"), ("--window", "-1")] {
         let result = std::panic::catch_unwind(|| assert_bad_sweep(&[flag, value], &[flag]));
         if result.is_err() {
             failures.push(format!("{flag} {value}"));
         }
     }
-    assert!(
-        failures.is_empty(),
-        "errors that do not name their flag: {failures:?}"
-    );
+    assert!(failures.is_empty(), "errors that do not name their flag: {failures:?}");
 }
 
 #[test]
@@ -699,10 +530,7 @@ fn bad_config_misspelled_key() {
     let tmp = TempDir::new().unwrap();
     let f = write_file(&tmp, "typo.toml", "[needle]\nstrenght = 2.0\n");
     let fname = f.display().to_string();
-    assert_bad_sweep(
-        &["--config", &fname],
-        &["typo.toml", "strenght", "line 2", "column"],
-    );
+    assert_bad_sweep(&["--config", &fname], &["typo.toml", "strenght", "line 2", "column"]);
 }
 
 #[test]
@@ -721,20 +549,7 @@ fn bad_config_value_names_field() {
     let tmp2 = TempDir::new().unwrap();
     let out = tmp2.path().join("never");
     let o = bin()
-        .args([
-            "sweep",
-            "--contexts",
-            "1K",
-            "--depths",
-            "50",
-            "--topk",
-            "64",
-            "--precisions",
-            "fp32",
-            "--config",
-            &fname,
-            "--out",
-        ])
+        .args(["sweep", "--contexts", "1K", "--depths", "50", "--topk", "64", "--precisions", "fp32", "--config", &fname, "--out"])
         .arg(&out)
         .output()
         .unwrap();
@@ -746,32 +561,16 @@ fn bad_config_value_names_field() {
 fn bad_config_missing_file() {
     let tmp = TempDir::new().unwrap();
     let out = tmp.path().join("never");
-    let o = bin()
-        .arg("sweep")
-        .args(TINY)
-        .args(["--config", "/nonexistent/file.toml", "--out"])
-        .arg(&out)
-        .output()
-        .unwrap();
+    let o = bin().arg("sweep").args(TINY).args(["--config", "/nonexistent/file.toml", "--out"]).arg(&out).output().unwrap();
     assert_one_line_error_code(&o, None, &["/nonexistent/file.toml"]);
     assert!(!out.exists(), "output directory created on bad input");
 }
 
 #[test]
 fn bad_run_input_is_one_line() {
-    for bad in [
-        ["--depth", "101"],
-        ["--precision", "fp7"],
-        ["--context", "abc"],
-        ["--topk", "0"],
-    ] {
+    for bad in [["--depth", "101"], ["--precision", "fp7"], ["--context", "abc"], ["--topk", "0"]] {
         let mut args: Vec<&str> = vec!["run", "--trials", "5"];
-        for (flag, val) in [
-            ("--context", "1K"),
-            ("--depth", "50"),
-            ("--topk", "64"),
-            ("--precision", "fp32"),
-        ] {
+        for (flag, val) in [("--context", "1K"), ("--depth", "50"), ("--topk", "64"), ("--precision", "fp32")] {
             if flag != bad[0] {
                 args.extend([flag, val]);
             }
@@ -784,26 +583,10 @@ fn bad_run_input_is_one_line() {
 
 #[test]
 fn help_and_version_succeed() {
-    bin()
-        .arg("--help")
-        .assert()
-        .success()
-        .stdout(predicate::str::contains("sweep"));
-    bin()
-        .args(["sweep", "--help"])
-        .assert()
-        .success()
-        .stdout(predicate::str::contains("--contexts"));
-    bin()
-        .args(["run", "--help"])
-        .assert()
-        .success()
-        .stdout(predicate::str::contains("--print-trials"));
-    bin()
-        .arg("--version")
-        .assert()
-        .success()
-        .stdout(predicate::str::contains(env!("CARGO_PKG_VERSION")));
+    bin().arg("--help").assert().success().stdout(predicate::str::contains("sweep"));
+    bin().args(["sweep", "--help"]).assert().success().stdout(predicate::str::contains("--contexts"));
+    bin().args(["run", "--help"]).assert().success().stdout(predicate::str::contains("--print-trials"));
+    bin().arg("--version").assert().success().stdout(predicate::str::contains(env!("CARGO_PKG_VERSION")));
 }
 
 // ------------------------------------------------------------ valid config --
@@ -811,25 +594,10 @@ fn help_and_version_succeed() {
 #[test]
 fn config_file_is_honoured() {
     let tmp = TempDir::new().unwrap();
-    let f = write_file(
-        &tmp,
-        "ok.toml",
-        "[sweep]\ntrials = 15\n\n[needle]\nstrength = 0.0\n",
-    );
+    let f = write_file(&tmp, "ok.toml", "[sweep]\ntrials = 15\n\n[needle]\nstrength = 0.0\n");
     let out = tmp.path().join("out");
     let o = bin()
-        .args([
-            "sweep",
-            "--contexts",
-            "1K,4K",
-            "--depths",
-            "50",
-            "--topk",
-            "64",
-            "--precisions",
-            "fp32",
-            "--config",
-        ])
+        .args(["sweep", "--contexts", "1K,4K", "--depths", "50", "--topk", "64", "--precisions", "fp32", "--config"])
         .arg(&f)
         .arg("--out")
         .arg(&out)
@@ -842,10 +610,7 @@ fn config_file_is_honoured() {
         assert_eq!(r["trials"], 15, "{r}");
     }
     let m = manifest(&out);
-    assert_eq!(
-        m["scenario"]["model"]["needle_strength"].as_f64(),
-        Some(0.0)
-    );
+    assert_eq!(m["scenario"]["model"]["needle_strength"].as_f64(), Some(0.0));
     assert_eq!(m["scenario"]["trials"], 15);
 }
 
@@ -855,20 +620,7 @@ fn command_line_overrides_config_file() {
     let f = write_file(&tmp, "ok.toml", "[sweep]\ntrials = 15\n");
     let out = tmp.path().join("out");
     let o = bin()
-        .args([
-            "sweep",
-            "--contexts",
-            "1K",
-            "--depths",
-            "50",
-            "--topk",
-            "64",
-            "--precisions",
-            "fp32",
-            "--trials",
-            "12",
-            "--config",
-        ])
+        .args(["sweep", "--contexts", "1K", "--depths", "50", "--topk", "64", "--precisions", "fp32", "--trials", "12", "--config"])
         .arg(&f)
         .arg("--out")
         .arg(&out)
@@ -901,7 +653,8 @@ fn needle_offsets_and_length_mods_become_cells() {
     assert!(o.status.success(), "{}", stderr(&o));
     let cells = results(&out);
     assert_eq!(cells.len(), 4 * 2);
-    let mut seen: Vec<(u64, u64)> = cells.iter().map(|c| (c["context_tokens"].as_u64().unwrap(), c["needle_offset"].as_u64().unwrap())).collect();
+    let mut seen: Vec<(u64, u64)> =
+        cells.iter().map(|c| (c["context_tokens"].as_u64().unwrap(), c["needle_offset"].as_u64().unwrap())).collect();
     seen.sort_unstable();
     let want: Vec<(u64, u64)> = [4096u64, 4099].iter().flat_map(|&l| (0..4).map(move |o| (l, o))).collect();
     assert_eq!(seen, want);

@@ -117,7 +117,7 @@ fn npy_bytes() -> Vec<u8> {
 }
 
 fn safetensors_bytes() -> Vec<u8> {
-    use safetensors::{Dtype, tensor::TensorView};
+    use safetensors::{tensor::TensorView, Dtype};
     let q: Vec<u8> = (0..8).flat_map(|i| (i as f32).to_le_bytes()).collect();
     let k: Vec<u8> = (0..12).flat_map(|i| (i as f32 * 0.5).to_le_bytes()).collect();
     let w: Vec<u8> = (0..2).flat_map(|i| (i as f32 + 1.0).to_le_bytes()).collect();

@@ -99,7 +99,14 @@ fn recall_does_not_rise_with_context_nor_fall_with_k() {
             // Paired design: the same haystacks are ranked for every k, so a
             // needle kept at k is kept at every larger k — exactly, not just
             // within intervals.
-            assert!(large.survived >= small.survived, "L={context}: k {} kept {}, k {} kept {}", pair[0], small.survived, pair[1], large.survived);
+            assert!(
+                large.survived >= small.survived,
+                "L={context}: k {} kept {}, k {} kept {}",
+                pair[0],
+                small.survived,
+                pair[1],
+                large.survived
+            );
         }
     }
     // The chart has something to show: recall falls over this range.
@@ -135,7 +142,8 @@ fn contexts_within_coverage_give_recall_one_for_any_needle() {
 
 #[test]
 fn results_are_byte_identical_across_thread_counts() {
-    let s = scenario("[sweep]\ncontexts = \"1K..16K\"\ndepths = \"10,60\"\ntopk = \"64,128\"\nprecisions = \"fp32,bf16,fp8\"\ntrials = 24\n");
+    let s =
+        scenario("[sweep]\ncontexts = \"1K..16K\"\ndepths = \"10,60\"\ntopk = \"64,128\"\nprecisions = \"fp32,bf16,fp8\"\ntrials = 24\n");
     let run = |threads| {
         let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
         results_jsonl(&pool.install(|| sweep(&s)).cells)
@@ -149,7 +157,8 @@ fn results_are_byte_identical_across_thread_counts() {
 fn a_cell_does_not_depend_on_the_other_cells_of_its_sweep() {
     // Same precisions (the paired and fidelity columns compare precisions by design).
     let alone = scenario("[sweep]\ncontexts = \"8K\"\ndepths = \"40\"\ntopk = \"256\"\nprecisions = \"fp32,bf16\"\ntrials = 50\n");
-    let among = scenario("[sweep]\ncontexts = \"2K,8K,32K\"\ndepths = \"40,80\"\ntopk = \"64,256\"\nprecisions = \"fp32,bf16\"\ntrials = 50\n");
+    let among =
+        scenario("[sweep]\ncontexts = \"2K,8K,32K\"\ndepths = \"40,80\"\ntopk = \"64,256\"\nprecisions = \"fp32,bf16\"\ntrials = 50\n");
     let (a, b) = (sweep(&alone), sweep(&among));
     assert_eq!(cell(&a, 8192, 40.0, 256, "bf16"), cell(&b, 8192, 40.0, 256, "bf16"));
 }
@@ -158,7 +167,9 @@ fn a_cell_does_not_depend_on_the_other_cells_of_its_sweep() {
 fn bf16_logits_make_ties_visible() {
     // fp4 keeps logits in bf16 (8 significant bits): among thousands of rows,
     // some tie with the needle and the two rank columns differ.
-    let s = scenario("[needle]\nstrength = 0.5\n[sweep]\ncontexts = \"32K\"\ndepths = \"50\"\ntopk = \"512\"\nprecisions = \"fp32,fp4\"\ntrials = 40\n");
+    let s = scenario(
+        "[needle]\nstrength = 0.5\n[sweep]\ncontexts = \"32K\"\ndepths = \"50\"\ntopk = \"512\"\nprecisions = \"fp32,fp4\"\ntrials = 40\n",
+    );
     let o = sweep(&s);
     let fp4 = cell(&o, 32768, 50.0, 512, "fp4");
     assert!(fp4.trials_with_ties > 0, "{fp4:?}");

@@ -145,7 +145,9 @@ fn chunks_scored_in_parallel_give_the_sequential_bits() {
     ];
     for toml in &cases {
         let s = scenario(toml);
-        let run = |threads| rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap().install(|| run_sweep(&s, &|| {}).unwrap().cells);
+        let run = |threads| {
+            rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap().install(|| run_sweep(&s, &|| {}).unwrap().cells)
+        };
         assert_eq!(run(1), run(4), "{toml}");
     }
 }

@@ -77,11 +77,8 @@ fn stdin_and_arguments_give_the_same_output() {
     let values = ["1.3", "-2.75", "0.001", "300", "7e-3", "-0"];
     let from_args = cmd().args(["quantize", "--format", "e4m3fn", "--codes", "--"]).args(values).output().expect("run");
     assert!(from_args.status.success());
-    let from_stdin = cmd()
-        .args(["quantize", "--format", "e4m3fn", "--codes"])
-        .write_stdin(values.join("\n") + "\n\n")
-        .output()
-        .expect("run");
+    let from_stdin =
+        cmd().args(["quantize", "--format", "e4m3fn", "--codes"]).write_stdin(values.join("\n") + "\n\n").output().expect("run");
     assert!(from_stdin.status.success());
     assert_eq!(from_args.stdout, from_stdin.stdout);
     assert_eq!(stdout_lines(&from_args)[5], "-0 0x80");
@@ -91,7 +88,10 @@ fn stdin_and_arguments_give_the_same_output() {
 fn blocks_are_scaled_together() {
     // Blocks of 2 with DeepSeek's ue8m0 rule: [12, 1] → scale 2; [0.2, 0.1] → scale 2^-4;
     // the trailing [5] alone → scale 1, and 5 ties to the even 4.
-    let out = cmd().args(["quantize", "--format", "e2m1", "--block", "2", "--scale", "ue8m0", "--codes", "12", "1", "0.2", "0.1", "5"]).output().expect("run");
+    let out = cmd()
+        .args(["quantize", "--format", "e2m1", "--block", "2", "--scale", "ue8m0", "--codes", "12", "1", "0.2", "0.1", "5"])
+        .output()
+        .expect("run");
     assert!(out.status.success());
     assert_eq!(stdout_lines(&out), ["12 0x7", "1 0x1", "0.1875 0x5", "0.09375 0x3", "4 0x6"]);
     // Without --block one scale covers everything: 0.1 is lost next to 12 (scale 2: 0.05 → 0).

@@ -130,7 +130,20 @@ fn malformed_files_give_one_line_errors() {
     let lying = write("lie.npy", &lying);
     one_line_error(&replay_cli(&["--q-npy", &lying, "--k-npy", &kp, "--weights-npy", &wp]), "declares 8192000000000000 values");
     let chart = p("overlap.png");
-    let ok = replay_cli(&["--q-npy", &qp, "--k-npy", &kp, "--weights-npy", &wp, "--topk", "4,8", "--precisions", "fp8,fp4", "--chart", chart.to_str().unwrap()]);
+    let ok = replay_cli(&[
+        "--q-npy",
+        &qp,
+        "--k-npy",
+        &kp,
+        "--weights-npy",
+        &wp,
+        "--topk",
+        "4,8",
+        "--precisions",
+        "fp8,fp4",
+        "--chart",
+        chart.to_str().unwrap(),
+    ]);
     assert!(ok.status.success(), "{}", String::from_utf8_lossy(&ok.stderr));
     let png = std::fs::read(&chart).unwrap();
     assert_eq!(&png[1..4], b"PNG");

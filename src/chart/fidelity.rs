@@ -134,10 +134,7 @@ impl FidelityChart {
         let e_first = ticks.first().copied().unwrap_or(0.0) as i64;
         let label_every = if ticks.len() > 8 { 2 } else { 1 };
         let (title, desc) = match metric {
-            Metric::SelectionRecall => (
-                format!("recall@k: share of the {} top-k kept", self.reference),
-                "recall@k",
-            ),
+            Metric::SelectionRecall => (format!("recall@k: share of the {} top-k kept", self.reference), "recall@k"),
             Metric::Jaccard => (format!("Jaccard overlap with the {} top-k", self.reference), "Jaccard overlap"),
         };
         let mut chart = ChartBuilder::on(area)
@@ -145,10 +142,7 @@ impl FidelityChart {
             .margin(px(12.0))
             .x_label_area_size(px(58.0))
             .y_label_area_size(px(70.0))
-            .build_cartesian_2d(
-                TickedAxis { lo: x_lo, hi: x_hi, ticks: ticks.to_vec() },
-                TickedAxis { lo: y_lo, hi: y_hi, ticks: y_ticks },
-            )
+            .build_cartesian_2d(TickedAxis { lo: x_lo, hi: x_hi, ticks: ticks.to_vec() }, TickedAxis { lo: y_lo, hi: y_hi, ticks: y_ticks })
             .map_err(draw_err)?;
         let decimals = if step < 0.1 { 2 } else { 1 };
         chart
@@ -210,9 +204,7 @@ impl FidelityChart {
                 let dx = 0.04 * (x_hi - x_lo);
                 poly = vec![(x - dx, pts[0].ci_high), (x + dx, pts[0].ci_high), (x + dx, pts[0].ci_low), (x - dx, pts[0].ci_low)];
             }
-            chart
-                .draw_series(std::iter::once(Polygon::new(poly, look.color.mix(0.14).filled())))
-                .map_err(draw_err)?;
+            chart.draw_series(std::iter::once(Polygon::new(poly, look.color.mix(0.14).filled()))).map_err(draw_err)?;
         }
         let line_w = (2.4 * s).round().max(1.0) as u32;
         for sr in &self.series {
@@ -254,8 +246,7 @@ impl Painter for FidelityChart {
         let title_h = root.estimate_text_size("Ag", &title_style).map_err(draw_err)?.1 as i32;
         let sub_h = root.estimate_text_size("Ag", &subtitle_style).map_err(draw_err)?.1 as i32;
         root.draw(&Text::new(self.title.clone(), (margin, margin), title_style)).map_err(draw_err)?;
-        root.draw(&Text::new(self.subtitle.clone(), (margin, margin + title_h + px(10.0)), subtitle_style))
-            .map_err(draw_err)?;
+        root.draw(&Text::new(self.subtitle.clone(), (margin, margin + title_h + px(10.0)), subtitle_style)).map_err(draw_err)?;
         let top = margin + title_h + px(10.0) + sub_h + px(16.0);
 
         // legend: series sorted by (k, precision order)
@@ -301,19 +292,29 @@ impl Painter for FidelityChart {
             legend
                 .draw(&Rectangle::new([(lx, y - px(8.0)), (lx + swatch_w, y + px(8.0))], look.color.mix(0.14).filled()))
                 .map_err(draw_err)?;
-            draw_dashed(&legend, &[(lx as f64, y as f64), ((lx + swatch_w) as f64, y as f64)], look.dash, s, look.color.stroke_width(line_w))?;
+            draw_dashed(
+                &legend,
+                &[(lx as f64, y as f64), ((lx + swatch_w) as f64, y as f64)],
+                look.dash,
+                s,
+                look.color.stroke_width(line_w),
+            )?;
             draw_marker(&legend, look.marker, (lx + swatch_w / 2, y), 5.0 * s, look.color, s)?;
             legend.draw(&Text::new(label.clone(), (lx + swatch_w + px(12.0), y), legend_style.clone())).map_err(draw_err)?;
             y += entry_h;
         }
         y += px(10.0);
-        legend
-            .draw(&Rectangle::new([(lx, y - px(8.0)), (lx + swatch_w, y + px(8.0))], INK_SOFT.mix(0.2).filled()))
-            .map_err(draw_err)?;
+        legend.draw(&Rectangle::new([(lx, y - px(8.0)), (lx + swatch_w, y + px(8.0))], INK_SOFT.mix(0.2).filled())).map_err(draw_err)?;
         legend.draw(&Text::new("95 % interval", (lx + swatch_w + px(12.0), y), legend_style.clone())).map_err(draw_err)?;
         y += entry_h;
         if let Some(r) = self.pass_rule {
-            draw_dashed(&legend, &[(lx as f64, y as f64), ((lx + swatch_w) as f64, y as f64)], Dash::Dashed, s, INK.stroke_width((2.0 * s).round().max(1.0) as u32))?;
+            draw_dashed(
+                &legend,
+                &[(lx as f64, y as f64), ((lx + swatch_w) as f64, y as f64)],
+                Dash::Dashed,
+                s,
+                INK.stroke_width((2.0 * s).round().max(1.0) as u32),
+            )?;
             legend
                 .draw(&Text::new(format!("{r}: engines' pass rule"), (lx + swatch_w + px(12.0), y), legend_style.clone()))
                 .map_err(draw_err)?;

@@ -8,8 +8,8 @@ use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, VPos};
 
 use super::style::{
-    contrast_text_color, dash_polyline, diverging_color, format_thousands, format_tokens,
-    recall_color, text_at, text_vertical, ui_scale, Dash, INK, INK_SOFT, MISSING_CELL,
+    contrast_text_color, dash_polyline, diverging_color, format_thousands, format_tokens, recall_color, text_at, text_vertical, ui_scale,
+    Dash, INK, INK_SOFT, MISSING_CELL,
 };
 use super::{draw_err, render_atomically, ChartError, Painter};
 
@@ -74,19 +74,11 @@ fn validate(h: &Heatmap) -> Result<(), ChartError> {
             return bad(format!("{name}: contexts must be strictly ascending"));
         }
         if p.recall.len() != p.depths_percent.len() {
-            return bad(format!(
-                "{name}: {} recall rows for {} depths",
-                p.recall.len(),
-                p.depths_percent.len()
-            ));
+            return bad(format!("{name}: {} recall rows for {} depths", p.recall.len(), p.depths_percent.len()));
         }
         for (i, row) in p.recall.iter().enumerate() {
             if row.len() != p.contexts.len() {
-                return bad(format!(
-                    "{name}: row {i} has {} values for {} contexts",
-                    row.len(),
-                    p.contexts.len()
-                ));
+                return bad(format!("{name}: row {i} has {} values for {} contexts", row.len(), p.contexts.len()));
             }
             for v in row.iter().flatten() {
                 if !v.is_finite() {
@@ -155,26 +147,14 @@ impl Painter for Heatmap {
 
         let margin = px(24.0);
         let title_style = text_at(30.0 * s, INK, HPos::Left, VPos::Top);
-        let title_h = root
-            .estimate_text_size("Ag", &title_style)
-            .map_err(draw_err)?
-            .1 as i32;
-        root.draw(&Text::new(
-            self.title.clone(),
-            (margin, margin),
-            title_style,
-        ))
-        .map_err(draw_err)?;
+        let title_h = root.estimate_text_size("Ag", &title_style).map_err(draw_err)?.1 as i32;
+        root.draw(&Text::new(self.title.clone(), (margin, margin), title_style)).map_err(draw_err)?;
 
         // ---- regions
         let bar_col_w = px(120.0);
         let top = margin + title_h + px(16.0);
         // room for the rotated "needle depth" label left of the first column
-        let (left, right, bottom) = (
-            margin + px(26.0),
-            w as i32 - margin - bar_col_w,
-            h as i32 - margin,
-        );
+        let (left, right, bottom) = (margin + px(26.0), w as i32 - margin - bar_col_w, h as i32 - margin);
         let (grid_rows, grid_cols) = grid_shape(self.panels.len());
         let cell_w = (right - left) / grid_cols as i32;
         let cell_h = (bottom - top) / grid_rows as i32;
@@ -183,14 +163,7 @@ impl Painter for Heatmap {
             let (r, c) = (i / grid_cols, i % grid_cols);
             let x0 = left + c as i32 * cell_w;
             let y0 = top + r as i32 * cell_h;
-            self.paint_panel(
-                root,
-                p,
-                (x0, y0, x0 + cell_w, y0 + cell_h),
-                s,
-                c == 0,
-                r + 1 == grid_rows,
-            )?;
+            self.paint_panel(root, p, (x0, y0, x0 + cell_w, y0 + cell_h), s, c == 0, r + 1 == grid_rows)?;
         }
 
         // ---- colour bar
@@ -198,69 +171,31 @@ impl Painter for Heatmap {
         let bar_x1 = bar_x0 + px(24.0);
         let bar_y0 = top + px(60.0);
         let bar_y1 = bottom - px(90.0);
-        let label = if self.diverging {
-            "Δ recall"
-        } else {
-            "recall"
-        };
-        root.draw(&Text::new(
-            label,
-            ((bar_x0 + bar_x1) / 2, bar_y0 - px(14.0)),
-            text_at(17.0 * s, INK, HPos::Center, VPos::Bottom),
-        ))
-        .map_err(draw_err)?;
-        let (vlo, vhi) = if self.diverging {
-            (-self.limit(), self.limit())
-        } else {
-            (0.0, 1.0)
-        };
+        let label = if self.diverging { "Δ recall" } else { "recall" };
+        root.draw(&Text::new(label, ((bar_x0 + bar_x1) / 2, bar_y0 - px(14.0)), text_at(17.0 * s, INK, HPos::Center, VPos::Bottom)))
+            .map_err(draw_err)?;
+        let (vlo, vhi) = if self.diverging { (-self.limit(), self.limit()) } else { (0.0, 1.0) };
         let span = (bar_y1 - bar_y0).max(1);
         for y in bar_y0..bar_y1 {
             let t = 1.0 - (y - bar_y0) as f64 / span as f64;
             let v = vlo + t * (vhi - vlo);
-            root.draw(&Rectangle::new(
-                [(bar_x0, y), (bar_x1, y + 1)],
-                self.color(v).filled(),
-            ))
-            .map_err(draw_err)?;
+            root.draw(&Rectangle::new([(bar_x0, y), (bar_x1, y + 1)], self.color(v).filled())).map_err(draw_err)?;
         }
-        root.draw(&Rectangle::new(
-            [(bar_x0, bar_y0), (bar_x1, bar_y1)],
-            INK_SOFT.stroke_width(1),
-        ))
-        .map_err(draw_err)?;
+        root.draw(&Rectangle::new([(bar_x0, bar_y0), (bar_x1, bar_y1)], INK_SOFT.stroke_width(1))).map_err(draw_err)?;
         let tick_style = text_at(15.0 * s, INK, HPos::Left, VPos::Center);
         for i in 0..=4 {
             let v = vlo + (vhi - vlo) * i as f64 / 4.0;
             let y = bar_y1 - ((span as f64) * i as f64 / 4.0).round() as i32;
-            root.draw(&PathElement::new(
-                vec![(bar_x1, y), (bar_x1 + px(6.0), y)],
-                INK_SOFT.stroke_width(1),
-            ))
-            .map_err(draw_err)?;
+            root.draw(&PathElement::new(vec![(bar_x1, y), (bar_x1 + px(6.0), y)], INK_SOFT.stroke_width(1))).map_err(draw_err)?;
             // 0.025 needs three decimals, 0.25 two
             let d = if ((v * 100.0).round() - v * 100.0).abs() > 1e-9 { 3 } else { 2 };
-            let txt = if self.diverging && v > 0.0 {
-                format!("+{v:.d$}")
-            } else {
-                format!("{v:.d$}")
-            };
-            root.draw(&Text::new(txt, (bar_x1 + px(9.0), y), tick_style.clone()))
-                .map_err(draw_err)?;
+            let txt = if self.diverging && v > 0.0 { format!("+{v:.d$}") } else { format!("{v:.d$}") };
+            root.draw(&Text::new(txt, (bar_x1 + px(9.0), y), tick_style.clone())).map_err(draw_err)?;
         }
         // missing-value swatch
         let sw_y = bar_y1 + px(34.0);
-        root.draw(&Rectangle::new(
-            [(bar_x0, sw_y), (bar_x1, sw_y + px(18.0))],
-            MISSING_CELL.filled(),
-        ))
-        .map_err(draw_err)?;
-        root.draw(&Text::new(
-            "no data",
-            (bar_x1 + px(9.0), sw_y + px(9.0)),
-            tick_style.clone(),
-        ))
-        .map_err(draw_err)?;
+        root.draw(&Rectangle::new([(bar_x0, sw_y), (bar_x1, sw_y + px(18.0))], MISSING_CELL.filled())).map_err(draw_err)?;
+        root.draw(&Text::new("no data", (bar_x1 + px(9.0), sw_y + px(9.0)), tick_style.clone())).map_err(draw_err)?;
         Ok(())
     }
 }
@@ -287,21 +222,14 @@ impl Heatmap {
         let gy0 = y0 + px(62.0); // title + coverage label row
         let gy1 = y1 - if last_row { px(66.0) } else { px(34.0) };
         if gx1 - gx0 < 10 || gy1 - gy0 < 10 {
-            return Err(ChartError::InvalidInput(
-                "image too small for this many heatmap panels".into(),
-            ));
+            return Err(ChartError::InvalidInput("image too small for this many heatmap panels".into()));
         }
         let ncols = p.contexts.len() as i32;
         let nrows = p.depths_percent.len() as i32;
         let col_x = |j: i32| gx0 + ((gx1 - gx0) as i64 * j as i64 / ncols as i64) as i32;
         let row_y = |i: i32| gy0 + ((gy1 - gy0) as i64 * i as i64 / nrows as i64) as i32;
 
-        root.draw(&Text::new(
-            p.title.clone(),
-            ((gx0 + gx1) / 2, y0 + px(4.0)),
-            panel_title,
-        ))
-        .map_err(draw_err)?;
+        root.draw(&Text::new(p.title.clone(), ((gx0 + gx1) / 2, y0 + px(4.0)), panel_title)).map_err(draw_err)?;
 
         // cell annotations: fit "0.97" / "+0.25" into the cell
         let cw = (gx1 - gx0) as f64 / ncols as f64;
@@ -313,13 +241,8 @@ impl Heatmap {
                 let (cx0, cx1) = (col_x(j as i32), col_x(j as i32 + 1));
                 let (cy0, cy1) = (row_y(i as i32), row_y(i as i32 + 1));
                 let fill = v.map(|v| self.color(v)).unwrap_or(MISSING_CELL);
-                root.draw(&Rectangle::new([(cx0, cy0), (cx1, cy1)], fill.filled()))
-                    .map_err(draw_err)?;
-                root.draw(&Rectangle::new(
-                    [(cx0, cy0), (cx1, cy1)],
-                    WHITE.stroke_width(1),
-                ))
-                .map_err(draw_err)?;
+                root.draw(&Rectangle::new([(cx0, cy0), (cx1, cy1)], fill.filled())).map_err(draw_err)?;
+                root.draw(&Rectangle::new([(cx0, cy0), (cx1, cy1)], WHITE.stroke_width(1))).map_err(draw_err)?;
                 if ann_size >= 7.0 {
                     let txt = match v {
                         Some(v) => self.format_value(*v),
@@ -328,12 +251,7 @@ impl Heatmap {
                     root.draw(&Text::new(
                         txt,
                         ((cx0 + cx1) / 2, (cy0 + cy1) / 2),
-                        text_at(
-                            ann_size,
-                            contrast_text_color(fill),
-                            HPos::Center,
-                            VPos::Center,
-                        ),
+                        text_at(ann_size, contrast_text_color(fill), HPos::Center, VPos::Center),
                     ))
                     .map_err(draw_err)?;
                 }
@@ -341,55 +259,27 @@ impl Heatmap {
         }
 
         // axes ticks
-        let label_every = if ncols as f64 * 40.0 * s > (gx1 - gx0) as f64 {
-            2
-        } else {
-            1
-        };
+        let label_every = if ncols as f64 * 40.0 * s > (gx1 - gx0) as f64 { 2 } else { 1 };
         for (j, c) in p.contexts.iter().enumerate() {
             if j % label_every != 0 {
                 continue;
             }
             let cx = (col_x(j as i32) + col_x(j as i32 + 1)) / 2;
-            root.draw(&Text::new(
-                format_tokens(*c),
-                (cx, gy1 + px(6.0)),
-                tick_style_x.clone(),
-            ))
-            .map_err(draw_err)?;
+            root.draw(&Text::new(format_tokens(*c), (cx, gy1 + px(6.0)), tick_style_x.clone())).map_err(draw_err)?;
         }
-        let depth_every = if nrows as f64 * 20.0 * s > (gy1 - gy0) as f64 {
-            2
-        } else {
-            1
-        };
+        let depth_every = if nrows as f64 * 20.0 * s > (gy1 - gy0) as f64 { 2 } else { 1 };
         for (i, d) in p.depths_percent.iter().enumerate() {
             if i % depth_every != 0 {
                 continue;
             }
             let cy = (row_y(i as i32) + row_y(i as i32 + 1)) / 2;
-            root.draw(&Text::new(
-                format_depth(*d),
-                (gx0 - px(6.0), cy),
-                tick_style_y.clone(),
-            ))
-            .map_err(draw_err)?;
+            root.draw(&Text::new(format_depth(*d), (gx0 - px(6.0), cy), tick_style_y.clone())).map_err(draw_err)?;
         }
         if last_row {
-            root.draw(&Text::new(
-                "context length (tokens)",
-                ((gx0 + gx1) / 2, gy1 + px(30.0)),
-                desc_style.clone(),
-            ))
-            .map_err(draw_err)?;
+            root.draw(&Text::new("context length (tokens)", ((gx0 + gx1) / 2, gy1 + px(30.0)), desc_style.clone())).map_err(draw_err)?;
         }
         if first_col {
-            root.draw(&Text::new(
-                "needle depth",
-                (x0 - px(12.0), (gy0 + gy1) / 2),
-                text_vertical(16.0 * s, INK_SOFT),
-            ))
-            .map_err(draw_err)?;
+            root.draw(&Text::new("needle depth", (x0 - px(12.0), (gy0 + gy1) / 2), text_vertical(16.0 * s, INK_SOFT))).map_err(draw_err)?;
         }
 
         // coverage limit
@@ -401,28 +291,18 @@ impl Heatmap {
                     let x = col_x(j as i32);
                     let halo = WHITE.stroke_width((6.0 * s).round().max(3.0) as u32);
                     let line = INK.stroke_width((3.0 * s).round().max(2.0) as u32);
-                    root.draw(&PathElement::new(
-                        vec![(x, gy0 - px(8.0)), (x, gy1 + px(2.0))],
-                        halo,
-                    ))
-                    .map_err(draw_err)?;
+                    root.draw(&PathElement::new(vec![(x, gy0 - px(8.0)), (x, gy1 + px(2.0))], halo)).map_err(draw_err)?;
                     for seg in dash_polyline(
-                        &[
-                            (x as f64, (gy0 - px(8.0)) as f64),
-                            (x as f64, (gy1 + px(2.0)) as f64),
-                        ],
+                        &[(x as f64, (gy0 - px(8.0)) as f64), (x as f64, (gy1 + px(2.0)) as f64)],
                         Dash::LongDash.pattern(),
                         s * 0.7,
                     ) {
                         root.draw(&PathElement::new(seg, line)).map_err(draw_err)?;
                     }
-                    let (tw, _) = root
-                        .estimate_text_size(&label, &label_style)
-                        .map_err(draw_err)?;
+                    let (tw, _) = root.estimate_text_size(&label, &label_style).map_err(draw_err)?;
                     let half = tw as i32 / 2;
                     let lx = x.clamp(x0 + half, x1 - half);
-                    root.draw(&Text::new(label, (lx, gy0 - px(10.0)), label_style))
-                        .map_err(draw_err)?;
+                    root.draw(&Text::new(label, (lx, gy0 - px(10.0)), label_style)).map_err(draw_err)?;
                 }
                 None => {
                     root.draw(&Text::new(
@@ -469,12 +349,7 @@ mod tests {
                 coverage_limit: Some(2176),
             })
             .collect();
-        Heatmap {
-            title: "t".into(),
-            panels,
-            diverging,
-            diverging_limit: None,
-        }
+        Heatmap { title: "t".into(), panels, diverging, diverging_limit: None }
     }
 
     #[test]
@@ -496,28 +371,16 @@ mod tests {
         let path = dir.path().join("bad.png");
         let mut h = demo(1, false);
         h.panels.clear();
-        assert!(matches!(
-            render_heatmap(&h, &path, 900, 600),
-            Err(ChartError::InvalidInput(_))
-        ));
+        assert!(matches!(render_heatmap(&h, &path, 900, 600), Err(ChartError::InvalidInput(_))));
         let mut h = demo(1, false);
         h.panels[0].recall[0][0] = Some(f64::NAN);
-        assert!(matches!(
-            render_heatmap(&h, &path, 900, 600),
-            Err(ChartError::InvalidInput(_))
-        ));
+        assert!(matches!(render_heatmap(&h, &path, 900, 600), Err(ChartError::InvalidInput(_))));
         let mut h = demo(1, false);
         h.panels[0].recall[1].pop();
-        assert!(matches!(
-            render_heatmap(&h, &path, 900, 600),
-            Err(ChartError::InvalidInput(_))
-        ));
+        assert!(matches!(render_heatmap(&h, &path, 900, 600), Err(ChartError::InvalidInput(_))));
         let mut h = demo(1, false);
         h.panels[0].recall[0][0] = Some(-0.5); // negative only allowed when diverging
-        assert!(matches!(
-            render_heatmap(&h, &path, 900, 600),
-            Err(ChartError::InvalidInput(_))
-        ));
+        assert!(matches!(render_heatmap(&h, &path, 900, 600), Err(ChartError::InvalidInput(_))));
         assert!(!path.exists());
     }
 

@@ -27,9 +27,9 @@ use std::path::{Path, PathBuf};
 use plotters::coord::Shift;
 use plotters::prelude::{BitMapBackend, DrawingArea, DrawingBackend, IntoDrawingArea, SVGBackend};
 
+pub use fidelity::{render_fidelity, FidelityChart, FidelityPoint, FidelitySeries};
 pub use font::{ensure_font_registered, FONT_FAMILY};
 pub use heatmap::{render_heatmap, Heatmap, HeatmapPanel};
-pub use fidelity::{render_fidelity, FidelityChart, FidelityPoint, FidelitySeries};
 pub use rank_margin::{render_rank_margin, DistributionRow, RankMarginChart};
 pub use recall_vs_context::{render_recall_vs_context, EffectiveMark, RecallChart, RecallPoint, RecallSeries};
 
@@ -78,12 +78,7 @@ impl ImageFormat {
     /// `.png` → [`ImageFormat::Png`], `.svg` → [`ImageFormat::Svg`]
     /// (case-insensitive); anything else is an error.
     pub fn from_path(path: &Path) -> Result<Self, ChartError> {
-        match path
-            .extension()
-            .and_then(|e| e.to_str())
-            .map(|e| e.to_ascii_lowercase())
-            .as_deref()
-        {
+        match path.extension().and_then(|e| e.to_str()).map(|e| e.to_ascii_lowercase()).as_deref() {
             Some("png") => Ok(ImageFormat::Png),
             Some("svg") => Ok(ImageFormat::Svg),
             _ => Err(ChartError::UnsupportedFormat(path.to_path_buf())),
@@ -108,42 +103,26 @@ pub(crate) fn check_size(width: u32, height: u32) -> Result<(), ChartError> {
     if ok(width) && ok(height) {
         Ok(())
     } else {
-        Err(ChartError::InvalidInput(format!(
-            "image size {width}×{height} outside {MIN_SIDE_PX}..={MAX_SIDE_PX} px per side"
-        )))
+        Err(ChartError::InvalidInput(format!("image size {width}×{height} outside {MIN_SIDE_PX}..={MAX_SIDE_PX} px per side")))
     }
 }
 
 /// Renders `painter` into a temporary file next to `path`, then renames it
 /// into place. On any failure the temporary file is removed.
-pub(crate) fn render_atomically<P: Painter>(
-    painter: &P,
-    path: &Path,
-    width: u32,
-    height: u32,
-) -> Result<(), ChartError> {
+pub(crate) fn render_atomically<P: Painter>(painter: &P, path: &Path, width: u32, height: u32) -> Result<(), ChartError> {
     check_size(width, height)?;
     let format = ImageFormat::from_path(path)?;
     ensure_font_registered()?;
 
-    let file_name = path
-        .file_name()
-        .and_then(|f| f.to_str())
-        .ok_or_else(|| ChartError::InvalidInput(format!("no usable file name in {path:?}")))?;
+    let file_name =
+        path.file_name().and_then(|f| f.to_str()).ok_or_else(|| ChartError::InvalidInput(format!("no usable file name in {path:?}")))?;
     let dir = match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => PathBuf::from("."),
     };
-    std::fs::create_dir_all(&dir).map_err(|source| ChartError::Io {
-        path: dir.clone(),
-        source,
-    })?;
+    std::fs::create_dir_all(&dir).map_err(|source| ChartError::Io { path: dir.clone(), source })?;
     // Keep the real extension last: the bitmap encoder picks the format from it.
-    let tmp = dir.join(format!(
-        ".{file_name}.{}.tmp.{}",
-        std::process::id(),
-        format.extension()
-    ));
+    let tmp = dir.join(format!(".{file_name}.{}.tmp.{}", std::process::id(), format.extension()));
 
     let result = (|| -> Result<(), ChartError> {
         match format {
@@ -161,10 +140,7 @@ pub(crate) fn render_atomically<P: Painter>(
                 embed_svg_font(&tmp)?;
             }
         }
-        std::fs::rename(&tmp, path).map_err(|source| ChartError::Io {
-            path: path.to_path_buf(),
-            source,
-        })
+        std::fs::rename(&tmp, path).map_err(|source| ChartError::Io { path: path.to_path_buf(), source })
     })();
     if result.is_err() {
         let _ = std::fs::remove_file(&tmp);
@@ -174,10 +150,7 @@ pub(crate) fn render_atomically<P: Painter>(
 
 /// Inserts the embedded font's `@font-face` right after the `<svg …>` tag.
 fn embed_svg_font(svg_path: &Path) -> Result<(), ChartError> {
-    let io = |source| ChartError::Io {
-        path: svg_path.to_path_buf(),
-        source,
-    };
+    let io = |source| ChartError::Io { path: svg_path.to_path_buf(), source };
     let svg = std::fs::read_to_string(svg_path).map_err(io)?;
     let insert_at = svg
         .find("<svg")
@@ -197,18 +170,9 @@ mod tests {
 
     #[test]
     fn format_from_extension() {
-        assert_eq!(
-            ImageFormat::from_path(Path::new("a/b.png")).unwrap(),
-            ImageFormat::Png
-        );
-        assert_eq!(
-            ImageFormat::from_path(Path::new("b.SVG")).unwrap(),
-            ImageFormat::Svg
-        );
-        assert!(matches!(
-            ImageFormat::from_path(Path::new("b.jpg")),
-            Err(ChartError::UnsupportedFormat(_))
-        ));
+        assert_eq!(ImageFormat::from_path(Path::new("a/b.png")).unwrap(), ImageFormat::Png);
+        assert_eq!(ImageFormat::from_path(Path::new("b.SVG")).unwrap(), ImageFormat::Svg);
+        assert!(matches!(ImageFormat::from_path(Path::new("b.jpg")), Err(ChartError::UnsupportedFormat(_))));
         assert!(ImageFormat::from_path(Path::new("noext")).is_err());
     }
 }

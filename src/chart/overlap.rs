@@ -61,10 +61,8 @@ impl Painter for OverlapChart {
         let y_min = ((lo - 0.05) * 20.0).floor().max(0.0) / 20.0;
         let slots = topks.len() * (precisions.len() + 1);
         let (top, legend_w) = ((90.0 * s) as u32, (230.0 * s) as u32);
-        root.draw(&Text::new(self.title.clone(), ((20.0 * s) as i32, (16.0 * s) as i32), text(26.0 * s, INK)))
-            .map_err(draw_err)?;
-        root.draw(&Text::new(self.subtitle.clone(), ((20.0 * s) as i32, (50.0 * s) as i32), text(16.0 * s, INK_SOFT)))
-            .map_err(draw_err)?;
+        root.draw(&Text::new(self.title.clone(), ((20.0 * s) as i32, (16.0 * s) as i32), text(26.0 * s, INK))).map_err(draw_err)?;
+        root.draw(&Text::new(self.subtitle.clone(), ((20.0 * s) as i32, (50.0 * s) as i32), text(16.0 * s, INK_SOFT))).map_err(draw_err)?;
         let (plot, legend) = root.margin(top, 10, 10, 10).split_horizontally(w.saturating_sub(legend_w + 20));
         let mut c = ChartBuilder::on(&plot)
             .x_label_area_size((60.0 * s) as u32)
@@ -99,8 +97,11 @@ impl Painter for OverlapChart {
             c.draw_series(std::iter::once(Rectangle::new([(x0 + 0.08, y_min), (x0 + 0.92, b.mean_recall)], color.mix(0.85).filled())))
                 .map_err(draw_err)?;
             let mid = x0 + 0.5;
-            c.draw_series(std::iter::once(PathElement::new(vec![(mid, b.min_recall), (mid, b.max_recall)], INK.stroke_width((2.0 * s) as u32))))
-                .map_err(draw_err)?;
+            c.draw_series(std::iter::once(PathElement::new(
+                vec![(mid, b.min_recall), (mid, b.max_recall)],
+                INK.stroke_width((2.0 * s) as u32),
+            )))
+            .map_err(draw_err)?;
             c.draw_series(std::iter::once(Circle::new((mid, b.mean_jaccard), (5.0 * s) as i32, INK.filled()))).map_err(draw_err)?;
         }
         let rule: Vec<(f64, f64)> = (0..=40).map(|i| (slots as f64 * i as f64 / 40.0, 0.99)).collect();
@@ -131,7 +132,14 @@ mod tests {
     #[test]
     fn renders_a_png_and_rejects_bad_values() {
         let dir = tempfile::tempdir().unwrap();
-        let bar = |k, p: &str, r| OverlapBar { topk: k, precision: p.into(), mean_recall: r, min_recall: r - 0.01, max_recall: r, mean_jaccard: r * r };
+        let bar = |k, p: &str, r| OverlapBar {
+            topk: k,
+            precision: p.into(),
+            mean_recall: r,
+            min_recall: r - 0.01,
+            max_recall: r,
+            mean_jaccard: r * r,
+        };
         let chart = OverlapChart {
             title: "t".into(),
             subtitle: "s".into(),

@@ -92,10 +92,12 @@ fn ticks(lo: f64, hi: f64, step: f64) -> Vec<f64> {
 
 fn tick_label(v: f64, step: f64) -> String {
     // as many decimals as the step needs (0.25 → 2, 0.5 → 1, 2 → 0)
-    let decimals = (0..4usize).find(|&d| {
-        let x = step * 10f64.powi(d as i32);
-        (x - x.round()).abs() < 1e-9
-    }).unwrap_or(3);
+    let decimals = (0..4usize)
+        .find(|&d| {
+            let x = step * 10f64.powi(d as i32);
+            (x - x.round()).abs() < 1e-9
+        })
+        .unwrap_or(3);
     let r = format!("{v:.decimals$}");
     if r.trim_start_matches('-').chars().all(|c| c == '0' || c == '.') {
         format!("{:.decimals$}", 0.0)
@@ -198,10 +200,7 @@ impl RankMarginChart {
         };
         if lost_hi > lost_lo {
             chart
-                .draw_series(std::iter::once(Rectangle::new(
-                    [(lost_lo, 0.0), (lost_hi, n as f64)],
-                    RECALL_LOW.mix(0.07).filled(),
-                )))
+                .draw_series(std::iter::once(Rectangle::new([(lost_lo, 0.0), (lost_hi, n as f64)], RECALL_LOW.mix(0.07).filled())))
                 .map_err(draw_err)?;
         }
         // backend_coord is in root pixels; `area` draws in its own
@@ -225,8 +224,7 @@ impl RankMarginChart {
             Panel::Rank => (HPos::Right, -px(6.0)),
             Panel::Margin => (HPos::Left, px(6.0)),
         };
-        area.draw(&Text::new(note, (x + dx, y_top + px(4.0)), text_at(14.0 * s, INK, hpos, VPos::Top)))
-            .map_err(draw_err)?;
+        area.draw(&Text::new(note, (x + dx, y_top + px(4.0)), text_at(14.0 * s, INK, hpos, VPos::Top))).map_err(draw_err)?;
 
         // boxes
         let whisker_w = (2.0 * s).round().max(1.0) as u32;
@@ -238,8 +236,7 @@ impl RankMarginChart {
                 let why = if panel == Panel::Rank { "no ranked trials" } else { "no margin: fewer competitors than k" };
                 let (xc, yc_px) = chart.backend_coord(&((lo + hi) / 2.0, yc));
                 let (xc, yc_px) = (xc - ox, yc_px - oy);
-                area.draw(&Text::new(why, (xc, yc_px), text_at(14.0 * s, INK_SOFT, HPos::Center, VPos::Center)))
-                    .map_err(draw_err)?;
+                area.draw(&Text::new(why, (xc, yc_px), text_at(14.0 * s, INK_SOFT, HPos::Center, VPos::Center))).map_err(draw_err)?;
                 continue;
             };
             let half_box = 0.26;
@@ -249,17 +246,11 @@ impl RankMarginChart {
                 .map_err(draw_err)?;
             for v in [q[0], q[4]] {
                 chart
-                    .draw_series(std::iter::once(PathElement::new(
-                        vec![(v, yc - cap), (v, yc + cap)],
-                        look.color.stroke_width(whisker_w),
-                    )))
+                    .draw_series(std::iter::once(PathElement::new(vec![(v, yc - cap), (v, yc + cap)], look.color.stroke_width(whisker_w))))
                     .map_err(draw_err)?;
             }
             chart
-                .draw_series(std::iter::once(Rectangle::new(
-                    [(q[1], yc - half_box), (q[3], yc + half_box)],
-                    look.color.mix(0.45).filled(),
-                )))
+                .draw_series(std::iter::once(Rectangle::new([(q[1], yc - half_box), (q[3], yc + half_box)], look.color.mix(0.45).filled())))
                 .map_err(draw_err)?;
             chart
                 .draw_series(std::iter::once(Rectangle::new(
@@ -292,11 +283,9 @@ impl Painter for RankMarginChart {
         let title_h = root.estimate_text_size("Ag", &title_style).map_err(draw_err)?.1 as i32;
         let sub_h = root.estimate_text_size("Ag", &subtitle_style).map_err(draw_err)?.1 as i32;
         root.draw(&Text::new(self.title.clone(), (margin, margin), title_style)).map_err(draw_err)?;
-        root.draw(&Text::new(self.subtitle.clone(), (margin, margin + title_h + px(10.0)), subtitle_style.clone()))
-            .map_err(draw_err)?;
+        root.draw(&Text::new(self.subtitle.clone(), (margin, margin + title_h + px(10.0)), subtitle_style.clone())).map_err(draw_err)?;
         let key = "whiskers 5–95 %, box 25–75 %, bar = median; tinted side: needle lost";
-        root.draw(&Text::new(key, (margin, margin + title_h + px(10.0) + sub_h + px(6.0)), subtitle_style))
-            .map_err(draw_err)?;
+        root.draw(&Text::new(key, (margin, margin + title_h + px(10.0) + sub_h + px(6.0)), subtitle_style)).map_err(draw_err)?;
         let top = margin + title_h + px(10.0) + 2 * sub_h + px(22.0);
 
         let label_style = text(15.0 * s, INK);

@@ -12,8 +12,8 @@ use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, VPos};
 
 use super::style::{
-    dash_polyline, format_thousands, format_tokens, lerp_color, palette_color, text, text_at,
-    ui_scale, Dash, Marker, TickedAxis, GRID, INK, INK_SOFT,
+    dash_polyline, format_thousands, format_tokens, lerp_color, palette_color, text, text_at, ui_scale, Dash, Marker, TickedAxis, GRID,
+    INK, INK_SOFT,
 };
 use super::{draw_err, render_atomically, ChartError, Painter};
 
@@ -78,12 +78,7 @@ impl EffectiveMark {
 
 /// Renders `chart` to `path` (`.png` or `.svg`, chosen from the extension),
 /// atomically (temporary file + rename).
-pub fn render_recall_vs_context(
-    chart: &RecallChart,
-    path: &Path,
-    width: u32,
-    height: u32,
-) -> Result<(), ChartError> {
+pub fn render_recall_vs_context(chart: &RecallChart, path: &Path, width: u32, height: u32) -> Result<(), ChartError> {
     validate(chart)?;
     render_atomically(chart, path, width, height)
 }
@@ -111,27 +106,15 @@ fn validate(chart: &RecallChart) -> Result<(), ChartError> {
                 return bad(format!("{name}: context length 0 cannot go on a log axis"));
             }
             if p.context_tokens <= prev {
-                return bad(format!(
-                    "{name}: context lengths must be strictly ascending"
-                ));
+                return bad(format!("{name}: context lengths must be strictly ascending"));
             }
             prev = p.context_tokens;
-            for (what, v) in [
-                ("recall", p.recall),
-                ("ci_low", p.ci_low),
-                ("ci_high", p.ci_high),
-            ] {
+            for (what, v) in [("recall", p.recall), ("ci_low", p.ci_low), ("ci_high", p.ci_high)] {
                 if !v.is_finite() {
-                    return bad(format!(
-                        "{name}: non-finite {what} at context {}",
-                        p.context_tokens
-                    ));
+                    return bad(format!("{name}: non-finite {what} at context {}", p.context_tokens));
                 }
                 if !(-EPS..=1.0 + EPS).contains(&v) {
-                    return bad(format!(
-                        "{name}: {what} {v} outside 0..1 at context {}",
-                        p.context_tokens
-                    ));
+                    return bad(format!("{name}: {what} {v} outside 0..1 at context {}", p.context_tokens));
                 }
             }
             if p.ci_low > p.recall + EPS || p.recall > p.ci_high + EPS {
@@ -196,12 +179,7 @@ impl Encoding {
     }
 
     fn new(chart: &RecallChart) -> Self {
-        let mut topks: Vec<u32> = chart
-            .series
-            .iter()
-            .map(|s| s.topk)
-            .chain(chart.coverage_limits.iter().map(|&(k, _)| k))
-            .collect();
+        let mut topks: Vec<u32> = chart.series.iter().map(|s| s.topk).chain(chart.coverage_limits.iter().map(|&(k, _)| k)).collect();
         topks.sort_unstable();
         topks.dedup();
         let mut precisions: Vec<String> = Vec::new();
@@ -218,11 +196,7 @@ impl Encoding {
     }
 
     fn look(&self, s: &RecallSeries) -> SeriesLook {
-        let p = self
-            .precisions
-            .iter()
-            .position(|p| *p == s.precision)
-            .unwrap_or(0);
+        let p = self.precisions.iter().position(|p| *p == s.precision).unwrap_or(0);
         SeriesLook {
             color: self.topk_color(s.topk),
             dash: Dash::CYCLE[p % Dash::CYCLE.len()],
@@ -250,46 +224,29 @@ pub(crate) fn draw_marker<DB: DrawingBackend>(
     let ri = r.round() as i32;
     match m {
         Marker::Circle => {
-            area.draw(&Circle::new((x, y), ri, fill))
-                .map_err(draw_err)?;
-            area.draw(&Circle::new((x, y), ri, outline))
-                .map_err(draw_err)?;
+            area.draw(&Circle::new((x, y), ri, fill)).map_err(draw_err)?;
+            area.draw(&Circle::new((x, y), ri, outline)).map_err(draw_err)?;
         }
         Marker::Square => {
             let q = r * 0.9;
-            area.draw(&Rectangle::new([f(-q, -q), f(q, q)], fill))
-                .map_err(draw_err)?;
-            area.draw(&Rectangle::new([f(-q, -q), f(q, q)], outline))
-                .map_err(draw_err)?;
+            area.draw(&Rectangle::new([f(-q, -q), f(q, q)], fill)).map_err(draw_err)?;
+            area.draw(&Rectangle::new([f(-q, -q), f(q, q)], outline)).map_err(draw_err)?;
         }
         Marker::Triangle | Marker::Diamond => {
             let pts = if m == Marker::Triangle {
-                vec![
-                    f(0.0, -1.25 * r),
-                    f(1.15 * r, 0.85 * r),
-                    f(-1.15 * r, 0.85 * r),
-                ]
+                vec![f(0.0, -1.25 * r), f(1.15 * r, 0.85 * r), f(-1.15 * r, 0.85 * r)]
             } else {
-                vec![
-                    f(0.0, -1.3 * r),
-                    f(1.1 * r, 0.0),
-                    f(0.0, 1.3 * r),
-                    f(-1.1 * r, 0.0),
-                ]
+                vec![f(0.0, -1.3 * r), f(1.1 * r, 0.0), f(0.0, 1.3 * r), f(-1.1 * r, 0.0)]
             };
-            area.draw(&Polygon::new(pts.clone(), fill))
-                .map_err(draw_err)?;
+            area.draw(&Polygon::new(pts.clone(), fill)).map_err(draw_err)?;
             let mut closed = pts.clone();
             closed.push(pts[0]);
-            area.draw(&PathElement::new(closed, outline))
-                .map_err(draw_err)?;
+            area.draw(&PathElement::new(closed, outline)).map_err(draw_err)?;
         }
         Marker::Cross => {
             let w = color.stroke_width((2.5 * s).round().max(1.0) as u32);
-            area.draw(&PathElement::new(vec![f(-r, -r), f(r, r)], w))
-                .map_err(draw_err)?;
-            area.draw(&PathElement::new(vec![f(-r, r), f(r, -r)], w))
-                .map_err(draw_err)?;
+            area.draw(&PathElement::new(vec![f(-r, -r), f(r, r)], w)).map_err(draw_err)?;
+            area.draw(&PathElement::new(vec![f(-r, r), f(r, -r)], w)).map_err(draw_err)?;
         }
     }
     Ok(())
@@ -332,12 +289,7 @@ fn assign_label_rows(labels: &mut [CoverageLabel], gap: i32) {
         let (placed, rest) = labels.split_at_mut(i);
         let cur = &mut rest[0];
         let right = cur.x + cur.width + gap;
-        cur.row = placed
-            .iter()
-            .filter(|p| p.x <= right)
-            .map(|p| p.row + 1)
-            .max()
-            .unwrap_or(0);
+        cur.row = placed.iter().filter(|p| p.x <= right).map(|p| p.row + 1).max().unwrap_or(0);
     }
 }
 
@@ -370,21 +322,14 @@ impl Painter for RecallChart {
         let e_first = x_lo.ceil() as i64;
         let e_last = x_hi.floor() as i64;
         let ticks: Vec<f64> = (e_first..=e_last).map(|e| e as f64).collect();
-        let label_every = if ticks.len() > MAX_LABELLED_TICKS {
-            2
-        } else {
-            1
-        };
+        let label_every = if ticks.len() > MAX_LABELLED_TICKS { 2 } else { 1 };
         let y_ticks: Vec<f64> = (0..=10).map(|i| i as f64 / 10.0).collect();
 
         // ---- legend entries & legend width
         let mut order: Vec<usize> = (0..self.series.len()).collect();
         order.sort_by_key(|&i| {
             let sr = &self.series[i];
-            (
-                sr.topk,
-                enc.precisions.iter().position(|p| *p == sr.precision),
-            )
+            (sr.topk, enc.precisions.iter().position(|p| *p == sr.precision))
         });
         let series_labels: Vec<String> = order
             .iter()
@@ -417,32 +362,18 @@ impl Painter for RecallChart {
         let swatch_w = px(52.0);
         let mut legend_text_w = 0i32;
         for l in series_labels.iter().chain(&extra_labels).chain(&off_axis) {
-            let (tw, _) = root
-                .estimate_text_size(l, &legend_style)
-                .map_err(draw_err)?;
+            let (tw, _) = root.estimate_text_size(l, &legend_style).map_err(draw_err)?;
             legend_text_w = legend_text_w.max(tw as i32);
         }
-        let legend_head = if self.effective.is_empty() {
-            "series (k, precision)"
-        } else {
-            "series (k, precision) · effective context"
-        };
-        let (head_w, _) = root
-            .estimate_text_size(legend_head, &legend_head_style)
-            .map_err(draw_err)?;
+        let legend_head = if self.effective.is_empty() { "series (k, precision)" } else { "series (k, precision) · effective context" };
+        let (head_w, _) = root.estimate_text_size(legend_head, &legend_head_style).map_err(draw_err)?;
         legend_text_w = legend_text_w.max(head_w as i32 - swatch_w - px(12.0));
         let legend_w = swatch_w + px(12.0) + legend_text_w + px(40.0);
 
         // ---- vertical layout
         let margin = px(24.0);
-        let title_h = root
-            .estimate_text_size("Ag", &title_style)
-            .map_err(draw_err)?
-            .1 as i32;
-        let sub_h = root
-            .estimate_text_size("Ag", &subtitle_style)
-            .map_err(draw_err)?
-            .1 as i32;
+        let title_h = root.estimate_text_size("Ag", &title_style).map_err(draw_err)?.1 as i32;
+        let sub_h = root.estimate_text_size("Ag", &subtitle_style).map_err(draw_err)?.1 as i32;
         let header_top = margin + title_h + px(10.0) + sub_h + px(18.0);
         let row_h = px(24.0);
         let x_label_area = px(62.0);
@@ -458,16 +389,8 @@ impl Painter for RecallChart {
                 .x_label_area_size(x_label_area)
                 .y_label_area_size(y_label_area)
                 .build_cartesian_2d(
-                    TickedAxis {
-                        lo: x_lo,
-                        hi: x_hi,
-                        ticks: ticks.clone(),
-                    },
-                    TickedAxis {
-                        lo: Y_MIN,
-                        hi: Y_MAX,
-                        ticks: y_ticks.clone(),
-                    },
+                    TickedAxis { lo: x_lo, hi: x_hi, ticks: ticks.clone() },
+                    TickedAxis { lo: Y_MIN, hi: Y_MAX, ticks: y_ticks.clone() },
                 )
                 .map_err(draw_err)
         };
@@ -484,16 +407,8 @@ impl Painter for RecallChart {
                 }
                 let x = probe.backend_coord(&((c as f64).log2(), 0.0)).0;
                 let text = format!("k={k} coverage {}", format_thousands(c));
-                let (tw, _) = root
-                    .estimate_text_size(&text, &cov_style)
-                    .map_err(draw_err)?;
-                cov_labels.push(CoverageLabel {
-                    k,
-                    x,
-                    text,
-                    width: tw as i32 + px(8.0),
-                    row: 0,
-                });
+                let (tw, _) = root.estimate_text_size(&text, &cov_style).map_err(draw_err)?;
+                cov_labels.push(CoverageLabel { k, x, text, width: tw as i32 + px(8.0), row: 0 });
             }
         }
         assign_label_rows(&mut cov_labels, px(6.0));
@@ -527,18 +442,8 @@ impl Painter for RecallChart {
         let (plot_top, plot_bottom) = (px_range_y.start, px_range_y.end);
 
         // ---- title & subtitle
-        root.draw(&Text::new(
-            self.title.clone(),
-            (margin, margin),
-            title_style.clone(),
-        ))
-        .map_err(draw_err)?;
-        root.draw(&Text::new(
-            self.subtitle.clone(),
-            (margin, margin + title_h + px(10.0)),
-            subtitle_style.clone(),
-        ))
-        .map_err(draw_err)?;
+        root.draw(&Text::new(self.title.clone(), (margin, margin), title_style.clone())).map_err(draw_err)?;
+        root.draw(&Text::new(self.subtitle.clone(), (margin, margin + title_h + px(10.0)), subtitle_style.clone())).map_err(draw_err)?;
 
         // ---- effective threshold (under the data)
         if let Some(t) = self.effective_threshold {
@@ -559,10 +464,7 @@ impl Painter for RecallChart {
             let label_mid_y = plot_top - px(6.0) - (l.row as i32) * row_h - row_h / 2;
             draw_dashed(
                 root,
-                &[
-                    (l.x as f64, plot_bottom as f64),
-                    (l.x as f64, (label_mid_y + row_h / 2 - px(2.0)) as f64),
-                ],
+                &[(l.x as f64, plot_bottom as f64), (l.x as f64, (label_mid_y + row_h / 2 - px(2.0)) as f64)],
                 Dash::LongDash,
                 s * 0.6,
                 color.stroke_width(cov_style_w),
@@ -578,35 +480,16 @@ impl Painter for RecallChart {
         // ---- bands (all first, so lines are never hidden under another band)
         for sr in &self.series {
             let look = enc.look(sr);
-            let mut poly: Vec<(f64, f64)> = sr
-                .points
-                .iter()
-                .map(|p| ((p.context_tokens as f64).log2(), p.ci_high))
-                .collect();
-            poly.extend(
-                sr.points
-                    .iter()
-                    .rev()
-                    .map(|p| ((p.context_tokens as f64).log2(), p.ci_low)),
-            );
+            let mut poly: Vec<(f64, f64)> = sr.points.iter().map(|p| ((p.context_tokens as f64).log2(), p.ci_high)).collect();
+            poly.extend(sr.points.iter().rev().map(|p| ((p.context_tokens as f64).log2(), p.ci_low)));
             if sr.points.len() == 1 {
                 // a single point: show its interval as a narrow bar
                 let p = &sr.points[0];
                 let x = (p.context_tokens as f64).log2();
                 let dx = 0.04 * (x_hi - x_lo);
-                poly = vec![
-                    (x - dx, p.ci_high),
-                    (x + dx, p.ci_high),
-                    (x + dx, p.ci_low),
-                    (x - dx, p.ci_low),
-                ];
+                poly = vec![(x - dx, p.ci_high), (x + dx, p.ci_high), (x + dx, p.ci_low), (x - dx, p.ci_low)];
             }
-            chart
-                .draw_series(std::iter::once(Polygon::new(
-                    poly,
-                    look.color.mix(0.16).filled(),
-                )))
-                .map_err(draw_err)?;
+            chart.draw_series(std::iter::once(Polygon::new(poly, look.color.mix(0.16).filled()))).map_err(draw_err)?;
         }
 
         // ---- lines and markers
@@ -632,17 +515,16 @@ impl Painter for RecallChart {
                 })
                 .collect();
             if predicted.len() > 1 {
-                draw_dashed(root, &predicted, Dash::LongDash, s * 0.8, look.color.mix(0.75).stroke_width((1.4 * s).round().max(1.0) as u32))?;
+                draw_dashed(
+                    root,
+                    &predicted,
+                    Dash::LongDash,
+                    s * 0.8,
+                    look.color.mix(0.75).stroke_width((1.4 * s).round().max(1.0) as u32),
+                )?;
             }
             for &(x, y) in &pts {
-                draw_marker(
-                    root,
-                    look.marker,
-                    (x as i32, y as i32),
-                    marker_r,
-                    look.color,
-                    s,
-                )?;
+                draw_marker(root, look.marker, (x as i32, y as i32), marker_r, look.color, s)?;
             }
         }
 
@@ -650,59 +532,24 @@ impl Painter for RecallChart {
         let lx = legend_area.get_base_pixel().0 + px(8.0);
         let entry_h = px(30.0);
         let mut y = plot_top + px(4.0);
-        root.draw(&Text::new(
-            legend_head,
-            (lx, y),
-            legend_head_style.clone(),
-        ))
-        .map_err(draw_err)?;
+        root.draw(&Text::new(legend_head, (lx, y), legend_head_style.clone())).map_err(draw_err)?;
         y += entry_h;
         for (&i, label) in order.iter().zip(&series_labels) {
             let sr = &self.series[i];
             let look = enc.look(sr);
             let (x0, x1) = (lx as f64, (lx + swatch_w) as f64);
             let yf = y as f64;
-            root.draw(&Rectangle::new(
-                [(lx, y - px(8.0)), (lx + swatch_w, y + px(8.0))],
-                look.color.mix(0.16).filled(),
-            ))
-            .map_err(draw_err)?;
-            draw_dashed(
-                root,
-                &[(x0, yf), (x1, yf)],
-                look.dash,
-                s,
-                look.color.stroke_width(line_w),
-            )?;
-            draw_marker(
-                root,
-                look.marker,
-                (lx + swatch_w / 2, y),
-                marker_r,
-                look.color,
-                s,
-            )?;
-            root.draw(&Text::new(
-                label.clone(),
-                (lx + swatch_w + px(12.0), y),
-                legend_style.clone(),
-            ))
-            .map_err(draw_err)?;
+            root.draw(&Rectangle::new([(lx, y - px(8.0)), (lx + swatch_w, y + px(8.0))], look.color.mix(0.16).filled()))
+                .map_err(draw_err)?;
+            draw_dashed(root, &[(x0, yf), (x1, yf)], look.dash, s, look.color.stroke_width(line_w))?;
+            draw_marker(root, look.marker, (lx + swatch_w / 2, y), marker_r, look.color, s)?;
+            root.draw(&Text::new(label.clone(), (lx + swatch_w + px(12.0), y), legend_style.clone())).map_err(draw_err)?;
             y += entry_h;
         }
         y += px(10.0);
         // band explanation
-        root.draw(&Rectangle::new(
-            [(lx, y - px(8.0)), (lx + swatch_w, y + px(8.0))],
-            INK_SOFT.mix(0.2).filled(),
-        ))
-        .map_err(draw_err)?;
-        root.draw(&Text::new(
-            extra_labels[0].clone(),
-            (lx + swatch_w + px(12.0), y),
-            legend_style.clone(),
-        ))
-        .map_err(draw_err)?;
+        root.draw(&Rectangle::new([(lx, y - px(8.0)), (lx + swatch_w, y + px(8.0))], INK_SOFT.mix(0.2).filled())).map_err(draw_err)?;
+        root.draw(&Text::new(extra_labels[0].clone(), (lx + swatch_w + px(12.0), y), legend_style.clone())).map_err(draw_err)?;
         y += entry_h;
         let mut extra = extra_labels.iter().skip(1);
         if !self.coverage_limits.is_empty() {
@@ -715,12 +562,7 @@ impl Painter for RecallChart {
                 INK_SOFT.stroke_width(cov_style_w),
             )?;
             if let Some(l) = extra.next() {
-                root.draw(&Text::new(
-                    l.clone(),
-                    (lx + swatch_w + px(12.0), y),
-                    legend_style.clone(),
-                ))
-                .map_err(draw_err)?;
+                root.draw(&Text::new(l.clone(), (lx + swatch_w + px(12.0), y), legend_style.clone())).map_err(draw_err)?;
             }
             y += entry_h;
         }
@@ -733,12 +575,7 @@ impl Painter for RecallChart {
                 INK_SOFT.stroke_width((2.0 * s).round().max(1.0) as u32),
             )?;
             if let Some(l) = extra.next() {
-                root.draw(&Text::new(
-                    l.clone(),
-                    (lx + swatch_w + px(12.0), y),
-                    legend_style.clone(),
-                ))
-                .map_err(draw_err)?;
+                root.draw(&Text::new(l.clone(), (lx + swatch_w + px(12.0), y), legend_style.clone())).map_err(draw_err)?;
             }
             y += entry_h;
         }
@@ -754,12 +591,7 @@ impl Painter for RecallChart {
             y += entry_h;
         }
         for l in &off_axis {
-            root.draw(&Text::new(
-                l.clone(),
-                (lx, y),
-                legend_style.clone().color(&INK_SOFT),
-            ))
-            .map_err(draw_err)?;
+            root.draw(&Text::new(l.clone(), (lx, y), legend_style.clone().color(&INK_SOFT))).map_err(draw_err)?;
             y += entry_h;
         }
         Ok(())
@@ -779,23 +611,14 @@ mod tests {
                 .map(|e| {
                     let c = 1u64 << e;
                     let r = 1.0 / (1.0 + ((e as f64 - knee) * 1.5).exp());
-                    RecallPoint {
-                        context_tokens: c,
-                        recall: r,
-                        ci_low: (r - 0.04).max(0.0),
-                        ci_high: (r + 0.04).min(1.0),
-                    }
+                    RecallPoint { context_tokens: c, recall: r, ci_low: (r - 0.04).max(0.0), ci_high: (r + 0.04).min(1.0) }
                 })
                 .collect(),
         };
         RecallChart {
             title: "test".into(),
             subtitle: "synthetic".into(),
-            series: vec![
-                mk(512, "bf16", 13.0),
-                mk(512, "fp8", 12.5),
-                mk(1024, "bf16", 14.0),
-            ],
+            series: vec![mk(512, "bf16", 13.0), mk(512, "fp8", 12.5), mk(1024, "bf16", 14.0)],
             coverage_limits: vec![(512, 2176), (1024, 4224)],
             effective_threshold: Some(0.9),
             effective: vec![EffectiveMark { topk: 512, precision: "bf16".into(), context_tokens: Some(8192), held_at_longest: false }],
@@ -837,17 +660,11 @@ mod tests {
         let path = dir.path().join("empty.png");
         let mut c = demo_chart();
         c.series.clear();
-        assert!(matches!(
-            render_recall_vs_context(&c, &path, 800, 500),
-            Err(ChartError::InvalidInput(_))
-        ));
+        assert!(matches!(render_recall_vs_context(&c, &path, 800, 500), Err(ChartError::InvalidInput(_))));
         assert!(!path.exists());
         let mut c = demo_chart();
         c.series[0].points.clear();
-        assert!(matches!(
-            render_recall_vs_context(&c, &path, 800, 500),
-            Err(ChartError::InvalidInput(_))
-        ));
+        assert!(matches!(render_recall_vs_context(&c, &path, 800, 500), Err(ChartError::InvalidInput(_))));
     }
 
     #[test]
@@ -863,10 +680,7 @@ mod tests {
         ] {
             let mut c = demo_chart();
             f(&mut c);
-            assert!(matches!(
-                render_recall_vs_context(&c, &path, 800, 500),
-                Err(ChartError::InvalidInput(_))
-            ));
+            assert!(matches!(render_recall_vs_context(&c, &path, 800, 500), Err(ChartError::InvalidInput(_))));
         }
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
     }
@@ -878,20 +692,12 @@ mod tests {
             render_recall_vs_context(&demo_chart(), &dir.path().join("x.gif"), 800, 500),
             Err(ChartError::UnsupportedFormat(_))
         ));
-        assert!(
-            render_recall_vs_context(&demo_chart(), &dir.path().join("x.png"), 10, 10).is_err()
-        );
+        assert!(render_recall_vs_context(&demo_chart(), &dir.path().join("x.png"), 10, 10).is_err());
     }
 
     #[test]
     fn label_rows_do_not_overlap() {
-        let mk = |x: i32, width: i32| CoverageLabel {
-            k: 0,
-            x,
-            text: String::new(),
-            width,
-            row: 0,
-        };
+        let mk = |x: i32, width: i32| CoverageLabel { k: 0, x, text: String::new(), width, row: 0 };
         let mut v = vec![mk(100, 150), mk(200, 150), mk(1000, 150)];
         assign_label_rows(&mut v, 5);
         let row = |x: i32| v.iter().find(|l| l.x == x).unwrap().row;

@@ -93,12 +93,7 @@ pub fn recall_color(recall: f64) -> RGBColor {
 
 /// Diverging colour for a value in −1..=1: red → white → blue.
 pub fn diverging_color(delta: f64) -> RGBColor {
-    three_stop(
-        DIVERGING_NEG,
-        DIVERGING_ZERO,
-        DIVERGING_POS,
-        (delta + 1.0) / 2.0,
-    )
+    three_stop(DIVERGING_NEG, DIVERGING_ZERO, DIVERGING_POS, (delta + 1.0) / 2.0)
 }
 
 /// WCAG relative luminance of an sRGB colour.
@@ -177,13 +172,7 @@ pub enum Marker {
 }
 
 impl Marker {
-    pub const CYCLE: [Marker; 5] = [
-        Marker::Circle,
-        Marker::Square,
-        Marker::Triangle,
-        Marker::Diamond,
-        Marker::Cross,
-    ];
+    pub const CYCLE: [Marker; 5] = [Marker::Circle, Marker::Square, Marker::Triangle, Marker::Diamond, Marker::Cross];
 }
 
 /// Splits a pixel polyline into dashes following `pattern` (scaled by
@@ -227,9 +216,7 @@ pub fn dash_polyline(points: &[(f64, f64)], pattern: &[f64], scale: f64) -> Vec<
     if idx.is_multiple_of(2) && current.len() >= 2 {
         out.push(current);
     }
-    out.into_iter()
-        .map(|seg| seg.into_iter().map(to_px).collect())
-        .collect()
+    out.into_iter().map(|seg| seg.into_iter().map(to_px).collect()).collect()
 }
 
 /// Text style in the embedded font.
@@ -244,18 +231,12 @@ pub fn text_at(size: f64, color: RGBColor, h: HPos, v: VPos) -> TextStyle<'stati
 
 /// Rotated (bottom-to-top) text style, for y axis labels.
 pub fn text_vertical(size: f64, color: RGBColor) -> TextStyle<'static> {
-    (FONT_FAMILY, size)
-        .into_font()
-        .transform(FontTransform::Rotate270)
-        .color(&color)
-        .pos(Pos::new(HPos::Center, VPos::Center))
+    (FONT_FAMILY, size).into_font().transform(FontTransform::Rotate270).color(&color).pos(Pos::new(HPos::Center, VPos::Center))
 }
 
 /// Size scale factor relative to the 1600×1000 reference layout.
 pub fn ui_scale(width: u32, height: u32) -> f64 {
-    (width as f64 / 1600.0)
-        .min(height as f64 / 1000.0)
-        .clamp(0.45, 4.0)
+    (width as f64 / 1600.0).min(height as f64 / 1000.0).clamp(0.45, 4.0)
 }
 
 /// A linear f64 axis whose grid lines and labels sit exactly at `ticks`
@@ -349,10 +330,7 @@ mod tests {
     #[test]
     fn contrast_text_picks_readable_colour() {
         assert_eq!(contrast_text_color(RGBColor(255, 255, 255)), hex(0x111111));
-        assert_eq!(
-            contrast_text_color(RGBColor(0, 0, 0)),
-            RGBColor(255, 255, 255)
-        );
+        assert_eq!(contrast_text_color(RGBColor(0, 0, 0)), RGBColor(255, 255, 255));
         assert_eq!(contrast_text_color(RECALL_MID), hex(0x111111));
         assert_eq!(contrast_text_color(DIVERGING_POS), RGBColor(255, 255, 255));
     }

@@ -2,7 +2,8 @@
 
 use crate::error::ConfigError;
 
-const SIZE_HELP: &str = "a comma-separated list of positive integers with an optional K (×1024) or M (×1048576) suffix, or doubling ranges such as 1K..128K";
+const SIZE_HELP: &str =
+    "a comma-separated list of positive integers with an optional K (×1024) or M (×1048576) suffix, or doubling ranges such as 1K..128K";
 
 /// Parses one size such as `4096`, `4K`, `1.5K` or `1M`.
 pub fn parse_size(text: &str) -> Option<u64> {
@@ -114,7 +115,11 @@ pub fn parse_numbers(field: &str, text: &str) -> Result<Vec<f64>, ConfigError> {
             let (b, step) = rest.split_once(':').ok_or_else(|| bad(item))?;
             let (a, b, step) = (num(a).ok_or_else(|| bad(item))?, num(b).ok_or_else(|| bad(item))?, num(step).ok_or_else(|| bad(item))?);
             if !(step > 0.0) || a > b || (b - a) / step > 100_000.0 {
-                return Err(ConfigError::new(field, format!("{:?}", item.trim()), "a range A..B:STEP needs A ≤ B, STEP > 0 and at most 100000 steps"));
+                return Err(ConfigError::new(
+                    field,
+                    format!("{:?}", item.trim()),
+                    "a range A..B:STEP needs A ≤ B, STEP > 0 and at most 100000 steps",
+                ));
             }
             let n = ((b - a) / step + 1e-9).floor() as u64;
             out.extend((0..=n).map(|i| a + step * i as f64));

@@ -95,7 +95,9 @@ pub fn field_name(path: &str) -> String {
 }
 
 fn require<T>(value: Option<T>, path: &str) -> Result<T, ConfigError> {
-    value.ok_or_else(|| ConfigError::new(field_name(path), "(missing)", "a value is required: set it in the scenario file or pick a preset that has it"))
+    value.ok_or_else(|| {
+        ConfigError::new(field_name(path), "(missing)", "a value is required: set it in the scenario file or pick a preset that has it")
+    })
 }
 
 fn finite_at_least(value: f64, min: f64, path: &str) -> Result<f64, ConfigError> {
@@ -141,7 +143,8 @@ pub fn check(p: ScenarioParams) -> Result<Scenario, ConfigError> {
     let window = int_in(require(p.geometry.window, "geometry.window")?, 0, MAX_CONTEXT, "geometry.window")?;
 
     let key_common = finite_at_least(require(p.keys.common, "keys.common")?, 0.0, "keys.common")?;
-    let outlier_channels = int_in(require(p.keys.outlier_channels, "keys.outlier_channels")? as u64, 0, head_dim as u64, "keys.outlier_channels")? as usize;
+    let outlier_channels =
+        int_in(require(p.keys.outlier_channels, "keys.outlier_channels")? as u64, 0, head_dim as u64, "keys.outlier_channels")? as usize;
     let outlier_scale = require(p.keys.outlier_scale, "keys.outlier_scale")?;
     if !(outlier_scale.is_finite() && outlier_scale > 0.0) {
         return Err(ConfigError::new(field_name("keys.outlier_scale"), outlier_scale, "a finite number > 0"));
@@ -242,7 +245,11 @@ pub fn check(p: ScenarioParams) -> Result<Scenario, ConfigError> {
     for name in names {
         let v = precision::named_variant(&field_name("sweep.precisions"), &name, &custom)?;
         if let Some(reason) = v.unsupported(head_dim) {
-            return Err(ConfigError::new(field_name("sweep.precisions"), format!("{name:?}"), format!("not with indexer.head_dim = {head_dim}: {reason}")));
+            return Err(ConfigError::new(
+                field_name("sweep.precisions"),
+                format!("{name:?}"),
+                format!("not with indexer.head_dim = {head_dim}: {reason}"),
+            ));
         }
         if !precisions.iter().any(|p| p.name == v.name) {
             precisions.push(v);
@@ -268,8 +275,9 @@ pub fn check(p: ScenarioParams) -> Result<Scenario, ConfigError> {
     // Optional section: defaults keep older scenario files and presets valid.
     let mut estimator = EstimatorSettings::default();
     if let Some(text) = p.estimator.mode {
-        estimator.mode = EstimatorMode::parse(&text)
-            .ok_or_else(|| ConfigError::new(field_name("estimator.mode"), format!("{text:?}"), format!("one of {}", EstimatorMode::NAMES)))?;
+        estimator.mode = EstimatorMode::parse(&text).ok_or_else(|| {
+            ConfigError::new(field_name("estimator.mode"), format!("{text:?}"), format!("one of {}", EstimatorMode::NAMES))
+        })?;
     }
     if let Some(rows) = p.estimator.tail_rows {
         estimator.tail_rows = int_in(rows, 64, 1 << 22, "estimator.tail_rows")?;
@@ -280,19 +288,32 @@ pub fn check(p: ScenarioParams) -> Result<Scenario, ConfigError> {
     // Tail sampling and the prediction need rows that are independent given
     // the trial, with one needle (docs/MODEL.md, "Analytic prediction").
     let independent = physics.rows_are_independent(ratio);
-    let needs_independent = "[physics] with independent rows: correlation_length = 0, distractors = 0, and pooling \"on\" without gate noise (or off)";
+    let needs_independent =
+        "[physics] with independent rows: correlation_length = 0, distractors = 0, and pooling \"on\" without gate noise (or off)";
     if estimator.mode == EstimatorMode::Tail {
         if !independent {
-            return Err(ConfigError::new(field_name("estimator.mode"), "\"tail\"", format!("full, or {needs_independent}: tail sampling counts rows as independent draws")));
+            return Err(ConfigError::new(
+                field_name("estimator.mode"),
+                "\"tail\"",
+                format!("full, or {needs_independent}: tail sampling counts rows as independent draws"),
+            ));
         }
         // Position hypotheses (RoPE layout swapped on one side) matter now that
         // tail sampling runs with RoPE on; it does not model them either.
         if let Some(v) = precisions.iter().find(|v| !v.cache.is_default() || !v.selection.is_default() || !v.position.is_default()) {
-            return Err(ConfigError::new(field_name("estimator.mode"), "\"tail\"", format!("full with hypothesis variant {:?}: tail sampling stores rows one at a time", v.name)));
+            return Err(ConfigError::new(
+                field_name("estimator.mode"),
+                "\"tail\"",
+                format!("full with hypothesis variant {:?}: tail sampling stores rows one at a time", v.name),
+            ));
         }
     }
     if estimator.predict && !independent {
-        return Err(ConfigError::new(field_name("estimator.predict"), "true", format!("false, or {needs_independent}: the prediction counts rows as independent draws")));
+        return Err(ConfigError::new(
+            field_name("estimator.predict"),
+            "true",
+            format!("false, or {needs_independent}: the prediction counts rows as independent draws"),
+        ));
     }
 
     Ok(Scenario {
@@ -360,7 +381,11 @@ fn check_physics(p: &params::PhysicsParams, head_dim: usize) -> Result<Physics, 
         physics.rope = RopeChoice::parse(text)
             .ok_or_else(|| ConfigError::new(field_name("physics.rope"), format!("{text:?}"), format!("one of {}", RopeChoice::NAMES)))?;
         if physics.rope != RopeChoice::Off && head_dim < 128 {
-            return Err(ConfigError::new(field_name("physics.rope"), format!("{text:?}"), format!("off with indexer.head_dim = {head_dim}: the DeepSeek layouts rotate 64 of 128 dims")));
+            return Err(ConfigError::new(
+                field_name("physics.rope"),
+                format!("{text:?}"),
+                format!("off with indexer.head_dim = {head_dim}: the DeepSeek layouts rotate 64 of 128 dims"),
+            ));
         }
     }
     if let Some(text) = &p.pooling {
@@ -433,7 +458,10 @@ mod tests {
 
     #[test]
     fn custom_precisions_are_usable_by_name() {
-        let s = with("[sweep]\nprecisions = \"bf16,kq\"\n[[precision]]\nname = \"kq\"\nlogits = \"f16\"\n[precision.key]\nelement = \"e5m2\"\n").unwrap();
+        let s = with(
+            "[sweep]\nprecisions = \"bf16,kq\"\n[[precision]]\nname = \"kq\"\nlogits = \"f16\"\n[precision.key]\nelement = \"e5m2\"\n",
+        )
+        .unwrap();
         assert_eq!(s.precisions.len(), 2);
         assert_eq!(s.precisions[1].name, "kq");
         assert_eq!(s.precisions[1].key.element, crate::format::ElementFormat::E5m2);
@@ -443,12 +471,18 @@ mod tests {
 
     #[test]
     fn hypotheses_compose_on_builtin_and_custom_variants() {
-        let s = with("[sweep]\nprecisions = \"fp8-fp32scale,fp8-fp32scale+stale-scale,kq+topk=1024+ties-lowest\"\n[[precision]]\nname = \"kq\"\n").unwrap();
+        let s = with(
+            "[sweep]\nprecisions = \"fp8-fp32scale,fp8-fp32scale+stale-scale,kq+topk=1024+ties-lowest\"\n[[precision]]\nname = \"kq\"\n",
+        )
+        .unwrap();
         let names: Vec<&str> = s.precisions.iter().map(|p| p.name.as_str()).collect();
         assert_eq!(names, ["fp8-fp32scale", "fp8-fp32scale+stale-scale", "kq+topk=1024+ties-lowest"]);
         assert!(s.precisions[1].cache.stale_scale);
         let err = with("[sweep]\nprecisions = \"fp8+nope\"\n").unwrap_err().to_string();
-        assert!(err.starts_with("invalid sweep.precisions (--precisions) = \"fp8+nope\": unknown hypothesis \"nope\"; known: no-hadamard,"), "{err}");
+        assert!(
+            err.starts_with("invalid sweep.precisions (--precisions) = \"fp8+nope\": unknown hypothesis \"nope\"; known: no-hadamard,"),
+            "{err}"
+        );
         assert!(!err.contains('\n'));
         // Scale hypotheses need one e4m3fn scale per row: fp4 has blocks of 32.
         let err = with("[sweep]\nprecisions = \"fp4+stale-scale\"\n").unwrap_err().to_string();
@@ -467,7 +501,8 @@ mod tests {
             assert!(s.physics.gate_bias_std > 0.0 && s.physics.is_null(s.geometry.ratio));
             assert!(with(&format!("[estimator]\n{estimator}\n[sweep]\nneedle_offsets = [0, 1]\n")).is_ok());
             if estimator.starts_with("mode") {
-                let err = with(&format!("[estimator]\n{estimator}\n[sweep]\nprecisions = \"bf16,bf16+rope-swap-q\"\n")).unwrap_err().to_string();
+                let err =
+                    with(&format!("[estimator]\n{estimator}\n[sweep]\nprecisions = \"bf16,bf16+rope-swap-q\"\n")).unwrap_err().to_string();
                 assert!(err.contains("rope-swap-q"), "{err}");
             }
             // Correlated tokens, distractors, gate noise and token-level pooling make rows depend on each other.

@@ -33,7 +33,10 @@ pub fn named_variant(field: &str, name: &str, custom: &[PrecisionVariant]) -> Re
         return Err(ConfigError::new(
             field,
             format!("{name:?}"),
-            format!("one of {} (or a [[precision]] defined in the scenario), optionally +HYPOTHESIS (see `dsa-recall hypotheses`)", known()),
+            format!(
+                "one of {} (or a [[precision]] defined in the scenario), optionally +HYPOTHESIS (see `dsa-recall hypotheses`)",
+                known()
+            ),
         ));
     }
     crate::hypothesis::compose(name, lookup).map_err(|why| {
@@ -44,7 +47,12 @@ pub fn named_variant(field: &str, name: &str, custom: &[PrecisionVariant]) -> Re
 
 /// Validates custom variant `index` for vectors of `head_dim`; `earlier`
 /// are the custom variants before it (for duplicate names).
-pub fn custom_variant(index: usize, p: &PrecisionParams, head_dim: usize, earlier: &[PrecisionVariant]) -> Result<PrecisionVariant, ConfigError> {
+pub fn custom_variant(
+    index: usize,
+    p: &PrecisionParams,
+    head_dim: usize,
+    earlier: &[PrecisionVariant],
+) -> Result<PrecisionVariant, ConfigError> {
     let field = |name: &str| format!("precision[{index}].{name}");
     let name = p.name.clone().ok_or_else(|| ConfigError::new(field("name"), "(missing)", "every [[precision]] needs a name"))?;
     let name_ok = !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || "._+-".contains(c));
@@ -59,11 +67,13 @@ pub fn custom_variant(index: usize, p: &PrecisionParams, head_dim: usize, earlie
     }
     let logits = match &p.logits {
         None => LogitFormat::F32,
-        Some(t) => LogitFormat::parse(t).ok_or_else(|| ConfigError::new(field("logits"), format!("{t:?}"), format!("one of {}", LogitFormat::NAMES)))?,
+        Some(t) => LogitFormat::parse(t)
+            .ok_or_else(|| ConfigError::new(field("logits"), format!("{t:?}"), format!("one of {}", LogitFormat::NAMES)))?,
     };
     let weights = match &p.weights {
         None => WeightFormat::F32,
-        Some(t) => WeightFormat::parse(t).ok_or_else(|| ConfigError::new(field("weights"), format!("{t:?}"), format!("one of {}", WeightFormat::NAMES)))?,
+        Some(t) => WeightFormat::parse(t)
+            .ok_or_else(|| ConfigError::new(field("weights"), format!("{t:?}"), format!("one of {}", WeightFormat::NAMES)))?,
     };
     let default_side = PrecisionSideParams::default();
     let query = side(&field("query"), p.query.as_ref().unwrap_or(&default_side), head_dim)?;
@@ -80,11 +90,17 @@ fn side(prefix: &str, p: &PrecisionSideParams, head_dim: usize) -> Result<QuantP
         Some(t) => return Err(ConfigError::new(field("rotation"), format!("{t:?}"), "none or hadamard")),
     };
     if rotation == Rotation::Hadamard && !head_dim.is_power_of_two() {
-        return Err(ConfigError::new(field("rotation"), "\"hadamard\"", format!("hadamard needs a power-of-two indexer.head_dim, not {head_dim}")));
+        return Err(ConfigError::new(
+            field("rotation"),
+            "\"hadamard\"",
+            format!("hadamard needs a power-of-two indexer.head_dim, not {head_dim}"),
+        ));
     }
     let element = match &p.element {
         None => ElementFormat::F32,
-        Some(t) => t.parse::<ElementFormat>().map_err(|_| ConfigError::new(field("element"), format!("{t:?}"), "one of f32, bf16, fp16, e4m3fn, e5m2, e2m1"))?,
+        Some(t) => t
+            .parse::<ElementFormat>()
+            .map_err(|_| ConfigError::new(field("element"), format!("{t:?}"), "one of f32, bf16, fp16, e4m3fn, e5m2, e2m1"))?,
     };
     let shape = match &p.block {
         None => None,
@@ -96,7 +112,11 @@ fn side(prefix: &str, p: &PrecisionSideParams, head_dim: usize) -> Result<QuantP
         // Keys are generated and quantized a chunk at a time, so one amax over
         // the whole context does not exist when a key is quantized.
         Some(ListItem::Text(t)) if t.trim().eq_ignore_ascii_case("tensor") && prefix.ends_with(".key") => {
-            return Err(ConfigError::new(field("block"), "\"tensor\"", "a block size or \"row\": one scale for all keys of a context is not supported yet"))
+            return Err(ConfigError::new(
+                field("block"),
+                "\"tensor\"",
+                "a block size or \"row\": one scale for all keys of a context is not supported yet",
+            ))
         }
         Some(ListItem::Text(t)) if t.trim().eq_ignore_ascii_case("tensor") => Some(BlockShape::Tensor),
         Some(other) => {
@@ -122,7 +142,9 @@ fn side(prefix: &str, p: &PrecisionSideParams, head_dim: usize) -> Result<QuantP
             }
             None
         }
-        (Some(_), None) => return Err(ConfigError::new(field("scale"), "(missing)", format!("a scale rule ({SCALE_NAMES}) for the block"))),
+        (Some(_), None) => {
+            return Err(ConfigError::new(field("scale"), "(missing)", format!("a scale rule ({SCALE_NAMES}) for the block")))
+        }
         (None, Some(_)) => return Err(ConfigError::new(field("block"), "(missing)", "a block size, \"row\" or \"tensor\" for the scale")),
         (Some(shape), Some(scale)) => {
             let amax_floor = match p.amax_floor {

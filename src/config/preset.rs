@@ -42,7 +42,8 @@ mod tests {
     fn every_preset_parses_and_is_complete() {
         for (name, _) in PRESETS {
             let p = preset_params(name).unwrap();
-            let s = super::super::check(super::super::resolve(ScenarioParams { preset: Some(name.to_string()), ..p }).unwrap()).unwrap_or_else(|e| panic!("{name}: {e}"));
+            let s = super::super::check(super::super::resolve(ScenarioParams { preset: Some(name.to_string()), ..p }).unwrap())
+                .unwrap_or_else(|e| panic!("{name}: {e}"));
             assert_eq!(s.preset, *name);
         }
         assert!(preset_params("deepseek-v9").unwrap_err().to_string().contains("one of deepseek-v4-flash"));

@@ -85,32 +85,12 @@ enum Specials {
     NegativeZeroNan,
 }
 
-const E4M3FN: Minifloat = Minifloat {
-    exponent_bits: 4,
-    mantissa_bits: 3,
-    bias: 7,
-    specials: Specials::NanOnly,
-};
-const E5M2: Minifloat = Minifloat {
-    exponent_bits: 5,
-    mantissa_bits: 2,
-    bias: 15,
-    specials: Specials::Ieee,
-};
-const E2M1: Minifloat = Minifloat {
-    exponent_bits: 2,
-    mantissa_bits: 1,
-    bias: 1,
-    specials: Specials::None,
-};
+const E4M3FN: Minifloat = Minifloat { exponent_bits: 4, mantissa_bits: 3, bias: 7, specials: Specials::NanOnly };
+const E5M2: Minifloat = Minifloat { exponent_bits: 5, mantissa_bits: 2, bias: 15, specials: Specials::Ieee };
+const E2M1: Minifloat = Minifloat { exponent_bits: 2, mantissa_bits: 1, bias: 1, specials: Specials::None };
 
 /// AMD/graphcore float8 e4m3fnuz: bias 8, max 240, 0x80 is NaN, no −0.
-const E4M3FNUZ: Minifloat = Minifloat {
-    exponent_bits: 4,
-    mantissa_bits: 3,
-    bias: 8,
-    specials: Specials::NegativeZeroNan,
-};
+const E4M3FNUZ: Minifloat = Minifloat { exponent_bits: 4, mantissa_bits: 3, bias: 8, specials: Specials::NegativeZeroNan };
 
 const F32_SIGN: u32 = 0x8000_0000;
 const F32_ABS: u32 = 0x7fff_ffff;
@@ -192,11 +172,7 @@ impl Minifloat {
         let subnormal = sum.to_bits().wrapping_sub(magic_bits);
 
         let min_normal_bits = ((self.min_exponent() + 127) as u32) << 23;
-        let magnitude = if abs < min_normal_bits {
-            subnormal
-        } else {
-            normal
-        };
+        let magnitude = if abs < min_normal_bits { subnormal } else { normal };
 
         let max_code = self.max_finite_code();
         let magnitude = if magnitude > max_code {
@@ -228,9 +204,7 @@ impl Minifloat {
         match self.specials {
             Specials::Ieee if is_top && mantissa == 0 => return sign | F32_INF,
             Specials::Ieee if is_top => return sign | F32_QUIET_NAN,
-            Specials::NanOnly if is_top && mantissa == (1 << self.mantissa_bits) - 1 => {
-                return sign | F32_QUIET_NAN
-            }
+            Specials::NanOnly if is_top && mantissa == (1 << self.mantissa_bits) - 1 => return sign | F32_QUIET_NAN,
             // ml_dtypes widens the fnuz NaN to the negative quiet NaN.
             Specials::NegativeZeroNan if code == self.nan_code() => return F32_SIGN | F32_QUIET_NAN,
             _ => {}
@@ -331,14 +305,8 @@ fn bf16_encode(x: f32) -> u32 {
 
 impl ElementFormat {
     /// Every format, narrowest last.
-    pub const ALL: [ElementFormat; 6] = [
-        ElementFormat::F32,
-        ElementFormat::Bf16,
-        ElementFormat::F16,
-        ElementFormat::E4m3fn,
-        ElementFormat::E5m2,
-        ElementFormat::E2m1,
-    ];
+    pub const ALL: [ElementFormat; 6] =
+        [ElementFormat::F32, ElementFormat::Bf16, ElementFormat::F16, ElementFormat::E4m3fn, ElementFormat::E5m2, ElementFormat::E2m1];
 
     /// Canonical name, as accepted by [`FromStr`] and written in reports.
     pub fn name(self) -> &'static str {
@@ -440,7 +408,10 @@ impl ElementFormat {
         if self == ElementFormat::F32 && overflow == Overflow::Cast {
             return;
         }
-        super::with_widest_simd(#[inline(always)] || self.round_trip_slice_inline(xs, overflow));
+        super::with_widest_simd(
+            #[inline(always)]
+            || self.round_trip_slice_inline(xs, overflow),
+        );
     }
 
     #[inline(always)]
@@ -459,15 +430,9 @@ impl ElementFormat {
                     *x = f32::from_bits(rounded);
                 })
             }
-            ElementFormat::E4m3fn => xs
-                .iter_mut()
-                .for_each(|x| *x = Self::E4m3fn.round_trip(*x, overflow)),
-            ElementFormat::E2m1 => xs
-                .iter_mut()
-                .for_each(|x| *x = Self::E2m1.round_trip(*x, overflow)),
-            other => xs
-                .iter_mut()
-                .for_each(|x| *x = other.round_trip(*x, overflow)),
+            ElementFormat::E4m3fn => xs.iter_mut().for_each(|x| *x = Self::E4m3fn.round_trip(*x, overflow)),
+            ElementFormat::E2m1 => xs.iter_mut().for_each(|x| *x = Self::E2m1.round_trip(*x, overflow)),
+            other => xs.iter_mut().for_each(|x| *x = other.round_trip(*x, overflow)),
         }
     }
 }
@@ -490,12 +455,10 @@ impl FromStr for ElementFormat {
             "f16" => Some(ElementFormat::F16),
             _ => None,
         };
-        alias
-            .or_else(|| ElementFormat::ALL.into_iter().find(|f| f.name() == lower))
-            .ok_or_else(|| FormatError::UnknownElementFormat {
-                name: s.to_string(),
-                allowed: "f32 (fp32), bf16, fp16 (f16), e4m3fn, e5m2, e2m1",
-            })
+        alias.or_else(|| ElementFormat::ALL.into_iter().find(|f| f.name() == lower)).ok_or_else(|| FormatError::UnknownElementFormat {
+            name: s.to_string(),
+            allowed: "f32 (fp32), bf16, fp16 (f16), e4m3fn, e5m2, e2m1",
+        })
     }
 }
 
@@ -535,16 +498,9 @@ mod tests {
             assert_eq!(format.round_trip(max, Overflow::Cast), max, "{format}");
             assert_eq!(format.round_trip(-max, Overflow::Cast), -max, "{format}");
             let min_normal = format.min_normal();
-            assert_eq!(
-                format.round_trip(min_normal, Overflow::Cast),
-                min_normal,
-                "{format}"
-            );
+            assert_eq!(format.round_trip(min_normal, Overflow::Cast), min_normal, "{format}");
             let (max, emax) = (f64::from(max), format.emax());
-            assert!(
-                2f64.powi(emax) <= max && max < 2f64.powi(emax + 1),
-                "{format}"
-            );
+            assert!(2f64.powi(emax) <= max && max < 2f64.powi(emax + 1), "{format}");
         }
     }
 
@@ -552,19 +508,13 @@ mod tests {
     fn e4m3fn_ties_to_even_and_overflow_threshold() {
         let f = ElementFormat::E4m3fn;
         assert_eq!(f.encode(464.0, Overflow::Cast), 0x7e); // tie between 448 and 480 goes to even 448
-        assert_eq!(
-            f.encode(f32::from_bits(464f32.to_bits() + 1), Overflow::Cast),
-            0x7f
-        );
+        assert_eq!(f.encode(f32::from_bits(464f32.to_bits() + 1), Overflow::Cast), 0x7f);
         assert_eq!(f.encode(f32::INFINITY, Overflow::Saturate), 0x7e);
         assert_eq!(f.encode(f32::NEG_INFINITY, Overflow::Cast), 0xff);
         assert_eq!(f.encode(-0.0, Overflow::Cast), 0x80);
         // Smallest subnormal is 2^-9; half of it ties to even (zero), a hair more rounds up.
         assert_eq!(f.encode(2f32.powi(-10), Overflow::Cast), 0);
-        assert_eq!(
-            f.encode(f32::from_bits(2f32.powi(-10).to_bits() + 1), Overflow::Cast),
-            1
-        );
+        assert_eq!(f.encode(f32::from_bits(2f32.powi(-10).to_bits() + 1), Overflow::Cast), 1);
         assert_eq!(f.encode(3.0 * 2f32.powi(-10), Overflow::Cast), 2);
     }
 
@@ -599,19 +549,9 @@ mod tests {
         for format in ElementFormat::ALL {
             assert_eq!(format.name().parse::<ElementFormat>().ok(), Some(format));
         }
-        assert_eq!(
-            "FP32".parse::<ElementFormat>().ok(),
-            Some(ElementFormat::F32)
-        );
-        assert_eq!(
-            "f16".parse::<ElementFormat>().ok(),
-            Some(ElementFormat::F16)
-        );
-        let err = "fp8"
-            .parse::<ElementFormat>()
-            .err()
-            .map(|e| e.to_string())
-            .unwrap_or_default();
+        assert_eq!("FP32".parse::<ElementFormat>().ok(), Some(ElementFormat::F32));
+        assert_eq!("f16".parse::<ElementFormat>().ok(), Some(ElementFormat::F16));
+        let err = "fp8".parse::<ElementFormat>().err().map(|e| e.to_string()).unwrap_or_default();
         assert!(err.contains("e4m3fn"), "{err}");
     }
 
@@ -623,9 +563,6 @@ mod tests {
             let back: Option<ElementFormat> = serde_json::from_str(&json).ok();
             assert_eq!(back, Some(format));
         }
-        assert_eq!(
-            serde_json::from_str::<ElementFormat>("\"f16\"").ok(),
-            Some(ElementFormat::F16)
-        );
+        assert_eq!(serde_json::from_str::<ElementFormat>("\"f16\"").ok(), Some(ElementFormat::F16));
     }
 }

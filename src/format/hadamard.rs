@@ -16,7 +16,10 @@ pub fn hadamard_in_place(x: &mut [f32]) -> Result<(), FormatError> {
     if !n.is_power_of_two() {
         return Err(FormatError::NotPowerOfTwo { len: n });
     }
-    super::with_widest_simd(#[inline(always)] || hadamard_row(x));
+    super::with_widest_simd(
+        #[inline(always)]
+        || hadamard_row(x),
+    );
     Ok(())
 }
 
@@ -184,7 +187,10 @@ pub fn hadamard_rows_in_place(x: &mut [f32], d: usize) -> Result<(), FormatError
     if !x.len().is_multiple_of(d) {
         return Err(FormatError::LengthNotMultipleOfRow { len: x.len(), d });
     }
-    super::with_widest_simd(#[inline(always)] || x.chunks_exact_mut(d).for_each(hadamard_row));
+    super::with_widest_simd(
+        #[inline(always)]
+        || x.chunks_exact_mut(d).for_each(hadamard_row),
+    );
     Ok(())
 }
 
@@ -208,22 +214,10 @@ mod tests {
         let mut fast = input.clone();
         hadamard_in_place(&mut fast)?;
         for (row, &got) in fast.iter().enumerate() {
-            let expected: f32 = input
-                .iter()
-                .enumerate()
-                .map(|(col, &v)| {
-                    if (row & col).count_ones() % 2 == 0 {
-                        v
-                    } else {
-                        -v
-                    }
-                })
-                .sum::<f32>()
-                / (n as f32).sqrt();
-            assert!(
-                (got - expected).abs() < 1e-5,
-                "row {row}: {got} vs {expected}"
-            );
+            let expected: f32 =
+                input.iter().enumerate().map(|(col, &v)| if (row & col).count_ones() % 2 == 0 { v } else { -v }).sum::<f32>()
+                    / (n as f32).sqrt();
+            assert!((got - expected).abs() < 1e-5, "row {row}: {got} vs {expected}");
         }
         Ok(())
     }
@@ -235,10 +229,7 @@ mod tests {
         hadamard_in_place(&mut x)?;
         let norm_in: f32 = input.iter().map(|v| v * v).sum();
         let norm_mid: f32 = x.iter().map(|v| v * v).sum();
-        assert!(
-            (norm_in - norm_mid).abs() < 1e-4 * norm_in,
-            "not norm preserving"
-        );
+        assert!((norm_in - norm_mid).abs() < 1e-4 * norm_in, "not norm preserving");
         hadamard_in_place(&mut x)?;
         for (a, b) in input.iter().zip(&x) {
             assert!((a - b).abs() < 1e-6, "{a} vs {b}");
@@ -271,18 +262,23 @@ mod tests {
             hadamard_in_place(&mut fast).unwrap();
             let mut into = vec![1.0; 3];
             hadamard_rows_into(&input, &mut into, n).unwrap();
-            assert_eq!(into.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), portable.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), "n = {n}");
-            assert_eq!(fast.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), portable.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), "n = {n}");
+            assert_eq!(
+                into.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                portable.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                "n = {n}"
+            );
+            assert_eq!(
+                fast.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                portable.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                "n = {n}"
+            );
         }
     }
 
     #[test]
     fn rejects_non_powers_of_two() {
         let mut x = [1.0; 6];
-        assert!(matches!(
-            hadamard_in_place(&mut x),
-            Err(FormatError::NotPowerOfTwo { len: 6 })
-        ));
+        assert!(matches!(hadamard_in_place(&mut x), Err(FormatError::NotPowerOfTwo { len: 6 })));
         assert_eq!(x, [1.0; 6]);
         assert!(hadamard_in_place(&mut []).is_err());
         let mut one = [3.0];

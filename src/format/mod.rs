@@ -20,8 +20,8 @@ mod golden_tests;
 
 pub use element::{ElementFormat, Overflow};
 pub use error::FormatError;
-pub use hadamard::{hadamard_in_place, hadamard_rows_in_place};
 pub(crate) use hadamard::hadamard_rows_into;
+pub use hadamard::{hadamard_in_place, hadamard_rows_in_place};
 pub use scale::{
     block_scale, default_amax_floor, quantize_dequantize, quantize_to_elements, BlockScaling, BlockShape, QuantizedBlocks, ScaleFormat,
     DEEPSEEK_FP4_AMAX_FLOOR, DEEPSEEK_FP8_AMAX_FLOOR,

@@ -77,31 +77,17 @@ pub struct BlockScaling {
 impl BlockScaling {
     /// DeepSeek V3.2 indexer keys and queries (with e4m3fn elements): blocks
     /// of 128, ue8m0 scale rounded up, amax floor 1e-4.
-    pub const DEEPSEEK_FP8: BlockScaling = BlockScaling {
-        shape: BlockShape::Block(128),
-        scale: ScaleFormat::Ue8m0Ceil,
-        amax_floor: DEEPSEEK_FP8_AMAX_FLOOR,
-    };
+    pub const DEEPSEEK_FP8: BlockScaling =
+        BlockScaling { shape: BlockShape::Block(128), scale: ScaleFormat::Ue8m0Ceil, amax_floor: DEEPSEEK_FP8_AMAX_FLOOR };
     /// DeepSeek V4 reference indexer (with e2m1 elements): blocks of 32,
     /// ue8m0 scale rounded up, amax floor 6·2^-126.
-    pub const DEEPSEEK_FP4: BlockScaling = BlockScaling {
-        shape: BlockShape::Block(32),
-        scale: ScaleFormat::Ue8m0Ceil,
-        amax_floor: DEEPSEEK_FP4_AMAX_FLOOR,
-    };
+    pub const DEEPSEEK_FP4: BlockScaling =
+        BlockScaling { shape: BlockShape::Block(32), scale: ScaleFormat::Ue8m0Ceil, amax_floor: DEEPSEEK_FP4_AMAX_FLOOR };
     /// OCP MX (MXFP4 with e2m1, MXFP8 with e4m3fn): blocks of 32, ue8m0
     /// scale from `floor(log2 amax)`.
-    pub const OCP_MX: BlockScaling = BlockScaling {
-        shape: BlockShape::Block(32),
-        scale: ScaleFormat::Ue8m0Floor,
-        amax_floor: 0.0,
-    };
+    pub const OCP_MX: BlockScaling = BlockScaling { shape: BlockShape::Block(32), scale: ScaleFormat::Ue8m0Floor, amax_floor: 0.0 };
     /// NVFP4 (with e2m1 elements): blocks of 16, e4m3fn scale.
-    pub const NVFP4: BlockScaling = BlockScaling {
-        shape: BlockShape::Block(16),
-        scale: ScaleFormat::E4m3,
-        amax_floor: 0.0,
-    };
+    pub const NVFP4: BlockScaling = BlockScaling { shape: BlockShape::Block(16), scale: ScaleFormat::E4m3, amax_floor: 0.0 };
 }
 
 /// Codes and scales of a quantized tensor: value `i` is
@@ -119,12 +105,7 @@ pub struct QuantizedBlocks {
 
 impl Default for QuantizedBlocks {
     fn default() -> Self {
-        QuantizedBlocks {
-            element: ElementFormat::F32,
-            block_len: 0,
-            codes: Vec::new(),
-            scales: Vec::new(),
-        }
+        QuantizedBlocks { element: ElementFormat::F32, block_len: 0, codes: Vec::new(), scales: Vec::new() }
     }
 }
 
@@ -137,11 +118,7 @@ impl QuantizedBlocks {
         self.codes
             .chunks(self.block_len)
             .zip(&self.scales)
-            .flat_map(|(codes, &s)| {
-                codes
-                    .iter()
-                    .map(move |&c| dequantize_one(self.element, c, s))
-            })
+            .flat_map(|(codes, &s)| codes.iter().map(move |&c| dequantize_one(self.element, c, s)))
             .collect()
     }
 }
@@ -243,14 +220,10 @@ fn block_len(len: usize, d: usize, scaling: &BlockScaling) -> Result<usize, Form
         return Err(FormatError::LengthNotMultipleOfRow { len, d });
     }
     if !(scaling.amax_floor.is_finite() && scaling.amax_floor >= 0.0) {
-        return Err(FormatError::InvalidAmaxFloor {
-            floor: scaling.amax_floor,
-        });
+        return Err(FormatError::InvalidAmaxFloor { floor: scaling.amax_floor });
     }
     match scaling.shape {
-        BlockShape::Block(block) if block == 0 || !d.is_multiple_of(block) => {
-            Err(FormatError::InvalidBlockSize { block, d })
-        }
+        BlockShape::Block(block) if block == 0 || !d.is_multiple_of(block) => Err(FormatError::InvalidBlockSize { block, d }),
         BlockShape::Block(block) => Ok(block),
         BlockShape::Row => Ok(d),
         BlockShape::Tensor => Ok(len.max(1)),
@@ -278,12 +251,7 @@ pub fn default_amax_floor(element: ElementFormat, scale: ScaleFormat) -> f32 {
 /// *element value* `decode(code)` (the scale not multiplied back), pushing
 /// the codes when asked. A zero scale stores signed zeros.
 #[inline(always)]
-fn quantize_block(
-    block: &mut [f32],
-    element: ElementFormat,
-    scaling: &BlockScaling,
-    mut codes: Option<&mut Vec<u32>>,
-) -> f32 {
+fn quantize_block(block: &mut [f32], element: ElementFormat, scaling: &BlockScaling, mut codes: Option<&mut Vec<u32>>) -> f32 {
     let (amax, has_nan) = abs_max_and_nan(block);
     let amax = amax.max(scaling.amax_floor);
     let s = block_scale(amax, element, scaling.scale);
@@ -418,7 +386,14 @@ unsafe fn quantize_blocks_avx2(
 /// Quantizes every block without codes (through [`quantize_blocks_avx2`]
 /// when the CPU and the block length allow), leaving element values
 /// (`dequantize` false) or dequantized values, pushing the scales.
-fn quantize_blocks_fast(values: &mut [f32], block_len: usize, element: ElementFormat, scaling: &BlockScaling, dequantize: bool, scales: &mut Vec<f32>) {
+fn quantize_blocks_fast(
+    values: &mut [f32],
+    block_len: usize,
+    element: ElementFormat,
+    scaling: &BlockScaling,
+    dequantize: bool,
+    scales: &mut Vec<f32>,
+) {
     #[cfg(target_arch = "x86_64")]
     if has_avx2() && element != ElementFormat::F32 && block_len.is_multiple_of(8) {
         // SAFETY: the CPU supports AVX2, checked just above.
@@ -478,11 +453,7 @@ impl ClampedRounding {
         let min_normal = element.min_normal();
         let min_exponent = min_normal.to_bits() as i32 >> 23; // biased
         let magic_biased = min_exponent - mantissa_bits as i32 + 23;
-        ClampedRounding {
-            drop_bits: 23 - mantissa_bits,
-            min_normal,
-            magic: f32::from_bits((magic_biased.clamp(1, 254) as u32) << 23),
-        }
+        ClampedRounding { drop_bits: 23 - mantissa_bits, min_normal, magic: f32::from_bits((magic_biased.clamp(1, 254) as u32) << 23) }
     }
 
     #[inline(always)]
@@ -564,18 +535,21 @@ pub fn quantize_dequantize(
         });
         return Ok(());
     }
-    super::with_widest_simd(#[inline(always)] || {
-        for block in values.chunks_exact_mut(block_len) {
-            let codes = out.as_deref_mut().map(|o| &mut o.codes);
-            let s = quantize_block(block, element, scaling, codes);
-            for v in block.iter_mut() {
-                *v = scale_element_value(*v, s);
+    super::with_widest_simd(
+        #[inline(always)]
+        || {
+            for block in values.chunks_exact_mut(block_len) {
+                let codes = out.as_deref_mut().map(|o| &mut o.codes);
+                let s = quantize_block(block, element, scaling, codes);
+                for v in block.iter_mut() {
+                    *v = scale_element_value(*v, s);
+                }
+                if let Some(out) = out.as_deref_mut() {
+                    out.scales.push(s);
+                }
             }
-            if let Some(out) = out.as_deref_mut() {
-                out.scales.push(s);
-            }
-        }
-    });
+        },
+    );
     Ok(())
 }
 
@@ -682,7 +656,14 @@ mod tests {
     #[test]
     fn e4m3_scale_matches_the_encoder() {
         // Every positive f32 on a stride, plus the saturation boundary.
-        for bits in (1..0x7f80_0000u32).step_by(101).chain([0x7f80_0000, 448f32.to_bits(), 464f32.to_bits(), (6.0f32 * 448.0).to_bits(), (6.0f32 * 464.0).to_bits(), (6.0f32 * 464.0).to_bits() - 1]) {
+        for bits in (1..0x7f80_0000u32).step_by(101).chain([
+            0x7f80_0000,
+            448f32.to_bits(),
+            464f32.to_bits(),
+            (6.0f32 * 448.0).to_bits(),
+            (6.0f32 * 464.0).to_bits(),
+            (6.0f32 * 464.0).to_bits() - 1,
+        ]) {
             let amax = f32::from_bits(bits);
             for element in [ElementFormat::E2m1, ElementFormat::E4m3fn] {
                 let want = ElementFormat::E4m3fn.round_trip(amax / element.max_finite(), Overflow::Saturate);
@@ -693,26 +674,16 @@ mod tests {
 
     #[test]
     fn ue8m0_ceil_is_exact_at_powers_of_two() {
-        for element in [
-            ElementFormat::E4m3fn,
-            ElementFormat::E2m1,
-            ElementFormat::E5m2,
-        ] {
+        for element in [ElementFormat::E4m3fn, ElementFormat::E2m1, ElementFormat::E5m2] {
             let max = element.max_finite();
             for n in -100..=100 {
                 let at = max * 2f32.powi(n);
                 let s = block_scale(at, element, ScaleFormat::Ue8m0Ceil);
                 assert_eq!(s, 2f32.powi(n), "{element} amax = max·2^{n}");
                 let above = f32::from_bits(at.to_bits() + 1);
-                assert_eq!(
-                    block_scale(above, element, ScaleFormat::Ue8m0Ceil),
-                    2f32.powi(n + 1)
-                );
+                assert_eq!(block_scale(above, element, ScaleFormat::Ue8m0Ceil), 2f32.powi(n + 1));
                 let below = f32::from_bits(at.to_bits() - 1);
-                assert_eq!(
-                    block_scale(below, element, ScaleFormat::Ue8m0Ceil),
-                    2f32.powi(n)
-                );
+                assert_eq!(block_scale(below, element, ScaleFormat::Ue8m0Ceil), 2f32.powi(n));
             }
         }
     }
@@ -724,42 +695,21 @@ mod tests {
         assert_eq!(block_scale(6.0, e2m1, ScaleFormat::Ue8m0Floor), 1.0);
         assert_eq!(block_scale(7.99, e2m1, ScaleFormat::Ue8m0Floor), 1.0);
         assert_eq!(block_scale(8.0, e2m1, ScaleFormat::Ue8m0Floor), 2.0);
-        assert_eq!(
-            block_scale(448.0, ElementFormat::E4m3fn, ScaleFormat::Ue8m0Floor),
-            1.0
-        );
+        assert_eq!(block_scale(448.0, ElementFormat::E4m3fn, ScaleFormat::Ue8m0Floor), 1.0);
         // Subnormal amax: floor(log2 2^-140) = -140, clamped to the ue8m0 range.
-        assert_eq!(
-            block_scale(2f32.powi(-140), e2m1, ScaleFormat::Ue8m0Floor),
-            2f32.powi(-127)
-        );
+        assert_eq!(block_scale(2f32.powi(-140), e2m1, ScaleFormat::Ue8m0Floor), 2f32.powi(-127));
     }
 
     #[test]
     fn scales_of_degenerate_amax_do_not_panic() {
-        for scale in [
-            ScaleFormat::Fp32,
-            ScaleFormat::Ue8m0Ceil,
-            ScaleFormat::Ue8m0Floor,
-            ScaleFormat::E4m3,
-        ] {
+        for scale in [ScaleFormat::Fp32, ScaleFormat::Ue8m0Ceil, ScaleFormat::Ue8m0Floor, ScaleFormat::E4m3] {
             for element in ElementFormat::ALL {
-                for amax in [
-                    0.0,
-                    f32::from_bits(1),
-                    f32::MIN_POSITIVE,
-                    f32::MAX,
-                    f32::INFINITY,
-                    f32::NAN,
-                ] {
+                for amax in [0.0, f32::from_bits(1), f32::MIN_POSITIVE, f32::MAX, f32::INFINITY, f32::NAN] {
                     let _ = block_scale(amax, element, scale);
                 }
             }
         }
-        assert_eq!(
-            block_scale(f32::INFINITY, ElementFormat::E4m3fn, ScaleFormat::E4m3),
-            448.0
-        );
+        assert_eq!(block_scale(f32::INFINITY, ElementFormat::E4m3fn, ScaleFormat::E4m3), 448.0);
     }
 
     #[test]
@@ -769,22 +719,13 @@ mod tests {
         values[3] = 104.0;
         let mut q = QuantizedBlocks::default();
         let original = values.clone();
-        quantize_dequantize(
-            &mut values,
-            256,
-            ElementFormat::E4m3fn,
-            &BlockScaling::DEEPSEEK_FP8,
-            Some(&mut q),
-        )?;
+        quantize_dequantize(&mut values, 256, ElementFormat::E4m3fn, &BlockScaling::DEEPSEEK_FP8, Some(&mut q))?;
         assert_eq!(q.scales, vec![0.25, 0.25]);
         assert_eq!(q.codes.len(), 256);
         assert_eq!(q.dequantized(), values);
         assert_eq!(values[3], 104.0);
         for (a, b) in original.iter().zip(&values) {
-            assert!(
-                (a - b).abs() <= a.abs() / 16.0 + 2f32.powi(-9) * 0.25,
-                "{a} → {b}"
-            );
+            assert!((a - b).abs() <= a.abs() / 16.0 + 2f32.powi(-9) * 0.25, "{a} → {b}");
         }
         Ok(())
     }
@@ -792,24 +733,10 @@ mod tests {
     #[test]
     fn shapes_pick_the_block_length() -> Result<(), FormatError> {
         let base: Vec<f32> = (0..64).map(|i| i as f32).collect();
-        for (shape, blocks) in [
-            (BlockShape::Block(16), 4),
-            (BlockShape::Row, 2),
-            (BlockShape::Tensor, 1),
-        ] {
-            let scaling = BlockScaling {
-                shape,
-                scale: ScaleFormat::Fp32,
-                amax_floor: 0.0,
-            };
+        for (shape, blocks) in [(BlockShape::Block(16), 4), (BlockShape::Row, 2), (BlockShape::Tensor, 1)] {
+            let scaling = BlockScaling { shape, scale: ScaleFormat::Fp32, amax_floor: 0.0 };
             let mut q = QuantizedBlocks::default();
-            quantize_dequantize(
-                &mut base.clone(),
-                32,
-                ElementFormat::E4m3fn,
-                &scaling,
-                Some(&mut q),
-            )?;
+            quantize_dequantize(&mut base.clone(), 32, ElementFormat::E4m3fn, &scaling, Some(&mut q))?;
             assert_eq!(q.scales.len(), blocks, "{shape:?}");
         }
         Ok(())
@@ -820,74 +747,23 @@ mod tests {
         let mut v = vec![1.0; 64];
         let fp8 = BlockScaling::DEEPSEEK_FP8;
         let e = ElementFormat::E4m3fn;
-        assert_eq!(
-            quantize_dequantize(&mut v, 0, e, &fp8, None),
-            Err(FormatError::ZeroRowLength)
-        );
-        assert!(matches!(
-            quantize_dequantize(&mut v, 48, e, &fp8, None),
-            Err(FormatError::LengthNotMultipleOfRow { .. })
-        ));
-        assert!(matches!(
-            quantize_dequantize(&mut v, 64, e, &fp8, None),
-            Err(FormatError::InvalidBlockSize { .. })
-        ));
-        let zero_block = BlockScaling {
-            shape: BlockShape::Block(0),
-            ..fp8
-        };
-        assert!(matches!(
-            quantize_dequantize(&mut v, 64, e, &zero_block, None),
-            Err(FormatError::InvalidBlockSize { .. })
-        ));
-        let nan_floor = BlockScaling {
-            amax_floor: f32::NAN,
-            ..fp8
-        };
-        assert!(matches!(
-            quantize_dequantize(&mut v, 64, e, &nan_floor, None),
-            Err(FormatError::InvalidAmaxFloor { .. })
-        ));
+        assert_eq!(quantize_dequantize(&mut v, 0, e, &fp8, None), Err(FormatError::ZeroRowLength));
+        assert!(matches!(quantize_dequantize(&mut v, 48, e, &fp8, None), Err(FormatError::LengthNotMultipleOfRow { .. })));
+        assert!(matches!(quantize_dequantize(&mut v, 64, e, &fp8, None), Err(FormatError::InvalidBlockSize { .. })));
+        let zero_block = BlockScaling { shape: BlockShape::Block(0), ..fp8 };
+        assert!(matches!(quantize_dequantize(&mut v, 64, e, &zero_block, None), Err(FormatError::InvalidBlockSize { .. })));
+        let nan_floor = BlockScaling { amax_floor: f32::NAN, ..fp8 };
+        assert!(matches!(quantize_dequantize(&mut v, 64, e, &nan_floor, None), Err(FormatError::InvalidAmaxFloor { .. })));
         assert_eq!(v, vec![1.0; 64]);
-        assert_eq!(
-            quantize_dequantize(
-                &mut [],
-                4,
-                e,
-                &BlockScaling {
-                    shape: BlockShape::Tensor,
-                    ..fp8
-                },
-                None
-            ),
-            Ok(())
-        );
+        assert_eq!(quantize_dequantize(&mut [], 4, e, &BlockScaling { shape: BlockShape::Tensor, ..fp8 }, None), Ok(()));
     }
 
     #[test]
     fn special_values_do_not_panic() -> Result<(), FormatError> {
-        let specials = [
-            f32::NAN,
-            f32::INFINITY,
-            f32::NEG_INFINITY,
-            0.0,
-            -0.0,
-            f32::from_bits(1),
-            f32::MAX,
-            1.0,
-        ];
+        let specials = [f32::NAN, f32::INFINITY, f32::NEG_INFINITY, 0.0, -0.0, f32::from_bits(1), f32::MAX, 1.0];
         for element in ElementFormat::ALL {
-            for scale in [
-                ScaleFormat::Fp32,
-                ScaleFormat::Ue8m0Ceil,
-                ScaleFormat::Ue8m0Floor,
-                ScaleFormat::E4m3,
-            ] {
-                let scaling = BlockScaling {
-                    shape: BlockShape::Block(8),
-                    scale,
-                    amax_floor: 0.0,
-                };
+            for scale in [ScaleFormat::Fp32, ScaleFormat::Ue8m0Ceil, ScaleFormat::Ue8m0Floor, ScaleFormat::E4m3] {
+                let scaling = BlockScaling { shape: BlockShape::Block(8), scale, amax_floor: 0.0 };
                 let mut v = specials.to_vec();
                 quantize_dequantize(&mut v, 8, element, &scaling, None)?;
             }
@@ -900,21 +776,9 @@ mod tests {
         // amax/6 = 1e-5 rounds to zero in e4m3fn (smallest subnormal 2^-9).
         let mut v = vec![6e-5, -3e-5, 0.0, 1e-5];
         let mut q = QuantizedBlocks::default();
-        quantize_dequantize(
-            &mut v,
-            4,
-            ElementFormat::E2m1,
-            &BlockScaling {
-                shape: BlockShape::Row,
-                ..BlockScaling::NVFP4
-            },
-            Some(&mut q),
-        )?;
+        quantize_dequantize(&mut v, 4, ElementFormat::E2m1, &BlockScaling { shape: BlockShape::Row, ..BlockScaling::NVFP4 }, Some(&mut q))?;
         assert_eq!(q.scales, vec![0.0]);
-        assert_eq!(
-            v.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
-            [0, 0x8000_0000, 0, 0]
-        );
+        assert_eq!(v.iter().map(|x| x.to_bits()).collect::<Vec<_>>(), [0, 0x8000_0000, 0, 0]);
         Ok(())
     }
 }

@@ -38,7 +38,9 @@ pub fn encode_side(p: &QuantPipeline, input: &[f32], dim: usize) -> Result<Encod
             quantize_dequantize(&mut values, dim, p.element, scaling, Some(&mut blocks)).map_err(crate::SimError::from)?;
             Ok(EncodedSide { codes: blocks.codes, scales: blocks.scales, block_len: blocks.block_len })
         }
-        None => Ok(EncodedSide { codes: values.iter().map(|&x| p.element.encode(x, Overflow::Cast)).collect(), scales: vec![], block_len: 0 }),
+        None => {
+            Ok(EncodedSide { codes: values.iter().map(|&x| p.element.encode(x, Overflow::Cast)).collect(), scales: vec![], block_len: 0 })
+        }
     }
 }
 
@@ -166,9 +168,7 @@ pub fn dump_trial(s: &Scenario, trial: u64, path: &Path) -> Result<DumpSummary, 
         tensors.push((format!("{}.logits", v.name), f32s(&logits, vec![rows])));
         tensors.push((format!("{}.selected", v.name), i64s(&selected, vec![selected.len()])));
         let best = placement.rows.clone().map(|r| logits[r as usize]).reduce(f32::max);
-        let rank = best.map(|b| {
-            (0..rows).filter(|i| !placement.rows.contains(&(*i as u64)) && logits[*i] > b).count() as u64
-        });
+        let rank = best.map(|b| (0..rows).filter(|i| !placement.rows.contains(&(*i as u64)) && logits[*i] > b).count() as u64);
         let survived = placement.in_window || placement.rows.clone().any(|r| selected.binary_search(&r).is_ok());
         let overlap = selected.iter().filter(|i| reference.binary_search(i).is_ok()).count() as f64 / k_eff.max(1) as f64;
         summary.variants.push((v.name.clone(), survived, rank, overlap));

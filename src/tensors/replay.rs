@@ -79,7 +79,18 @@ fn assemble(path: &Path, q: (Vec<usize>, Vec<f32>), k: (Vec<usize>, Vec<f32>), w
     if q.1.iter().chain(&k.1).chain(&weights).any(|x| !x.is_finite()) {
         return Err(bad_file(path, "tensors hold NaN or infinite values"));
     }
-    Ok(Recorded { heads, dim, tokens, rows, queries: q.1, weights, keys: k.1, needle_rows: vec![], tie_rule: TieRule::LowestIndex, tie_seed: None })
+    Ok(Recorded {
+        heads,
+        dim,
+        tokens,
+        rows,
+        queries: q.1,
+        weights,
+        keys: k.1,
+        needle_rows: vec![],
+        tie_rule: TieRule::LowestIndex,
+        tie_seed: None,
+    })
 }
 
 /// Reads recorded tensors from a safetensors file.
@@ -90,7 +101,10 @@ pub fn load_safetensors(path: &Path, names: &TensorNames) -> Result<Recorded, Er
         let t = st.tensor(name).map_err(|_| {
             let mut have: Vec<String> = st.names().into_iter().map(|s| s.to_string()).collect();
             have.sort();
-            bad_file(path, format!("no tensor {name:?} (the file has {}); set the name with --q-name/--k-name/--weights-name", have.join(", ")))
+            bad_file(
+                path,
+                format!("no tensor {name:?} (the file has {}); set the name with --q-name/--k-name/--weights-name", have.join(", ")),
+            )
         })?;
         Ok((t.shape().to_vec(), to_f32(path, name, t.dtype(), t.data())?))
     };

@@ -9,9 +9,9 @@
 use divan::counter::ItemsCount;
 use divan::{black_box, Bencher};
 use dsa_recall::config::{self, params::parse_scenario_toml, Scenario};
-use dsa_recall::haystack::TrialHaystack;
-use dsa_recall::indexer::IndexerQuery;
-use dsa_recall::precision::PrecisionVariant;
+use dsa_recall::model::haystack::TrialHaystack;
+use dsa_recall::score::indexer::IndexerQuery;
+use dsa_recall::score::variant::PrecisionVariant;
 use rand::Rng;
 use rand_distr::StandardNormal;
 
@@ -66,7 +66,7 @@ mod generation {
         let _ = &h;
         b.counter(ItemsCount::new(CHUNK * D)).bench_local(|| {
             for (r, key) in out.chunks_exact_mut(D).enumerate() {
-                let mut rng = dsa_recall::rng::stream(black_box(77), &[4096 + r as u64]);
+                let mut rng = dsa_recall::base::rng::stream(black_box(77), &[4096 + r as u64]);
                 for ((o, &c), &s) in key.iter_mut().zip(&common).zip(&std) {
                     let z: f32 = rng.sample(StandardNormal);
                     *o = c + s * z;
@@ -84,7 +84,7 @@ fn quantize_score(b: Bencher, name: &str) {
     let (h, raw) = keys(CHUNK);
     let q = query(&h, &v);
     // The engine's path (src/trial.rs): element values plus row scales.
-    let mut quantized = dsa_recall::precision::QuantizedRows::with_capacity(CHUNK, D);
+    let mut quantized = dsa_recall::numerics::pipeline::QuantizedRows::with_capacity(CHUNK, D);
     let mut out = vec![0.0f32; CHUNK];
     b.counter(ItemsCount::new(CHUNK)).bench_local(|| {
         if v.key.is_identity() {
@@ -103,7 +103,7 @@ fn quantize_score(b: Bencher, name: &str) {
 fn quantize(b: Bencher, name: &str) {
     let v = PrecisionVariant::builtin(name).unwrap();
     let (_, raw) = keys(CHUNK);
-    let mut quantized = dsa_recall::precision::QuantizedRows::with_capacity(CHUNK, D);
+    let mut quantized = dsa_recall::numerics::pipeline::QuantizedRows::with_capacity(CHUNK, D);
     b.counter(ItemsCount::new(CHUNK)).bench_local(|| {
         if !v.key.is_identity() {
             v.key.quantize_rows_into(black_box(&raw), D, &mut quantized).unwrap();

@@ -33,9 +33,10 @@
 //! AVX-512, so the AVX2 paths are what it counts.)
 
 use dsa_recall::config::{self, params::parse_scenario_toml};
-use dsa_recall::haystack::TrialHaystack;
-use dsa_recall::indexer::IndexerQuery;
-use dsa_recall::precision::{PrecisionVariant, QuantizedRows};
+use dsa_recall::model::haystack::TrialHaystack;
+use dsa_recall::numerics::pipeline::QuantizedRows;
+use dsa_recall::score::indexer::IndexerQuery;
+use dsa_recall::score::variant::PrecisionVariant;
 use std::hint::black_box;
 use std::time::Instant;
 

@@ -21,10 +21,10 @@
 //! printed. DSA_BENCH_QUICK=1 runs fewer rounds.
 
 use dsa_recall::config::{self, params::parse_scenario_toml, Scenario};
-use dsa_recall::haystack::TrialHaystack;
-use dsa_recall::indexer::IndexerQuery;
-use dsa_recall::precision::PrecisionVariant;
-use dsa_recall::sweep::run_sweep;
+use dsa_recall::model::haystack::TrialHaystack;
+use dsa_recall::run::sweep::run_sweep;
+use dsa_recall::score::indexer::IndexerQuery;
+use dsa_recall::score::variant::PrecisionVariant;
 use std::process::Command;
 use std::time::Instant;
 

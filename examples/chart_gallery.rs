@@ -5,7 +5,7 @@
 
 use std::path::PathBuf;
 
-use dsa_recall::chart::{render_heatmap, render_recall_vs_context, Heatmap, HeatmapPanel, RecallChart, RecallPoint, RecallSeries};
+use dsa_recall::report::chart::{render_heatmap, render_recall_vs_context, Heatmap, HeatmapPanel, RecallChart, RecallPoint, RecallSeries};
 
 /// Wilson score interval for `successes` out of `n` trials at z = 1.96.
 fn wilson(successes: f64, n: f64) -> (f64, f64) {

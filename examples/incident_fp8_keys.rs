@@ -12,7 +12,7 @@
 
 use dsa_recall::config::{self, params::parse_scenario_toml};
 use dsa_recall::report::{render_charts, PlotOptions, ReportMeta};
-use dsa_recall::sweep::{run_sweep, CellResult};
+use dsa_recall::run::sweep::{run_sweep, CellResult};
 use std::path::Path;
 
 const HYPOTHESES: &[&str] = &[
@@ -72,7 +72,7 @@ trials = 200
     std::fs::create_dir_all(dir)?;
     let meta = ReportMeta::from_scenario(&s, &outcome.effective);
     render_charts(dir, &meta, cells, &PlotOptions::default())?;
-    std::fs::write(dir.join("summary.csv"), dsa_recall::output::summary_csv(cells))?;
+    std::fs::write(dir.join("summary.csv"), dsa_recall::run::output::summary_csv(cells))?;
 
     // The symptoms, at each depth (the report gives none), with thresholds of
     // our choosing: reliable (recall ≥ 0.9) up to 2K and lost (≤ 0.5) from 4K

@@ -12,7 +12,7 @@
 
 use dsa_recall::config::{self, params::parse_scenario_toml};
 use dsa_recall::report::{render_charts, PlotOptions, ReportMeta};
-use dsa_recall::sweep::run_sweep;
+use dsa_recall::run::sweep::run_sweep;
 use std::path::Path;
 
 const VARIANTS: &[&str] = &[
@@ -54,7 +54,7 @@ trials = 200
     let dir = Path::new("plots/incident_length_mod4");
     std::fs::create_dir_all(dir)?;
     render_charts(dir, &ReportMeta::from_scenario(&s, &outcome.effective), cells, &PlotOptions::default())?;
-    std::fs::write(dir.join("summary.csv"), dsa_recall::output::summary_csv(cells))?;
+    std::fs::write(dir.join("summary.csv"), dsa_recall::run::output::summary_csv(cells))?;
 
     println!("recall by prompt length mod 4 (mean over needle offsets 0 … 3, {} trials each)", s.trials);
     println!("{:<34} {:>6} {:>6} {:>6} {:>6}   spread", "variant", "m=0", "m=1", "m=2", "m=3");

@@ -11,7 +11,7 @@
 
 use dsa_recall::config::{self, params::parse_scenario_toml};
 use dsa_recall::report::{render_charts, PlotOptions, ReportMeta};
-use dsa_recall::sweep::run_sweep;
+use dsa_recall::run::sweep::run_sweep;
 use std::path::Path;
 
 const VARIANTS: &[&str] = &[
@@ -53,7 +53,7 @@ trials = 300
     let dir = Path::new("plots/incident_rocm_collapse");
     std::fs::create_dir_all(dir)?;
     render_charts(dir, &ReportMeta::from_scenario(&s, &outcome.effective), cells, &PlotOptions::default())?;
-    std::fs::write(dir.join("summary.csv"), dsa_recall::output::summary_csv(cells))?;
+    std::fs::write(dir.join("summary.csv"), dsa_recall::run::output::summary_csv(cells))?;
 
     println!("{:<50} {:>5}  recall at 1913 3611 5294 8K 16K  likelihood of 3/3, 3/3, 0/3, 0/3, 0/3", "variant", "depth");
     for p in VARIANTS {

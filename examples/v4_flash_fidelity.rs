@@ -6,10 +6,10 @@
 //!
 //! `cargo run --release --example v4_flash_fidelity` (about half a minute on 2 cores)
 
-use dsa_recall::chart::{render_fidelity, render_rank_margin};
 use dsa_recall::config::{self, ListSpec, ScenarioParams};
+use dsa_recall::report::chart::{render_fidelity, render_rank_margin};
 use dsa_recall::report::{fidelity_chart, rank_margin_chart, ReportMeta};
-use dsa_recall::sweep::run_sweep;
+use dsa_recall::run::sweep::run_sweep;
 use std::path::Path;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {

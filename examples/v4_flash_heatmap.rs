@@ -5,10 +5,10 @@
 //!
 //! `cargo run --release --example v4_flash_heatmap` (about half a minute on 2 cores)
 
-use dsa_recall::chart::render_heatmap;
 use dsa_recall::config::{self, ListSpec, ScenarioParams};
+use dsa_recall::report::chart::render_heatmap;
 use dsa_recall::report::{heatmap, heatmap_diff, heatmap_size, Grid, ReportMeta};
-use dsa_recall::sweep::run_sweep;
+use dsa_recall::run::sweep::run_sweep;
 use std::path::Path;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {

@@ -7,7 +7,7 @@
 
 use dsa_recall::config::{self, ScenarioParams};
 use dsa_recall::report::render_recall_chart;
-use dsa_recall::sweep::run_sweep;
+use dsa_recall::run::sweep::run_sweep;
 use std::path::Path;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -17,7 +17,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     std::fs::create_dir_all("plots")?;
     let path = Path::new("plots/v4_flash_recall_vs_context.png");
     render_recall_chart(&s, &outcome.cells, path)?;
-    print!("{}", dsa_recall::output::format_table(&s, &outcome));
+    print!("{}", dsa_recall::run::output::format_table(&s, &outcome));
     println!("wrote {}", path.display());
     Ok(())
 }

@@ -68,7 +68,7 @@ pub struct PlotArgs {
 pub fn detail_context(text: &Option<String>) -> Result<Option<u64>, ConfigError> {
     match text {
         None => Ok(None),
-        Some(t) => config::lists::parse_size(t)
+        Some(t) => dsa_recall::base::units::parse_size(t)
             .filter(|&v| v > 0)
             .map(Some)
             .ok_or_else(|| ConfigError::new("--detail-context", format!("{t:?}"), "a context length of the sweep, e.g. 32K")),

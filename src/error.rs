@@ -24,11 +24,11 @@ pub enum SimError {
     #[error("generative model: {0}")]
     Model(String),
     #[error("quantization: {0}")]
-    Format(#[from] crate::format::FormatError),
+    Format(#[from] crate::numerics::format::FormatError),
     #[error("RoPE: {0}")]
-    Rope(#[from] crate::rope::RopeError),
+    Rope(#[from] crate::model::rope::RopeError),
     #[error("compressor: {0}")]
-    Compressor(#[from] crate::compressor::CompressorError),
+    Compressor(#[from] crate::model::compressor::CompressorError),
     /// A hypothesis that cannot apply to the data it met (config validation
     /// normally refuses it first).
     #[error("hypothesis: {0}")]
@@ -61,7 +61,7 @@ pub enum Error {
     #[error("{0}")]
     Resources(String),
     #[error(transparent)]
-    Quantize(#[from] crate::quantize::QuantizeError),
+    Quantize(#[from] crate::numerics::quantize::QuantizeError),
     /// A missing or unreadable input file of `plot` (`location` names the
     /// file, and the line when there is one).
     #[error("{location}: {message}")]

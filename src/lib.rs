@@ -1,45 +1,30 @@
 //! dsa-recall: a CPU simulator of how DeepSeek sparse attention's lightning
 //! indexer selects compressed KV rows, and how often a needle survives.
 //!
-//! The pipeline, one module per concept:
-//! [`config`] (presets, scenario files, validation) →
-//! [`geometry`] (compression into rows, raw window, needle rows) →
-//! [`haystack`] (synthetic keys, queries, weights) →
-//! [`precision`] / [`format`] (quantization of q and k) →
-//! [`indexer`] (scores) → [`selection`] (top-k, ranks) →
-//! [`trial`] → [`montecarlo`] → [`sweep`] → [`output`] and [`chart`].
+//! The layers, each a folder; a layer uses only those above it in this list:
+//! - [`base`]: random streams and statistics.
+//! - [`model`]: the generative model: geometry, haystack, RoPE, compressor, rows.
+//! - [`numerics`]: number formats, quantization pipelines, the paged key cache.
+//! - [`score`]: indexer logits, top-k selection, precision variants, hypotheses, one trial.
+//! - [`estimate`]: estimators of a cell's recall (full, tail, predicted).
+//! - [`config`]: presets, scenario files and their validation.
+//! - [`run`]: the sweep, its durable store, its output files.
+//! - [`report`]: tables, charts and the HTML report.
+//! - [`tensors`]: tensor dumps and replay of recorded tensors.
+//!
+//! [`error`] holds the crate's error types. Definitions of every modelled
+//! quantity: docs/MODEL.md.
 
-pub mod analytic;
-pub mod chart;
-pub mod compressor;
+pub mod base;
 pub mod config;
 pub mod error;
-pub mod estimator;
-pub mod format;
-pub mod geometry;
-pub mod haystack;
-pub mod html;
-pub mod hypothesis;
-pub mod indexer;
-pub mod key_cache;
-pub mod montecarlo;
-pub mod output;
-pub mod physics;
-pub mod precision;
-pub mod quantize;
+pub mod estimate;
+pub mod model;
+pub mod numerics;
 pub mod report;
-pub mod rng;
-pub mod rope;
-pub mod row_sample;
-pub mod row_source;
-pub mod sampled_prediction;
-pub mod selection;
-pub mod stats;
-pub mod store;
-pub mod sweep;
-pub mod tail;
+pub mod run;
+pub mod score;
 pub mod tensors;
-pub mod trial;
 
 pub use config::{Scenario, ScenarioParams};
 pub use error::{ConfigError, Error, SimError};

@@ -12,8 +12,9 @@ use cli::{
 };
 use dsa_recall::config::{self, Overlay, Scenario, ScenarioParams};
 use dsa_recall::error::Error;
-use dsa_recall::store::{self, Shard, StoreOptions};
-use dsa_recall::{output, report, sweep};
+use dsa_recall::report;
+use dsa_recall::run::store::{self, Shard, StoreOptions};
+use dsa_recall::run::{output, sweep};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::process::ExitCode;
 
@@ -66,20 +67,20 @@ fn run(cli: Cli) -> Result<(), Error> {
         Command::Plot(args) => run_plot(&args),
         Command::Hypotheses(args) => match (args.action, args.long) {
             (Some(HypothesesAction::Show { name }), _) => {
-                let h = dsa_recall::hypothesis::info(&name).ok_or_else(|| {
+                let h = dsa_recall::score::hypothesis::info(&name).ok_or_else(|| {
                     dsa_recall::ConfigError::new(
                         "hypotheses show",
                         format!("{name:?}"),
-                        format!("one of {}", dsa_recall::hypothesis::names()),
+                        format!("one of {}", dsa_recall::score::hypothesis::names()),
                     )
                 })?;
-                print!("{}", dsa_recall::hypothesis::long_text(h));
+                print!("{}", dsa_recall::score::hypothesis::long_text(h));
                 Ok(())
             }
             (None, long) => {
-                for h in dsa_recall::hypothesis::CATALOGUE {
+                for h in dsa_recall::score::hypothesis::CATALOGUE {
                     if long {
-                        println!("{}", dsa_recall::hypothesis::long_text(h));
+                        println!("{}", dsa_recall::score::hypothesis::long_text(h));
                     } else {
                         println!("{:<13} {:<21} {}", h.group.name(), h.name, h.summary);
                     }
@@ -228,7 +229,7 @@ fn run_cell(args: &RunArgs) -> Result<(), Error> {
 }
 
 fn run_quantize(args: &QuantizeArgs) -> Result<(), Error> {
-    use dsa_recall::quantize::{format_line, parse_value, QuantizeSpec};
+    use dsa_recall::numerics::quantize::{format_line, parse_value, QuantizeSpec};
     use std::io::{BufRead, Write};
     let spec = QuantizeSpec::from_flags(&args.format, args.block, args.scale.as_deref(), args.saturate, args.amax_floor)?;
     let mut inputs = Vec::new();
@@ -252,7 +253,7 @@ fn run_quantize(args: &QuantizeArgs) -> Result<(), Error> {
 }
 
 fn run_plot(args: &PlotArgs) -> Result<(), Error> {
-    use dsa_recall::chart::ImageFormat;
+    use dsa_recall::report::chart::ImageFormat;
     let formats = match args.format.as_str() {
         "svg" => vec![ImageFormat::Svg],
         "both" => vec![ImageFormat::Png, ImageFormat::Svg],
@@ -291,11 +292,11 @@ fn run_replay(args: &ReplayArgs) -> Result<(), Error> {
     let topks = config::lists::parse_sizes("--topk", &args.topk)?;
     let mut variants = Vec::new();
     for name in config::lists::parse_names("--precisions", &args.precisions)? {
-        let v = dsa_recall::precision::PrecisionVariant::builtin(&name).ok_or_else(|| {
+        let v = dsa_recall::score::variant::PrecisionVariant::builtin(&name).ok_or_else(|| {
             dsa_recall::ConfigError::new(
                 "--precisions",
                 format!("{name:?}"),
-                format!("one of {}", dsa_recall::precision::PrecisionVariant::builtin_names().join(", ")),
+                format!("one of {}", dsa_recall::score::variant::PrecisionVariant::builtin_names().join(", ")),
             )
         })?;
         variants.push(v);
@@ -337,7 +338,7 @@ fn run_replay(args: &ReplayArgs) -> Result<(), Error> {
     }
     let rows = replay(&rec, &variants, &topks)?;
     if let Some(path) = &args.chart {
-        let chart = dsa_recall::chart::overlap::OverlapChart {
+        let chart = dsa_recall::report::chart::overlap::OverlapChart {
             title: "Top-k kept under each precision, against fp32".into(),
             subtitle: format!(
                 "replayed tensors: {} query token(s), {} heads × {} dims, {} key rows",
@@ -345,7 +346,7 @@ fn run_replay(args: &ReplayArgs) -> Result<(), Error> {
             ),
             bars: dsa_recall::tensors::replay::overlap_bars(&rows),
         };
-        dsa_recall::chart::overlap::render_overlap(&chart, path, 1400, 800).map_err(|e| Error::Chart(e.to_string()))?;
+        dsa_recall::report::chart::overlap::render_overlap(&chart, path, 1400, 800).map_err(|e| Error::Chart(e.to_string()))?;
     }
     if args.json {
         for r in &rows {

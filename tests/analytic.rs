@@ -12,12 +12,12 @@
 //! interval of the difference of two independent estimates (tail sampling;
 //! conservative: both use the same trials, which correlates them positively).
 
-use dsa_recall::analytic::{normal_sf, predict_cells};
+use dsa_recall::base::stats::{wilson_interval, Z95};
 use dsa_recall::config::{self, params::PhysicsParams, Scenario, ScenarioParams};
-use dsa_recall::estimator::EstimatorMode;
-use dsa_recall::precision::PrecisionVariant;
-use dsa_recall::stats::{wilson_interval, Z95};
-use dsa_recall::sweep::{run_sweep, spec_for};
+use dsa_recall::estimate::predict::{normal_sf, predict_cells};
+use dsa_recall::estimate::settings::EstimatorMode;
+use dsa_recall::run::sweep::{run_sweep, spec_for};
+use dsa_recall::score::variant::PrecisionVariant;
 
 /// z of a two-sided Wilson interval that holds for all of `cells` cells
 /// at once with 95 % confidence (Bonferroni: each at 1 − 0.05/cells). One
@@ -208,7 +208,7 @@ fn sampled_estimators_are_identical_for_any_thread_count() {
         let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
         let cells = pool.install(|| run_sweep(s, &|| {})).unwrap().cells;
         assert!(cells.iter().all(|c| c.predicted_recall.is_some() == s.estimator.predict));
-        dsa_recall::output::results_jsonl(&cells)
+        dsa_recall::run::output::results_jsonl(&cells)
     };
     assert_eq!(run(&s, 1), run(&s, 2));
     s.estimator.predict = false;
@@ -222,7 +222,7 @@ fn tail_sampling_is_identical_for_any_thread_count() {
     s.estimator.mode = EstimatorMode::Tail;
     let run = |threads| {
         let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
-        dsa_recall::output::results_jsonl(&pool.install(|| run_sweep(&s, &|| {})).unwrap().cells)
+        dsa_recall::run::output::results_jsonl(&pool.install(|| run_sweep(&s, &|| {})).unwrap().cells)
     };
     assert_eq!(run(1), run(2));
 }

@@ -162,7 +162,7 @@ fn one_trial_jaccard_matches_selection_recall_by_hand() {
     p.sweep.topk = Some(dsa_recall::config::ListSpec::Text("64".into()));
     p.sweep.precisions = Some(dsa_recall::config::ListSpec::Text("fp32,fp4".into()));
     let s = config::check(config::resolve(p).unwrap()).unwrap();
-    let out = dsa_recall::sweep::run_sweep(&s, &|| {}).unwrap();
+    let out = dsa_recall::run::sweep::run_sweep(&s, &|| {}).unwrap();
     let mut checked = 0;
     for c in out.cells.iter().filter(|c| c.precision == "fp4") {
         let (r, j) = (c.selection_recall.unwrap(), c.jaccard.unwrap());

@@ -172,7 +172,7 @@ fn hypotheses_lists_every_group_one_per_line() {
     assert!(o.status.success(), "{}", stderr(&o));
     let out = stdout(&o);
     let lines: Vec<&str> = out.lines().collect();
-    assert_eq!(lines.len(), dsa_recall::hypothesis::CATALOGUE.len());
+    assert_eq!(lines.len(), dsa_recall::score::hypothesis::CATALOGUE.len());
     for (name, group) in [("no-hadamard", "numerics"), ("slot-shift", "cache-layout"), ("topk=N", "selection"), ("rope-swap-q", "position")]
     {
         let line = lines.iter().find(|l| l.split_whitespace().nth(1) == Some(name)).unwrap_or_else(|| panic!("{name} missing:\n{out}"));
@@ -189,7 +189,7 @@ fn hypotheses_show_and_long_print_the_full_text() {
         assert!(out.contains(part), "{part} missing:\n{out}");
     }
     let long = stdout(&bin().args(["hypotheses", "--long"]).output().unwrap());
-    assert_eq!(long.matches("stands for:").count(), dsa_recall::hypothesis::CATALOGUE.len());
+    assert_eq!(long.matches("stands for:").count(), dsa_recall::score::hypothesis::CATALOGUE.len());
     assert!(long.contains("requires: --rope on"));
     let o = bin().args(["hypotheses", "show", "nope"]).output().unwrap();
     assert_one_line_error(&o, &["\"nope\"", "no-hadamard", "window=N"]);

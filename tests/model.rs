@@ -5,10 +5,10 @@
 //! of independent checks below, a correct simulator fails one by chance with
 //! probability well under 1 %. Seeds are fixed, so a run is reproducible.
 
+use dsa_recall::base::stats::{chance_of_hit, wilson_interval};
 use dsa_recall::config::{self, params::parse_scenario_toml, Scenario};
-use dsa_recall::output::results_jsonl;
-use dsa_recall::stats::{chance_of_hit, wilson_interval};
-use dsa_recall::sweep::{run_sweep, CellResult, SweepOutcome};
+use dsa_recall::run::output::results_jsonl;
+use dsa_recall::run::sweep::{run_sweep, CellResult, SweepOutcome};
 
 const Z999: f64 = 3.290_526_731_491_926;
 

@@ -1,8 +1,9 @@
 //! Property tests of the number formats, block scaling and the scoring order.
 
-use dsa_recall::format::{quantize_dequantize, BlockScaling, BlockShape, ElementFormat, Overflow, ScaleFormat};
-use dsa_recall::indexer::IndexerQuery;
-use dsa_recall::precision::{PrecisionVariant, QuantizedRows};
+use dsa_recall::numerics::format::{quantize_dequantize, BlockScaling, BlockShape, ElementFormat, Overflow, ScaleFormat};
+use dsa_recall::numerics::pipeline::QuantizedRows;
+use dsa_recall::score::indexer::IndexerQuery;
+use dsa_recall::score::variant::PrecisionVariant;
 use proptest::prelude::*;
 
 const NARROW: [ElementFormat; 5] =
@@ -101,7 +102,7 @@ proptest! {
             for scale in [ScaleFormat::Ue8m0Ceil, ScaleFormat::Fp32] {
                 let scaling = BlockScaling { shape: BlockShape::Block(32), scale, amax_floor: 0.0 };
                 let mut out = input.clone();
-                let mut q = dsa_recall::format::QuantizedBlocks::default();
+                let mut q = dsa_recall::numerics::format::QuantizedBlocks::default();
                 quantize_dequantize(&mut out, 64, element, &scaling, Some(&mut q)).unwrap();
                 let step_at_max = half_ulp(element, element.max_finite());
                 for (i, (x, y)) in input.iter().zip(&out).enumerate() {

@@ -2,9 +2,9 @@
 //! what it claims to change, and nothing else. Statistical checks use 99.9 %
 //! Wilson intervals (z = 3.29) with fixed seeds.
 
+use dsa_recall::base::stats::{chance_of_hit, wilson_interval};
 use dsa_recall::config::{self, params::parse_scenario_toml, Scenario};
-use dsa_recall::stats::{chance_of_hit, wilson_interval};
-use dsa_recall::sweep::{run_sweep, CellResult, SweepOutcome};
+use dsa_recall::run::sweep::{run_sweep, CellResult, SweepOutcome};
 
 const Z999: f64 = 3.290_526_731_491_926;
 

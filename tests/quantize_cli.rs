@@ -3,7 +3,7 @@
 //! bad input is one line on stderr with exit code 2.
 
 use assert_cmd::Command;
-use dsa_recall::quantize::QuantizeSpec;
+use dsa_recall::numerics::quantize::QuantizeSpec;
 
 fn cmd() -> Command {
     Command::cargo_bin("dsa-recall").expect("binary")

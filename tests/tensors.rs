@@ -3,7 +3,7 @@
 
 use assert_cmd::Command;
 use dsa_recall::config::{self, params::parse_scenario_toml};
-use dsa_recall::precision::PrecisionVariant;
+use dsa_recall::score::variant::PrecisionVariant;
 use dsa_recall::tensors::dump::{dump_trial, select_top_k, variant_logits};
 use dsa_recall::tensors::npy::write_npy;
 use dsa_recall::tensors::replay::{load_npy, load_safetensors, replay, TensorNames};
@@ -74,7 +74,7 @@ fn npy_inputs_replay_like_safetensors() {
     let v = vec![PrecisionVariant::builtin("fp8").unwrap()];
     let a = replay(&from_npy, &v, &[128]).unwrap();
     let mut rec_lowest = rec.clone();
-    rec_lowest.tie_rule = dsa_recall::selection::TieRule::LowestIndex;
+    rec_lowest.tie_rule = dsa_recall::score::selection::TieRule::LowestIndex;
     rec_lowest.tie_seed = None;
     rec_lowest.needle_rows.clear();
     assert_eq!(a, replay(&rec_lowest, &v, &[128]).unwrap());
@@ -159,12 +159,12 @@ fn a_dump_with_physics_agrees_with_the_trial_engine() {
     let text = "[physics]\nrope = \"v4\"\npooling = \"on\"\nneedle_gate_boost = 2.0\ndistractors = 3\ndistractor_similarity = 0.9\n\
                 [sweep]\ncontexts = \"8K\"\ndepths = \"50\"\ntopk = \"256\"\nprecisions = \"fp32,fp8-fp32scale,fp4\"\n";
     let s = config::check(config::resolve(parse_scenario_toml(text).unwrap()).unwrap()).unwrap();
-    let spec = dsa_recall::sweep::spec_for(&s, 50.0);
+    let spec = dsa_recall::run::sweep::spec_for(&s, 50.0);
     let tmp = tempfile::tempdir().unwrap();
     for trial in 0..6u64 {
         let path = tmp.path().join(format!("t{trial}.safetensors"));
         let summary = dump_trial(&s, trial, &path).unwrap();
-        let outcome = spec.run(dsa_recall::montecarlo::trial_seed(s.seed, 50.0, trial)).unwrap();
+        let outcome = spec.run(dsa_recall::estimate::full::trial_seed(s.seed, 50.0, trial)).unwrap();
         for (v, (name, survived, rank, _)) in summary.variants.iter().enumerate() {
             let cell = &outcome.cells[spec.cell_index(0, 0, 0, v)];
             assert_eq!(*survived, cell.survived, "trial {trial} {name}");

@@ -1,29 +1,10 @@
 //! Parsers for the comma-separated lists of the CLI and scenario files.
 
+use crate::base::units::parse_size;
 use crate::error::ConfigError;
 
 const SIZE_HELP: &str =
     "a comma-separated list of positive integers with an optional K (×1024) or M (×1048576) suffix, or doubling ranges such as 1K..128K";
-
-/// Parses one size such as `4096`, `4K`, `1.5K` or `1M`.
-pub fn parse_size(text: &str) -> Option<u64> {
-    let t = text.trim();
-    let (number, unit) = match t.char_indices().last()? {
-        (i, 'k' | 'K') => (&t[..i], 1024u64),
-        (i, 'm' | 'M') => (&t[..i], 1024 * 1024),
-        _ => (t, 1),
-    };
-    if number.is_empty() {
-        return None;
-    }
-    if let Ok(n) = number.parse::<u64>() {
-        return n.checked_mul(unit);
-    }
-    // Fractions only with a suffix, and only when they give a whole number.
-    let x: f64 = number.parse().ok()?;
-    let v = x * unit as f64;
-    (unit > 1 && x.is_finite() && x > 0.0 && v.fract() == 0.0 && v < 9.0e15).then_some(v as u64)
-}
 
 /// Parses a size list with doubling ranges (`1K..128K` = 1K, 2K, 4K … 128K).
 pub fn parse_sizes(field: &str, text: &str) -> Result<Vec<u64>, ConfigError> {

@@ -11,12 +11,12 @@ pub use params::{ListSpec, Overlay, ScenarioParams};
 pub use preset::{preset_names, preset_params, preset_text, DEFAULT_PRESET, PRESETS};
 
 use crate::error::{ConfigError, Error};
-use crate::estimator::{EstimatorMode, EstimatorSettings};
-use crate::geometry::CompressionGeometry;
-use crate::haystack::{GenerativeModel, IndexerShape};
-use crate::physics::{Physics, Pooling, RopeChoice};
-use crate::precision::PrecisionVariant;
-use crate::selection::TieRule;
+use crate::estimate::settings::{EstimatorMode, EstimatorSettings};
+use crate::model::geometry::CompressionGeometry;
+use crate::model::haystack::{GenerativeModel, IndexerShape};
+use crate::model::physics::{Physics, Pooling, RopeChoice};
+use crate::score::selection::TieRule;
+use crate::score::variant::PrecisionVariant;
 use serde::Serialize;
 
 /// Largest context the simulator accepts (tokens): 16M.
@@ -257,7 +257,7 @@ pub fn check(p: ScenarioParams) -> Result<Scenario, ConfigError> {
     }
 
     if physics.rope == RopeChoice::Off {
-        if let Some(v) = precisions.iter().find(|v| v.position != crate::precision::PositionOverride::default()) {
+        if let Some(v) = precisions.iter().find(|v| v.position != crate::score::variant::PositionOverride::default()) {
             return Err(ConfigError::new(
                 field_name("sweep.precisions"),
                 format!("{:?}", v.name),
@@ -464,7 +464,7 @@ mod tests {
         .unwrap();
         assert_eq!(s.precisions.len(), 2);
         assert_eq!(s.precisions[1].name, "kq");
-        assert_eq!(s.precisions[1].key.element, crate::format::ElementFormat::E5m2);
+        assert_eq!(s.precisions[1].key.element, crate::numerics::format::ElementFormat::E5m2);
         let err = with("[sweep]\nprecisions = \"kq\"\n").unwrap_err().to_string();
         assert!(err.starts_with("invalid sweep.precisions (--precisions) = \"kq\""), "{err}");
     }

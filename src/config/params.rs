@@ -172,7 +172,7 @@ section!(
 );
 
 section!(
-    /// `[estimator]`: how recall is estimated (see `crate::estimator`).
+    /// `[estimator]`: how recall is estimated (see `crate::estimate::settings`).
     EstimatorParams {
         /// full | tail (default full).
         mode: String,

@@ -4,9 +4,10 @@
 
 use super::params::{ListItem, PrecisionParams, PrecisionSideParams};
 use crate::error::ConfigError;
-use crate::format::{default_amax_floor, BlockScaling, BlockShape, ElementFormat};
-use crate::precision::{LogitFormat, PrecisionVariant, QuantPipeline, Rotation, ScoreNumerics, WeightFormat};
-use crate::quantize::ScaleRule;
+use crate::numerics::format::{default_amax_floor, BlockScaling, BlockShape, ElementFormat};
+use crate::numerics::pipeline::{LogitFormat, QuantPipeline, Rotation, ScoreNumerics, WeightFormat};
+use crate::numerics::quantize::ScaleRule;
+use crate::score::variant::PrecisionVariant;
 
 /// The flag of the compact form, for error messages.
 pub const FLAG: &str = "--precision-def";
@@ -14,7 +15,7 @@ pub const FLAG: &str = "--precision-def";
 const SCALE_NAMES: &str = "fp32, ue8m0, ue8m0-floor, e4m3";
 
 /// The variant a `--precisions` entry names: a built-in or custom variant
-/// by its exact name, else `BASE+HYPOTHESIS+…` (crate::hypothesis). Errors
+/// by its exact name, else `BASE+HYPOTHESIS+…` (crate::score::hypothesis). Errors
 /// name `field` and list what is known.
 pub fn named_variant(field: &str, name: &str, custom: &[PrecisionVariant]) -> Result<PrecisionVariant, ConfigError> {
     let lookup = |n: &str| PrecisionVariant::builtin(n).or_else(|| custom.iter().find(|c| c.name == n).cloned());
@@ -39,7 +40,7 @@ pub fn named_variant(field: &str, name: &str, custom: &[PrecisionVariant]) -> Re
             ),
         ));
     }
-    crate::hypothesis::compose(name, lookup).map_err(|why| {
+    crate::score::hypothesis::compose(name, lookup).map_err(|why| {
         let why = if why.starts_with("unknown precision variant") { format!("{why}; known: {}", known()) } else { why };
         ConfigError::new(field, format!("{name:?}"), why)
     })

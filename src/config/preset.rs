@@ -51,7 +51,7 @@ mod tests {
 
     #[test]
     fn presets_switch_on_their_model_physics() {
-        use crate::physics::{Physics, Pooling, RopeChoice};
+        use crate::model::physics::{Physics, Pooling, RopeChoice};
         let physics = |name: &str| super::super::check(super::super::resolve(preset_params(name).unwrap()).unwrap()).unwrap().physics;
         // Gate spread and needle boost: assumptions (docs/MODEL.md, "Physics in a trial").
         let v4 = Physics { rope: RopeChoice::V4, pooling: Pooling::On, gate_bias_std: 1.0, needle_gate_boost: 2.0, ..Physics::NULL };

@@ -1,15 +1,16 @@
 //! `dsa-recall trial … --dump FILE.safetensors`: one trial, completely.
 
 use super::bad_file;
+use crate::base::rng::{self, tag};
 use crate::config::Scenario;
 use crate::error::Error;
-use crate::format::{hadamard_rows_in_place, quantize_dequantize, Overflow, QuantizedBlocks};
-use crate::haystack::TrialHaystack;
-use crate::indexer::IndexerQuery;
-use crate::montecarlo::trial_seed;
-use crate::precision::{PrecisionVariant, QuantPipeline, Rotation};
-use crate::rng::{self, tag};
-use crate::selection::{tie_key, TieRule};
+use crate::estimate::full::trial_seed;
+use crate::model::haystack::TrialHaystack;
+use crate::numerics::format::{hadamard_rows_in_place, quantize_dequantize, Overflow, QuantizedBlocks};
+use crate::numerics::pipeline::{QuantPipeline, Rotation};
+use crate::score::indexer::IndexerQuery;
+use crate::score::selection::{tie_key, TieRule};
+use crate::score::variant::PrecisionVariant;
 use safetensors::{Dtype, View};
 use serde::Serialize;
 use std::borrow::Cow;
@@ -141,7 +142,8 @@ pub fn dump_trial(s: &Scenario, trial: u64, path: &Path) -> Result<DumpSummary, 
     let k_eff = (k as usize).min(rows);
     // Keys and query as scored: with the scenario's physics (RoPE, pooling,
     // distractors) when it has any, else exactly the null model's rows.
-    let (keys, queries) = crate::row_source::context_keys(&s.model, &s.physics, s.geometry, &hay, seed, context, placement.tokens.clone())?;
+    let (keys, queries) =
+        crate::model::row_source::context_keys(&s.model, &s.physics, s.geometry, &hay, seed, context, placement.tokens.clone())?;
     let heads = s.model.shape.heads;
     let mut tensors: Vec<(String, OwnedTensor)> = vec![
         ("queries".into(), f32s(&queries, vec![heads, d])),
@@ -191,6 +193,6 @@ pub fn dump_trial(s: &Scenario, trial: u64, path: &Path) -> Result<DumpSummary, 
         [("dsa_recall".to_string(), serde_json::to_string(&meta).unwrap_or_default())].into_iter().collect();
     let bytes = safetensors::serialize(tensors.iter().map(|(n, t)| (n.clone(), t)), Some(info))
         .map_err(|e| bad_file(path, format!("cannot serialize: {e}")))?;
-    crate::output::write_atomic(path, &bytes)?;
+    crate::run::output::write_atomic(path, &bytes)?;
     Ok(summary)
 }

@@ -5,8 +5,8 @@ use super::dump::{select_top_k, variant_logits};
 use super::npy::read_npy;
 use super::{bad_file, read_bounded};
 use crate::error::Error;
-use crate::precision::PrecisionVariant;
-use crate::selection::TieRule;
+use crate::score::selection::TieRule;
+use crate::score::variant::PrecisionVariant;
 use safetensors::{Dtype, SafeTensors};
 use serde::Serialize;
 use std::path::Path;
@@ -192,8 +192,8 @@ pub fn replay(rec: &Recorded, variants: &[PrecisionVariant], topks: &[u64]) -> R
 }
 
 /// The replay summarised per (k, variant) over query tokens, for the chart.
-pub fn overlap_bars(rows: &[ReplayRow]) -> Vec<crate::chart::overlap::OverlapBar> {
-    let mut bars: Vec<crate::chart::overlap::OverlapBar> = Vec::new();
+pub fn overlap_bars(rows: &[ReplayRow]) -> Vec<crate::report::chart::overlap::OverlapBar> {
+    let mut bars: Vec<crate::report::chart::overlap::OverlapBar> = Vec::new();
     let mut counts: Vec<usize> = Vec::new();
     for r in rows {
         match bars.iter().position(|b| b.topk == r.topk && b.precision == r.precision) {
@@ -206,7 +206,7 @@ pub fn overlap_bars(rows: &[ReplayRow]) -> Vec<crate::chart::overlap::OverlapBar
                 counts[i] += 1;
             }
             None => {
-                bars.push(crate::chart::overlap::OverlapBar {
+                bars.push(crate::report::chart::overlap::OverlapBar {
                     topk: r.topk,
                     precision: r.precision.clone(),
                     mean_recall: r.selection_recall,

@@ -6,7 +6,7 @@
 //! `-0` keeps its sign; infinities print as `inf` and `-inf`; NaN prints as
 //! `NaN` (its sign and payload are not printed: `--codes` shows the bits).
 
-use crate::format::{
+use crate::numerics::format::{
     default_amax_floor, quantize_dequantize, BlockScaling, BlockShape, ElementFormat, Overflow, QuantizedBlocks, ScaleFormat,
 };
 

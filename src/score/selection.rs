@@ -339,7 +339,7 @@ mod tests {
         let a: Vec<f32> = (0..200).map(|i| ((i * 37) % 101) as f32).collect(); // many ties
         let b: Vec<f32> = (0..200).map(|i| ((i * 53) % 89) as f32).collect();
         for rule in [TieRule::LowestIndex, TieRule::HighestIndex, TieRule::Random] {
-            let keys: Vec<u64> = (0..200).map(|i| tie_key(rule, i, |r| crate::rng::mix64(r as u64))).collect();
+            let keys: Vec<u64> = (0..200).map(|i| tie_key(rule, i, |r| crate::base::rng::mix64(r as u64))).collect();
             let top = |s: &[f32], k: usize| {
                 let mut idx: Vec<usize> = (0..200).collect();
                 idx.sort_by(|&x, &y| ahead_with((s[y], keys[y]), (s[x], keys[x]), NanOrder::First));

@@ -6,7 +6,7 @@
 
 use crate::config::Scenario;
 use crate::error::Error;
-use crate::sweep::{CellResult, SweepOutcome};
+use crate::run::sweep::{CellResult, SweepOutcome};
 use std::fmt::Write as _;
 use std::fs;
 use std::io::Write as _;
@@ -226,12 +226,12 @@ mod tests {
             contexts: vec![4096],
             trials: 5,
             precisions: vec![
-                crate::precision::PrecisionVariant::builtin("fp32").unwrap(),
-                crate::precision::PrecisionVariant::builtin("bf16").unwrap(),
+                crate::score::variant::PrecisionVariant::builtin("fp32").unwrap(),
+                crate::score::variant::PrecisionVariant::builtin("bf16").unwrap(),
             ],
             ..s
         };
-        let outcome = crate::sweep::run_sweep(&s, &|| {}).unwrap();
+        let outcome = crate::run::sweep::run_sweep(&s, &|| {}).unwrap();
         let csv = summary_csv(&outcome.cells);
         let columns = summary_header().split(',').count();
         assert_eq!(columns, 46);

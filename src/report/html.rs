@@ -4,9 +4,9 @@
 //! numbers and the resolved configuration. No external CSS, JS or fonts.
 
 use crate::error::Error;
-use crate::output::tokens_label;
 use crate::report::{Grid, ReportMeta};
-use crate::sweep::CellResult;
+use crate::run::output::tokens_label;
+use crate::run::sweep::CellResult;
 use std::fmt::Write as _;
 use std::path::Path;
 
@@ -152,7 +152,7 @@ pub fn report_html(dir: &Path, meta: &ReportMeta, cells: &[CellResult], chart_fi
             "<figure id=\"{}\"><img alt=\"{}\" src=\"data:{kind};base64,{}\"><figcaption><b>{}</b> · {}</figcaption></figure>",
             escape(file),
             escape(file),
-            crate::chart::font::base64(&bytes),
+            crate::report::chart::font::base64(&bytes),
             escape(file),
             caption(file)
         );

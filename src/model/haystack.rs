@@ -13,8 +13,8 @@
 //!   each looking head's dot product by `strength` haystack standard
 //!   deviations of that head, and every other head's by exactly zero.
 
+use crate::base::rng::{self, tag};
 use crate::error::SimError;
-use crate::rng::{self, tag};
 use rand::Rng;
 use rand_distr::{Distribution, Normal, StandardNormal};
 use serde::{Deserialize, Serialize};

@@ -1,4 +1,4 @@
-//! The prediction where the closed forms of [`crate::analytic`] do not
+//! The prediction where the closed forms of [`crate::estimate::predict`] do not
 //! reach: physics that make a row's distribution depend on its position
 //! (RoPE, pooling with RMSNorm), and keys or logits in coarse formats.
 //!
@@ -22,14 +22,16 @@
 //! of the simulation is reused. Where it breaks: docs/MODEL.md, "Analytic
 //! prediction".
 
-use crate::analytic::{binomial_cdf_below, SurvivalEstimate, TailFit, NEEDLE_SAMPLES};
+use crate::base::rng::{self, tag};
 use crate::error::SimError;
-use crate::haystack::TrialHaystack;
-use crate::precision::{PrecisionVariant, QuantizedRows};
-use crate::rng::{self, tag};
-use crate::row_sample::{context_queries, rounding_interval, score_keys, settled_survival, stratified_rows, tie_share};
-use crate::row_source::TrialRows;
-use crate::trial::TrialSpec;
+use crate::estimate::predict::{binomial_cdf_below, SurvivalEstimate, TailFit, NEEDLE_SAMPLES};
+use crate::estimate::sample::{rounding_interval, score_keys, settled_survival, stratified_rows, tie_share};
+use crate::model::haystack::TrialHaystack;
+use crate::model::row_source::TrialRows;
+use crate::numerics::pipeline::QuantizedRows;
+use crate::score::trial::context_queries;
+use crate::score::trial::TrialSpec;
+use crate::score::variant::PrecisionVariant;
 
 /// Haystack rows sampled per trial, context and needle offset.
 pub const HAYSTACK_SAMPLES: usize = 2048;

@@ -7,16 +7,16 @@
 //! sees an exact draw from the model, and its result does not depend on
 //! which other contexts are in the sweep (see docs/MODEL.md, "Sharing").
 
+use crate::base::rng::{self, tag};
 use crate::error::SimError;
-use crate::geometry::{CompressionGeometry, NeedlePlacement};
-use crate::haystack::{GenerativeModel, TrialHaystack};
-use crate::indexer::IndexerQuery;
-use crate::physics::{Physics, RopeChoice};
-use crate::precision::{PrecisionVariant, QuantizedRows};
-use crate::rng::{self, tag};
-use crate::row_sample::context_queries;
-use crate::row_source::{Item, TrialRows};
-use crate::selection::{kth_largest_many_with, selection_overlap_with, tally_with, tie_key, tied_ahead, NeedleRank, TieRule};
+use crate::model::geometry::{CompressionGeometry, NeedlePlacement};
+use crate::model::haystack::{GenerativeModel, TrialHaystack};
+use crate::model::physics::{Physics, RopeChoice};
+use crate::model::row_source::{Item, TrialRows};
+use crate::numerics::pipeline::QuantizedRows;
+use crate::score::indexer::IndexerQuery;
+use crate::score::selection::{kth_largest_many_with, selection_overlap_with, tally_with, tie_key, tied_ahead, NeedleRank, TieRule};
+use crate::score::variant::PrecisionVariant;
 use rayon::prelude::*;
 use serde::Serialize;
 
@@ -261,6 +261,26 @@ impl ChunkWork<'_, '_> {
         }
         Ok(patches)
     }
+}
+
+/// Every variant's query for a context of `context` tokens: rotated to the
+/// decode position `context − 1` when RoPE is on (with the variant's pair
+/// layout), then quantized.
+pub fn context_queries(
+    hay: &TrialHaystack,
+    source: &TrialRows<'_>,
+    variants: &[PrecisionVariant],
+    context: u64,
+) -> Result<Vec<IndexerQuery>, SimError> {
+    let d = hay.shape.head_dim;
+    variants
+        .iter()
+        .map(|v| {
+            let mut q = hay.queries.clone();
+            source.rotate_queries(&mut q, context.saturating_sub(1), v.position.query_rope_layout_swapped)?;
+            Ok(IndexerQuery::new(v.query.quantize_rows(&q, d)?, &hay.weights, d, v.scoring))
+        })
+        .collect()
 }
 
 impl TrialSpec<'_> {

@@ -33,11 +33,11 @@ impl RopeChoice {
     }
 
     /// The rotary embedding this choice stands for, None when off.
-    pub fn config(self) -> Option<crate::rope::RopeConfig> {
+    pub fn config(self) -> Option<crate::model::rope::RopeConfig> {
         match self {
             RopeChoice::Off => None,
-            RopeChoice::V32 => Some(crate::rope::RopeConfig::deepseek_v32()),
-            RopeChoice::V4 => Some(crate::rope::RopeConfig::deepseek_v4()),
+            RopeChoice::V32 => Some(crate::model::rope::RopeConfig::deepseek_v32()),
+            RopeChoice::V4 => Some(crate::model::rope::RopeConfig::deepseek_v4()),
         }
     }
 }

@@ -16,13 +16,13 @@
 //! Pooled rows are RMS-normalised; with RoPE every row is then rotated at
 //! its position `ratio · row` ([`TrialRows::finalize`]).
 
-use crate::compressor;
+use crate::base::rng::{self, tag};
 use crate::error::SimError;
-use crate::geometry::CompressionGeometry;
-use crate::haystack::{GenerativeModel, TrialHaystack};
-use crate::physics::Physics;
-use crate::rng::{self, tag};
-use crate::rope::{Pairing, RopeConfig};
+use crate::model::compressor;
+use crate::model::geometry::CompressionGeometry;
+use crate::model::haystack::{GenerativeModel, TrialHaystack};
+use crate::model::physics::Physics;
+use crate::model::rope::{Pairing, RopeConfig};
 use rand::Rng;
 use rand_distr::StandardNormal;
 use std::ops::Range;
@@ -654,8 +654,8 @@ fn distractor_offset(needle: &[f32], norm: f64, similarity: f64, rng: &mut impl 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::haystack::IndexerShape;
-    use crate::physics::Pooling;
+    use crate::model::haystack::IndexerShape;
+    use crate::model::physics::Pooling;
 
     fn model() -> GenerativeModel {
         GenerativeModel {
@@ -690,7 +690,7 @@ mod tests {
 
     #[test]
     fn sampled_rows_with_their_own_noise_are_the_trial_rows_bit_for_bit() {
-        use crate::physics::RopeChoice;
+        use crate::model::physics::RopeChoice;
         let m = model();
         let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
         let v4 = Physics { rope: RopeChoice::V4, pooling: Pooling::On, gate_bias_std: 1.0, needle_gate_boost: 2.0, ..Physics::NULL };

@@ -11,8 +11,8 @@
 //! sums over d, then a fixed pairwise reduction), so a score is a pure
 //! function of its inputs whatever the CPU's vector width or thread count.
 
-use crate::precision::{LogitFormat, QuantizedRows, ScoreNumerics};
-use crate::rng::CacheLines;
+use crate::base::rng::CacheLines;
+use crate::numerics::pipeline::{LogitFormat, QuantizedRows, ScoreNumerics};
 
 const LANES: usize = 8;
 
@@ -396,7 +396,9 @@ mod tests {
         keys[5 * d..6 * d].fill(0.0); // every dot zero
         keys[7 * d + 3] = -0.0;
         let scales: Vec<f32> = (0..n).map(|r| 0.5 + r as f32 / 16.0).collect();
-        for numerics in [ScoreNumerics::F32, ScoreNumerics { weights: crate::precision::WeightFormat::Bf16, logits: LogitFormat::Bf16 }] {
+        for numerics in
+            [ScoreNumerics::F32, ScoreNumerics { weights: crate::numerics::pipeline::WeightFormat::Bf16, logits: LogitFormat::Bf16 }]
+        {
             let iq = IndexerQuery::new(QuantizedRows::unscaled(q.clone(), d), &w, d, numerics);
             let want: Vec<u32> = keys.chunks(d).zip(&scales).map(|(k, &s)| iq.score_one_scaled(k, s).to_bits()).collect();
             let rows = QuantizedRows { values: keys.clone(), row_scales: scales.clone() };

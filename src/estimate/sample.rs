@@ -10,12 +10,11 @@
 //! uniform positions, and still unbiased).
 
 use crate::error::SimError;
-use crate::geometry::NeedlePlacement;
-use crate::haystack::TrialHaystack;
-use crate::indexer::IndexerQuery;
-use crate::precision::{LogitFormat, PrecisionVariant, QuantizedRows};
-use crate::row_source::TrialRows;
-use crate::selection::TieRule;
+use crate::model::geometry::NeedlePlacement;
+use crate::numerics::pipeline::{LogitFormat, QuantizedRows};
+use crate::score::indexer::IndexerQuery;
+use crate::score::selection::TieRule;
+use crate::score::variant::PrecisionVariant;
 use rand::Rng;
 use std::ops::Range;
 
@@ -68,26 +67,6 @@ pub fn settled_survival(placement: &NeedlePlacement) -> Option<f64> {
     }
 }
 
-/// Every variant's query for a context of `context` tokens: rotated to the
-/// decode position `context − 1` when RoPE is on (with the variant's pair
-/// layout), then quantized.
-pub fn context_queries(
-    hay: &TrialHaystack,
-    source: &TrialRows<'_>,
-    variants: &[PrecisionVariant],
-    context: u64,
-) -> Result<Vec<IndexerQuery>, SimError> {
-    let d = hay.shape.head_dim;
-    variants
-        .iter()
-        .map(|v| {
-            let mut q = hay.queries.clone();
-            source.rotate_queries(&mut q, context.saturating_sub(1), v.position.query_rope_layout_swapped)?;
-            Ok(IndexerQuery::new(v.query.quantize_rows(&q, d)?, &hay.weights, d, v.scoring))
-        })
-        .collect()
-}
-
 /// Scores finalized `keys` ([rows × d]) as `variant` stores them (default
 /// cache layout: each row's stored key depends on that row alone).
 pub fn score_keys(
@@ -136,7 +115,7 @@ mod tests {
 
     #[test]
     fn stratified_rows_skip_the_needle_and_cover_every_slice() {
-        let mut rng = crate::rng::stream(7, &[]);
+        let mut rng = crate::base::rng::stream(7, &[]);
         let rows = stratified_rows(1000, 400..403, 100, &mut rng);
         assert_eq!(rows.len(), 100);
         assert!(rows.windows(2).all(|w| w[0] <= w[1]));

@@ -5,9 +5,10 @@
 //! ordinary [`PrecisionVariant`] with its own name, so every output works
 //! unchanged. Full text, sources and expected symptoms: docs/HYPOTHESES.md.
 
-use crate::key_cache::{Fp8Flavour, ScaleSpan, ScaleWordFault};
-use crate::precision::{LogitFormat, PrecisionVariant, Rotation};
-use crate::selection::{NanOrder, TieRule};
+use crate::numerics::key_cache::{Fp8Flavour, ScaleSpan, ScaleWordFault};
+use crate::numerics::pipeline::{LogitFormat, Rotation};
+use crate::score::selection::{NanOrder, TieRule};
+use crate::score::variant::PrecisionVariant;
 use std::fmt;
 
 /// Which part of the pipeline a hypothesis changes.
@@ -343,7 +344,7 @@ impl Hypothesis {
     pub fn parse(text: &str) -> Result<Hypothesis, String> {
         let text = text.trim();
         if let Some((key, value)) = text.split_once('=') {
-            let n = crate::config::lists::parse_size(value.trim());
+            let n = crate::base::units::parse_size(value.trim());
             return match (key.trim(), n) {
                 ("topk", Some(n)) if n >= 1 => Ok(Hypothesis::Topk(n)),
                 ("window", Some(n)) => Ok(Hypothesis::Window(n)),
@@ -471,8 +472,8 @@ pub fn compose(text: &str, lookup: impl Fn(&str) -> Option<PrecisionVariant>) ->
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::indexer::IndexerQuery;
-    use crate::precision::{QuantizedRows, ScoreNumerics};
+    use crate::numerics::pipeline::{QuantizedRows, ScoreNumerics};
+    use crate::score::indexer::IndexerQuery;
 
     const D: usize = 128;
 
@@ -552,7 +553,8 @@ mod tests {
             v.store_keys(raw, 0, D, &mut k).unwrap();
             let mut deq = k.dequantized(D);
             if v.key.rotation == Rotation::Hadamard {
-                crate::format::hadamard_rows_in_place(&mut deq, D).unwrap(); // H is its own inverse
+                crate::numerics::format::hadamard_rows_in_place(&mut deq, D).unwrap();
+                // H is its own inverse
             }
             raw.iter().zip(&deq).map(|(a, b)| f64::from(a - b).powi(2)).sum::<f64>()
         };
@@ -567,7 +569,7 @@ mod tests {
             v.store_keys(&huge, 0, D, &mut k).unwrap();
             let mut deq = k.dequantized(D);
             if v.key.rotation == Rotation::Hadamard {
-                crate::format::hadamard_rows_in_place(&mut deq, D).unwrap();
+                crate::numerics::format::hadamard_rows_in_place(&mut deq, D).unwrap();
             }
             huge.iter().zip(&deq).enumerate().filter(|(i, _)| i % D != 3).map(|(_, (a, b))| f64::from(a - b).powi(2)).sum::<f64>()
         };

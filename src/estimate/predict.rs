@@ -18,16 +18,17 @@
 //! Formulas, assumptions and where they break: docs/MODEL.md, "Analytic
 //! prediction".
 
+use crate::base::rng::{self, tag};
 use crate::error::SimError;
-use crate::format::hadamard_rows_in_place;
-use crate::format::ElementFormat;
-use crate::haystack::TrialHaystack;
-use crate::indexer::IndexerQuery;
-use crate::montecarlo::trial_seed;
-use crate::precision::{LogitFormat, PrecisionVariant, Rotation};
-use crate::rng::{self, tag};
-use crate::sampled_prediction::{predict_trial_sampled, sampled_prediction_applies};
-use crate::trial::TrialSpec;
+use crate::estimate::full::trial_seed;
+use crate::estimate::predict_sampled::{predict_trial_sampled, sampled_prediction_applies};
+use crate::model::haystack::TrialHaystack;
+use crate::numerics::format::hadamard_rows_in_place;
+use crate::numerics::format::ElementFormat;
+use crate::numerics::pipeline::{LogitFormat, Rotation};
+use crate::score::indexer::IndexerQuery;
+use crate::score::trial::TrialSpec;
+use crate::score::variant::PrecisionVariant;
 use rand::Rng;
 use rand_distr::StandardNormal;
 use rayon::prelude::*;
@@ -512,7 +513,7 @@ pub struct CellPrediction {
 ///
 /// Under the null model the closed forms serve the variants they model
 /// ([`prediction_applies`]); every other variant, and every variant under
-/// physics, gets the sampled prediction ([`crate::sampled_prediction`]).
+/// physics, gets the sampled prediction ([`crate::estimate::predict_sampled`]).
 pub fn predict_trial(spec: &TrialSpec<'_>, trial_seed: u64) -> Result<Vec<Option<SurvivalEstimate>>, SimError> {
     let closed_form = spec.is_null_model();
     let mut out = if closed_form { predict_trial_closed_form(spec, trial_seed)? } else { vec![None; spec.cell_count()] };
@@ -591,9 +592,9 @@ mod tests {
     use super::*;
 
     /// The V4-Flash preset's generative model (64 heads × 128 dims).
-    pub(crate) fn v4_model(strength: f64) -> crate::haystack::GenerativeModel {
-        crate::haystack::GenerativeModel {
-            shape: crate::haystack::IndexerShape { heads: 64, head_dim: 128 },
+    pub(crate) fn v4_model(strength: f64) -> crate::model::haystack::GenerativeModel {
+        crate::model::haystack::GenerativeModel {
+            shape: crate::model::haystack::IndexerShape { heads: 64, head_dim: 128 },
             key_common: 0.5,
             outlier_channels: 4,
             outlier_scale: 8.0,

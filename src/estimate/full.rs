@@ -1,11 +1,11 @@
 //! Monte Carlo over trials: parallel with rayon, reduced in trial order so
 //! every number is identical whatever the thread count.
 
+use crate::base::rng::{self, tag};
+use crate::base::stats::{mean_interval, quantiles, wilson_interval, Z95};
 use crate::error::SimError;
-use crate::rng::{self, tag};
-use crate::stats::{mean_interval, quantiles, wilson_interval, Z95};
-use crate::trial::NeedleOutcome;
-use crate::trial::{TrialOutcome, TrialSpec};
+use crate::score::trial::NeedleOutcome;
+use crate::score::trial::{TrialOutcome, TrialSpec};
 use rayon::prelude::*;
 
 /// Seed of trial `trial` of the haystack group at `depth_percent`. Depends on
@@ -102,7 +102,7 @@ impl CellTally {
         (n > 0).then(|| self.margins_sd.iter().sum::<f64>() / n as f64)
     }
 
-    /// Quantiles ([`crate::stats::QUANTILE_PROBS`]) of the margin in competitor SDs.
+    /// Quantiles ([`crate::base::stats::QUANTILE_PROBS`]) of the margin in competitor SDs.
     pub fn margin_sd_quantiles(&self) -> Option<[f64; 5]> {
         quantiles(&mut self.margins_sd.clone())
     }

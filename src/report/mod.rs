@@ -6,15 +6,18 @@
 //! sweep builds from its scenario and `plot` reads back from `manifest.json`,
 //! so `plot` redraws byte-identical files without simulating.
 
-use crate::chart::{
+pub mod chart;
+pub mod html;
+
+use crate::config::Scenario;
+use crate::error::{ConfigError, Error};
+use crate::estimate::full::{run_trials, tally_cells};
+use crate::report::chart::{
     render_fidelity, render_heatmap, render_rank_margin, render_recall_vs_context, DistributionRow, EffectiveMark, FidelityChart,
     FidelityPoint, FidelitySeries, Heatmap, HeatmapPanel, ImageFormat, RankMarginChart, RecallChart, RecallPoint, RecallSeries,
 };
-use crate::config::Scenario;
-use crate::error::{ConfigError, Error};
-use crate::montecarlo::{run_trials, tally_cells};
-use crate::output::{self, tokens_label, write_atomic, MANIFEST_FILE, RECALL_CHART_FILE, RESULTS_FILE, SUMMARY_FILE};
-use crate::sweep::{cells_for, effective_contexts, spec_for, CellResult, EffectiveContext, SweepOutcome};
+use crate::run::output::{self, tokens_label, write_atomic, MANIFEST_FILE, RECALL_CHART_FILE, RESULTS_FILE, SUMMARY_FILE};
+use crate::run::sweep::{cells_for, effective_contexts, spec_for, CellResult, EffectiveContext, SweepOutcome};
 use std::fmt::Write as _;
 use std::path::Path;
 
@@ -161,7 +164,7 @@ fn find<'a>(cells: &'a [CellResult], depth: f64, context: u64, k: u64, p: &str) 
     cells.iter().find(|c| c.depth_percent == depth && c.context_tokens == context && c.topk == k && c.precision == p)
 }
 
-fn chart_err(e: crate::chart::ChartError) -> Error {
+fn chart_err(e: crate::report::chart::ChartError) -> Error {
     Error::Chart(e.to_string())
 }
 
@@ -473,7 +476,7 @@ pub fn render_charts(dir: &Path, meta: &ReportMeta, cells: &[CellResult], opts: 
 /// Renders the charts and `report.html` (which embeds them); returns every file name written.
 pub fn render_all(dir: &Path, meta: &ReportMeta, cells: &[CellResult], opts: &PlotOptions) -> Result<Vec<String>, Error> {
     let mut files = render_charts(dir, meta, cells, opts)?;
-    let html = crate::html::report_html(dir, meta, cells, &files)?;
+    let html = crate::report::html::report_html(dir, meta, cells, &files)?;
     write_atomic(&dir.join(REPORT_FILE), html.as_bytes())?;
     files.push(REPORT_FILE.to_string());
     Ok(files)
@@ -481,7 +484,7 @@ pub fn render_all(dir: &Path, meta: &ReportMeta, cells: &[CellResult], opts: &Pl
 
 /// Writes every output file of a sweep into `dir` (which must exist).
 /// The manifest goes last: its presence marks a complete output directory.
-/// results.jsonl and the manifest are the store's (`crate::store`): returns
+/// results.jsonl and the manifest are the store's (`crate::run::store`): returns
 /// every file the directory holds, for the manifest's list.
 pub fn write_sweep(dir: &Path, s: &Scenario, outcome: &SweepOutcome, opts: &PlotOptions) -> Result<Vec<String>, Error> {
     write_atomic(&dir.join(SUMMARY_FILE), output::summary_csv(&outcome.cells).as_bytes())?;
@@ -542,12 +545,12 @@ pub fn run_single_cell(s: &Scenario, print_trials: bool) -> Result<SingleCell, E
     let spec = spec_for(s, depth);
     // Tail sampling has no per-trial outcomes to print.
     let (outcomes, cells) = match s.estimator.mode {
-        crate::estimator::EstimatorMode::Tail => (Vec::new(), crate::sweep::group_cells(s, &spec, &|| {})?),
-        crate::estimator::EstimatorMode::Full => {
+        crate::estimate::settings::EstimatorMode::Tail => (Vec::new(), crate::run::sweep::group_cells(s, &spec, &|| {})?),
+        crate::estimate::settings::EstimatorMode::Full => {
             let outcomes = run_trials(&spec, s.seed, s.trials, &|| {})?;
             let mut cells = cells_for(s, &spec, &tally_cells(&spec, &outcomes));
             if s.estimator.predict {
-                crate::sweep::attach_predictions(&mut cells, &crate::analytic::predict_cells(&spec, s.seed, s.trials)?);
+                crate::run::sweep::attach_predictions(&mut cells, &crate::estimate::predict::predict_cells(&spec, s.seed, s.trials)?);
             }
             (outcomes, cells)
         }
@@ -558,7 +561,7 @@ pub fn run_single_cell(s: &Scenario, print_trials: bool) -> Result<SingleCell, E
         let _ = writeln!(text, "{:>7}  {:>8}  {:>10}  {:>14}  {:>12}", "trial", "survived", "rank (>)", "rank (≥, ties)", "margin (sd)");
         for (t, o) in outcomes.iter().enumerate() {
             let c = &o.cells[0];
-            let rank = |f: fn(&crate::selection::NeedleRank) -> u64| c.rank.as_ref().map_or("-".to_string(), |r| f(r).to_string());
+            let rank = |f: fn(&crate::score::selection::NeedleRank) -> u64| c.rank.as_ref().map_or("-".to_string(), |r| f(r).to_string());
             let margin = c.margin_sd.map_or("-".to_string(), |m| format!("{m:+.3}"));
             let _ = writeln!(
                 text,

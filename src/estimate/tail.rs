@@ -14,19 +14,20 @@
 //! survival probabilities, which contains that noise (it is independent
 //! across trials). Formulas and limits: docs/PERFORMANCE.md, "Tail sampling".
 
-use crate::analytic::binomial_cdf_below;
+use crate::base::rng::{self, tag};
+use crate::base::stats::mean_interval;
 use crate::config::Scenario;
 use crate::error::SimError;
-use crate::haystack::TrialHaystack;
-use crate::indexer::IndexerQuery;
-use crate::montecarlo::trial_seed;
-use crate::precision::QuantizedRows;
-use crate::rng::{self, tag};
-use crate::row_sample::{context_queries, score_keys, settled_survival, stratified_rows, tie_share};
-use crate::row_source::TrialRows;
-use crate::stats::mean_interval;
-use crate::sweep::CellResult;
-use crate::trial::TrialSpec;
+use crate::estimate::full::trial_seed;
+use crate::estimate::predict::binomial_cdf_below;
+use crate::estimate::sample::{score_keys, settled_survival, stratified_rows, tie_share};
+use crate::model::haystack::TrialHaystack;
+use crate::model::row_source::TrialRows;
+use crate::numerics::pipeline::QuantizedRows;
+use crate::run::sweep::CellResult;
+use crate::score::indexer::IndexerQuery;
+use crate::score::trial::context_queries;
+use crate::score::trial::TrialSpec;
 use rayon::prelude::*;
 
 /// Rows scored together (as in the full simulation's chunks).

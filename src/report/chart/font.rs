@@ -15,7 +15,7 @@ use super::ChartError;
 pub const FONT_FAMILY: &str = "DejaVu Sans";
 
 /// DejaVu Sans, embedded at compile time.
-pub(crate) static DEJAVU_SANS_TTF: &[u8] = include_bytes!("../../assets/fonts/DejaVuSans.ttf");
+pub(crate) static DEJAVU_SANS_TTF: &[u8] = include_bytes!("../../../assets/fonts/DejaVuSans.ttf");
 
 static REGISTERED: OnceLock<Result<(), String>> = OnceLock::new();
 

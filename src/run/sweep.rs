@@ -2,13 +2,13 @@
 //! one haystack group (depth) at a time, and the effective context of each
 //! (k, precision).
 
-use crate::analytic::{predict_cells, CellPrediction};
+use crate::base::stats::mcnemar_exact_p;
 use crate::config::Scenario;
 use crate::error::SimError;
-use crate::estimator::EstimatorMode;
-use crate::montecarlo::{simulate, CellTally};
-use crate::stats::mcnemar_exact_p;
-use crate::trial::TrialSpec;
+use crate::estimate::full::{simulate, CellTally};
+use crate::estimate::predict::{predict_cells, CellPrediction};
+use crate::estimate::settings::EstimatorMode;
+use crate::score::trial::TrialSpec;
 use serde::{Deserialize, Serialize};
 
 /// Selection fidelity is measured against this variant when a sweep has it.
@@ -31,7 +31,7 @@ pub struct CellResult {
     /// Wilson 95 % interval.
     pub ci_low: f64,
     pub ci_high: f64,
-    /// Analytic prediction of the recall (`crate::analytic`); absent when
+    /// Analytic prediction of the recall (`crate::estimate::predict`); absent when
     /// switched off (`--predict off`) or for variants it does not model.
     #[serde(default)]
     pub predicted_recall: Option<f64>,
@@ -193,7 +193,7 @@ pub fn attach_predictions(cells: &mut [CellResult], predictions: &[Option<CellPr
 pub fn group_cells(s: &Scenario, spec: &TrialSpec<'_>, on_trial: &(dyn Fn() + Sync)) -> Result<Vec<CellResult>, SimError> {
     let mut cells = match s.estimator.mode {
         EstimatorMode::Full => cells_for(s, spec, &simulate(spec, s.seed, s.trials, on_trial)?),
-        EstimatorMode::Tail => crate::tail::cells_for_tail(s, spec, on_trial)?,
+        EstimatorMode::Tail => crate::estimate::tail::cells_for_tail(s, spec, on_trial)?,
     };
     if s.estimator.predict {
         attach_predictions(&mut cells, &predict_cells(spec, s.seed, s.trials)?);
@@ -248,7 +248,7 @@ pub fn effective_contexts(s: &Scenario, cells: &[CellResult]) -> Vec<EffectiveCo
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::precision::PrecisionVariant;
+    use crate::score::variant::PrecisionVariant;
 
     fn cell(context: u64, depth: f64, k: u64, p: &str, recall: f64) -> CellResult {
         CellResult {

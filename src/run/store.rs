@@ -10,8 +10,8 @@
 
 use crate::config::Scenario;
 use crate::error::{ConfigError, Error};
-use crate::output::{self, write_atomic, MANIFEST_FILE, RESULTS_FILE};
-use crate::sweep::{self, CellResult, EffectiveContext, SweepOutcome};
+use crate::run::output::{self, write_atomic, MANIFEST_FILE, RESULTS_FILE};
+use crate::run::sweep::{self, CellResult, EffectiveContext, SweepOutcome};
 use serde::{Deserialize, Serialize};
 use std::fs::{self, OpenOptions};
 use std::io::Write;
@@ -348,7 +348,7 @@ pub fn memory_estimate(s: &Scenario, threads: usize) -> u64 {
     let per_row = 4 * 2 * variants + 8 + 4 + 4;
     let chunk = 2 * 256 * s.model.shape.head_dim as u64 * 4;
     let cells = (s.contexts.len() * s.topks.len() * s.precisions.len()) as u64;
-    threads as u64 * (rows * per_row + chunk) + s.trials * cells * std::mem::size_of::<crate::trial::NeedleOutcome>() as u64
+    threads as u64 * (rows * per_row + chunk) + s.trials * cells * std::mem::size_of::<crate::score::trial::NeedleOutcome>() as u64
 }
 
 fn available_memory() -> Option<u64> {

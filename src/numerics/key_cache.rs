@@ -19,9 +19,9 @@
 //! (assumption: caches are allocated zeroed).
 
 use crate::error::SimError;
-use crate::format::element::e4m3fnuz;
-use crate::format::{block_scale, hadamard_rows_in_place, ElementFormat, Overflow, ScaleFormat};
-use crate::precision::{QuantPipeline, QuantizedRows, Rotation};
+use crate::numerics::format::element::e4m3fnuz;
+use crate::numerics::format::{block_scale, hadamard_rows_in_place, ElementFormat, Overflow, ScaleFormat};
+use crate::numerics::pipeline::{QuantPipeline, QuantizedRows, Rotation};
 use serde::{Deserialize, Serialize};
 
 /// Rows per page of the paged indexer cache (sglang, vLLM, FlashMLA).
@@ -187,7 +187,7 @@ impl KeyCacheFaults {
             return Err(SimError::Hypothesis("a changed key scale needs a scaled key pipeline".into()));
         };
         if d == 0 || !raw.len().is_multiple_of(d) {
-            return Err(crate::format::FormatError::LengthNotMultipleOfRow { len: raw.len(), d }.into());
+            return Err(crate::numerics::format::FormatError::LengthNotMultipleOfRow { len: raw.len(), d }.into());
         }
         let rows = raw.len() / d;
         out.values.clear();
@@ -329,7 +329,7 @@ fn fnuz_scale(amax: f32, rule: ScaleFormat) -> f32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::precision::PrecisionVariant;
+    use crate::score::variant::PrecisionVariant;
 
     const D: usize = 128;
 

@@ -1,6 +1,6 @@
 //! How a cell's recall is estimated: by simulating every row (`full`), or by
-//! tail sampling (`tail`, see [`crate::tail`]); and whether the analytic
-//! prediction ([`crate::analytic`]) is reported beside it.
+//! tail sampling (`tail`, see [`crate::estimate::tail`]); and whether the analytic
+//! prediction ([`crate::estimate::predict`]) is reported beside it.
 
 use serde::{Deserialize, Serialize};
 

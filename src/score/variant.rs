@@ -1,0 +1,186 @@
+//! Precision variants: a quantization pipeline for queries and one for
+//! keys, the scoring numerics, and the hypotheses applied on top
+//! (paged-cache faults, selection and RoPE overrides; docs/HYPOTHESES.md).
+
+use crate::error::SimError;
+use crate::numerics::format::{BlockScaling, ElementFormat};
+use crate::numerics::key_cache::KeyCacheFaults;
+use crate::numerics::pipeline::{LogitFormat, QuantPipeline, QuantizedRows, Rotation, ScoreNumerics, WeightFormat};
+use crate::score::selection::SelectionOverride;
+use serde::{Deserialize, Serialize};
+
+/// What a variant changes about RoPE (hypotheses `rope-swap-q`,
+/// `rope-swap-k`): the side whose pairing layout is the other one
+/// (interleaved pairs ↔ first-half/second-half pairs) than the model's.
+/// Applied by the RoPE stage; meaningless with RoPE off.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(default)]
+pub struct PositionOverride {
+    pub query_rope_layout_swapped: bool,
+    pub key_rope_layout_swapped: bool,
+}
+
+impl PositionOverride {
+    pub fn is_default(&self) -> bool {
+        *self == Self::default()
+    }
+}
+
+/// A named way of storing queries and keys and scoring them, with the
+/// hypotheses applied on top of it (docs/HYPOTHESES.md). The hypothesis
+/// fields are left out of serialized scenarios when they change nothing, so
+/// manifests of plain variants keep their bytes.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PrecisionVariant {
+    pub name: String,
+    pub query: QuantPipeline,
+    pub key: QuantPipeline,
+    pub scoring: ScoreNumerics,
+    /// Faults between writing keys to the paged cache and reading them back.
+    #[serde(default, skip_serializing_if = "KeyCacheFaults::is_default")]
+    pub cache: KeyCacheFaults,
+    #[serde(default, skip_serializing_if = "SelectionOverride::is_default")]
+    pub selection: SelectionOverride,
+    #[serde(default, skip_serializing_if = "PositionOverride::is_default")]
+    pub position: PositionOverride,
+}
+
+/// Built-in variants: (name, what it stands for). Sources and the reasons
+/// for each choice in docs/NUMERICS.md.
+pub const BUILTIN: &[(&str, &str)] = &[
+    ("fp32", "fp32 queries, keys, head weights and logits: the exact reference"),
+    ("bf16", "bf16 queries and keys (round to nearest even, no scale); fp32 weights and logits"),
+    ("fp8", "DeepSeek-V3.2 reference: Hadamard, e4m3fn, blocks of 128, ue8m0 scales rounded up, q and k; fp32 weights and logits"),
+    ("fp8-fp32scale", "sglang/vLLM/DeepGEMM indexer cache: Hadamard, e4m3fn with an fp32 scale per 128, q and k; fp32 weights and logits"),
+    ("fp4", "DeepSeek-V4 reference: Hadamard, e2m1, blocks of 32, ue8m0 scales rounded up, q and k; bf16 weights and logits"),
+    ("mxfp4", "MXFP4: Hadamard, e2m1 with an OCP MX ue8m0 scale per 32, q and k; fp32 weights and logits"),
+    ("nvfp4", "NVFP4: Hadamard, e2m1 with an e4m3 scale per 16 (no per-tensor scale), q and k; fp32 weights and logits"),
+];
+
+impl PrecisionVariant {
+    /// A variant with no hypothesis applied.
+    pub fn new(name: &str, query: QuantPipeline, key: QuantPipeline, scoring: ScoreNumerics) -> Self {
+        PrecisionVariant {
+            name: name.to_string(),
+            query,
+            key,
+            scoring,
+            cache: KeyCacheFaults::default(),
+            selection: SelectionOverride::default(),
+            position: PositionOverride::default(),
+        }
+    }
+
+    /// Quantizes a chunk of raw keys (rows `first_row …`, rows of `d`;
+    /// `first_row` a multiple of 256) as they are written to the paged key
+    /// cache, and gives in `out` what the scorer reads back, with this
+    /// variant's cache faults (see [`crate::numerics::key_cache`]). Without faults this
+    /// is exactly `self.key.quantize_rows_into(raw, d, out)`.
+    pub fn store_keys(&self, raw: &[f32], first_row: u64, d: usize, out: &mut QuantizedRows) -> Result<(), SimError> {
+        self.cache.store(&self.key, raw, first_row, d, out)
+    }
+
+    /// Looks a built-in variant up by name.
+    pub fn builtin(name: &str) -> Option<PrecisionVariant> {
+        let plain = |element| QuantPipeline { rotation: Rotation::None, element, scaling: None };
+        let rotated = |element, scaling: BlockScaling| QuantPipeline { rotation: Rotation::Hadamard, element, scaling: Some(scaling) };
+        let fp32_scale = BlockScaling { scale: crate::numerics::format::ScaleFormat::Fp32, ..BlockScaling::DEEPSEEK_FP8 };
+        // V4 reference: q and k are stored as bf16 after the fp4 round trip
+        // (exact: e2m1 values times a power of two fit bf16) and the score is
+        // computed in bf16 tensors; we model that as bf16 head weights and
+        // bf16 logits (see docs/NUMERICS.md for what is not modelled).
+        let bf16_scoring = ScoreNumerics { weights: WeightFormat::Bf16, logits: LogitFormat::Bf16 };
+        let (side, scoring) = match name {
+            "fp32" => (plain(ElementFormat::F32), ScoreNumerics::F32),
+            "bf16" => (plain(ElementFormat::Bf16), ScoreNumerics::F32),
+            "fp8" => (rotated(ElementFormat::E4m3fn, BlockScaling::DEEPSEEK_FP8), ScoreNumerics::F32),
+            "fp8-fp32scale" => (rotated(ElementFormat::E4m3fn, fp32_scale), ScoreNumerics::F32),
+            "fp4" => (rotated(ElementFormat::E2m1, BlockScaling::DEEPSEEK_FP4), bf16_scoring),
+            "mxfp4" => (rotated(ElementFormat::E2m1, BlockScaling::OCP_MX), ScoreNumerics::F32),
+            "nvfp4" => (rotated(ElementFormat::E2m1, BlockScaling::NVFP4), ScoreNumerics::F32),
+            _ => return None,
+        };
+        Some(PrecisionVariant::new(name, side.clone(), side, scoring))
+    }
+
+    pub fn builtin_names() -> Vec<&'static str> {
+        BUILTIN.iter().map(|(n, _)| *n).collect()
+    }
+
+    /// Why this variant cannot run on vectors of `dim`, if it cannot.
+    pub fn unsupported(&self, dim: usize) -> Option<String> {
+        self.query.unsupported(dim).or_else(|| self.key.unsupported(dim)).or_else(|| self.cache.unsupported(&self.key, dim))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::score::indexer::IndexerQuery;
+
+    #[test]
+    fn every_listed_builtin_resolves() {
+        for name in PrecisionVariant::builtin_names() {
+            assert_eq!(PrecisionVariant::builtin(name).unwrap().name, name);
+        }
+        assert!(PrecisionVariant::builtin("fp7").is_none());
+    }
+
+    /// Scores of every key under `variant`, kernel order (scales folded
+    /// where a side has one scale per row) and dequantize-first.
+    fn folded_and_dequantized(variant: &PrecisionVariant, q: &[f32], w: &[f32], keys: &[f32], d: usize) -> (Vec<f32>, Vec<f32>) {
+        let n = keys.len() / d;
+        let folded_q = IndexerQuery::new(variant.query.quantize_rows(q, d).unwrap(), w, d, variant.scoring);
+        let mut folded = vec![0.0; n];
+        folded_q.score_quantized_rows(&variant.key.quantize_rows(keys, d).unwrap(), &mut folded);
+        let mut dq = q.to_vec();
+        variant.query.apply(&mut dq, d).unwrap();
+        let mut dk = keys.to_vec();
+        variant.key.apply(&mut dk, d).unwrap();
+        let plain_q = IndexerQuery::new(QuantizedRows::unscaled(dq, d), w, d, variant.scoring);
+        let mut plain = vec![0.0; n];
+        plain_q.score_rows(&dk, &mut plain);
+        (folded, plain)
+    }
+
+    fn test_data(heads: usize, d: usize, n: usize) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
+        let wave = |i: usize, a: f32| ((i as f32) * a).sin() * (1.0 + (i % 7) as f32);
+        let q = (0..heads * d).map(|i| wave(i, 0.37)).collect();
+        let w = (0..heads).map(|h| wave(h, 1.3)).collect();
+        let k = (0..n * d).map(|i| wave(i, 0.91) * 0.01).collect();
+        (q, w, k)
+    }
+
+    #[test]
+    fn folded_scales_equal_dequantize_first_for_power_of_two_scales() {
+        let (q, w, k) = test_data(8, 128, 37);
+        let fp8 = PrecisionVariant::builtin("fp8").unwrap();
+        assert!(fp8.query.has_row_scale(128) && fp8.key.has_row_scale(128));
+        let (folded, plain) = folded_and_dequantized(&fp8, &q, &w, &k, 128);
+        assert_eq!(folded, plain);
+        // fp4's blocks of 32 cannot be folded: both paths are the same code.
+        let fp4 = PrecisionVariant::builtin("fp4").unwrap();
+        assert!(!fp4.key.has_row_scale(128));
+        let (folded, plain) = folded_and_dequantized(&fp4, &q, &w, &k, 128);
+        assert_eq!(folded, plain);
+    }
+
+    #[test]
+    fn folded_fp32_scales_agree_to_a_few_ulps() {
+        let (q, w, k) = test_data(8, 128, 37);
+        let v = PrecisionVariant::builtin("fp8-fp32scale").unwrap();
+        let (folded, plain) = folded_and_dequantized(&v, &q, &w, &k, 128);
+        for (a, b) in folded.iter().zip(&plain) {
+            assert!((a - b).abs() <= 1e-5 * a.abs().max(b.abs()) + 1e-30, "{a} vs {b}");
+        }
+    }
+
+    #[test]
+    fn bf16_pipeline_rounds_to_nearest_even() {
+        let v = PrecisionVariant::builtin("bf16").unwrap();
+        // 1 + 2^-8 is halfway between bf16 neighbours 1 and 1 + 2^-7: ties to even → 1.
+        let mut x = vec![1.0 + 2f32.powi(-8), 1.0 + 3.0 * 2f32.powi(-8)];
+        v.key.apply(&mut x, 2).unwrap();
+        assert_eq!(x, vec![1.0, 1.0 + 2.0 * 2f32.powi(-7)]);
+    }
+}

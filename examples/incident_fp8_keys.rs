@@ -12,7 +12,8 @@
 
 use dsa_recall::config::{self, params::parse_scenario_toml};
 use dsa_recall::report::{render_charts, PlotOptions, ReportMeta};
-use dsa_recall::run::sweep::{run_sweep, CellResult};
+use dsa_recall::run::cell::CellResult;
+use dsa_recall::run::sweep::run_sweep;
 use std::path::Path;
 
 const HYPOTHESES: &[&str] = &[

@@ -12,9 +12,11 @@
 //! interval of the difference of two independent estimates (tail sampling;
 //! conservative: both use the same trials, which correlates them positively).
 
+use dsa_recall::base::special::normal_sf;
 use dsa_recall::base::stats::{wilson_interval, Z95};
 use dsa_recall::config::{self, params::PhysicsParams, Scenario, ScenarioParams};
-use dsa_recall::estimate::predict::{normal_sf, predict_cells};
+use dsa_recall::estimate::driver::estimate;
+use dsa_recall::estimate::predict::Predict;
 use dsa_recall::estimate::settings::EstimatorMode;
 use dsa_recall::run::sweep::{run_sweep, spec_for};
 use dsa_recall::score::variant::PrecisionVariant;
@@ -74,7 +76,7 @@ fn prediction_agrees_in(mut s: Scenario) {
     let topk = s.topks[0];
     s.estimator.predict = true;
     let cells = run_sweep(&s, &|| {}).unwrap().cells;
-    let predictions = predict_cells(&spec_for(&s, 50.0), s.seed, s.trials).unwrap();
+    let predictions = estimate(&Predict, &spec_for(&s, 50.0), s.seed, s.trials, &|| {}).unwrap();
     let z = family_wise_z(cells.len());
     for (c, p) in cells.iter().zip(&predictions) {
         let p = p.expect("every variant here is predicted");

@@ -4,7 +4,8 @@
 
 use dsa_recall::base::stats::{chance_of_hit, wilson_interval};
 use dsa_recall::config::{self, params::parse_scenario_toml, Scenario};
-use dsa_recall::run::sweep::{run_sweep, CellResult, SweepOutcome};
+use dsa_recall::run::cell::CellResult;
+use dsa_recall::run::sweep::{run_sweep, SweepOutcome};
 
 const Z999: f64 = 3.290_526_731_491_926;
 

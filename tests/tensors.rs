@@ -164,7 +164,7 @@ fn a_dump_with_physics_agrees_with_the_trial_engine() {
     for trial in 0..6u64 {
         let path = tmp.path().join(format!("t{trial}.safetensors"));
         let summary = dump_trial(&s, trial, &path).unwrap();
-        let outcome = spec.run(dsa_recall::estimate::full::trial_seed(s.seed, 50.0, trial)).unwrap();
+        let outcome = spec.run(dsa_recall::estimate::driver::trial_seed(s.seed, 50.0, trial)).unwrap();
         for (v, (name, survived, rank, _)) in summary.variants.iter().enumerate() {
             let cell = &outcome.cells[spec.cell_index(0, 0, 0, v)];
             assert_eq!(*survived, cell.survived, "trial {trial} {name}");

@@ -11,6 +11,7 @@ pub use params::{ListSpec, Overlay, ScenarioParams};
 pub use preset::{preset_names, preset_params, preset_text, DEFAULT_PRESET, PRESETS};
 
 use crate::error::{ConfigError, Error};
+use crate::estimate::refusal;
 use crate::estimate::settings::{EstimatorMode, EstimatorSettings};
 use crate::model::geometry::CompressionGeometry;
 use crate::model::haystack::{GenerativeModel, IndexerShape};
@@ -285,35 +286,9 @@ pub fn check(p: ScenarioParams) -> Result<Scenario, ConfigError> {
     if let Some(predict) = p.estimator.predict {
         estimator.predict = predict;
     }
-    // Tail sampling and the prediction need rows that are independent given
-    // the trial, with one needle (docs/MODEL.md, "Analytic prediction").
-    let independent = physics.rows_are_independent(ratio);
-    let needs_independent =
-        "[physics] with independent rows: correlation_length = 0, distractors = 0, and pooling \"on\" without gate noise (or off)";
-    if estimator.mode == EstimatorMode::Tail {
-        if !independent {
-            return Err(ConfigError::new(
-                field_name("estimator.mode"),
-                "\"tail\"",
-                format!("full, or {needs_independent}: tail sampling counts rows as independent draws"),
-            ));
-        }
-        // Position hypotheses (RoPE layout swapped on one side) matter now that
-        // tail sampling runs with RoPE on; it does not model them either.
-        if let Some(v) = precisions.iter().find(|v| !v.cache.is_default() || !v.selection.is_default() || !v.position.is_default()) {
-            return Err(ConfigError::new(
-                field_name("estimator.mode"),
-                "\"tail\"",
-                format!("full with hypothesis variant {:?}: tail sampling stores rows one at a time", v.name),
-            ));
-        }
-    }
-    if estimator.predict && !independent {
-        return Err(ConfigError::new(
-            field_name("estimator.predict"),
-            "true",
-            format!("false, or {needs_independent}: the prediction counts rows as independent draws"),
-        ));
+    // Each estimator says which scenarios it serves (src/estimate/).
+    if let Some(r) = refusal(&estimator, &physics, ratio, &precisions) {
+        return Err(ConfigError::new(field_name(r.field), r.value, r.allowed));
     }
 
     Ok(Scenario {

@@ -1,19 +1,14 @@
-//! Monte Carlo over trials: parallel with rayon, reduced in trial order so
-//! every number is identical whatever the thread count.
+//! Full simulation: every row of every context is generated, quantized and
+//! scored ([`TrialSpec::run`]), and each cell's trials are tallied: survival
+//! with its Wilson interval, the needle's rank and margin, selection
+//! fidelity against the reference variant, and the paired comparison with
+//! the baseline variant.
 
-use crate::base::rng::{self, tag};
 use crate::base::stats::{mean_interval, quantiles, wilson_interval, Z95};
 use crate::error::SimError;
+use crate::estimate::{grid, CellEstimate, Estimator, RankSummary};
 use crate::score::trial::NeedleOutcome;
 use crate::score::trial::{TrialOutcome, TrialSpec};
-use rayon::prelude::*;
-
-/// Seed of trial `trial` of the haystack group at `depth_percent`. Depends on
-/// the depth's value (not its position in a list), so a cell's result does
-/// not change when other depths are added to a sweep.
-pub fn trial_seed(seed: u64, depth_percent: f64, trial: u64) -> u64 {
-    rng::derive(seed, &[tag::TRIAL, depth_percent.to_bits(), trial])
-}
 
 /// Per-cell totals over trials.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -148,42 +143,64 @@ impl CellTally {
     }
 }
 
-/// Runs `trials` trials of one haystack group, in trial order.
-/// `on_trial` is called once per finished trial (for progress bars).
-pub fn run_trials(spec: &TrialSpec<'_>, seed: u64, trials: u64, on_trial: &(dyn Fn() + Sync)) -> Result<Vec<TrialOutcome>, SimError> {
-    (0..trials)
-        .into_par_iter()
-        .map(|t| {
-            let out = spec.run(trial_seed(seed, spec.depth_percent, t));
-            on_trial();
-            out
-        })
-        .collect()
-}
-
 /// Tallies every cell over trials, in trial order. Variants after the first
 /// are also paired with the first (the baseline) trial by trial.
 pub fn tally_cells(spec: &TrialSpec<'_>, outcomes: &[TrialOutcome]) -> Vec<CellTally> {
+    let grid: Vec<_> = grid::cells(spec).collect();
     let mut cells = vec![CellTally::default(); spec.cell_count()];
     for outcome in outcomes {
-        for (ci, &context) in spec.contexts.iter().enumerate() {
-            let candidates = spec.geometry.candidate_rows(context);
-            for oi in 0..spec.needle_offsets.len() {
-                for (ki, &k) in spec.topks.iter().enumerate() {
-                    let baseline = &outcome.cells[spec.cell_index(ci, oi, ki, 0)];
-                    for v in 0..spec.variants.len() {
-                        let i = spec.cell_index(ci, oi, ki, v);
-                        let k_eff = spec.variants[v].selection.topk_for(k).min(candidates);
-                        cells[i].add(&outcome.cells[i], k_eff, (v > 0).then_some(baseline));
-                    }
-                }
-            }
+        for g in &grid {
+            let baseline = (!g.is_baseline()).then(|| &outcome.cells[g.baseline_index]);
+            cells[g.index].add(&outcome.cells[g.index], g.k_eff(), baseline);
         }
     }
     cells
 }
 
-/// Runs and tallies one haystack group.
-pub fn simulate(spec: &TrialSpec<'_>, seed: u64, trials: u64, on_trial: &(dyn Fn() + Sync)) -> Result<Vec<CellTally>, SimError> {
-    Ok(tally_cells(spec, &run_trials(spec, seed, trials, on_trial)?))
+/// The full-simulation estimator.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Full;
+
+impl Estimator for Full {
+    type Trial = TrialOutcome;
+    type Cell = CellEstimate;
+
+    fn trial(&self, spec: &TrialSpec<'_>, trial_seed: u64) -> Result<TrialOutcome, SimError> {
+        spec.run(trial_seed)
+    }
+
+    fn cells(&self, spec: &TrialSpec<'_>, trials: &[TrialOutcome]) -> Vec<CellEstimate> {
+        let tallies = tally_cells(spec, trials);
+        let reference = spec.fidelity_reference.map(|r| spec.variants[r].name.clone());
+        grid::cells(spec)
+            .map(|g| {
+                let t = &tallies[g.index];
+                let (ci_low, ci_high) = t.interval();
+                let selection_recall = t.selection_recall();
+                let paired = !g.is_baseline();
+                CellEstimate {
+                    trials: t.trials,
+                    survived: t.survived,
+                    recall: t.recall(),
+                    ci_low,
+                    ci_high,
+                    survived_via_window: t.survived_via_window,
+                    ranks: RankSummary {
+                        mean_rank: t.mean_rank(),
+                        mean_rank_ties: t.mean_rank_ties(),
+                        median_rank: t.median_rank(),
+                        trials_with_ties: t.trials_with_ties,
+                        mean_margin_sd: t.mean_margin_sd(),
+                        rank_share_quantiles: t.rank_share_quantiles(),
+                        margin_sd_quantiles: t.margin_sd_quantiles(),
+                    },
+                    fidelity_reference: reference.clone().filter(|_| selection_recall.is_some()),
+                    selection_recall,
+                    jaccard: t.jaccard(),
+                    recall_diff: paired.then(|| t.recall() - tallies[g.baseline_index].recall()),
+                    discordant: paired.then_some((t.gained_vs_baseline, t.lost_vs_baseline)),
+                }
+            })
+            .collect()
+    }
 }

@@ -1,10 +1,138 @@
-//! Estimators of a cell's recall: full simulation ([`full`]), tail
-//! sampling ([`tail`]) and the prediction ([`predict`], [`predict_sampled`]),
-//! with their shared row sampling ([`sample`]) and settings ([`settings`]).
+//! Estimators of a cell's recall, behind one shape ([`Estimator`]): full
+//! simulation ([`full`]), tail sampling ([`tail`]) and the prediction
+//! ([`predict`], from [`predict_closed`] and [`predict_sampled`]).
+//!
+//! Every estimator runs through the same driver ([`driver`]: per-trial
+//! seeds, rayon, reduction in trial order), walks the same cell grid
+//! ([`grid`]), computes survival the same way ([`survival`]), and says in
+//! one place which scenarios it serves (its `refuses` function, which the
+//! configuration asks). Definitions: docs/MODEL.md, "Estimators".
+//!
+//! Adding an estimator: a file with a type implementing [`Estimator`] and a
+//! `refuses` function, a variant of [`settings::EstimatorMode`], and one arm
+//! in [`recall_estimates`] and [`refusal`].
 
+pub mod driver;
 pub mod full;
+pub mod grid;
 pub mod predict;
+pub mod predict_closed;
 pub mod predict_sampled;
 pub mod sample;
 pub mod settings;
+pub mod survival;
 pub mod tail;
+
+use crate::error::SimError;
+use crate::model::physics::Physics;
+use crate::score::trial::TrialSpec;
+use crate::score::variant::PrecisionVariant;
+use settings::{EstimatorMode, EstimatorSettings};
+
+/// An estimator: what one trial yields for every cell of a haystack group,
+/// and how the trials (in trial order) reduce to one result per cell.
+pub trait Estimator: Sync {
+    /// One trial's result for every cell of the group.
+    type Trial: Send;
+    /// One cell's result over all trials.
+    type Cell;
+
+    fn trial(&self, spec: &TrialSpec<'_>, trial_seed: u64) -> Result<Self::Trial, SimError>;
+
+    /// One result per cell, in [`TrialSpec::cell_index`] order.
+    fn cells(&self, spec: &TrialSpec<'_>, trials: &[Self::Trial]) -> Vec<Self::Cell>;
+}
+
+/// The needle's rank and margin over the ranked trials of a cell; empty for
+/// estimators that do not generate every row.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RankSummary {
+    pub mean_rank: Option<f64>,
+    pub mean_rank_ties: Option<f64>,
+    pub median_rank: Option<f64>,
+    pub trials_with_ties: u64,
+    pub mean_margin_sd: Option<f64>,
+    pub rank_share_quantiles: Option<[f64; 5]>,
+    pub margin_sd_quantiles: Option<[f64; 5]>,
+}
+
+/// A recall estimator's result for one cell.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct CellEstimate {
+    pub trials: u64,
+    /// Trials survived (full simulation), or the rounded sum of the
+    /// per-trial survival probabilities (sampling estimators).
+    pub survived: u64,
+    pub recall: f64,
+    /// 95 % interval of the recall.
+    pub ci_low: f64,
+    pub ci_high: f64,
+    pub survived_via_window: u64,
+    pub ranks: RankSummary,
+    /// Selection fidelity against this variant, when measured.
+    pub fidelity_reference: Option<String>,
+    /// Share of the reference's top-k set kept, and the Jaccard overlap:
+    /// (mean, 95 % low, 95 % high).
+    pub selection_recall: Option<(f64, f64, f64)>,
+    pub jaccard: Option<(f64, f64, f64)>,
+    /// recall − the baseline variant's recall on the same trials (absent for
+    /// the baseline itself).
+    pub recall_diff: Option<f64>,
+    /// Trials this variant kept and the baseline lost, and the reverse, when
+    /// the estimator sees each trial's outcome.
+    pub discordant: Option<(u64, u64)>,
+}
+
+/// Every cell's recall under the scenario's estimator, in
+/// [`TrialSpec::cell_index`] order.
+pub fn recall_estimates(
+    settings: &EstimatorSettings,
+    spec: &TrialSpec<'_>,
+    seed: u64,
+    trials: u64,
+    on_trial: &(dyn Fn() + Sync),
+) -> Result<Vec<CellEstimate>, SimError> {
+    match settings.mode {
+        EstimatorMode::Full => driver::estimate(&full::Full, spec, seed, trials, on_trial),
+        EstimatorMode::Tail => driver::estimate(&tail::Tail { rows: settings.tail_rows }, spec, seed, trials, on_trial),
+    }
+}
+
+/// Every cell's predicted recall when the prediction is switched on (None
+/// where it does not model the cell's variant).
+pub fn predictions(
+    settings: &EstimatorSettings,
+    spec: &TrialSpec<'_>,
+    seed: u64,
+    trials: u64,
+) -> Result<Option<Vec<Option<predict::CellPrediction>>>, SimError> {
+    if !settings.predict {
+        return Ok(None);
+    }
+    driver::estimate(&predict::Predict, spec, seed, trials, &|| {}).map(Some)
+}
+
+/// Why the estimator settings cannot serve a scenario, for a one-line error.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Refusal {
+    /// The setting refused: `estimator.mode` or `estimator.predict`.
+    pub field: &'static str,
+    /// Its value as written in TOML.
+    pub value: &'static str,
+    /// What would be accepted instead.
+    pub allowed: String,
+}
+
+/// Asks each estimator the settings switch on whether it serves this
+/// physics (at row stride `ratio`) and these variants.
+pub fn refusal(settings: &EstimatorSettings, physics: &Physics, ratio: u64, variants: &[PrecisionVariant]) -> Option<Refusal> {
+    let mode = match settings.mode {
+        EstimatorMode::Full => None,
+        EstimatorMode::Tail => tail::refuses(physics, ratio, variants),
+    };
+    if let Some(allowed) = mode {
+        return Some(Refusal { field: "estimator.mode", value: settings.mode.toml_value(), allowed });
+    }
+    let predict = if settings.predict { predict::refuses(physics, ratio) } else { None };
+    predict.map(|allowed| Refusal { field: "estimator.predict", value: "true", allowed })
+}

@@ -24,14 +24,14 @@
 
 use crate::base::rng::{self, tag};
 use crate::error::SimError;
-use crate::estimate::predict::{binomial_cdf_below, SurvivalEstimate, TailFit, NEEDLE_SAMPLES};
-use crate::estimate::sample::{rounding_interval, score_keys, settled_survival, stratified_rows, tie_share};
+use crate::estimate::predict_closed::{TailFit, NEEDLE_SAMPLES};
+use crate::estimate::sample::{rounding_interval, score_keys, stratified_rows};
+use crate::estimate::survival::{settled_survival, survival_over_draws, tie_share, SurvivalEstimate};
 use crate::model::haystack::TrialHaystack;
 use crate::model::row_source::TrialRows;
 use crate::numerics::pipeline::QuantizedRows;
 use crate::score::trial::context_queries;
 use crate::score::trial::TrialSpec;
-use crate::score::variant::PrecisionVariant;
 
 /// Haystack rows sampled per trial, context and needle offset.
 pub const HAYSTACK_SAMPLES: usize = 2048;
@@ -39,14 +39,6 @@ pub const HAYSTACK_SAMPLES: usize = 2048;
 /// Noise rows of the haystack sample: beyond any context, and apart from
 /// the tail sampler's proposal rows (2^40) and the needle redraws (2^44).
 const SAMPLE_FIRST_ROW: u64 = 1 << 42;
-
-/// Whether the sampled prediction models a variant: every number format
-/// is sampled through the real pipeline, but hypotheses that change how
-/// rows are stored together, how they are selected, or how RoPE is laid
-/// out act on the whole context and are not modelled.
-pub fn sampled_prediction_applies(variant: &PrecisionVariant) -> bool {
-    variant.cache.is_default() && variant.selection.is_default() && variant.position.is_default()
-}
 
 /// Mean, standard deviation and skewness of `scores`.
 fn sample_moments(scores: &[f32]) -> TailFit {
@@ -127,16 +119,7 @@ pub fn predict_trial_sampled(spec: &TrialSpec<'_>, trial_seed: u64, wanted: &[bo
                     .map(|draw| exceedance(draw.iter().copied().fold(f32::NEG_INFINITY, f32::max)).clamp(0.0, 1.0))
                     .collect();
                 for (ki, &k) in spec.topks.iter().enumerate() {
-                    let k_eff = k.min(candidates);
-                    let (mut e, mut e2) = (0.0, 0.0);
-                    for &p in &ahead {
-                        let g = binomial_cdf_below(competitors, p, k_eff);
-                        e += g;
-                        e2 += g * g;
-                    }
-                    let m = ahead.len() as f64;
-                    let (mean, var) = (e / m, (e2 / m - (e / m).powi(2)).max(0.0) / m);
-                    out[spec.cell_index(ci, oi, ki, v)] = Some(SurvivalEstimate { probability: mean.clamp(0.0, 1.0), variance: var });
+                    out[spec.cell_index(ci, oi, ki, v)] = Some(survival_over_draws(&ahead, competitors, k.min(candidates)));
                 }
             }
         }

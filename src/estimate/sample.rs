@@ -10,16 +10,27 @@
 //! uniform positions, and still unbiased).
 
 use crate::error::SimError;
-use crate::model::geometry::NeedlePlacement;
 use crate::numerics::pipeline::{LogitFormat, QuantizedRows};
 use crate::score::indexer::IndexerQuery;
-use crate::score::selection::TieRule;
 use crate::score::variant::PrecisionVariant;
 use rand::Rng;
 use std::ops::Range;
 
 /// Rows scored together.
 const CHUNK_ROWS: usize = 256;
+
+/// What the sampling estimators (tail sampling, the prediction) need of the
+/// physics, as the alternative named in the error when it is missing.
+pub const NEEDS_INDEPENDENT_ROWS: &str =
+    "[physics] with independent rows: correlation_length = 0, distractors = 0, and pooling \"on\" without gate noise (or off)";
+
+/// Whether the sampling estimators model a variant: every number format is
+/// sampled through the real pipeline, but hypotheses that change how rows
+/// are stored together, how they are selected, or how RoPE is laid out act
+/// on the whole context and are not modelled.
+pub fn models_variant(variant: &PrecisionVariant) -> bool {
+    variant.cache.is_default() && variant.selection.is_default() && variant.position.is_default()
+}
 
 /// `m` rows of `0 … candidates − 1` without `skip` (the needle's rows): row
 /// j lies uniformly in the j-th of m equal slices of the competitors, so the
@@ -42,29 +53,6 @@ pub fn stratified_rows(candidates: u64, skip: Range<u64>, m: usize, rng: &mut im
             }
         })
         .collect()
-}
-
-/// Share of tied competitors the tie rule puts ahead of a needle whose
-/// first row is `first_row`, among `competitors` rows.
-pub fn tie_share(rule: TieRule, first_row: u64, competitors: u64) -> f64 {
-    let before = first_row as f64 / competitors.max(1) as f64;
-    match rule {
-        TieRule::Random => 0.5,
-        TieRule::LowestIndex => before,
-        TieRule::HighestIndex => 1.0 - before,
-    }
-}
-
-/// The needle's survival when no sample is needed: 1 when it lies in the
-/// raw window, 0 when none of its rows is a candidate; None otherwise.
-pub fn settled_survival(placement: &NeedlePlacement) -> Option<f64> {
-    if placement.in_window {
-        Some(1.0)
-    } else if placement.rows.is_empty() {
-        Some(0.0)
-    } else {
-        None
-    }
 }
 
 /// Scores finalized `keys` ([rows × d]) as `variant` stores them (default

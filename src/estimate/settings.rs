@@ -26,6 +26,14 @@ impl EstimatorMode {
             _ => None,
         }
     }
+
+    /// The value as written in a scenario file, quoted.
+    pub fn toml_value(self) -> &'static str {
+        match self {
+            EstimatorMode::Full => "\"full\"",
+            EstimatorMode::Tail => "\"tail\"",
+        }
+    }
 }
 
 /// Default rows drawn per trial in tail mode.

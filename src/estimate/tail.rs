@@ -12,23 +12,22 @@
 //! Survival P(Bin(N, p̂) < k_eff) is corrected to second order for the noise
 //! in p̂, and the cell's interval comes from the spread of the per-trial
 //! survival probabilities, which contains that noise (it is independent
-//! across trials). Formulas and limits: docs/PERFORMANCE.md, "Tail sampling".
+//! across trials). Formulas and limits: docs/MODEL.md, "Tail sampling".
 
 use crate::base::rng::{self, tag};
 use crate::base::stats::mean_interval;
-use crate::config::Scenario;
 use crate::error::SimError;
-use crate::estimate::full::trial_seed;
-use crate::estimate::predict::binomial_cdf_below;
-use crate::estimate::sample::{score_keys, settled_survival, stratified_rows, tie_share};
+use crate::estimate::sample::{models_variant, score_keys, stratified_rows, NEEDS_INDEPENDENT_ROWS};
+use crate::estimate::survival::{settled_survival, survival_with_noisy_p, tie_share, Exceedance};
+use crate::estimate::{grid, CellEstimate, Estimator};
 use crate::model::haystack::TrialHaystack;
+use crate::model::physics::Physics;
 use crate::model::row_source::TrialRows;
 use crate::numerics::pipeline::QuantizedRows;
-use crate::run::sweep::CellResult;
 use crate::score::indexer::IndexerQuery;
 use crate::score::trial::context_queries;
 use crate::score::trial::TrialSpec;
-use rayon::prelude::*;
+use crate::score::variant::PrecisionVariant;
 
 /// Rows scored together (as in the full simulation's chunks).
 const CHUNK_ROWS: usize = 256;
@@ -47,13 +46,6 @@ pub struct TailSample {
     scores: Vec<f32>,
     cum_weight: Vec<f64>,
     cum_weight_sq: Vec<f64>,
-}
-
-/// p̂(s) and its standard error.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Exceedance {
-    pub p: f64,
-    pub se: f64,
 }
 
 impl TailSample {
@@ -102,18 +94,6 @@ impl TailSample {
     }
 }
 
-/// P(Bin(n, p̂) < k) corrected for the noise in p̂: with p̂ ≈ p + ε,
-/// E[G(p̂)] ≈ G(p) + ½G''(p)·se², so G(p̂) − ½G''·se² with G'' from the
-/// central difference at step se: 2G(p̂) − ½(G(p̂ − se) + G(p̂ + se)).
-pub fn survival(n: u64, k: u64, e: Exceedance) -> f64 {
-    let g = |p: f64| binomial_cdf_below(n, p.clamp(0.0, 1.0), k);
-    let centre = g(e.p);
-    if e.se == 0.0 {
-        return centre;
-    }
-    (2.0 * centre - 0.5 * (g(e.p - e.se) + g(e.p + e.se))).clamp(0.0, 1.0)
-}
-
 /// The tilt θ in the keys' standardized noise z (k = c + σ⊙z): the needle's
 /// own offset, θ = δ/σ, so proposal rows score like needle rows, which is
 /// where p(s*) is needed; with no needle offset, the direction that raises
@@ -157,7 +137,7 @@ pub fn tail_trial(spec: &TrialSpec<'_>, trial_seed: u64, tail_rows: u64) -> Resu
 /// ([`stratified_rows`]) each get one haystack draw and one proposal draw
 /// (noise z + θ), finalized at that position; p̄(s*) = (1/N) Σ_i P(S_i > s*)
 /// is estimated with the same balance-heuristic weights, and the count of
-/// rows above the needle is taken as Binomial(N, p̄) (docs/PERFORMANCE.md,
+/// rows above the needle is taken as Binomial(N, p̄) (docs/MODEL.md,
 /// "Tail sampling", says what that neglects). The needle rows are the
 /// trial's own, bit for bit.
 fn tail_trial_positional(spec: &TrialSpec<'_>, trial_seed: u64, tail_rows: u64) -> Result<Vec<f64>, SimError> {
@@ -219,7 +199,7 @@ fn tail_trial_positional(spec: &TrialSpec<'_>, trial_seed: u64, tail_rows: u64) 
                 let sample = TailSample::new(&scores, &weights);
                 let e = sample.exceedance(best, share);
                 for (ki, &k) in spec.topks.iter().enumerate() {
-                    out[spec.cell_index(ci, oi, ki, v)] = survival(competitors, k.min(candidates), e);
+                    out[spec.cell_index(ci, oi, ki, v)] = survival_with_noisy_p(competitors, k.min(candidates), e);
                 }
             }
         }
@@ -307,88 +287,63 @@ fn tail_trial_null(spec: &TrialSpec<'_>, trial_seed: u64, tail_rows: u64) -> Res
         for (ki, &k) in spec.topks.iter().enumerate() {
             let k_eff = k.min(candidates);
             for v in 0..spec.variants.len() {
-                out[spec.cell_index(ci, 0, ki, v)] = if placement.in_window {
-                    1.0
-                } else if needle_rows == 0 {
-                    0.0
-                } else {
-                    survival(competitors, k_eff, samples[v].exceedance(best[v], tie_share))
-                };
+                out[spec.cell_index(ci, 0, ki, v)] = settled_survival(&placement)
+                    .unwrap_or_else(|| survival_with_noisy_p(competitors, k_eff, samples[v].exceedance(best[v], tie_share)));
             }
         }
     }
     Ok(out)
 }
 
-/// Cell results of one haystack group by tail sampling: recall is the mean
-/// over trials of the survival probability, its interval the normal 95 %
-/// interval of that mean (clamped to [0, 1]). Rank, margin and fidelity
-/// fields are absent: the rows they need are not generated.
-pub fn cells_for_tail(s: &Scenario, spec: &TrialSpec<'_>, on_trial: &(dyn Fn() + Sync)) -> Result<Vec<CellResult>, SimError> {
-    let per_trial: Vec<Vec<f64>> = (0..s.trials)
-        .into_par_iter()
-        .map(|t| {
-            let out = tail_trial(spec, trial_seed(s.seed, spec.depth_percent, t), s.estimator.tail_rows);
-            on_trial();
-            out
-        })
-        .collect::<Result<_, _>>()?;
-    let mut cells = Vec::with_capacity(spec.cell_count());
-    for (ci, &context) in s.contexts.iter().enumerate() {
-        for (oi, &needle_offset) in spec.needle_offsets.iter().enumerate() {
-            let placement = spec.placement(context, needle_offset);
-            let candidates = s.geometry.candidate_rows(context);
-            for (ki, &k) in s.topks.iter().enumerate() {
-                for (vi, variant) in s.precisions.iter().enumerate() {
-                    let i = spec.cell_index(ci, oi, ki, vi);
-                    let (sum, sum_sq) = per_trial.iter().fold((0.0, 0.0), |(a, b), t| (a + t[i], b + t[i] * t[i]));
-                    let (recall, low, high) = mean_interval(sum, sum_sq, s.trials).unwrap_or((0.0, 0.0, 1.0));
-                    let base = spec.cell_index(ci, oi, ki, 0);
-                    let base_recall = per_trial.iter().map(|t| t[base]).sum::<f64>() / s.trials.max(1) as f64;
-                    let paired = vi > 0;
-                    cells.push(CellResult {
-                        context_tokens: context,
-                        depth_percent: spec.depth_percent,
-                        needle_offset,
-                        topk: k,
-                        precision: variant.name.clone(),
-                        trials: s.trials,
-                        survived: sum.round() as u64,
-                        recall,
-                        ci_low: low.max(0.0),
-                        ci_high: high.min(1.0),
-                        predicted_recall: None,
-                        mean_rank: None,
-                        mean_rank_ties: None,
-                        median_rank: None,
-                        trials_with_ties: 0,
-                        mean_margin_sd: None,
-                        needle_rows: placement.rows.end - placement.rows.start,
-                        needle_start_token: placement.tokens.start,
-                        needle_in_window: placement.in_window,
-                        survived_via_window: if placement.in_window { s.trials } else { 0 },
-                        visible_rows: s.geometry.visible_rows(context),
-                        candidate_rows: candidates,
-                        k_eff: k.min(candidates),
-                        coverage_limit: s.geometry.coverage_limit(k),
-                        rank_share_quantiles: None,
-                        margin_sd_quantiles: None,
-                        fidelity_reference: None,
-                        selection_recall: None,
-                        selection_recall_ci_low: None,
-                        selection_recall_ci_high: None,
-                        jaccard: None,
-                        jaccard_ci_low: None,
-                        jaccard_ci_high: None,
-                        baseline: paired.then(|| s.precisions[0].name.clone()),
-                        recall_diff: paired.then_some(recall - base_recall),
-                        discordant_gained: None,
-                        discordant_lost: None,
-                        mcnemar_p: None,
-                    });
-                }
-            }
-        }
+/// The tail-sampling estimator: `rows` rows drawn per trial and variant.
+/// Recall is the mean over trials of the survival probability, its interval
+/// the normal 95 % interval of that mean (clamped to [0, 1]). Rank, margin
+/// and fidelity are absent: the rows they need are not generated.
+#[derive(Clone, Copy, Debug)]
+pub struct Tail {
+    pub rows: u64,
+}
+
+impl Estimator for Tail {
+    type Trial = Vec<f64>;
+    type Cell = CellEstimate;
+
+    fn trial(&self, spec: &TrialSpec<'_>, trial_seed: u64) -> Result<Vec<f64>, SimError> {
+        tail_trial(spec, trial_seed, self.rows)
     }
-    Ok(cells)
+
+    fn cells(&self, spec: &TrialSpec<'_>, per_trial: &[Vec<f64>]) -> Vec<CellEstimate> {
+        let trials = per_trial.len() as u64;
+        grid::cells(spec)
+            .map(|g| {
+                let i = g.index;
+                let (sum, sum_sq) = per_trial.iter().fold((0.0, 0.0), |(a, b), t| (a + t[i], b + t[i] * t[i]));
+                let (recall, low, high) = mean_interval(sum, sum_sq, trials).unwrap_or((0.0, 0.0, 1.0));
+                let base = g.baseline_index;
+                let base_recall = per_trial.iter().map(|t| t[base]).sum::<f64>() / trials.max(1) as f64;
+                CellEstimate {
+                    trials,
+                    survived: sum.round() as u64,
+                    recall,
+                    ci_low: low.max(0.0),
+                    ci_high: high.min(1.0),
+                    survived_via_window: if g.placement.in_window { trials } else { 0 },
+                    recall_diff: (!g.is_baseline()).then_some(recall - base_recall),
+                    ..CellEstimate::default()
+                }
+            })
+            .collect()
+    }
+}
+
+/// Why tail sampling cannot serve this physics (at row stride `ratio`) and
+/// these variants: the alternative to name in the error, or None.
+pub fn refuses(physics: &Physics, ratio: u64, variants: &[PrecisionVariant]) -> Option<String> {
+    if !physics.rows_are_independent(ratio) {
+        return Some(format!("full, or {NEEDS_INDEPENDENT_ROWS}: tail sampling counts rows as independent draws"));
+    }
+    // Position hypotheses (RoPE layout swapped on one side) matter now that
+    // tail sampling runs with RoPE on; it does not model them either.
+    let v = variants.iter().find(|v| !models_variant(v))?;
+    Some(format!("full with hypothesis variant {:?}: tail sampling stores rows one at a time", v.name))
 }

@@ -287,9 +287,10 @@ fn cholesky_solve(a: &mut [f64], n: usize, b: &[f64]) -> Option<Vec<f64>> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
+    /// The V4-Flash preset's generative model (64 heads × 128 dims).
     pub(crate) fn model(strength: f64) -> GenerativeModel {
         GenerativeModel {
             shape: IndexerShape { heads: 64, head_dim: 128 },

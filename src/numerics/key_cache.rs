@@ -329,7 +329,6 @@ fn fnuz_scale(amax: f32, rule: ScaleFormat) -> f32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::score::variant::PrecisionVariant;
 
     const D: usize = 128;
 
@@ -345,7 +344,7 @@ mod tests {
     }
 
     fn fp8(name: &str) -> QuantPipeline {
-        PrecisionVariant::builtin(name).unwrap().key
+        QuantPipeline::builtin(name).unwrap().0
     }
 
     fn store(faults: KeyCacheFaults, key: &QuantPipeline, raw: &[f32]) -> QuantizedRows {

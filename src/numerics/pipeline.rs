@@ -142,6 +142,30 @@ pub struct QuantPipeline {
 }
 
 impl QuantPipeline {
+    /// The pipeline (the same for queries and keys) and scoring numerics of
+    /// the built-in variant `name` ([`crate::score::variant`]).
+    pub fn builtin(name: &str) -> Option<(QuantPipeline, ScoreNumerics)> {
+        let plain = |element| QuantPipeline { rotation: Rotation::None, element, scaling: None };
+        let rotated = |element, scaling: BlockScaling| QuantPipeline { rotation: Rotation::Hadamard, element, scaling: Some(scaling) };
+        let fp32_scale = BlockScaling { scale: crate::numerics::format::ScaleFormat::Fp32, ..BlockScaling::DEEPSEEK_FP8 };
+        // V4 reference: q and k are stored as bf16 after the fp4 round trip
+        // (exact: e2m1 values times a power of two fit bf16) and the score is
+        // computed in bf16 tensors; we model that as bf16 head weights and
+        // bf16 logits (see docs/NUMERICS.md for what is not modelled).
+        let bf16_scoring = ScoreNumerics { weights: WeightFormat::Bf16, logits: LogitFormat::Bf16 };
+        let (side, scoring) = match name {
+            "fp32" => (plain(ElementFormat::F32), ScoreNumerics::F32),
+            "bf16" => (plain(ElementFormat::Bf16), ScoreNumerics::F32),
+            "fp8" => (rotated(ElementFormat::E4m3fn, BlockScaling::DEEPSEEK_FP8), ScoreNumerics::F32),
+            "fp8-fp32scale" => (rotated(ElementFormat::E4m3fn, fp32_scale), ScoreNumerics::F32),
+            "fp4" => (rotated(ElementFormat::E2m1, BlockScaling::DEEPSEEK_FP4), bf16_scoring),
+            "mxfp4" => (rotated(ElementFormat::E2m1, BlockScaling::OCP_MX), ScoreNumerics::F32),
+            "nvfp4" => (rotated(ElementFormat::E2m1, BlockScaling::NVFP4), ScoreNumerics::F32),
+            _ => return None,
+        };
+        Some((side, scoring))
+    }
+
     pub const EXACT: QuantPipeline = QuantPipeline { rotation: Rotation::None, element: ElementFormat::F32, scaling: None };
 
     /// Quantizes and dequantizes `values` (rows of `dim`) in place.

@@ -5,8 +5,8 @@
 
 use crate::error::Error;
 use crate::report::{Grid, ReportMeta};
+use crate::run::cell::CellResult;
 use crate::run::output::tokens_label;
-use crate::run::sweep::CellResult;
 use std::fmt::Write as _;
 use std::path::Path;
 

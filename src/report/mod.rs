@@ -11,13 +11,17 @@ pub mod html;
 
 use crate::config::Scenario;
 use crate::error::{ConfigError, Error};
-use crate::estimate::full::{run_trials, tally_cells};
+use crate::estimate::driver::run_trials;
+use crate::estimate::full::Full;
+use crate::estimate::settings::EstimatorMode;
+use crate::estimate::Estimator;
 use crate::report::chart::{
     render_fidelity, render_heatmap, render_rank_margin, render_recall_vs_context, DistributionRow, EffectiveMark, FidelityChart,
     FidelityPoint, FidelitySeries, Heatmap, HeatmapPanel, ImageFormat, RankMarginChart, RecallChart, RecallPoint, RecallSeries,
 };
+use crate::run::cell::CellResult;
 use crate::run::output::{self, tokens_label, write_atomic, MANIFEST_FILE, RECALL_CHART_FILE, RESULTS_FILE, SUMMARY_FILE};
-use crate::run::sweep::{cells_for, effective_contexts, spec_for, CellResult, EffectiveContext, SweepOutcome};
+use crate::run::sweep::{cell_results, effective_contexts, group_cells, spec_for, EffectiveContext, SweepOutcome};
 use std::fmt::Write as _;
 use std::path::Path;
 
@@ -545,13 +549,10 @@ pub fn run_single_cell(s: &Scenario, print_trials: bool) -> Result<SingleCell, E
     let spec = spec_for(s, depth);
     // Tail sampling has no per-trial outcomes to print.
     let (outcomes, cells) = match s.estimator.mode {
-        crate::estimate::settings::EstimatorMode::Tail => (Vec::new(), crate::run::sweep::group_cells(s, &spec, &|| {})?),
-        crate::estimate::settings::EstimatorMode::Full => {
-            let outcomes = run_trials(&spec, s.seed, s.trials, &|| {})?;
-            let mut cells = cells_for(s, &spec, &tally_cells(&spec, &outcomes));
-            if s.estimator.predict {
-                crate::run::sweep::attach_predictions(&mut cells, &crate::estimate::predict::predict_cells(&spec, s.seed, s.trials)?);
-            }
+        EstimatorMode::Tail => (Vec::new(), group_cells(s, &spec, &|| {})?),
+        EstimatorMode::Full => {
+            let outcomes = run_trials(&Full, &spec, s.seed, s.trials, &|| {})?;
+            let cells = cell_results(s, &spec, &Full.cells(&spec, &outcomes))?;
             (outcomes, cells)
         }
     };

@@ -6,7 +6,8 @@
 
 use crate::config::Scenario;
 use crate::error::Error;
-use crate::run::sweep::{CellResult, SweepOutcome};
+use crate::run::cell::CellResult;
+use crate::run::sweep::SweepOutcome;
 use std::fmt::Write as _;
 use std::fs;
 use std::io::Write as _;

@@ -10,8 +10,9 @@
 
 use crate::config::Scenario;
 use crate::error::{ConfigError, Error};
+use crate::run::cell::CellResult;
 use crate::run::output::{self, write_atomic, MANIFEST_FILE, RESULTS_FILE};
-use crate::run::sweep::{self, CellResult, EffectiveContext, SweepOutcome};
+use crate::run::sweep::{self, EffectiveContext, SweepOutcome};
 use serde::{Deserialize, Serialize};
 use std::fs::{self, OpenOptions};
 use std::io::Write;

@@ -2,79 +2,16 @@
 //! one haystack group (depth) at a time, and the effective context of each
 //! (k, precision).
 
-use crate::base::stats::mcnemar_exact_p;
 use crate::config::Scenario;
 use crate::error::SimError;
-use crate::estimate::full::{simulate, CellTally};
-use crate::estimate::predict::{predict_cells, CellPrediction};
-use crate::estimate::settings::EstimatorMode;
+use crate::estimate::grid;
+use crate::estimate::{predictions, recall_estimates, CellEstimate};
+use crate::run::cell::CellResult;
 use crate::score::trial::TrialSpec;
 use serde::{Deserialize, Serialize};
 
 /// Selection fidelity is measured against this variant when a sweep has it.
 pub const FIDELITY_REFERENCE: &str = "fp32";
-
-/// Everything known about one cell: its inputs and its outcome. This is one
-/// line of `results.jsonl` and one row of `summary.csv`.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct CellResult {
-    pub context_tokens: u64,
-    pub depth_percent: f64,
-    /// Needle offset inside its row stride, when the sweep has that axis.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub needle_offset: Option<u64>,
-    pub topk: u64,
-    pub precision: String,
-    pub trials: u64,
-    pub survived: u64,
-    pub recall: f64,
-    /// Wilson 95 % interval.
-    pub ci_low: f64,
-    pub ci_high: f64,
-    /// Analytic prediction of the recall (`crate::estimate::predict`); absent when
-    /// switched off (`--predict off`) or for variants it does not model.
-    #[serde(default)]
-    pub predicted_recall: Option<f64>,
-    /// Mean over ranked trials of the competitors scoring strictly above the best needle row.
-    pub mean_rank: Option<f64>,
-    /// Same, counting ties as above.
-    pub mean_rank_ties: Option<f64>,
-    pub median_rank: Option<f64>,
-    pub trials_with_ties: u64,
-    /// Mean margin to the k-th competitor score, in competitor standard deviations.
-    pub mean_margin_sd: Option<f64>,
-    pub needle_rows: u64,
-    pub needle_start_token: u64,
-    pub needle_in_window: bool,
-    pub survived_via_window: u64,
-    pub visible_rows: u64,
-    pub candidate_rows: u64,
-    pub k_eff: u64,
-    pub coverage_limit: u64,
-    /// Quantiles (5, 25, 50, 75, 95 %) of the best needle row's rank as a share of k_eff.
-    pub rank_share_quantiles: Option<[f64; 5]>,
-    /// Quantiles (5, 25, 50, 75, 95 %) of the margin in competitor standard deviations.
-    pub margin_sd_quantiles: Option<[f64; 5]>,
-    /// Selection fidelity reference (`fp32` when in the sweep; absent for the reference itself).
-    pub fidelity_reference: Option<String>,
-    /// Share of the reference's top-k_eff rows this variant also selects: mean and 95 % interval.
-    pub selection_recall: Option<f64>,
-    pub selection_recall_ci_low: Option<f64>,
-    pub selection_recall_ci_high: Option<f64>,
-    /// Jaccard overlap of the two top-k_eff sets: mean and 95 % interval.
-    pub jaccard: Option<f64>,
-    pub jaccard_ci_low: Option<f64>,
-    pub jaccard_ci_high: Option<f64>,
-    /// Paired comparison with the sweep's first precision (absent for that one).
-    pub baseline: Option<String>,
-    /// recall − baseline recall, on the same haystacks.
-    pub recall_diff: Option<f64>,
-    /// Trials kept by this variant and lost by the baseline, and the reverse.
-    pub discordant_gained: Option<u64>,
-    pub discordant_lost: Option<u64>,
-    /// Exact two-sided McNemar p-value of the discordant pairs.
-    pub mcnemar_p: Option<f64>,
-}
 
 /// The longest context at which recall stays at or above the threshold.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -118,87 +55,22 @@ pub fn spec_for(s: &Scenario, depth: f64) -> TrialSpec<'_> {
     }
 }
 
-/// Cell results of one haystack group from its tallies.
-pub fn cells_for(s: &Scenario, spec: &TrialSpec<'_>, tallies: &[CellTally]) -> Vec<CellResult> {
-    let mut cells = Vec::with_capacity(tallies.len());
-    let reference = spec.fidelity_reference.map(|r| s.precisions[r].name.clone());
-    for (ci, &context) in s.contexts.iter().enumerate() {
-        for (oi, &needle_offset) in s.needle_offsets.iter().enumerate() {
-            let placement = spec.placement(context, needle_offset);
-            let candidates = s.geometry.candidate_rows(context);
-            for (ki, &k) in s.topks.iter().enumerate() {
-                for (vi, variant) in s.precisions.iter().enumerate() {
-                    let t = &tallies[spec.cell_index(ci, oi, ki, vi)];
-                    let (ci_low, ci_high) = t.interval();
-                    let base = &tallies[spec.cell_index(ci, oi, ki, 0)];
-                    let paired = vi > 0;
-                    let fidelity = t.selection_recall();
-                    let jaccard = t.jaccard();
-                    cells.push(CellResult {
-                        context_tokens: context,
-                        depth_percent: spec.depth_percent,
-                        needle_offset,
-                        topk: k,
-                        precision: variant.name.clone(),
-                        trials: t.trials,
-                        survived: t.survived,
-                        recall: t.recall(),
-                        ci_low,
-                        ci_high,
-                        predicted_recall: None,
-                        mean_rank: t.mean_rank(),
-                        mean_rank_ties: t.mean_rank_ties(),
-                        median_rank: t.median_rank(),
-                        trials_with_ties: t.trials_with_ties,
-                        mean_margin_sd: t.mean_margin_sd(),
-                        needle_rows: placement.rows.end - placement.rows.start,
-                        needle_start_token: placement.tokens.start,
-                        needle_in_window: placement.tokens.start >= context.saturating_sub(variant.selection.window_for(s.geometry.window)),
-                        survived_via_window: t.survived_via_window,
-                        visible_rows: s.geometry.visible_rows(context),
-                        candidate_rows: candidates,
-                        k_eff: variant.selection.topk_for(k).min(candidates),
-                        coverage_limit: s.geometry.coverage_limit(k),
-                        rank_share_quantiles: t.rank_share_quantiles(),
-                        margin_sd_quantiles: t.margin_sd_quantiles(),
-                        fidelity_reference: reference.clone().filter(|_| fidelity.is_some()),
-                        selection_recall: fidelity.map(|f| f.0),
-                        selection_recall_ci_low: fidelity.map(|f| f.1),
-                        selection_recall_ci_high: fidelity.map(|f| f.2),
-                        jaccard: jaccard.map(|f| f.0),
-                        jaccard_ci_low: jaccard.map(|f| f.1),
-                        jaccard_ci_high: jaccard.map(|f| f.2),
-                        baseline: paired.then(|| s.precisions[0].name.clone()),
-                        recall_diff: paired.then(|| t.recall() - base.recall()),
-                        discordant_gained: paired.then_some(t.gained_vs_baseline),
-                        discordant_lost: paired.then_some(t.lost_vs_baseline),
-                        mcnemar_p: paired.then(|| mcnemar_exact_p(t.gained_vs_baseline, t.lost_vs_baseline)),
-                    });
-                }
-            }
-        }
-    }
-    cells
-}
-
-/// Sets each cell's predicted recall (cells in [`TrialSpec::cell_index`] order).
-pub fn attach_predictions(cells: &mut [CellResult], predictions: &[Option<CellPrediction>]) {
-    for (cell, p) in cells.iter_mut().zip(predictions) {
-        cell.predicted_recall = p.map(|p| p.recall);
-    }
-}
-
 /// The cells of one haystack group under the scenario's estimator, with the
-/// analytic prediction when it is switched on.
+/// prediction beside them when it is switched on.
 pub fn group_cells(s: &Scenario, spec: &TrialSpec<'_>, on_trial: &(dyn Fn() + Sync)) -> Result<Vec<CellResult>, SimError> {
-    let mut cells = match s.estimator.mode {
-        EstimatorMode::Full => cells_for(s, spec, &simulate(spec, s.seed, s.trials, on_trial)?),
-        EstimatorMode::Tail => crate::estimate::tail::cells_for_tail(s, spec, on_trial)?,
-    };
-    if s.estimator.predict {
-        attach_predictions(&mut cells, &predict_cells(spec, s.seed, s.trials)?);
-    }
-    Ok(cells)
+    cell_results(s, spec, &recall_estimates(&s.estimator, spec, s.seed, s.trials, on_trial)?)
+}
+
+/// Cell results of one haystack group from its estimates (in
+/// [`TrialSpec::cell_index`] order), with the prediction when it is on.
+pub fn cell_results(s: &Scenario, spec: &TrialSpec<'_>, estimates: &[CellEstimate]) -> Result<Vec<CellResult>, SimError> {
+    let predicted = predictions(&s.estimator, spec, s.seed, s.trials)?;
+    Ok(grid::cells(spec)
+        .map(|g| {
+            let prediction = predicted.as_ref().and_then(|p| p[g.index]).map(|p| p.recall);
+            CellResult::new(spec, &g, &estimates[g.index], prediction)
+        })
+        .collect())
 }
 
 /// Runs every cell of the scenario. Cells come out ordered by depth,

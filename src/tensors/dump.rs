@@ -4,7 +4,7 @@ use super::bad_file;
 use crate::base::rng::{self, tag};
 use crate::config::Scenario;
 use crate::error::Error;
-use crate::estimate::full::trial_seed;
+use crate::estimate::driver::trial_seed;
 use crate::model::haystack::TrialHaystack;
 use crate::numerics::format::{hadamard_rows_in_place, quantize_dequantize, Overflow, QuantizedBlocks};
 use crate::numerics::pipeline::{QuantPipeline, Rotation};

@@ -1,0 +1,117 @@
+//! The cells of one haystack group (context × needle offset × k × variant),
+//! walked in [`TrialSpec::cell_index`] order with what every estimator and
+//! every output needs to know about a cell.
+
+use crate::model::geometry::NeedlePlacement;
+use crate::score::trial::TrialSpec;
+use crate::score::variant::PrecisionVariant;
+
+/// One cell of a haystack group.
+#[derive(Clone, Debug)]
+pub struct GridCell<'a> {
+    /// Position in [`TrialSpec::cell_index`] order.
+    pub index: usize,
+    /// Index of the same cell under the first (baseline) variant.
+    pub baseline_index: usize,
+    pub context_index: usize,
+    pub offset_index: usize,
+    pub topk_index: usize,
+    pub variant_index: usize,
+    pub context: u64,
+    pub needle_offset: Option<u64>,
+    pub topk: u64,
+    pub variant: &'a PrecisionVariant,
+    pub placement: NeedlePlacement,
+    /// Rows that compete for selection: visible and outside the raw window.
+    pub candidates: u64,
+}
+
+impl GridCell<'_> {
+    /// Rows the variant's engine selects, at most the candidates.
+    pub fn k_eff(&self) -> u64 {
+        self.variant.selection.topk_for(self.topk).min(self.candidates)
+    }
+
+    /// Whether this is the baseline variant (the first), which the others
+    /// are paired with.
+    pub fn is_baseline(&self) -> bool {
+        self.variant_index == 0
+    }
+}
+
+/// Every cell of `spec`, in [`TrialSpec::cell_index`] order.
+pub fn cells<'a>(spec: &'a TrialSpec<'a>) -> impl Iterator<Item = GridCell<'a>> + 'a {
+    spec.contexts.iter().enumerate().flat_map(move |(ci, &context)| {
+        let candidates = spec.geometry.candidate_rows(context);
+        spec.needle_offsets.iter().enumerate().flat_map(move |(oi, &needle_offset)| {
+            let placement = spec.placement(context, needle_offset);
+            spec.topks.iter().enumerate().flat_map(move |(ki, &topk)| {
+                let placement = placement.clone();
+                spec.variants.iter().enumerate().map(move |(vi, variant)| GridCell {
+                    index: spec.cell_index(ci, oi, ki, vi),
+                    baseline_index: spec.cell_index(ci, oi, ki, 0),
+                    context_index: ci,
+                    offset_index: oi,
+                    topk_index: ki,
+                    variant_index: vi,
+                    context,
+                    needle_offset,
+                    topk,
+                    variant,
+                    placement: placement.clone(),
+                    candidates,
+                })
+            })
+        })
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cells_come_in_index_order_and_cover_the_grid() {
+        use crate::model::geometry::CompressionGeometry;
+        use crate::model::haystack::{GenerativeModel, IndexerShape};
+        use crate::model::physics::Physics;
+        use crate::score::selection::TieRule;
+        let model = GenerativeModel {
+            shape: IndexerShape { heads: 4, head_dim: 16 },
+            key_common: 0.5,
+            outlier_channels: 0,
+            outlier_scale: 1.0,
+            weight_mean: 0.0,
+            weight_std: 1.0,
+            needle_strength: 1.0,
+            needle_heads: 2,
+        };
+        let variants = ["fp32", "bf16", "fp8"].map(|n| PrecisionVariant::builtin(n).unwrap());
+        let offsets = [Some(0), Some(3)];
+        let spec = TrialSpec {
+            model: &model,
+            physics: &Physics::NULL,
+            geometry: CompressionGeometry { ratio: 4, overlap: true, window: 128, window_rows_compete: true },
+            contexts: &[512, 1024, 4096],
+            depth_percent: 50.0,
+            needle_offsets: &offsets,
+            needle_tokens: 8,
+            topks: &[64, 128],
+            variants: &variants,
+            tie_rule: TieRule::LowestIndex,
+            fidelity_reference: Some(0),
+        };
+        let all: Vec<_> = cells(&spec).collect();
+        assert_eq!(all.len(), spec.cell_count());
+        for (i, c) in all.iter().enumerate() {
+            assert_eq!(c.index, i);
+            assert_eq!(c.index, spec.cell_index(c.context_index, c.offset_index, c.topk_index, c.variant_index));
+            assert_eq!(c.baseline_index, spec.cell_index(c.context_index, c.offset_index, c.topk_index, 0));
+            assert_eq!(c.context, spec.contexts[c.context_index]);
+            assert_eq!(c.needle_offset, offsets[c.offset_index]);
+            assert_eq!(c.topk, spec.topks[c.topk_index]);
+            assert_eq!(c.placement, spec.placement(c.context, c.needle_offset));
+            assert!(c.k_eff() <= c.candidates);
+        }
+    }
+}

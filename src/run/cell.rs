@@ -1,0 +1,120 @@
+//! One line of `results.jsonl` and one row of `summary.csv`: a cell's
+//! inputs, the fields every estimator shares, and its estimate.
+
+use crate::base::stats::mcnemar_exact_p;
+use crate::estimate::grid::GridCell;
+use crate::estimate::CellEstimate;
+use crate::score::trial::TrialSpec;
+use serde::{Deserialize, Serialize};
+
+/// Everything known about one cell: its inputs and its outcome. This is one
+/// line of `results.jsonl` and one row of `summary.csv`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CellResult {
+    pub context_tokens: u64,
+    pub depth_percent: f64,
+    /// Needle offset inside its row stride, when the sweep has that axis.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub needle_offset: Option<u64>,
+    pub topk: u64,
+    pub precision: String,
+    pub trials: u64,
+    pub survived: u64,
+    pub recall: f64,
+    /// Wilson 95 % interval.
+    pub ci_low: f64,
+    pub ci_high: f64,
+    /// Analytic prediction of the recall (`crate::estimate::predict`); absent when
+    /// switched off (`--predict off`) or for variants it does not model.
+    #[serde(default)]
+    pub predicted_recall: Option<f64>,
+    /// Mean over ranked trials of the competitors scoring strictly above the best needle row.
+    pub mean_rank: Option<f64>,
+    /// Same, counting ties as above.
+    pub mean_rank_ties: Option<f64>,
+    pub median_rank: Option<f64>,
+    pub trials_with_ties: u64,
+    /// Mean margin to the k-th competitor score, in competitor standard deviations.
+    pub mean_margin_sd: Option<f64>,
+    pub needle_rows: u64,
+    pub needle_start_token: u64,
+    pub needle_in_window: bool,
+    pub survived_via_window: u64,
+    pub visible_rows: u64,
+    pub candidate_rows: u64,
+    pub k_eff: u64,
+    pub coverage_limit: u64,
+    /// Quantiles (5, 25, 50, 75, 95 %) of the best needle row's rank as a share of k_eff.
+    pub rank_share_quantiles: Option<[f64; 5]>,
+    /// Quantiles (5, 25, 50, 75, 95 %) of the margin in competitor standard deviations.
+    pub margin_sd_quantiles: Option<[f64; 5]>,
+    /// Selection fidelity reference (`fp32` when in the sweep; absent for the reference itself).
+    pub fidelity_reference: Option<String>,
+    /// Share of the reference's top-k_eff rows this variant also selects: mean and 95 % interval.
+    pub selection_recall: Option<f64>,
+    pub selection_recall_ci_low: Option<f64>,
+    pub selection_recall_ci_high: Option<f64>,
+    /// Jaccard overlap of the two top-k_eff sets: mean and 95 % interval.
+    pub jaccard: Option<f64>,
+    pub jaccard_ci_low: Option<f64>,
+    pub jaccard_ci_high: Option<f64>,
+    /// Paired comparison with the sweep's first precision (absent for that one).
+    pub baseline: Option<String>,
+    /// recall − baseline recall, on the same haystacks.
+    pub recall_diff: Option<f64>,
+    /// Trials kept by this variant and lost by the baseline, and the reverse.
+    pub discordant_gained: Option<u64>,
+    pub discordant_lost: Option<u64>,
+    /// Exact two-sided McNemar p-value of the discordant pairs.
+    pub mcnemar_p: Option<f64>,
+}
+
+impl CellResult {
+    /// The cell `g` of `spec` with the estimator's result `e` and, when the
+    /// prediction is on, its predicted recall.
+    pub fn new(spec: &TrialSpec<'_>, g: &GridCell<'_>, e: &CellEstimate, predicted_recall: Option<f64>) -> Self {
+        let geometry = spec.geometry;
+        let window = g.variant.selection.window_for(geometry.window);
+        let paired = !g.is_baseline();
+        CellResult {
+            context_tokens: g.context,
+            depth_percent: spec.depth_percent,
+            needle_offset: g.needle_offset,
+            topk: g.topk,
+            precision: g.variant.name.clone(),
+            trials: e.trials,
+            survived: e.survived,
+            recall: e.recall,
+            ci_low: e.ci_low,
+            ci_high: e.ci_high,
+            predicted_recall,
+            mean_rank: e.ranks.mean_rank,
+            mean_rank_ties: e.ranks.mean_rank_ties,
+            median_rank: e.ranks.median_rank,
+            trials_with_ties: e.ranks.trials_with_ties,
+            mean_margin_sd: e.ranks.mean_margin_sd,
+            needle_rows: g.placement.rows.end - g.placement.rows.start,
+            needle_start_token: g.placement.tokens.start,
+            needle_in_window: g.placement.tokens.start >= g.context.saturating_sub(window),
+            survived_via_window: e.survived_via_window,
+            visible_rows: geometry.visible_rows(g.context),
+            candidate_rows: g.candidates,
+            k_eff: g.k_eff(),
+            coverage_limit: geometry.coverage_limit(g.topk),
+            rank_share_quantiles: e.ranks.rank_share_quantiles,
+            margin_sd_quantiles: e.ranks.margin_sd_quantiles,
+            fidelity_reference: e.fidelity_reference.clone(),
+            selection_recall: e.selection_recall.map(|f| f.0),
+            selection_recall_ci_low: e.selection_recall.map(|f| f.1),
+            selection_recall_ci_high: e.selection_recall.map(|f| f.2),
+            jaccard: e.jaccard.map(|f| f.0),
+            jaccard_ci_low: e.jaccard.map(|f| f.1),
+            jaccard_ci_high: e.jaccard.map(|f| f.2),
+            baseline: paired.then(|| spec.variants[0].name.clone()),
+            recall_diff: e.recall_diff,
+            discordant_gained: e.discordant.map(|d| d.0),
+            discordant_lost: e.discordant.map(|d| d.1),
+            mcnemar_p: e.discordant.map(|(gained, lost)| mcnemar_exact_p(gained, lost)),
+        }
+    }
+}

@@ -1,6 +1,6 @@
 //! Estimators of a cell's recall, behind one shape ([`Estimator`]): full
 //! simulation ([`full`]), tail sampling ([`tail`]) and the prediction
-//! ([`predict`], from [`predict_closed`] and [`predict_sampled`]).
+//! ([`predict`]: closed forms and sampled distributions).
 //!
 //! Every estimator runs through the same driver ([`driver`]: per-trial
 //! seeds, rayon, reduction in trial order), walks the same cell grid
@@ -16,8 +16,6 @@ pub mod driver;
 pub mod full;
 pub mod grid;
 pub mod predict;
-pub mod predict_closed;
-pub mod predict_sampled;
 pub mod sample;
 pub mod settings;
 pub mod survival;

@@ -1,14 +1,17 @@
 //! The prediction: each cell's recall computed from the score distributions
 //! instead of ranking every row, reported beside the simulated recall
 //! (`--predict on`). Under the null model the closed forms
-//! ([`crate::estimate::predict_closed`]) serve the variants they model;
+//! ([`crate::estimate::predict::closed`]) serve the variants they model;
 //! every other variant, and every variant under physics, gets the sampled
-//! prediction ([`crate::estimate::predict_sampled`]). docs/MODEL.md,
+//! prediction ([`crate::estimate::predict::sampled`]). docs/MODEL.md,
 //! "Analytic prediction".
 
+pub mod closed;
+pub mod sampled;
+
 use crate::error::SimError;
-use crate::estimate::predict_closed::{closed_form_trial, prediction_applies};
-use crate::estimate::predict_sampled::predict_trial_sampled;
+use crate::estimate::predict::closed::{closed_form_trial, prediction_applies};
+use crate::estimate::predict::sampled::predict_trial_sampled;
 use crate::estimate::sample::{models_variant, NEEDS_INDEPENDENT_ROWS};
 use crate::estimate::survival::SurvivalEstimate;
 use crate::estimate::Estimator;

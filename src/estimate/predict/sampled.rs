@@ -24,7 +24,7 @@
 
 use crate::base::rng::{self, tag};
 use crate::error::SimError;
-use crate::estimate::predict_closed::{TailFit, NEEDLE_SAMPLES};
+use crate::estimate::predict::closed::{TailFit, NEEDLE_SAMPLES};
 use crate::estimate::sample::{rounding_interval, score_keys, stratified_rows};
 use crate::estimate::survival::{settled_survival, survival_over_draws, tie_share, SurvivalEstimate};
 use crate::model::haystack::TrialHaystack;

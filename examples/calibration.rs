@@ -1,0 +1,193 @@
+//! Recomputes the table of docs/CALIBRATION.md: the simulator's figures, with
+//! 95 % intervals, beside the public measurements of the real indexer that
+//! its defaults are meant to reproduce. Each row says what exactly is
+//! compared; the sources and definitions are in docs/CALIBRATION.md.
+//!
+//! `cargo run --release --example calibration` (about a minute on 2 cores);
+//! `DSA_CALIBRATION_TRIALS=N` changes the trials per cell (default 200).
+
+use dsa_recall::base::stats::{mean_interval, wilson_interval, Z95};
+use dsa_recall::config::{self, params::parse_scenario_toml, Scenario};
+use dsa_recall::estimate::driver::trial_seed;
+use dsa_recall::model::haystack::TrialHaystack;
+use dsa_recall::model::row_source::context_keys;
+use dsa_recall::run::cell::CellResult;
+use dsa_recall::run::sweep::run_sweep;
+
+fn scenario(text: &str) -> Scenario {
+    let params = parse_scenario_toml(text).expect("scenario TOML");
+    config::check(config::resolve(params).expect("preset")).expect("valid scenario")
+}
+
+fn sweep(text: &str) -> Vec<CellResult> {
+    run_sweep(&scenario(text), &|| {}).expect("sweep").cells
+}
+
+/// One row of the table.
+struct Row {
+    quantity: String,
+    public: &'static str,
+    target: &'static str,
+    ours: String,
+    met: Option<bool>,
+}
+
+fn interval(x: (f64, f64, f64)) -> String {
+    format!("{:.3} [{:.3}, {:.3}]", x.0, x.1, x.2)
+}
+
+fn wilson(c: &CellResult) -> (f64, f64, f64) {
+    let (lo, hi) = wilson_interval(c.survived, c.trials, Z95);
+    (c.recall, lo, hi)
+}
+
+/// Mean of `xs` with a normal 95 % interval.
+fn mean_ci(xs: &[f64]) -> (f64, f64, f64) {
+    let (s, s2) = xs.iter().fold((0.0, 0.0), |(a, b), x| (a + x, b + x * x));
+    mean_interval(s, s2, xs.len() as u64).unwrap_or((f64::NAN, f64::NAN, f64::NAN))
+}
+
+/// Per trial of the V4-Flash preset at `context` tokens (depth 50 %): the
+/// share of negative per-head products q_h·k over every row and head, and
+/// the overlap of the top-`k` rows by the ReLU score Σ w_h ReLU(q_h·k) with
+/// the top-`k` by the linear score Σ w_h q_h·k (exact f32 keys, as scored).
+fn sign_structure(context: u64, k: usize, trials: u64) -> (Vec<f64>, Vec<f64>) {
+    let s = scenario(&format!("preset = \"deepseek-v4-flash\"\n[sweep]\ncontexts = \"{context}\"\nseed = 23\n"));
+    let (heads, d) = (s.model.shape.heads, s.model.shape.head_dim);
+    let (mut negative, mut overlap) = (Vec::new(), Vec::new());
+    for t in 0..trials {
+        let seed = trial_seed(s.seed, 50.0, t);
+        let hay = TrialHaystack::draw(&s.model, seed).expect("haystack");
+        let placement = s.geometry.place_needle(context, s.needle_tokens, 50.0);
+        let (keys, queries) = context_keys(&s.model, &s.physics, s.geometry, &hay, seed, context, placement.tokens).expect("rows");
+        let rows = keys.len() / d;
+        let (mut neg, mut relu, mut linear) = (0u64, vec![0.0f64; rows], vec![0.0f64; rows]);
+        for (r, key) in keys.chunks_exact(d).enumerate() {
+            for h in 0..heads {
+                let dot: f64 = queries[h * d..(h + 1) * d].iter().zip(key).map(|(&q, &x)| f64::from(q) * f64::from(x)).sum();
+                neg += u64::from(dot < 0.0);
+                let w = f64::from(hay.weights[h]);
+                relu[r] += w * dot.max(0.0);
+                linear[r] += w * dot;
+            }
+        }
+        let top = |scores: &[f64]| {
+            let mut idx: Vec<usize> = (0..scores.len()).collect();
+            idx.sort_by(|&a, &b| scores[b].total_cmp(&scores[a]));
+            idx.truncate(k);
+            idx.sort_unstable();
+            idx
+        };
+        let (a, b) = (top(&relu), top(&linear));
+        negative.push(neg as f64 / (rows * heads) as f64);
+        overlap.push(a.iter().filter(|i| b.binary_search(i).is_ok()).count() as f64 / k as f64);
+    }
+    (negative, overlap)
+}
+
+fn main() {
+    let trials: u64 = std::env::var("DSA_CALIBRATION_TRIALS").ok().and_then(|v| v.parse().ok()).unwrap_or(200);
+    let mut rows = Vec::new();
+
+    // Selection recall of the V4 fp4 indexer (and fp8 with fp32 scales)
+    // against exact fp32 scoring on the same trials, k 512.
+    let cells = sweep(&format!(
+        "preset = \"deepseek-v4-flash\"\n[sweep]\ncontexts = \"8K,32K,128K\"\nprecisions = \"fp32,fp4,fp8-fp32scale\"\n\
+         topk = [512]\ntrials = {trials}\nseed = 21\n"
+    ));
+    for c in cells.iter().filter(|c| c.precision != "fp32") {
+        let x = (
+            c.selection_recall.unwrap_or(f64::NAN),
+            c.selection_recall_ci_low.unwrap_or(f64::NAN),
+            c.selection_recall_ci_high.unwrap_or(f64::NAN),
+        );
+        rows.push(Row {
+            quantity: format!("{} top-512 set recall vs fp32, {}K", c.precision, c.context_tokens / 1024),
+            public: "99.7 % (DeepSeek-V4 report, FP4 QK path)",
+            target: "≥ 0.99",
+            ours: interval(x),
+            met: Some(x.0 >= 0.99),
+        });
+    }
+
+    // V3.2's fp8 indexer against fp32, token level, top-2048.
+    let cells = sweep(&format!(
+        "preset = \"deepseek-v3.2\"\n[sweep]\ncontexts = \"4K,16K,64K\"\nprecisions = \"fp32,fp8\"\ntopk = [2048]\n\
+         trials = {}\nseed = 24\n",
+        (trials / 2).max(20)
+    ));
+    for c in cells.iter().filter(|c| c.precision == "fp8") {
+        let x = (
+            c.selection_recall.unwrap_or(f64::NAN),
+            c.selection_recall_ci_low.unwrap_or(f64::NAN),
+            c.selection_recall_ci_high.unwrap_or(f64::NAN),
+        );
+        rows.push(Row {
+            quantity: format!("V3.2 fp8 top-2048 set recall vs fp32, {}K", c.context_tokens / 1024),
+            public: "0.983 (GLM-5.2 fp8 indexer vs f32 oracle, pegainfer PR #521)",
+            target: "0.96–1.00 (another model: compatible, not equal)",
+            ours: interval(x),
+            met: Some((0.96..=1.0).contains(&x.0)),
+        });
+    }
+
+    // A correct V4-Flash finds a needle at 32K–256K. Ours is one query in
+    // one CSA layer (per-layer selection recall), not the model's answer.
+    let cells = sweep(&format!(
+        "preset = \"deepseek-v4-flash\"\n[sweep]\ncontexts = \"32K,64K,128K,256K\"\nprecisions = \"bf16\"\ntopk = [512]\n\
+         trials = {trials}\nseed = 22\n"
+    ));
+    for c in &cells {
+        rows.push(Row {
+            quantity: format!("bf16 needle, {}K, depth 50 % (per-layer selection recall)", c.context_tokens / 1024),
+            public: "4/4 needles found at 32K–256K (sglang PR #33271)",
+            target: "≥ 0.95 (whole model)",
+            ours: interval(wilson(c)),
+            met: Some(c.recall >= 0.95),
+        });
+    }
+
+    // A salient needle is found at any depth.
+    let cells = sweep(&format!(
+        "preset = \"deepseek-v4-flash\"\n[needle]\nstrength = 30.0\n[sweep]\ncontexts = \"64K\"\ndepths = \"0\"\n\
+         precisions = \"bf16\"\ntopk = [512]\ntrials = {trials}\nseed = 22\n"
+    ));
+    let c = &cells[0];
+    rows.push(Row {
+        quantity: "bf16 needle of strength 30, 64K, depth 0".into(),
+        public: "trained models retrieve salient facts at any depth",
+        target: "≥ 0.98",
+        ours: interval(wilson(c)),
+        met: Some(c.recall >= 0.98),
+    });
+
+    // The trained indexer's sign structure at 32K (layers 40 and 42).
+    let (negative, overlap) = sign_structure(32 * 1024, 512, (trials / 10).max(5));
+    let (n, o) = (mean_ci(&negative), mean_ci(&overlap));
+    rows.push(Row {
+        quantity: "share of negative per-head products, 32K".into(),
+        public: "0.517 / 0.479 (V4-Flash layers 40 / 42, sglang PR #33271)",
+        target: "0.45–0.55",
+        ours: interval(n),
+        met: Some((0.45..=0.55).contains(&n.0)),
+    });
+    rows.push(Row {
+        quantity: "top-512 overlap, ReLU vs linear score, 32K".into(),
+        public: "0.54 / 0.77 (same capture)",
+        target: "0.5–0.8",
+        ours: interval(o),
+        met: Some((0.5..=0.8).contains(&o.0)),
+    });
+
+    println!("| quantity | public measurement (source) | target | simulator, 95 % interval | met |");
+    println!("|---|---|---|---|---|");
+    for r in &rows {
+        let met = match r.met {
+            Some(true) => "yes",
+            Some(false) => "**no**",
+            None => "-",
+        };
+        println!("| {} | {} | {} | {} | {} |", r.quantity, r.public, r.target, r.ours, met);
+    }
+    println!("\n{trials} trials per cell (V3.2: {}), sign structure over {} trials.", (trials / 2).max(20), (trials / 10).max(5));
+}

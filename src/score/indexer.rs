@@ -151,6 +151,9 @@ impl IndexerQuery {
     /// (when given) `out.len()` scales; the query shape is checked in `new`.
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx512f,avx512dq,avx2")]
+    // The register block is written as index loops over (row i, pair p),
+    // mirroring acc[i][p]'s layout; the loops are what the kernel compiles to.
+    #[allow(clippy::needless_range_loop)]
     unsafe fn score_blocks_avx512(&self, keys: &[f32], row_scales: Option<&[f32]>, out: &mut [f32]) -> usize {
         use std::arch::x86_64::*;
         const BLOCK: usize = 16;

@@ -169,8 +169,10 @@ fn gemm_32k(b: Bencher, threads: usize) {
 /// C = K·Qᵀ for row-major K [n × 128], Q [64 × 128], C [n × 64].
 pub fn gemm_f32(k: &[f32], q: &[f32], c: &mut [f32], threads: usize) {
     let n = k.len() / D;
+    assert!(q.len() >= 64 * D && c.len() >= n * 64, "gemm_f32: q or c too short");
     let par = if threads <= 1 { gemm::Parallelism::None } else { gemm::Parallelism::Rayon(threads) };
-    // SAFETY: the slices have the sizes the strides describe.
+    // SAFETY: k holds n rows of D, q 64 rows of D, c n rows of 64 (asserted above):
+    // the sizes the strides describe.
     unsafe {
         gemm::gemm(
             n,

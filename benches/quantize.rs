@@ -93,8 +93,10 @@ fn ns_per_row(calls: usize, mut f: impl FnMut()) -> f64 {
 /// C = K·Qᵀ for row-major K [n × d], Q [64 × d], C [n × 64], `gemm` crate.
 fn gemm_f32(k: &[f32], q: &[f32], c: &mut [f32], d: usize, heads: usize, threads: usize) {
     let n = k.len() / d;
+    assert!(q.len() >= heads * d && c.len() >= n * heads, "gemm_f32: q or c too short");
     let par = if threads <= 1 { gemm::Parallelism::None } else { gemm::Parallelism::Rayon(threads) };
-    // SAFETY: the slices have the sizes the strides describe.
+    // SAFETY: k holds n rows of d, q heads rows of d, c n rows of heads (asserted
+    // above): the sizes the strides describe.
     unsafe {
         gemm::gemm(
             n,

@@ -267,8 +267,10 @@ fn main() {
 fn gemm_f32(k: &[f32], q: &[f32], c: &mut [f32], threads: usize) {
     let d = 128;
     let n = k.len() / d;
+    assert!(q.len() >= 64 * d && c.len() >= n * 64, "gemm_f32: q or c too short");
     let par = if threads <= 1 { gemm::Parallelism::None } else { gemm::Parallelism::Rayon(threads) };
-    // SAFETY: the slices have the sizes the strides describe.
+    // SAFETY: k holds n rows of d, q 64 rows of d, c n rows of 64 (asserted above):
+    // the sizes the strides describe.
     unsafe {
         gemm::gemm(
             n,

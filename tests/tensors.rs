@@ -57,6 +57,32 @@ fn a_dump_replays_to_the_same_logits_and_selections() {
     assert!(rows.iter().any(|r| r.selection_recall < 1.0));
 }
 
+/// FNV-1a (64 bits) of every tensor of [`dump`]'s file, name then data, in
+/// name order: keys after the haystack, pooling and RoPE kernels, quantized
+/// codes and scales, logits and selections of every variant.
+const RECORDED_DUMP_FNV: u64 = 0x1fee_d990_8803_c65a;
+
+/// The dump's bits as recorded (on an AVX-512 machine): `.ci/run` runs this
+/// test at every SIMD level the CPU has (`DSA_RECALL_SIMD`), so each path
+/// must reproduce them. Change the constant only with a deliberate change of
+/// the simulated numbers, and say so in the commit.
+#[test]
+fn a_dump_has_the_recorded_bits_on_every_simd_path() {
+    let tmp = tempfile::tempdir().unwrap();
+    let bytes = std::fs::read(dump(tmp.path())).unwrap();
+    let st = SafeTensors::deserialize(&bytes).unwrap();
+    let mut names = st.names();
+    names.sort();
+    let mut hash = 0xcbf2_9ce4_8422_2325u64;
+    for name in names {
+        for &b in name.as_bytes().iter().chain(st.tensor(name).unwrap().data()) {
+            hash = (hash ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    let level = dsa_recall::base::simd::level();
+    assert_eq!(hash, RECORDED_DUMP_FNV, "dump bits differ from the recorded ones at SIMD level {level}: {hash:#018x}");
+}
+
 #[test]
 fn npy_inputs_replay_like_safetensors() {
     let tmp = tempfile::tempdir().unwrap();

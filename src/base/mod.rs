@@ -1,8 +1,10 @@
 //! Foundations every layer uses: counter-based random streams ([`rng`]),
-//! interval estimates and tests ([`stats`]), special functions ([`special`]), sizes with
-//! K/M suffixes ([`units`]).
+//! the SIMD level every kernel dispatches on, detected once and lowered by
+//! `DSA_RECALL_SIMD` ([`simd`]), special functions ([`special`]), interval
+//! estimates and tests ([`stats`]), sizes with K/M suffixes ([`units`]).
 
 pub mod rng;
+pub mod simd;
 pub mod special;
 pub mod stats;
 pub mod units;

@@ -14,6 +14,8 @@
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
+use super::simd;
+
 /// Stream tags. Changing one changes every result: they are part of the
 /// reproducibility contract and are written down in docs/MODEL.md.
 pub mod tag {
@@ -105,8 +107,10 @@ pub fn normal_group(key: u64, row: u64, group: u32, out: &mut [f32; NORMAL_GROUP
 /// the same bits on every CPU path.
 pub fn fill_normals(key: u64, row: u64, first_group: u32, out: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
-    if out.len() >= 2 * NORMAL_GROUP && std::arch::is_x86_feature_detected!("avx512f") {
-        // SAFETY: AVX-512F was detected just above.
+    let level = simd::level();
+    #[cfg(target_arch = "x86_64")]
+    if out.len() >= 2 * NORMAL_GROUP && level.avx512() {
+        // SAFETY: the level is AVX-512, so the CPU has AVX-512F (and AVX2).
         unsafe { fill_normals_avx512(key, row, first_group, out) };
         return;
     }
@@ -114,8 +118,8 @@ pub fn fill_normals(key: u64, row: u64, first_group: u32, out: &mut [f32]) {
     for (g, chunk) in out.chunks_mut(NORMAL_GROUP).enumerate() {
         #[cfg(target_arch = "x86_64")]
         {
-            if std::arch::is_x86_feature_detected!("avx2") {
-                // SAFETY: AVX2 was detected just above.
+            if level.avx2() {
+                // SAFETY: the level is at least AVX2.
                 unsafe { normal_group_avx2(key, row, first_group + g as u32, &mut z) };
             } else {
                 normal_group(key, row, first_group + g as u32, &mut z);
@@ -130,11 +134,11 @@ pub fn fill_normals(key: u64, row: u64, first_group: u32, out: &mut [f32]) {
 /// [`fill_normals`] through [`for_each_normal_block_avx512`].
 ///
 /// # Safety
-/// The CPU must support AVX-512F.
+/// The CPU must support AVX-512F and AVX2 (level AVX-512).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 unsafe fn fill_normals_avx512(key: u64, row: u64, first_group: u32, out: &mut [f32]) {
-    // SAFETY: AVX-512F is enabled in this function.
+    // SAFETY: our caller guarantees AVX-512F and AVX2; `out` is written through slices only.
     unsafe { for_each_normal_block_avx512(key, row..row + 1, first_group, out.len(), |_, at, z| out[at..at + z.len()].copy_from_slice(z)) };
 }
 
@@ -147,7 +151,9 @@ unsafe fn fill_normals_avx512(key: u64, row: u64, first_group: u32, out: &mut [f
 /// block buffers are set up once for all rows.
 ///
 /// # Safety
-/// The CPU must support AVX-512F.
+/// The CPU must support AVX-512F and AVX2 ([`simd::level`] at AVX-512).
+/// Memory safety does not depend on the arguments: the blocks are local
+/// buffers handed to `f` as slices.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
 pub unsafe fn for_each_normal_block_avx512(
@@ -177,7 +183,7 @@ pub unsafe fn for_each_normal_block_avx512(
         }
         while at < len {
             let n = NORMAL_GROUP.min(len - at);
-            // SAFETY: AVX-512F implies AVX2.
+            // SAFETY: the caller guarantees AVX2 (part of the AVX-512 level).
             unsafe { normal_group_avx2(key, row, group, &mut z) };
             f(row, at, &z[..n]);
             (at, group) = (at + n, group.wrapping_add(1));
@@ -624,12 +630,12 @@ mod tests {
     #[test]
     fn avx2_groups_equal_portable_groups() {
         #[cfg(target_arch = "x86_64")]
-        if std::arch::is_x86_feature_detected!("avx2") {
+        if simd::level().avx2() {
             let (mut a, mut b) = ([0.0f32; NORMAL_GROUP], [0.0f32; NORMAL_GROUP]);
             for i in 0..20_000u64 {
                 let (key, row, group) = (mix64(i), mix64(i ^ 0xabc) >> (i % 64), (i % 7) as u32 + (i as u32) * 977);
                 normal_group(key, row, group, &mut a);
-                // SAFETY: AVX2 detected above.
+                // SAFETY: the level is at least AVX2 (checked above).
                 unsafe { normal_group_avx2(key, row, group, &mut b) };
                 assert_eq!(a.map(f32::to_bits), b.map(f32::to_bits), "key {key} row {row} group {group}");
             }
@@ -639,11 +645,11 @@ mod tests {
     #[test]
     fn avx512_group_pairs_equal_portable_groups() {
         #[cfg(target_arch = "x86_64")]
-        if std::arch::is_x86_feature_detected!("avx512f") {
+        if simd::level().avx512() {
             let (mut a, mut b) = ([0.0f32; NORMAL_GROUP], [[[0.0f32; NORMAL_GROUP]; 2]; 1]);
             for i in 0..20_000u64 {
                 let (key, row, group) = (mix64(i), mix64(i ^ 0xabc) >> (i % 64), (i % 7) as u32 + (i as u32) * 977);
-                // SAFETY: AVX-512F detected above.
+                // SAFETY: the level is AVX-512 (checked above).
                 unsafe { normal_group_pairs_avx512::<1>(key, row, group, &mut b) };
                 for (h, bh) in b[0].iter().enumerate() {
                     normal_group(key, row, group.wrapping_add(h as u32), &mut a);
@@ -656,14 +662,14 @@ mod tests {
     #[test]
     fn interleaved_avx512_group_pairs_equal_portable_groups() {
         #[cfg(target_arch = "x86_64")]
-        if std::arch::is_x86_feature_detected!("avx512f") {
+        if simd::level().avx512() {
             let mut a = [0.0f32; NORMAL_GROUP];
             let mut b = [[[0.0f32; NORMAL_GROUP]; 2]; 3];
             for i in 0..5_000u64 {
                 // Group numbers near 2³² check the wrap of the block counter.
                 let (key, row, group) =
                     (mix64(i), mix64(i ^ 0x51) >> (i % 64), (mix64(i + 7) as u32) | (u32::from(i % 5 == 0) * 0xFFFF_FFF8));
-                // SAFETY: AVX-512F detected above.
+                // SAFETY: the level is AVX-512 (checked above).
                 unsafe { normal_group_pairs_avx512::<3>(key, row, group, &mut b) };
                 for (h, bh) in b.as_flattened().iter().enumerate() {
                     normal_group(key, row, group.wrapping_add(h as u32), &mut a);

@@ -146,11 +146,12 @@ pub fn rms_norm_rows(rows: &mut [f32], dim: usize, eps: f32) -> Result<(), Compr
     }
     let mut rows = rows;
     #[cfg(target_arch = "x86_64")]
-    if dim.is_multiple_of(16) && std::arch::is_x86_feature_detected!("avx512f") {
+    if dim.is_multiple_of(16) && crate::base::simd::level().avx512() {
         let whole = rows.len() / (16 * dim) * (16 * dim);
         let (blocks, rest) = rows.split_at_mut(whole);
         for block in blocks.chunks_exact_mut(16 * dim) {
-            // SAFETY: the CPU supports AVX-512F, checked just above.
+            // SAFETY: the level is AVX-512 (the CPU has AVX-512F); `block` is
+            // exactly 16 rows of `dim`, a positive multiple of 16.
             unsafe { rms_norm_16_rows_avx512(block, dim, eps) };
         }
         rows = rest;
@@ -180,7 +181,8 @@ pub fn rms_norm_rows(rows: &mut [f32], dim: usize, eps: f32) -> Result<(), Compr
 /// fold), then the same scale, computed 16 lanes at a time.
 ///
 /// # Safety
-/// The CPU must support AVX-512F.
+/// The CPU must support AVX-512F; `block.len()` must be `16 · dim` and `dim`
+/// a multiple of 16 (the loads read 16 values at `r · dim + j`).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 unsafe fn rms_norm_16_rows_avx512(block: &mut [f32], dim: usize, eps: f32) {
@@ -188,7 +190,8 @@ unsafe fn rms_norm_16_rows_avx512(block: &mut [f32], dim: usize, eps: f32) {
     debug_assert_eq!(block.len(), 16 * dim);
     let mut sum_sq = _mm512_setzero_ps();
     for j in (0..dim).step_by(16) {
-        // SAFETY: rows r < 16 and columns j … j + 15 < dim lie in the block.
+        // SAFETY: rows r < 16 and columns j … j + 15 < dim lie in the block
+        // (its length and dim's multiple of 16 are the caller's contract).
         let columns = transpose_16x16(std::array::from_fn(|r| unsafe { _mm512_loadu_ps(block.as_ptr().add(r * dim + j)) }));
         for c in columns {
             sum_sq = _mm512_add_ps(sum_sq, _mm512_mul_ps(c, c));
@@ -325,13 +328,15 @@ fn softmax_over_tokens_into(halves: &[&[f32]], dim: usize, weights: &mut Vec<f32
 fn exponentials(halves: &[&[f32]], dim: usize, max: &[f32], sum: &mut [f32], weights: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
     {
-        if std::arch::is_x86_feature_detected!("avx512f") {
-            // SAFETY: AVX-512F was detected just above.
+        let level = crate::base::simd::level();
+        if level.avx512() {
+            // SAFETY: the level is AVX-512, so the CPU has AVX-512F; the
+            // kernel accesses memory through slices only.
             unsafe { exponentials_avx512(halves, dim, max, sum, weights) };
             return;
         }
-        if std::arch::is_x86_feature_detected!("avx2") {
-            // SAFETY: AVX2 was detected just above.
+        if level.avx2() {
+            // SAFETY: the level is at least AVX2; slices only, as above.
             unsafe { exponentials_avx2(halves, dim, max, sum, weights) };
             return;
         }
@@ -339,12 +344,20 @@ fn exponentials(halves: &[&[f32]], dim: usize, max: &[f32], sum: &mut [f32], wei
     exponentials_lanes(halves, dim, max, sum, weights);
 }
 
+/// [`exponentials_lanes`] compiled for AVX-512.
+///
+/// # Safety
+/// The CPU must support AVX-512F.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 unsafe fn exponentials_avx512(halves: &[&[f32]], dim: usize, max: &[f32], sum: &mut [f32], weights: &mut [f32]) {
     exponentials_lanes(halves, dim, max, sum, weights);
 }
 
+/// [`exponentials_lanes`] compiled for AVX2.
+///
+/// # Safety
+/// The CPU must support AVX2.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 unsafe fn exponentials_avx2(halves: &[&[f32]], dim: usize, max: &[f32], sum: &mut [f32], weights: &mut [f32]) {
@@ -613,11 +626,11 @@ mod tests {
     #[test]
     fn the_16_by_16_transpose_moves_lane_k_of_row_r_to_lane_r_of_column_k() {
         #[cfg(target_arch = "x86_64")]
-        if std::arch::is_x86_feature_detected!("avx512f") {
+        if crate::base::simd::level().avx512() {
             use std::arch::x86_64::*;
             let m: Vec<f32> = (0..256).map(|i| i as f32).collect();
             let mut out = [[0.0f32; 16]; 16];
-            // SAFETY: AVX-512F detected above; every load and store is 16 f32 in bounds.
+            // SAFETY: the level is AVX-512 (checked above); every load and store is 16 f32 in bounds.
             unsafe {
                 let rows = std::array::from_fn(|r| _mm512_loadu_ps(m.as_ptr().add(16 * r)));
                 for (o, c) in out.iter_mut().zip(transpose_16x16(rows)) {

@@ -114,13 +114,14 @@ impl TrialHaystack {
     pub fn fill_haystack_rows(&self, first_row: u64, out: &mut [f32]) {
         #[cfg(target_arch = "x86_64")]
         {
-            if std::arch::is_x86_feature_detected!("avx512f") {
-                // SAFETY: the CPU supports AVX-512F, checked just above.
+            let level = crate::base::simd::level();
+            if level.avx512() {
+                // SAFETY: the level is AVX-512, so the CPU has AVX-512F and AVX2.
                 unsafe { self.fill_rows_avx512(first_row, out) };
                 return;
             }
-            if std::arch::is_x86_feature_detected!("avx2") {
-                // SAFETY: the CPU supports AVX2, checked just above.
+            if level.avx2() {
+                // SAFETY: the level is at least AVX2.
                 unsafe { self.fill_rows_avx2(first_row, out) };
                 return;
             }
@@ -129,6 +130,9 @@ impl TrialHaystack {
     }
 
     /// The same code compiled for AVX2: no FMA, so bit-identical to the portable path.
+    ///
+    /// # Safety
+    /// The CPU must support AVX2 (memory is accessed through slices only).
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2")]
     unsafe fn fill_rows_avx2(&self, first_row: u64, out: &mut [f32]) {
@@ -138,6 +142,10 @@ impl TrialHaystack {
     /// The normals of each row block by block from the AVX-512 generator
     /// ([`rng::for_each_normal_block_avx512`]), the same bits as the other
     /// paths (tested).
+    ///
+    /// # Safety
+    /// The CPU must support AVX-512F and AVX2 (memory is accessed through
+    /// slices only).
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx512f")]
     unsafe fn fill_rows_avx512(&self, first_row: u64, out: &mut [f32]) {
@@ -151,7 +159,7 @@ impl TrialHaystack {
                 *o = c + s * z;
             }
         };
-        // SAFETY: AVX-512F is enabled in this function.
+        // SAFETY: our caller guarantees AVX-512F and AVX2.
         unsafe { rng::for_each_normal_block_avx512(self.row_seed, rows, 0, d, fill) };
     }
 
@@ -175,7 +183,7 @@ impl TrialHaystack {
             {
                 #[cfg(target_arch = "x86_64")]
                 if AVX2 {
-                    // SAFETY: AVX2 is true only inside `fill_rows_avx2`, called once AVX2 was detected.
+                    // SAFETY: AVX2 is true only inside `fill_rows_avx2`, called only at level AVX2 or above.
                     unsafe { rng::normal_group_avx2(self.row_seed, row, g as u32, &mut z) };
                 } else {
                     rng::normal_group(self.row_seed, row, g as u32, &mut z);

@@ -310,14 +310,18 @@ impl RopeConfig {
     /// the same bits on every path).
     fn rotate_checked(&self, rows: &mut [f32], positions: impl Iterator<Item = u64>) {
         #[cfg(target_arch = "x86_64")]
-        if std::arch::is_x86_feature_detected!("avx512f") {
-            // SAFETY: the CPU supports AVX-512F, checked just above.
+        if crate::base::simd::level().avx512() {
+            // SAFETY: the level is AVX-512, so the CPU has AVX-512F; the
+            // rotation accesses memory through slices only.
             return unsafe { self.rotate_checked_avx512(rows, positions) };
         }
         self.rotate_checked_inline(rows, positions)
     }
 
     /// The same code compiled for AVX-512 (no FMA is formed: the same bits).
+    ///
+    /// # Safety
+    /// The CPU must support AVX-512F.
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx512f")]
     unsafe fn rotate_checked_avx512(&self, rows: &mut [f32], positions: impl Iterator<Item = u64>) {

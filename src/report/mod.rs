@@ -337,6 +337,9 @@ pub fn heatmap_diff(meta: &ReportMeta, cells: &[CellResult]) -> Option<Heatmap> 
     })
 }
 
+/// A cell's (mean, 95 % interval low, high) of one fidelity measure.
+type MeanAndInterval = (Option<f64>, Option<f64>, Option<f64>);
+
 /// Selection fidelity against the reference at the detail depth. None
 /// when no cell has a fidelity reference.
 pub fn fidelity_chart(meta: &ReportMeta, cells: &[CellResult]) -> Option<FidelityChart> {
@@ -348,7 +351,7 @@ pub fn fidelity_chart(meta: &ReportMeta, cells: &[CellResult]) -> Option<Fidelit
     for &k in &g.topks {
         for p in &g.precisions {
             let mine: Vec<&CellResult> = g.contexts.iter().filter_map(|&c| find(cells, depth, c, k, p)).collect();
-            let pick = |f: fn(&CellResult) -> (Option<f64>, Option<f64>, Option<f64>)| -> Vec<FidelityPoint> {
+            let pick = |f: fn(&CellResult) -> MeanAndInterval| -> Vec<FidelityPoint> {
                 mine.iter()
                     .filter_map(|c| match f(c) {
                         (Some(mean), Some(lo), Some(hi)) => Some(FidelityPoint {

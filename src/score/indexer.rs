@@ -12,6 +12,7 @@
 //! function of its inputs whatever the CPU's vector width or thread count.
 
 use crate::base::rng::CacheLines;
+use crate::base::simd;
 use crate::numerics::pipeline::{LogitFormat, QuantizedRows, ScoreNumerics};
 
 const LANES: usize = 8;
@@ -36,10 +37,15 @@ impl IndexerQuery {
     /// [`QuantizedRows`]); `weights` are the raw signed head weights. Head
     /// weight h becomes `round(w_h · (H·d)^-1/2 · s_q,h)` in
     /// `scoring.weights`.
+    ///
+    /// # Panics
+    /// Unless `queries` holds exactly `weights.len()` rows of `dim` values
+    /// and one scale per row. The SIMD kernels read the queries through raw
+    /// pointers and rely on this shape.
     pub fn new(queries: QuantizedRows, weights: &[f32], dim: usize, scoring: ScoreNumerics) -> Self {
         let heads = weights.len();
-        debug_assert_eq!(queries.values.len(), heads * dim);
-        debug_assert_eq!(queries.row_scales.len(), heads);
+        assert_eq!(Some(queries.values.len()), heads.checked_mul(dim), "indexer queries: {heads} heads × {dim} values expected");
+        assert_eq!(queries.row_scales.len(), heads, "indexer queries: one scale per head expected");
         let scale = 1.0 / ((heads * dim) as f32).sqrt();
         let weights = weights.iter().zip(&queries.row_scales).map(|(&w, &s_q)| scoring.weights.round(w * scale * s_q)).collect();
         let mut iq = Self { queries: queries.values, weights, dim, logits: scoring.logits, paired: Vec::new() };
@@ -63,14 +69,19 @@ impl IndexerQuery {
 
     /// Scores rows of `keys` (row-major [n × dim], dequantized: key scale 1)
     /// into `out` (length n).
+    ///
+    /// # Panics
+    /// Unless `keys.len()` is `out.len() · dim`.
     pub fn score_rows(&self, keys: &[f32], out: &mut [f32]) {
         self.score_rows_dispatch(keys, None, out);
     }
 
     /// Scores quantized key rows: row r's head sum is multiplied by
     /// `keys.row_scales[r]` before the logit rounding.
+    ///
+    /// # Panics
+    /// Unless `keys` holds `out.len()` rows of `dim` values and one scale per row.
     pub fn score_quantized_rows(&self, keys: &QuantizedRows, out: &mut [f32]) {
-        debug_assert_eq!(keys.row_scales.len(), out.len());
         self.score_rows_dispatch(&keys.values, Some(&keys.row_scales), out);
     }
 
@@ -81,21 +92,28 @@ impl IndexerQuery {
         self.dim > 0 && self.dim.is_multiple_of(LANES) && heads > 0 && heads.is_multiple_of(8)
     }
 
+    /// The one entry of every kernel: checks the shapes the kernels' raw
+    /// pointer reads rely on (once per call), then picks the kernel.
     fn score_rows_dispatch(&self, keys: &[f32], row_scales: Option<&[f32]>, out: &mut [f32]) {
-        debug_assert_eq!(keys.len(), out.len() * self.dim);
+        assert_eq!(Some(keys.len()), out.len().checked_mul(self.dim), "indexer keys: {} rows × {} values expected", out.len(), self.dim);
+        if let Some(scales) = row_scales {
+            assert_eq!(scales.len(), out.len(), "indexer keys: one scale per row expected");
+        }
         #[cfg(target_arch = "x86_64")]
         {
-            use std::arch::is_x86_feature_detected as has;
+            let level = simd::level();
             let mut done = 0;
-            if self.blocked_shape() && has!("avx512f") && has!("avx512dq") {
-                // SAFETY: the CPU supports AVX-512F/DQ, checked just above.
+            if self.blocked_shape() && level.avx512() {
+                // SAFETY: the level is AVX-512, so the CPU has AVX-512F/DQ and
+                // AVX2; keys hold out.len() rows of dim (asserted above), and the
+                // queries heads rows of dim (asserted in `new`).
                 done = unsafe { self.score_blocks_avx512(keys, row_scales, out) };
-            } else if self.blocked_shape() && has!("avx2") {
-                // SAFETY: the CPU supports AVX2, checked just above.
+            } else if self.blocked_shape() && level.avx2() {
+                // SAFETY: the level is at least AVX2; shapes as above.
                 done = unsafe { self.score_blocks_avx2(keys, row_scales, out) };
             }
-            if has!("avx2") {
-                // SAFETY: the CPU supports AVX2, checked just above.
+            if level.avx2() {
+                // SAFETY: the level is at least AVX2 (this kernel reads through slices only).
                 unsafe { self.score_rows_avx2(&keys[done * self.dim..], row_scales.map(|s| &s[done..]), &mut out[done..]) };
                 return;
             }
@@ -126,8 +144,16 @@ impl IndexerQuery {
     /// ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)), 16 at a time by
     /// shuffles, and the heads are summed in order with the rows across
     /// lanes. Same operations, same order: the same bits (tested).
+    ///
+    /// # Safety
+    /// The CPU must support AVX-512F/DQ and AVX2 (level AVX-512), `keys`
+    /// must hold at least `out.len()` rows of `dim` values and `row_scales`
+    /// (when given) `out.len()` scales; the query shape is checked in `new`.
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx512f,avx512dq,avx2")]
+    // The register block is written as index loops over (row i, pair p),
+    // mirroring acc[i][p]'s layout; the loops are what the kernel compiles to.
+    #[allow(clippy::needless_range_loop)]
     unsafe fn score_blocks_avx512(&self, keys: &[f32], row_scales: Option<&[f32]>, out: &mut [f32]) -> usize {
         use std::arch::x86_64::*;
         const BLOCK: usize = 16;
@@ -162,6 +188,10 @@ impl IndexerQuery {
         // broadcast loads, 45–50 G with plain ones; docs/PERFORMANCE.md).
         let mut doubled = vec![CacheLines([0f32; 16]); 4 * chunks];
         let doubled_ptr = doubled.as_mut_ptr().cast::<f32>();
+        // Pointer reads below stay in bounds: key rows < blocks · 16 ≤ out.len()
+        // (keys hold out.len() rows of d), chunks j · 8 + 8 ≤ d, query pairs
+        // (hg · 4 + p) · chunks + j < heads / 2 · chunks = paired.len(), dots
+        // rows h < heads of 16, doubled rows i · chunks + j < 4 · chunks.
         for b in 0..blocks {
             let base = b * BLOCK;
             for g in 0..BLOCK / 4 {
@@ -210,6 +240,10 @@ impl IndexerQuery {
     /// 8 rows: one ymm per (row, head), 4 rows × 2 heads in registers, the
     /// same lane reduction tree 8 at a time, heads summed in order with the
     /// rows across lanes.
+    ///
+    /// # Safety
+    /// The CPU must support AVX2, and the shapes must be as for
+    /// [`Self::score_blocks_avx512`].
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2")]
     unsafe fn score_blocks_avx2(&self, keys: &[f32], row_scales: Option<&[f32]>, out: &mut [f32]) -> usize {
@@ -232,6 +266,9 @@ impl IndexerQuery {
             _mm256_add_ps(_mm256_shuffle_ps::<0x88>(s, t), _mm256_shuffle_ps::<0xDD>(s, t))
         }
         let qp = self.queries.as_ptr();
+        // Pointer reads below stay in bounds: key rows < blocks · 8 ≤ out.len()
+        // (keys hold out.len() rows of d), query rows < heads (queries hold
+        // heads rows of d), chunks j · 8 + 8 ≤ d, dots rows h < heads of 8.
         for b in 0..blocks {
             let base = b * BLOCK;
             for g in 0..BLOCK / 4 {
@@ -270,6 +307,9 @@ impl IndexerQuery {
 
     /// The portable code compiled for AVX2 (the rows the blocked kernels
     /// leave over). No FMA, so results are bit-identical to the portable path.
+    ///
+    /// # Safety
+    /// The CPU must support AVX2.
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2")]
     unsafe fn score_rows_avx2(&self, keys: &[f32], row_scales: Option<&[f32]>, out: &mut [f32]) {
@@ -412,15 +452,17 @@ mod tests {
             {
                 let tail =
                     |done: usize, out: &mut [f32]| iq.score_rows_portable(&keys[done * d..], Some(&scales[done..]), &mut out[done..]);
-                if std::arch::is_x86_feature_detected!("avx2") {
+                if simd::level().avx2() {
                     let mut out = vec![0.0; n];
+                    // SAFETY: level AVX2; keys and scales hold n rows, out n values.
                     let done = unsafe { iq.score_blocks_avx2(&keys, Some(&scales), &mut out) };
                     assert_eq!(done, 48);
                     tail(done, &mut out);
                     assert_eq!(out.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), want, "avx2");
                 }
-                if std::arch::is_x86_feature_detected!("avx512f") && std::arch::is_x86_feature_detected!("avx512dq") {
+                if simd::level().avx512() {
                     let mut out = vec![0.0; n];
+                    // SAFETY: level AVX-512; keys and scales hold n rows, out n values.
                     let done = unsafe { iq.score_blocks_avx512(&keys, Some(&scales), &mut out) };
                     assert_eq!(done, 48);
                     tail(done, &mut out);
@@ -428,6 +470,100 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// A query of the blocked shape (8 heads × 16), so the SIMD kernels
+    /// would read `keys` through raw pointers.
+    fn blocked_query() -> IndexerQuery {
+        let (h, d) = (8, 16);
+        let q: Vec<f32> = (0..h * d).map(|i| (i % 7) as f32 - 3.0).collect();
+        IndexerQuery::new(QuantizedRows::unscaled(q, d), &[1.0; 8], d, ScoreNumerics::F32)
+    }
+
+    #[test]
+    #[should_panic(expected = "indexer keys")]
+    fn short_keys_are_refused() {
+        let mut out = vec![0.0; 32];
+        blocked_query().score_rows(&vec![1.0; 31 * 16], &mut out);
+    }
+
+    #[test]
+    #[should_panic(expected = "indexer keys")]
+    fn a_key_buffer_much_shorter_than_the_output_is_refused() {
+        let mut out = vec![0.0; 64];
+        blocked_query().score_rows(&[1.0; 16], &mut out);
+    }
+
+    #[test]
+    #[should_panic(expected = "indexer keys")]
+    fn long_keys_are_refused() {
+        let mut out = vec![0.0; 16];
+        blocked_query().score_rows(&vec![1.0; 16 * 16 + 1], &mut out);
+    }
+
+    #[test]
+    #[should_panic(expected = "indexer keys")]
+    fn short_quantized_keys_are_refused() {
+        let mut out = vec![0.0; 32];
+        let keys = QuantizedRows { values: vec![1.0; 16 * 16], row_scales: vec![1.0; 32] };
+        blocked_query().score_quantized_rows(&keys, &mut out);
+    }
+
+    #[test]
+    #[should_panic(expected = "one scale per row")]
+    fn short_row_scales_are_refused() {
+        let mut out = vec![0.0; 32];
+        let keys = QuantizedRows { values: vec![1.0; 32 * 16], row_scales: vec![1.0; 17] };
+        blocked_query().score_quantized_rows(&keys, &mut out);
+    }
+
+    #[test]
+    #[should_panic(expected = "one scale per row")]
+    fn long_row_scales_are_refused() {
+        let mut out = vec![0.0; 16];
+        let keys = QuantizedRows { values: vec![1.0; 16 * 16], row_scales: vec![1.0; 17] };
+        blocked_query().score_quantized_rows(&keys, &mut out);
+    }
+
+    #[test]
+    #[should_panic(expected = "indexer queries")]
+    fn short_queries_are_refused() {
+        let q = QuantizedRows { values: vec![1.0; 7 * 16], row_scales: vec![1.0; 8] };
+        IndexerQuery::new(q, &[1.0; 8], 16, ScoreNumerics::F32);
+    }
+
+    #[test]
+    #[should_panic(expected = "indexer queries")]
+    fn queries_of_another_dim_are_refused() {
+        let q = QuantizedRows { values: vec![1.0; 8 * 16], row_scales: vec![1.0; 8] };
+        IndexerQuery::new(q, &[1.0; 8], 32, ScoreNumerics::F32);
+    }
+
+    #[test]
+    #[should_panic(expected = "one scale per head")]
+    fn mismatched_query_scales_are_refused() {
+        let q = QuantizedRows { values: vec![1.0; 8 * 16], row_scales: vec![1.0; 7] };
+        IndexerQuery::new(q, &[1.0; 8], 16, ScoreNumerics::F32);
+    }
+
+    #[test]
+    #[should_panic(expected = "indexer queries")]
+    fn an_overflowing_query_shape_is_refused() {
+        let q = QuantizedRows { values: vec![1.0; 16], row_scales: vec![1.0; 8] };
+        IndexerQuery::new(q, &[1.0; 8], usize::MAX / 4, ScoreNumerics::F32);
+    }
+
+    #[test]
+    fn matching_shapes_score_on_every_path() {
+        let iq = blocked_query();
+        let keys: Vec<f32> = (0..37 * 16).map(|i| (i % 5) as f32 - 2.0).collect();
+        let mut out = vec![0.0; 37];
+        iq.score_rows(&keys, &mut out);
+        for (r, &o) in out.iter().enumerate() {
+            assert_eq!(o.to_bits(), iq.score_one(&keys[r * 16..(r + 1) * 16]).to_bits(), "row {r}");
+        }
+        let mut none: [f32; 0] = [];
+        iq.score_rows(&[], &mut none);
     }
 
     #[test]

@@ -28,9 +28,11 @@ pub fn hadamard_in_place(x: &mut [f32]) -> Result<(), FormatError> {
 #[inline(always)]
 fn hadamard_row(x: &mut [f32]) {
     let n = x.len();
+    debug_assert!(n.is_power_of_two());
     #[cfg(target_arch = "x86_64")]
-    if n >= 8 && std::arch::is_x86_feature_detected!("avx2") {
-        // SAFETY: the CPU supports AVX2, checked just above; n is a power of two ≥ 8.
+    if n >= 8 && n.is_power_of_two() && crate::base::simd::level().avx2() {
+        // SAFETY: the level is at least AVX2; n is a power of two ≥ 8 (checked
+        // here, once per row), the kernel's contract.
         unsafe { hadamard_row_avx2(x) };
         return;
     }
@@ -78,6 +80,10 @@ fn hadamard_row(x: &mut [f32]) {
 /// 2, 4 by in-register permutes and a blend, then spans 8, 16, … between
 /// registers) and the same final scaling, so the same bits (tested against
 /// the portable loop).
+///
+/// # Safety
+/// The CPU must support AVX2 and `x.len()` must be a power of two ≥ 8 (the
+/// kernel reads and writes 8 values at a time through a raw pointer).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 unsafe fn hadamard_row_avx2(x: &mut [f32]) {
@@ -121,6 +127,10 @@ unsafe fn hadamard_row_avx2(x: &mut [f32]) {
 
 /// The 128-point transform of `src` into `dst` (which may be `src`), all
 /// 16 registers' worth in registers: the butterflies of [`hadamard_row_avx2`].
+///
+/// # Safety
+/// The CPU must support AVX2; `src` must be valid for reading and `dst` for
+/// writing 128 values (they may be equal, not otherwise overlap).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 unsafe fn hadamard_128_avx2(src: *const f32, dst: *mut f32) {
@@ -161,13 +171,14 @@ pub(crate) fn hadamard_rows_into(input: &[f32], out: &mut Vec<f32>, d: usize) ->
         return Err(FormatError::LengthNotMultipleOfRow { len: input.len(), d });
     }
     #[cfg(target_arch = "x86_64")]
-    if d == 128 && std::arch::is_x86_feature_detected!("avx2") {
+    if d == 128 && crate::base::simd::level().avx2() {
         if out.len() != input.len() {
             out.clear();
             out.resize(input.len(), 0.0);
         }
         for (src, dst) in input.chunks_exact(d).zip(out.chunks_exact_mut(d)) {
-            // SAFETY: the CPU supports AVX2 (checked above); both rows hold 128 values.
+            // SAFETY: the level is at least AVX2 (checked above); both rows
+            // hold 128 values (exact chunks of d = 128, out resized to input).
             unsafe { hadamard_128_avx2(src.as_ptr(), dst.as_mut_ptr()) };
         }
         return Ok(());

@@ -41,24 +41,34 @@ pub use scale::{
 pub(crate) fn with_widest_simd<R>(f: impl FnOnce() -> R) -> R {
     #[cfg(target_arch = "x86_64")]
     {
-        if std::arch::is_x86_feature_detected!("avx512f") && std::arch::is_x86_feature_detected!("avx512bw") {
-            // SAFETY: the CPU has AVX-512F/BW, checked just above.
+        let level = crate::base::simd::level();
+        if level.avx512() {
+            // SAFETY: the level is AVX-512, so the CPU has AVX-512F/BW/VL and
+            // AVX2; `f` is safe code, only compiled for those features.
             return unsafe { simd_avx512(f) };
         }
-        if std::arch::is_x86_feature_detected!("avx2") {
-            // SAFETY: the CPU has AVX2, checked just above.
+        if level.avx2() {
+            // SAFETY: the level is at least AVX2; `f` is safe code.
             return unsafe { simd_avx2(f) };
         }
     }
     f()
 }
 
+/// Runs `f` compiled for AVX-512.
+///
+/// # Safety
+/// The CPU must support AVX-512F/BW/VL and AVX2.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2")]
 unsafe fn simd_avx512<R>(f: impl FnOnce() -> R) -> R {
     f()
 }
 
+/// Runs `f` compiled for AVX2.
+///
+/// # Safety
+/// The CPU must support AVX2.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 unsafe fn simd_avx2<R>(f: impl FnOnce() -> R) -> R {

@@ -308,6 +308,10 @@ fn quantize_block(block: &mut [f32], element: ElementFormat, scaling: &BlockScal
 /// when `dequantize`, the product by `s`. A block the vector path does not
 /// cover (a NaN value, a scale that is zero, negative or not finite) goes
 /// through the scalar [`quantize_block`].
+///
+/// # Safety
+/// The CPU must support AVX2 and `block_len` must be a multiple of 8 (each
+/// block is read and written 8 values at a time through a raw pointer).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 unsafe fn quantize_blocks_avx2(
@@ -395,8 +399,9 @@ fn quantize_blocks_fast(
     scales: &mut Vec<f32>,
 ) {
     #[cfg(target_arch = "x86_64")]
-    if has_avx2() && element != ElementFormat::F32 && block_len.is_multiple_of(8) {
-        // SAFETY: the CPU supports AVX2, checked just above.
+    if crate::base::simd::level().avx2() && element != ElementFormat::F32 && block_len.is_multiple_of(8) {
+        // SAFETY: the level is at least AVX2 and block_len a multiple of 8,
+        // both checked just above; blocks are exact chunks of block_len.
         unsafe { quantize_blocks_avx2(values, block_len, element, scaling, dequantize, scales) };
         return;
     }
@@ -414,16 +419,6 @@ fn quantize_blocks_fast(
 thread_local! {
     /// Scales of [`quantize_dequantize`] when nobody asked for them.
     static SCRATCH_SCALES: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
-}
-
-#[cfg(target_arch = "x86_64")]
-fn has_avx2() -> bool {
-    std::arch::is_x86_feature_detected!("avx2")
-}
-
-#[cfg(not(target_arch = "x86_64"))]
-fn has_avx2() -> bool {
-    false
 }
 
 /// Round-to-nearest-even into a binary format with `mantissa_bits` and

@@ -15,6 +15,10 @@ use dsa_recall::score::variant::PrecisionVariant;
 use rand::Rng;
 use rand_distr::StandardNormal;
 
+#[path = "common/gemm.rs"]
+mod common_gemm;
+use common_gemm::gemm_f32;
+
 const CHUNK: usize = 256;
 const D: usize = 128;
 const GEMM_ROWS: usize = 32 * 1024;
@@ -163,37 +167,5 @@ fn gemm_32k(b: Bencher, threads: usize) {
     let (h, k) = keys(GEMM_ROWS);
     let q = h.queries.clone(); // [64 × 128] row-major = Qᵀ column-major
     let mut c = vec![0.0f32; GEMM_ROWS * 64];
-    b.counter(ItemsCount::new(GEMM_ROWS)).bench_local(|| gemm_f32(&k, &q, &mut c, threads));
-}
-
-/// C = K·Qᵀ for row-major K [n × 128], Q [64 × 128], C [n × 64].
-pub fn gemm_f32(k: &[f32], q: &[f32], c: &mut [f32], threads: usize) {
-    let n = k.len() / D;
-    assert!(q.len() >= 64 * D && c.len() >= n * 64, "gemm_f32: q or c too short");
-    let par = if threads <= 1 { gemm::Parallelism::None } else { gemm::Parallelism::Rayon(threads) };
-    // SAFETY: k holds n rows of D, q 64 rows of D, c n rows of 64 (asserted above):
-    // the sizes the strides describe.
-    unsafe {
-        gemm::gemm(
-            n,
-            64,
-            D,
-            c.as_mut_ptr(),
-            1,
-            64,
-            false,
-            k.as_ptr(),
-            1,
-            D as isize,
-            q.as_ptr(),
-            D as isize,
-            1,
-            0.0,
-            1.0,
-            false,
-            false,
-            false,
-            par,
-        );
-    }
+    b.counter(ItemsCount::new(GEMM_ROWS)).bench_local(|| gemm_f32(&k, &q, &mut c, D, 64, threads));
 }

@@ -40,6 +40,10 @@ use dsa_recall::score::variant::PrecisionVariant;
 use std::hint::black_box;
 use std::time::Instant;
 
+#[path = "common/gemm.rs"]
+mod common_gemm;
+use common_gemm::gemm_f32;
+
 const ROWS: usize = 256;
 
 fn median(mut xs: Vec<f64>) -> f64 {
@@ -88,38 +92,6 @@ fn ns_per_row(calls: usize, mut f: impl FnMut()) -> f64 {
         f();
     }
     start.elapsed().as_secs_f64() / (calls * ROWS) as f64 * 1e9
-}
-
-/// C = K·Qᵀ for row-major K [n × d], Q [64 × d], C [n × 64], `gemm` crate.
-fn gemm_f32(k: &[f32], q: &[f32], c: &mut [f32], d: usize, heads: usize, threads: usize) {
-    let n = k.len() / d;
-    assert!(q.len() >= heads * d && c.len() >= n * heads, "gemm_f32: q or c too short");
-    let par = if threads <= 1 { gemm::Parallelism::None } else { gemm::Parallelism::Rayon(threads) };
-    // SAFETY: k holds n rows of d, q heads rows of d, c n rows of heads (asserted
-    // above): the sizes the strides describe.
-    unsafe {
-        gemm::gemm(
-            n,
-            heads,
-            d,
-            c.as_mut_ptr(),
-            1,
-            heads as isize,
-            false,
-            k.as_ptr(),
-            1,
-            d as isize,
-            q.as_ptr(),
-            d as isize,
-            1,
-            0.0,
-            1.0,
-            false,
-            false,
-            false,
-            par,
-        );
-    }
 }
 
 fn gemm_share(rounds: usize) {

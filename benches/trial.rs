@@ -28,6 +28,10 @@ use dsa_recall::score::variant::PrecisionVariant;
 use std::process::Command;
 use std::time::Instant;
 
+#[path = "common/gemm.rs"]
+mod common_gemm;
+use common_gemm::gemm_f32;
+
 fn median(mut xs: Vec<f64>) -> f64 {
     xs.sort_by(f64::total_cmp);
     xs[xs.len() / 2]
@@ -179,7 +183,7 @@ fn main() {
                         rayon::join(|| iq.score_rows(ka, oa), || iq.score_rows(kb, ob));
                     })
                 }));
-                theirs.push(time(|| p.install(|| gemm_f32(&k, &h.queries, &mut c, threads))));
+                theirs.push(time(|| p.install(|| gemm_f32(&k, &h.queries, &mut c, 128, 64, threads))));
             }
             let (o, t) = (median(ours), median(theirs));
             println!(
@@ -259,39 +263,6 @@ fn main() {
             e1 / tps,
             e2 / tps,
             f1 / e1
-        );
-    }
-}
-
-/// C = K·Qᵀ for row-major K [n × 128], Q [64 × 128], C [n × 64], `gemm` crate.
-fn gemm_f32(k: &[f32], q: &[f32], c: &mut [f32], threads: usize) {
-    let d = 128;
-    let n = k.len() / d;
-    assert!(q.len() >= 64 * d && c.len() >= n * 64, "gemm_f32: q or c too short");
-    let par = if threads <= 1 { gemm::Parallelism::None } else { gemm::Parallelism::Rayon(threads) };
-    // SAFETY: k holds n rows of d, q 64 rows of d, c n rows of 64 (asserted above):
-    // the sizes the strides describe.
-    unsafe {
-        gemm::gemm(
-            n,
-            64,
-            d,
-            c.as_mut_ptr(),
-            1,
-            64,
-            false,
-            k.as_ptr(),
-            1,
-            d as isize,
-            q.as_ptr(),
-            d as isize,
-            1,
-            0.0,
-            1.0,
-            false,
-            false,
-            false,
-            par,
         );
     }
 }

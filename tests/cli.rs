@@ -684,6 +684,26 @@ fn prediction_and_tail_mode_run_on_the_default_preset_with_its_physics() {
 }
 
 #[test]
+fn tail_mode_paired_tables_show_no_discordant_pairs() {
+    // Tail sampling has no per-trial outcomes, so no discordant pairs and no
+    // McNemar test: the tables say "-", not "0/0" and p = 1.
+    let dir = TempDir::new().unwrap();
+    let out = dir.path().join("tail");
+    let o = bin()
+        .args(["sweep", "--mode", "tail", "--trials", "20", "--contexts", "4K,16K", "--precisions", "bf16,fp4", "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let cells = results(&out);
+    assert!(cells.iter().any(|c| c["recall_diff"].as_f64().is_some_and(|d| d != 0.0) && c["discordant_gained"].is_null()));
+    let text = String::from_utf8_lossy(&o.stdout);
+    let html = std::fs::read_to_string(out.join("report.html")).unwrap();
+    assert!(!text.contains("0/0") && !html.contains("<td>0/0</td>"), "{text}");
+    assert!(text.lines().any(|l| l.contains("fp4") && l.trim_end().ends_with('-')), "{text}");
+}
+
+#[test]
 fn estimators_that_need_independent_rows_refuse_dependent_ones() {
     let dir = TempDir::new().unwrap();
     for (flag, value, physics) in [("--predict", "on", "--distractors"), ("--mode", "tail", "--correlation-length")] {

@@ -198,12 +198,16 @@ pub fn report_html(dir: &Path, meta: &ReportMeta, cells: &[CellResult], chart_fi
         );
         h.push_str("<div class=\"scroll\"><table><tr><th>context</th><th>depth</th><th>k</th><th class=\"l\">precision</th><th>recall</th><th>baseline recall</th><th>difference</th><th>gained/lost</th><th>McNemar p</th></tr>\n");
         for c in &paired {
-            let p = c.mcnemar_p.unwrap_or(1.0);
             let diff = c.recall_diff.unwrap_or(0.0);
+            // Tail sampling has no discordant pairs and no McNemar test.
+            let (pairs, p) = match (c.discordant_gained, c.discordant_lost, c.mcnemar_p) {
+                (Some(g), Some(l), Some(p)) => (format!("{g}/{l}"), fmt_p(p)),
+                _ => ("-".to_string(), "-".to_string()),
+            };
             let _ = writeln!(
                 h,
-                "<tr{}><td>{}</td><td>{} %</td><td>{}</td><td class=\"l\">{}</td><td>{:.3}</td><td>{:.3}</td><td>{:+.3}</td><td>{}/{}</td><td>{}</td></tr>",
-                if p < SIGNIFICANCE { " class=\"sig\"" } else { "" },
+                "<tr{}><td>{}</td><td>{} %</td><td>{}</td><td class=\"l\">{}</td><td>{:.3}</td><td>{:.3}</td><td>{:+.3}</td><td>{}</td><td>{}</td></tr>",
+                if c.mcnemar_p.is_some_and(|p| p < SIGNIFICANCE) { " class=\"sig\"" } else { "" },
                 tokens_label(c.context_tokens),
                 c.depth_percent,
                 c.topk,
@@ -211,9 +215,8 @@ pub fn report_html(dir: &Path, meta: &ReportMeta, cells: &[CellResult], chart_fi
                 c.recall,
                 c.recall - diff,
                 diff,
-                c.discordant_gained.unwrap_or(0),
-                c.discordant_lost.unwrap_or(0),
-                fmt_p(p)
+                pairs,
+                p
             );
         }
         h.push_str("</table></div>\n");

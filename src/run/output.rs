@@ -192,14 +192,19 @@ pub fn format_table(s: &Scenario, outcome: &SweepOutcome) -> String {
         for c in outcome.cells.iter().filter(|c| c.baseline.is_some()) {
             let _ = writeln!(
                 out,
-                "{:>8}  {:>7}  {:>6}  {:<14}  {:>+8.3}  {:>11}  {:>9.3}",
+                "{:>8}  {:>7}  {:>6}  {:<14}  {:>+8.3}  {:>11}  {:>9}",
                 tokens_label(c.context_tokens),
                 format!("{} %", c.depth_percent),
                 c.topk,
                 c.precision,
                 c.recall_diff.unwrap_or(0.0),
-                format!("{}/{}", c.discordant_gained.unwrap_or(0), c.discordant_lost.unwrap_or(0)),
-                c.mcnemar_p.unwrap_or(1.0)
+                // Estimators without per-trial outcomes (tail sampling) have no
+                // discordant pairs: say so rather than print 0/0 and p = 1.
+                match (c.discordant_gained, c.discordant_lost) {
+                    (Some(g), Some(l)) => format!("{g}/{l}"),
+                    _ => "-".into(),
+                },
+                c.mcnemar_p.map_or_else(|| "-".into(), |p| format!("{p:.3}"))
             );
         }
     }

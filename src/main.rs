@@ -31,10 +31,13 @@ fn main() -> ExitCode {
             return ExitCode::from(if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand { 2 } else { 0 });
         }
         Err(e) => {
-            // clap's message is several lines; its first says what was wrong.
+            // clap's message is several lines: its first paragraph says what
+            // was wrong (and, on later lines, which arguments), then usage.
             let text = e.to_string();
-            let first = text.lines().next().unwrap_or("invalid arguments").trim_start_matches("error: ");
-            eprintln!("error: {first} (see --help)");
+            let first: Vec<&str> = text.split("\n\n").next().unwrap_or("").lines().map(str::trim).filter(|l| !l.is_empty()).collect();
+            let what = first.join(" ");
+            let what = what.trim_start_matches("error: ");
+            eprintln!("error: {} (see --help)", if what.is_empty() { "invalid arguments" } else { what });
             return ExitCode::from(2);
         }
     };

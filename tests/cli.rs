@@ -713,3 +713,18 @@ fn estimators_that_need_independent_rows_refuse_dependent_ones() {
         assert!(!out.exists(), "no output directory after a refused configuration");
     }
 }
+
+#[test]
+fn missing_required_arguments_are_named() {
+    for (args, name) in [
+        (&["replay"][..], "<FILE>"),
+        (&["quantize"][..], "--format <F>"),
+        (&["merge"][..], "--out <DIR>"),
+        (&["trial"][..], "--dump <FILE>"),
+        (&["presets", "show"][..], "<NAME>"),
+        (&["hypotheses", "show"][..], "<NAME>"),
+    ] {
+        let o = bin().args(args).output().unwrap();
+        assert_one_line_error(&o, &["required arguments were not provided", name]);
+    }
+}

@@ -72,4 +72,36 @@ impl Error {
     pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {
         Error::Io { context: context.into(), source }
     }
+
+    /// Whether the error lies in what the user asked for (arguments, input
+    /// files, paths that cannot be read or written): exit code 2, against 1
+    /// for failures of the run itself.
+    pub fn is_usage(&self) -> bool {
+        matches!(
+            self,
+            Error::Config(_)
+                | Error::ScenarioFile { .. }
+                | Error::OutputNotEmpty(_)
+                | Error::Mismatch(_)
+                | Error::Resources(_)
+                | Error::Quantize(_)
+                | Error::Input { .. }
+                | Error::Io { .. }
+        )
+    }
+}
+
+impl From<crate::report::chart::ChartError> for Error {
+    /// A chart's file name and folder are the user's: a wrong extension or a
+    /// folder that cannot be written is a usage error; drawing failures are not.
+    fn from(e: crate::report::chart::ChartError) -> Self {
+        use crate::report::chart::ChartError;
+        match e {
+            ChartError::UnsupportedFormat(path) => {
+                Error::Input { location: path.display().to_string(), message: "unsupported chart file extension: use .png or .svg".into() }
+            }
+            ChartError::Io { path, source } => Error::io(format!("writing chart {}", path.display()), source),
+            other => Error::Chart(other.to_string()),
+        }
+    }
 }

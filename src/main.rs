@@ -45,16 +45,7 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e}");
-            ExitCode::from(match e {
-                Error::Config(_)
-                | Error::ScenarioFile { .. }
-                | Error::OutputNotEmpty(_)
-                | Error::Mismatch(_)
-                | Error::Resources(_)
-                | Error::Quantize(_)
-                | Error::Input { .. } => 2,
-                _ => 1,
-            })
+            ExitCode::from(if e.is_usage() { 2 } else { 1 })
         }
     }
 }
@@ -349,7 +340,7 @@ fn run_replay(args: &ReplayArgs) -> Result<(), Error> {
             ),
             bars: dsa_recall::tensors::replay::overlap_bars(&rows),
         };
-        dsa_recall::report::chart::overlap::render_overlap(&chart, path, 1400, 800).map_err(|e| Error::Chart(e.to_string()))?;
+        dsa_recall::report::chart::overlap::render_overlap(&chart, path, 1400, 800)?;
     }
     if args.json {
         for r in &rows {

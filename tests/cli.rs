@@ -728,3 +728,26 @@ fn missing_required_arguments_are_named() {
         assert_one_line_error(&o, &["required arguments were not provided", name]);
     }
 }
+
+#[test]
+fn unusable_output_paths_are_usage_errors() {
+    // /proc refuses new files even to root, so these fail wherever CI runs.
+    let dir = TempDir::new().unwrap();
+    let o = sweep(Path::new("/proc/dsa-recall-out"), &[]);
+    assert_one_line_error(&o, &["/proc/dsa-recall-out"]);
+    let dump = dir.path().join("t.safetensors");
+    let o = bin()
+        .args(["trial", "--context", "4K", "--depth", "50", "--topk", "64", "--precisions", "fp32", "--dump"])
+        .arg(&dump)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let gif = dir.path().join("x.gif");
+    for (chart, words) in
+        [(Path::new("/proc/x.png"), &["writing chart /proc/x.png"][..]), (gif.as_path(), &["x.gif", "use .png or .svg"][..])]
+    {
+        let o = bin().arg("replay").arg(&dump).args(["--topk", "64", "--precisions", "bf16", "--chart"]).arg(chart).output().unwrap();
+        assert_one_line_error(&o, words);
+        assert!(!stderr(&o).contains("Os {"), "{}", stderr(&o));
+    }
+}

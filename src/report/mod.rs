@@ -168,10 +168,6 @@ fn find<'a>(cells: &'a [CellResult], depth: f64, context: u64, k: u64, p: &str) 
     cells.iter().find(|c| c.depth_percent == depth && c.context_tokens == context && c.topk == k && c.precision == p)
 }
 
-fn chart_err(e: crate::report::chart::ChartError) -> Error {
-    Error::Chart(e.to_string())
-}
-
 fn effective_label(e: &EffectiveContext, shortest: u64) -> String {
     match (e.effective_context, e.held_at_longest) {
         (None, _) => format!("< {}", tokens_label(shortest)),
@@ -254,7 +250,7 @@ fn render_recall_charts(meta: &ReportMeta, cells: &[CellResult], path: &Path) ->
     let mut written = Vec::new();
     for (i, &depth) in g.depths.iter().enumerate() {
         let target = recall_chart_path(path, i, depth);
-        render_recall_vs_context(&recall_chart(meta, cells, depth), &target, 1600, 1000).map_err(chart_err)?;
+        render_recall_vs_context(&recall_chart(meta, cells, depth), &target, 1600, 1000)?;
         written.push(target);
     }
     Ok(written)
@@ -457,24 +453,24 @@ pub fn render_charts(dir: &Path, meta: &ReportMeta, cells: &[CellResult], opts: 
             let hm = heatmap(meta, cells);
             let (w, h) = heatmap_size(hm.panels.len(), g.depths.len(), g.contexts.len());
             let path = dir.join(format!("{HEATMAP_STEM}.{ext}"));
-            render_heatmap(&hm, &path, w, h).map_err(chart_err)?;
+            render_heatmap(&hm, &path, w, h)?;
             files.push(name(&path));
             if let Some(diff) = heatmap_diff(meta, cells) {
                 let (w, h) = heatmap_size(diff.panels.len(), g.depths.len(), g.contexts.len());
                 let path = dir.join(format!("{HEATMAP_DIFF_STEM}.{ext}"));
-                render_heatmap(&diff, &path, w, h).map_err(chart_err)?;
+                render_heatmap(&diff, &path, w, h)?;
                 files.push(name(&path));
             }
         }
         if let Some(f) = fidelity_chart(meta, cells) {
             let path = dir.join(format!("{FIDELITY_STEM}.{ext}"));
-            render_fidelity(&f, &path, 1600, 1000).map_err(chart_err)?;
+            render_fidelity(&f, &path, 1600, 1000)?;
             files.push(name(&path));
         }
         let rm = rank_margin_chart(meta, cells, context);
         let h = (300 + 70 * rm.rows.len()).clamp(1000, 4000) as u32;
         let path = dir.join(format!("{RANK_MARGIN_STEM}.{ext}"));
-        render_rank_margin(&rm, &path, 1600, h).map_err(chart_err)?;
+        render_rank_margin(&rm, &path, 1600, h)?;
         files.push(name(&path));
     }
     Ok(files)

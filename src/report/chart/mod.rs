@@ -123,6 +123,9 @@ pub(crate) fn render_atomically<P: Painter>(painter: &P, path: &Path, width: u32
     std::fs::create_dir_all(&dir).map_err(|source| ChartError::Io { path: dir.clone(), source })?;
     // Keep the real extension last: the bitmap encoder picks the format from it.
     let tmp = dir.join(format!(".{file_name}.{}.tmp.{}", std::process::id(), format.extension()));
+    // Fail on an unwritable folder here, with the path, rather than inside
+    // the backend with its debug text.
+    std::fs::File::create(&tmp).map_err(|source| ChartError::Io { path: path.to_path_buf(), source })?;
 
     let result = (|| -> Result<(), ChartError> {
         match format {

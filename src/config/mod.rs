@@ -2,11 +2,13 @@
 //! presets, TOML files and the command line, merged and then validated once
 //! by [`check`] into a [`Scenario`] before any work starts.
 
+pub mod flags;
 pub mod lists;
 pub mod params;
 pub mod precision;
 pub mod preset;
 
+pub use flags::field_name;
 pub use params::{ListSpec, Overlay, ScenarioParams};
 pub use preset::{preset_names, preset_params, preset_text, DEFAULT_PRESET, PRESETS};
 
@@ -51,47 +53,6 @@ pub struct Scenario {
     /// `[estimator]`; absent in manifests written before it existed.
     #[serde(default)]
     pub estimator: EstimatorSettings,
-}
-
-/// The CLI flag that sets a scenario field, for error messages.
-fn flag(path: &str) -> Option<&'static str> {
-    Some(match path {
-        "sweep.contexts" => "--contexts",
-        "sweep.depths" => "--depths",
-        "sweep.topk" => "--topk",
-        "sweep.precisions" => "--precisions",
-        "sweep.trials" => "--trials",
-        "sweep.seed" => "--seed",
-        "sweep.threshold" => "--threshold",
-        "needle.strength" => "--needle-strength",
-        "needle.tokens" => "--needle-tokens",
-        "needle.heads" => "--needle-heads",
-        "geometry.compress_ratio" => "--compress-ratio",
-        "geometry.window" => "--window",
-        "selection.tie_rule" => "--tie-rule",
-        "physics.rope" => "--rope",
-        "physics.pooling" => "--pooling",
-        "physics.gate_bias_std" => "--gate-bias-std",
-        "physics.gate_noise_std" => "--gate-noise-std",
-        "physics.needle_gate_boost" => "--needle-gate-boost",
-        "physics.correlation_length" => "--correlation-length",
-        "physics.distractors" => "--distractors",
-        "physics.distractor_similarity" => "--distractor-similarity",
-        "sweep.needle_offsets" => "--needle-offsets",
-        "sweep.length_mods" => "--length-mods",
-        "estimator.mode" => "--mode",
-        "estimator.tail_rows" => "--tail-rows",
-        "estimator.predict" => "--predict",
-        _ => return None,
-    })
-}
-
-/// "sweep.topk (--topk)": the name errors use for a field.
-pub fn field_name(path: &str) -> String {
-    match flag(path) {
-        Some(f) => format!("{path} ({f})"),
-        None => path.to_string(),
-    }
 }
 
 fn require<T>(value: Option<T>, path: &str) -> Result<T, ConfigError> {

@@ -2,8 +2,9 @@
 //! They become a `ScenarioParams` overlay here; validation happens once, in
 //! `dsa_recall::config::check`.
 
-use clap::{Args, Parser, Subcommand};
-use dsa_recall::config::{self, ListSpec, ScenarioParams};
+use clap::{ArgMatches, Args, FromArgMatches, Parser, Subcommand};
+use dsa_recall::config::flags::{self, Scope};
+use dsa_recall::config::{self, ListSpec, Overlay, ScenarioParams};
 use dsa_recall::ConfigError;
 use std::path::PathBuf;
 
@@ -180,8 +181,8 @@ pub struct QuantizeArgs {
     pub values: Vec<String>,
 }
 
-/// Knobs shared by `sweep` and `run`.
-#[derive(Args, Debug, Default)]
+/// Knobs shared by `sweep`, `run` and `trial`.
+#[derive(Args, Debug)]
 pub struct ScenarioArgs {
     /// Preset to start from (see `dsa-recall presets`).
     #[arg(long, allow_hyphen_values = true, allow_negative_numbers = true)]
@@ -189,33 +190,9 @@ pub struct ScenarioArgs {
     /// TOML scenario file; its values override the preset's.
     #[arg(long, allow_negative_numbers = true, value_name = "FILE")]
     pub config: Option<PathBuf>,
-    /// Trials per cell.
-    #[arg(long, allow_negative_numbers = true)]
-    pub trials: Option<u64>,
-    /// Master seed.
-    #[arg(long, allow_negative_numbers = true)]
-    pub seed: Option<u64>,
-    /// Needle strength: shift of each looking head's dot product, in haystack standard deviations.
-    #[arg(long, allow_hyphen_values = true, allow_negative_numbers = true, value_name = "X")]
-    pub needle_strength: Option<String>,
-    /// Needle length in tokens.
-    #[arg(long, allow_negative_numbers = true, value_name = "N")]
-    pub needle_tokens: Option<u64>,
-    /// Indexer heads that look for the needle.
-    #[arg(long, allow_negative_numbers = true, value_name = "N")]
-    pub needle_heads: Option<usize>,
-    /// Tokens per compressed row.
-    #[arg(long, allow_negative_numbers = true, value_name = "C")]
-    pub compress_ratio: Option<u64>,
-    /// Raw window of most recent tokens always attended.
-    #[arg(long, allow_negative_numbers = true, value_name = "W")]
-    pub window: Option<u64>,
-    /// Order among equal scores: lowest-index, highest-index or random.
-    #[arg(long, allow_hyphen_values = true, allow_negative_numbers = true, value_name = "RULE")]
-    pub tie_rule: Option<String>,
-    /// Recall threshold for the effective context.
-    #[arg(long, allow_negative_numbers = true, value_name = "R")]
-    pub threshold: Option<f64>,
+    /// One flag per scenario parameter, from the knob table in `dsa_recall::config::params`.
+    #[command(flatten)]
+    pub knobs: KnobFlags<false>,
     /// Define a custom precision variant (repeatable), usable by name in --precisions:
     /// 'name=N;q=SIDE;k=SIDE;logits=f32|bf16|f16;weights=f32|bf16', where SIDE is
     /// ELEMENT[/BLOCK][/SCALE][/hadamard][/floor=X] (ELEMENT f32|bf16|fp16|e4m3fn|e5m2|e2m1;
@@ -223,66 +200,56 @@ pub struct ScenarioArgs {
     /// a side left out is exact f32. Example: 'name=kfp8;q=bf16;k=e4m3fn/128/ue8m0/hadamard'.
     #[arg(long = "precision-def", value_name = "SPEC")]
     pub precision_def: Vec<String>,
-    /// Recall estimator: full (simulate every row) or tail (a sample of rows per trial, importance-sampled toward high scores; docs/PERFORMANCE.md).
-    #[arg(long, allow_hyphen_values = true, value_name = "MODE")]
-    pub mode: Option<String>,
-    /// Rows drawn per trial in --mode tail (default 4096).
-    #[arg(long, allow_negative_numbers = true, value_name = "M")]
-    pub tail_rows: Option<u64>,
-    /// Report the analytic prediction beside each recall (docs/MODEL.md): on or off (default).
-    #[arg(long, value_parser = ["on", "off"], value_name = "on|off")]
-    pub predict: Option<String>,
     /// Worker threads (default: all cores). Results do not depend on it.
     #[arg(long, allow_negative_numbers = true, value_name = "N")]
     pub threads: Option<usize>,
-    /// RoPE on the indexer's keys and query: off, v3.2 (first 64 dims, halves) or v4 (last 64, interleaved).
-    #[arg(long, allow_hyphen_values = true, value_name = "LAYOUT", help_heading = "Physics")]
-    pub rope: Option<String>,
-    /// Rows pooled from tokens with softmax gates and RMSNorm: off, on, or full (token by token everywhere).
-    #[arg(long, allow_hyphen_values = true, value_name = "MODE", help_heading = "Physics")]
-    pub pooling: Option<String>,
-    /// Spread of the learned per-slot gate bias.
-    #[arg(long, allow_negative_numbers = true, value_name = "X", help_heading = "Physics")]
-    pub gate_bias_std: Option<f64>,
-    /// Spread of the token-dependent part of the gates (> 0 generates every token).
-    #[arg(long, allow_negative_numbers = true, value_name = "X", help_heading = "Physics")]
-    pub gate_noise_std: Option<f64>,
-    /// Gate logit added to needle and distractor tokens.
-    #[arg(long, allow_negative_numbers = true, value_name = "X", help_heading = "Physics")]
-    pub needle_gate_boost: Option<f64>,
-    /// Correlation length of neighbouring tokens, in tokens (0 = independent).
-    #[arg(long, allow_negative_numbers = true, value_name = "TOKENS", help_heading = "Physics")]
-    pub correlation_length: Option<f64>,
-    /// Near-copies of the needle at random positions.
-    #[arg(long, allow_negative_numbers = true, value_name = "N", help_heading = "Physics")]
-    pub distractors: Option<u64>,
-    /// Cosine similarity of each distractor's key offset to the needle's (0 … 1).
-    #[arg(long, allow_negative_numbers = true, value_name = "S", help_heading = "Physics")]
-    pub distractor_similarity: Option<f64>,
-    /// Needle offsets inside a row stride: 0,1,2,3, all, or natural (where the depth puts it).
-    #[arg(long, allow_hyphen_values = true, value_name = "LIST")]
-    pub needle_offsets: Option<String>,
-    /// Prompt length mod the ratio: each context L becomes ⌊L/c⌋·c + m for each m (0,1,2,3 or all).
-    #[arg(long, allow_hyphen_values = true, value_name = "LIST")]
-    pub length_mods: Option<String>,
+}
+
+/// The flags of the knob table (`dsa_recall::config::params`): with
+/// `SWEEP = false` those of every scenario command, with `SWEEP = true` the
+/// list flags of `sweep` alone. Holds the overlay they make, or the error of
+/// a flag read as text (reported after clap's own checks, as a config error).
+/// Boxed: a `ScenarioParams` is large and `Command` holds two.
+#[derive(Clone, Debug)]
+pub struct KnobFlags<const SWEEP: bool>(Box<Result<ScenarioParams, ConfigError>>);
+
+impl<const SWEEP: bool> KnobFlags<SWEEP> {
+    const SCOPE: Scope = if SWEEP { Scope::Sweep } else { Scope::Scenario };
+
+    /// The flags given, as an overlay (absent flags leave gaps).
+    pub fn params(&self) -> Result<ScenarioParams, ConfigError> {
+        (*self.0).clone()
+    }
+}
+
+impl<const SWEEP: bool> FromArgMatches for KnobFlags<SWEEP> {
+    fn from_arg_matches(m: &ArgMatches) -> Result<Self, clap::Error> {
+        Ok(Self(Box::new(ScenarioParams::from_flags(m, Self::SCOPE))))
+    }
+
+    fn update_from_arg_matches(&mut self, m: &ArgMatches) -> Result<(), clap::Error> {
+        *self = Self::from_arg_matches(m)?;
+        Ok(())
+    }
+}
+
+impl<const SWEEP: bool> Args for KnobFlags<SWEEP> {
+    fn augment_args(cmd: clap::Command) -> clap::Command {
+        cmd.args(flags::args(Self::SCOPE))
+    }
+
+    fn augment_args_for_update(cmd: clap::Command) -> clap::Command {
+        Self::augment_args(cmd)
+    }
 }
 
 #[derive(Args, Debug)]
 pub struct SweepArgs {
     #[command(flatten)]
     pub scenario: ScenarioArgs,
-    /// Context lengths: 1K,4K,… or a doubling range 1K..128K (K = 1024, M = 1048576).
-    #[arg(long, allow_hyphen_values = true, allow_negative_numbers = true, value_name = "LIST")]
-    pub contexts: Option<String>,
-    /// Needle depths in percent (0 = start, 100 = end): 0,50,100, 0..100:10, linear:11 or sigmoid:11 (packed near 0 and 100).
-    #[arg(long, allow_hyphen_values = true, allow_negative_numbers = true, value_name = "LIST")]
-    pub depths: Option<String>,
-    /// Top-k values (default: the preset's index_topk and twice it).
-    #[arg(long, allow_hyphen_values = true, allow_negative_numbers = true, value_name = "LIST")]
-    pub topk: Option<String>,
-    /// Precision variants, e.g. fp32,bf16,fp8.
-    #[arg(long, allow_hyphen_values = true, allow_negative_numbers = true, value_name = "LIST")]
-    pub precisions: Option<String>,
+    /// `--contexts`, `--depths`, `--topk` and `--precisions`, from the knob table.
+    #[command(flatten)]
+    pub lists: KnobFlags<true>,
     /// Output directory.
     #[arg(long, allow_negative_numbers = true, value_name = "DIR", default_value = "results")]
     pub out: PathBuf,
@@ -343,42 +310,16 @@ fn text(v: &Option<String>) -> Option<ListSpec> {
 impl ScenarioArgs {
     /// The command line's values as an overlay (absent flags leave gaps).
     pub fn overlay(&self) -> Result<ScenarioParams, ConfigError> {
-        let mut p = ScenarioParams { preset: self.preset.clone(), ..Default::default() };
-        p.sweep.trials = self.trials;
-        p.sweep.seed = self.seed;
-        p.sweep.threshold = self.threshold;
-        if let Some(text) = &self.needle_strength {
-            let x = text
-                .trim()
-                .parse::<f64>()
-                .map_err(|_| ConfigError::new(config::field_name("needle.strength"), format!("{text:?}"), "a finite number ≥ 0"))?;
-            p.needle.strength = Some(x);
-        }
-        p.needle.tokens = self.needle_tokens;
-        p.needle.heads = self.needle_heads;
-        p.geometry.compress_ratio = self.compress_ratio;
-        p.geometry.window = self.window;
-        p.selection.tie_rule = self.tie_rule.clone();
-        p.physics.rope = self.rope.clone();
-        p.physics.pooling = self.pooling.clone();
-        p.physics.gate_bias_std = self.gate_bias_std;
-        p.physics.gate_noise_std = self.gate_noise_std;
-        p.physics.needle_gate_boost = self.needle_gate_boost;
-        p.physics.correlation_length = self.correlation_length;
-        p.physics.distractors = self.distractors;
-        p.physics.distractor_similarity = self.distractor_similarity;
-        p.sweep.needle_offsets = text(&self.needle_offsets);
-        p.sweep.length_mods = text(&self.length_mods);
-        p.estimator.mode = self.mode.clone();
-        p.estimator.tail_rows = self.tail_rows;
-        p.estimator.predict = self.predict.as_deref().map(|v| v == "on");
+        let mut p = self.knobs.params()?;
+        p.preset = self.preset.clone();
         p.precision = self.precision_def.iter().map(|d| config::precision::parse_compact(d)).collect::<Result<_, _>>()?;
         Ok(p)
     }
 }
 
 impl ScenarioArgs {
-    /// The overlay plus the grid's four lists (each as typed, or absent).
+    /// The overlay plus the grid's four lists in `run`'s and `trial`'s
+    /// singular spelling (each as typed, or absent).
     fn with_grid(&self, grid: [&Option<String>; 4]) -> Result<ScenarioParams, ConfigError> {
         let mut p = self.overlay()?;
         let [contexts, depths, topk, precisions] = grid;
@@ -392,7 +333,9 @@ impl ScenarioArgs {
 
 impl SweepArgs {
     pub fn overlay(&self) -> Result<ScenarioParams, ConfigError> {
-        self.scenario.with_grid([&self.contexts, &self.depths, &self.topk, &self.precisions])
+        let mut p = self.scenario.overlay()?;
+        p.overlay(self.lists.params()?);
+        Ok(p)
     }
 }
 

@@ -2,11 +2,13 @@
 //! presets, TOML files and the command line, merged and then validated once
 //! by [`check`] into a [`Scenario`] before any work starts.
 
+pub mod flags;
 pub mod lists;
 pub mod params;
 pub mod precision;
 pub mod preset;
 
+pub use flags::field_name;
 pub use params::{ListSpec, Overlay, ScenarioParams};
 pub use preset::{preset_names, preset_params, preset_text, DEFAULT_PRESET, PRESETS};
 
@@ -54,47 +56,6 @@ pub struct Scenario {
     pub estimator: EstimatorSettings,
 }
 
-/// The CLI flag that sets a scenario field, for error messages.
-fn flag(path: &str) -> Option<&'static str> {
-    Some(match path {
-        "sweep.contexts" => "--contexts",
-        "sweep.depths" => "--depths",
-        "sweep.topk" => "--topk",
-        "sweep.precisions" => "--precisions",
-        "sweep.trials" => "--trials",
-        "sweep.seed" => "--seed",
-        "sweep.threshold" => "--threshold",
-        "needle.strength" => "--needle-strength",
-        "needle.tokens" => "--needle-tokens",
-        "needle.heads" => "--needle-heads",
-        "geometry.compress_ratio" => "--compress-ratio",
-        "geometry.window" => "--window",
-        "selection.tie_rule" => "--tie-rule",
-        "physics.rope" => "--rope",
-        "physics.pooling" => "--pooling",
-        "physics.gate_bias_std" => "--gate-bias-std",
-        "physics.gate_noise_std" => "--gate-noise-std",
-        "physics.needle_gate_boost" => "--needle-gate-boost",
-        "physics.correlation_length" => "--correlation-length",
-        "physics.distractors" => "--distractors",
-        "physics.distractor_similarity" => "--distractor-similarity",
-        "sweep.needle_offsets" => "--needle-offsets",
-        "sweep.length_mods" => "--length-mods",
-        "estimator.mode" => "--mode",
-        "estimator.tail_rows" => "--tail-rows",
-        "estimator.predict" => "--predict",
-        _ => return None,
-    })
-}
-
-/// "sweep.topk (--topk)": the name errors use for a field.
-pub fn field_name(path: &str) -> String {
-    match flag(path) {
-        Some(f) => format!("{path} ({f})"),
-        None => path.to_string(),
-    }
-}
-
 fn require<T>(value: Option<T>, path: &str) -> Result<T, ConfigError> {
     value.ok_or_else(|| {
         ConfigError::new(field_name(path), "(missing)", "a value is required: set it in the scenario file or pick a preset that has it")
@@ -127,192 +88,45 @@ pub fn resolve(params: ScenarioParams) -> Result<ScenarioParams, ConfigError> {
     Ok(base)
 }
 
-/// Validates merged parameters (no preset lookup; see [`resolve`]).
+/// Validates merged parameters (no preset lookup; see [`resolve`]): one
+/// check per section, in this order, so that the first bad value reported
+/// is always the same one.
 pub fn check(p: ScenarioParams) -> Result<Scenario, ConfigError> {
-    let heads = int_in(require(p.indexer.heads, "indexer.heads")? as u64, 1, 1024, "indexer.heads")? as usize;
-    let head_dim = int_in(require(p.indexer.head_dim, "indexer.head_dim")? as u64, 1, 4096, "indexer.head_dim")? as usize;
-    let index_topk = int_in(require(p.indexer.index_topk, "indexer.index_topk")?, 1, MAX_CONTEXT, "indexer.index_topk")?;
-    let weight_mean = require(p.indexer.weight_mean, "indexer.weight_mean")?;
-    let weight_mean = finite_at_least(weight_mean, f64::MIN, "indexer.weight_mean")?;
-    let weight_std = finite_at_least(require(p.indexer.weight_std, "indexer.weight_std")?, 0.0, "indexer.weight_std")?;
-
-    let ratio = int_in(require(p.geometry.compress_ratio, "geometry.compress_ratio")?, 1, 1 << 16, "geometry.compress_ratio")?;
-    let overlap = require(p.geometry.overlap, "geometry.overlap")?;
-    if overlap && ratio < 2 {
-        return Err(ConfigError::new(field_name("geometry.overlap"), true, "overlapping windows need geometry.compress_ratio ≥ 2"));
-    }
-    let window = int_in(require(p.geometry.window, "geometry.window")?, 0, MAX_CONTEXT, "geometry.window")?;
-
-    let key_common = finite_at_least(require(p.keys.common, "keys.common")?, 0.0, "keys.common")?;
-    let outlier_channels =
-        int_in(require(p.keys.outlier_channels, "keys.outlier_channels")? as u64, 0, head_dim as u64, "keys.outlier_channels")? as usize;
-    let outlier_scale = require(p.keys.outlier_scale, "keys.outlier_scale")?;
-    if !(outlier_scale.is_finite() && outlier_scale > 0.0) {
-        return Err(ConfigError::new(field_name("keys.outlier_scale"), outlier_scale, "a finite number > 0"));
-    }
-
-    let strength = require(p.needle.strength, "needle.strength")?;
-    let strength = finite_at_least(strength, 0.0, "needle.strength")?;
-    let needle_tokens = int_in(require(p.needle.tokens, "needle.tokens")?, 1, 1 << 20, "needle.tokens")?;
-    let needle_heads = int_in(require(p.needle.heads, "needle.heads")? as u64, 0, heads as u64, "needle.heads")? as usize;
-    if strength > 0.0 && needle_heads > 0 && heads > head_dim {
-        return Err(ConfigError::new(
-            field_name("indexer.heads"),
-            heads,
-            format!("at most indexer.head_dim = {head_dim} heads when the needle has a strength (the needle offset solves one equation per head)"),
-        ));
-    }
-
-    let tie_text = require(p.selection.tie_rule, "selection.tie_rule")?;
-    let tie_rule = tie_text
-        .parse::<TieRule>()
-        .map_err(|()| ConfigError::new(field_name("selection.tie_rule"), format!("{tie_text:?}"), format!("one of {}", TieRule::NAMES)))?;
-    let window_rows_compete = require(p.selection.window_rows_compete, "selection.window_rows_compete")?;
-
-    let physics = check_physics(&p.physics, head_dim)?;
-
-    let contexts_spec = require(p.sweep.contexts, "sweep.contexts")?;
-    let mut contexts = lists::parse_sizes(&field_name("sweep.contexts"), &contexts_spec.to_text())?;
-    if let Some(spec) = &p.sweep.length_mods {
-        let mods = stride_positions(&spec.to_text(), ratio, "sweep.length_mods")?;
-        if let Some(mods) = mods {
-            contexts = contexts.iter().flat_map(|&l| mods.iter().map(move |&m| l / ratio * ratio + m)).collect();
-        }
-    }
-    let needle_offsets: Vec<Option<u64>> = match &p.sweep.needle_offsets {
-        Some(spec) => match stride_positions(&spec.to_text(), ratio, "sweep.needle_offsets")? {
-            Some(offsets) => offsets.into_iter().map(Some).collect(),
-            None => vec![None],
-        },
-        None => vec![None],
-    };
-    for &c in &contexts {
-        if !(needle_tokens..=MAX_CONTEXT).contains(&c) {
-            return Err(ConfigError::new(
-                field_name("sweep.contexts"),
-                c,
-                format!("context lengths from needle.tokens = {needle_tokens} to {MAX_CONTEXT} (16M) tokens"),
-            ));
-        }
-    }
-    contexts.sort_unstable();
-    contexts.dedup();
-
-    let depth_spec = require(p.sweep.depths, "sweep.depths")?;
-    let mut depths = lists::parse_numbers(&field_name("sweep.depths"), &depth_spec.to_text())?;
-    for &d in &depths {
-        if !(0.0..=100.0).contains(&d) {
-            return Err(ConfigError::new(field_name("sweep.depths"), d, "depths in percent from 0 (start of the context) to 100 (end)"));
-        }
-    }
-    depths.sort_by(f64::total_cmp);
-    depths.dedup();
-    // +0.0 and -0.0 are the same depth but seed differently; keep one spelling.
-    for d in &mut depths {
-        *d += 0.0;
-    }
-
-    let mut topks = match p.sweep.topk {
-        Some(spec) => lists::parse_sizes(&field_name("sweep.topk"), &spec.to_text())?,
-        None => vec![index_topk, index_topk * 2],
-    };
-    for &k in &topks {
-        int_in(k, 1, MAX_CONTEXT, "sweep.topk")?;
-    }
-    topks.sort_unstable();
-    topks.dedup();
-
+    let indexer = check_indexer(&p.indexer)?;
+    let head_dim = indexer.shape.head_dim;
+    let (ratio, overlap, window) = check_geometry(&p.geometry)?;
+    let keys = check_keys(&p.keys, head_dim)?;
+    let needle = check_needle(&p.needle, indexer.shape)?;
+    let (tie_rule, window_rows_compete) = check_selection(&p.selection)?;
     let geometry = CompressionGeometry { ratio, overlap, window, window_rows_compete };
-    let most_rows = contexts.iter().map(|&c| geometry.candidate_rows(c)).max().unwrap_or(0);
-    if let Some(&k) = topks.iter().find(|&&k| k > most_rows) {
-        return Err(ConfigError::new(
-            field_name("sweep.topk"),
-            k,
-            format!(
-                "at most {most_rows}, the candidate rows of the longest context ({} tokens): a larger k selects every row at every context",
-                contexts.last().copied().unwrap_or(0)
-            ),
-        ));
-    }
-
-    let mut custom: Vec<PrecisionVariant> = Vec::new();
-    for (i, def) in p.precision.iter().enumerate() {
-        let v = precision::custom_variant(i, def, head_dim, &custom)?;
-        custom.push(v);
-    }
-    let precision_spec = require(p.sweep.precisions, "sweep.precisions")?;
-    let names = lists::parse_names(&field_name("sweep.precisions"), &precision_spec.to_text())?;
-    let mut precisions: Vec<PrecisionVariant> = Vec::new();
-    for name in names {
-        let v = precision::named_variant(&field_name("sweep.precisions"), &name, &custom)?;
-        if let Some(reason) = v.unsupported(head_dim) {
-            return Err(ConfigError::new(
-                field_name("sweep.precisions"),
-                format!("{name:?}"),
-                format!("not with indexer.head_dim = {head_dim}: {reason}"),
-            ));
-        }
-        if !precisions.iter().any(|p| p.name == v.name) {
-            precisions.push(v);
-        }
-    }
-
-    if physics.rope == RopeChoice::Off {
-        if let Some(v) = precisions.iter().find(|v| v.position != crate::score::variant::PositionOverride::default()) {
-            return Err(ConfigError::new(
-                field_name("sweep.precisions"),
-                format!("{:?}", v.name),
-                "rope-swap-q / rope-swap-k only with physics.rope (--rope) v3.2 or v4: without RoPE there is no layout to swap",
-            ));
-        }
-    }
-    let trials = int_in(require(p.sweep.trials, "sweep.trials")?, 1, MAX_TRIALS, "sweep.trials")?;
-    let seed = require(p.sweep.seed, "sweep.seed")?;
-    let threshold = require(p.sweep.threshold, "sweep.threshold")?;
-    if !(threshold > 0.0 && threshold <= 1.0) {
-        return Err(ConfigError::new(field_name("sweep.threshold"), threshold, "a recall threshold in (0, 1]"));
-    }
-
-    // Optional section: defaults keep older scenario files and presets valid.
-    let mut estimator = EstimatorSettings::default();
-    if let Some(text) = p.estimator.mode {
-        estimator.mode = EstimatorMode::parse(&text).ok_or_else(|| {
-            ConfigError::new(field_name("estimator.mode"), format!("{text:?}"), format!("one of {}", EstimatorMode::NAMES))
-        })?;
-    }
-    if let Some(rows) = p.estimator.tail_rows {
-        estimator.tail_rows = int_in(rows, 64, 1 << 22, "estimator.tail_rows")?;
-    }
-    if let Some(predict) = p.estimator.predict {
-        estimator.predict = predict;
-    }
-    // Each estimator says which scenarios it serves (src/estimate/).
-    if let Some(r) = refusal(&estimator, &physics, ratio, &precisions) {
-        return Err(ConfigError::new(field_name(r.field), r.value, r.allowed));
-    }
+    let physics = check_physics(&p.physics, head_dim)?;
+    let grid = check_grid(&p.sweep, &geometry, indexer.index_topk, needle.tokens)?;
+    let precisions = check_precisions(&p.precision, p.sweep.precisions.as_ref(), head_dim, physics.rope)?;
+    let (trials, seed, threshold) = check_monte_carlo(&p.sweep)?;
+    let estimator = check_estimator(&p.estimator, &physics, ratio, &precisions)?;
 
     Ok(Scenario {
         preset: p.preset.unwrap_or_else(|| "custom".into()),
         description: p.description.unwrap_or_default(),
         model: GenerativeModel {
-            shape: IndexerShape { heads, head_dim },
-            key_common,
-            outlier_channels,
-            outlier_scale,
-            weight_mean,
-            weight_std,
-            needle_strength: strength,
-            needle_heads,
+            shape: indexer.shape,
+            key_common: keys.common,
+            outlier_channels: keys.outlier_channels,
+            outlier_scale: keys.outlier_scale,
+            weight_mean: indexer.weight_mean,
+            weight_std: indexer.weight_std,
+            needle_strength: needle.strength,
+            needle_heads: needle.heads,
         },
         geometry,
-        index_topk,
-        needle_tokens,
+        index_topk: indexer.index_topk,
+        needle_tokens: needle.tokens,
         tie_rule,
         physics,
-        contexts,
-        depths,
-        needle_offsets,
-        topks,
+        contexts: grid.contexts,
+        depths: grid.depths,
+        needle_offsets: grid.needle_offsets,
+        topks: grid.topks,
         precisions,
         trials,
         seed,
@@ -321,32 +135,85 @@ pub fn check(p: ScenarioParams) -> Result<Scenario, ConfigError> {
     })
 }
 
-/// Positions inside a row stride (0 … c−1): a list of integers, `all`, or
-/// `natural` (None: no such axis).
-fn stride_positions(text: &str, ratio: u64, path: &str) -> Result<Option<Vec<u64>>, ConfigError> {
-    let words = lists::parse_names(&field_name(path), text)?;
-    if words.len() == 1 && words[0] == "natural" {
-        return Ok(None);
+/// `[indexer]`, checked.
+struct Indexer {
+    shape: IndexerShape,
+    index_topk: u64,
+    weight_mean: f64,
+    weight_std: f64,
+}
+
+fn check_indexer(p: &params::IndexerParams) -> Result<Indexer, ConfigError> {
+    let heads = int_in(require(p.heads, "indexer.heads")? as u64, 1, 1024, "indexer.heads")? as usize;
+    let head_dim = int_in(require(p.head_dim, "indexer.head_dim")? as u64, 1, 4096, "indexer.head_dim")? as usize;
+    let index_topk = int_in(require(p.index_topk, "indexer.index_topk")?, 1, MAX_CONTEXT, "indexer.index_topk")?;
+    let weight_mean = finite_at_least(require(p.weight_mean, "indexer.weight_mean")?, f64::MIN, "indexer.weight_mean")?;
+    let weight_std = finite_at_least(require(p.weight_std, "indexer.weight_std")?, 0.0, "indexer.weight_std")?;
+    Ok(Indexer { shape: IndexerShape { heads, head_dim }, index_topk, weight_mean, weight_std })
+}
+
+/// `[geometry]`: (compress ratio, overlap, window); `[selection]` adds
+/// whether window rows compete.
+fn check_geometry(p: &params::GeometryParams) -> Result<(u64, bool, u64), ConfigError> {
+    let ratio = int_in(require(p.compress_ratio, "geometry.compress_ratio")?, 1, 1 << 16, "geometry.compress_ratio")?;
+    let overlap = require(p.overlap, "geometry.overlap")?;
+    if overlap && ratio < 2 {
+        return Err(ConfigError::new(field_name("geometry.overlap"), true, "overlapping windows need geometry.compress_ratio ≥ 2"));
     }
-    if words.len() == 1 && words[0] == "all" {
-        return Ok(Some((0..ratio).collect()));
+    let window = int_in(require(p.window, "geometry.window")?, 0, MAX_CONTEXT, "geometry.window")?;
+    Ok((ratio, overlap, window))
+}
+
+/// `[keys]`, checked.
+struct Keys {
+    common: f64,
+    outlier_channels: usize,
+    outlier_scale: f64,
+}
+
+fn check_keys(p: &params::KeyParams, head_dim: usize) -> Result<Keys, ConfigError> {
+    let common = finite_at_least(require(p.common, "keys.common")?, 0.0, "keys.common")?;
+    let outlier_channels =
+        int_in(require(p.outlier_channels, "keys.outlier_channels")? as u64, 0, head_dim as u64, "keys.outlier_channels")? as usize;
+    let outlier_scale = require(p.outlier_scale, "keys.outlier_scale")?;
+    if !(outlier_scale.is_finite() && outlier_scale > 0.0) {
+        return Err(ConfigError::new(field_name("keys.outlier_scale"), outlier_scale, "a finite number > 0"));
     }
-    let mut out = Vec::with_capacity(words.len());
-    for w in words {
-        match w.parse::<u64>() {
-            Ok(v) if v < ratio => out.push(v),
-            _ => {
-                return Err(ConfigError::new(
-                    field_name(path),
-                    format!("{w:?}"),
-                    format!("integers from 0 to {} (geometry.compress_ratio − 1), `all` or `natural`", ratio - 1),
-                ))
-            }
-        }
+    Ok(Keys { common, outlier_channels, outlier_scale })
+}
+
+/// `[needle]`, checked.
+struct Needle {
+    strength: f64,
+    tokens: u64,
+    heads: usize,
+}
+
+fn check_needle(p: &params::NeedleParams, shape: IndexerShape) -> Result<Needle, ConfigError> {
+    let strength = finite_at_least(require(p.strength, "needle.strength")?, 0.0, "needle.strength")?;
+    let tokens = int_in(require(p.tokens, "needle.tokens")?, 1, 1 << 20, "needle.tokens")?;
+    let heads = int_in(require(p.heads, "needle.heads")? as u64, 0, shape.heads as u64, "needle.heads")? as usize;
+    if strength > 0.0 && heads > 0 && shape.heads > shape.head_dim {
+        return Err(ConfigError::new(
+            field_name("indexer.heads"),
+            shape.heads,
+            format!(
+                "at most indexer.head_dim = {} heads when the needle has a strength (the needle offset solves one equation per head)",
+                shape.head_dim
+            ),
+        ));
     }
-    out.sort_unstable();
-    out.dedup();
-    Ok(Some(out))
+    Ok(Needle { strength, tokens, heads })
+}
+
+/// `[selection]`: (tie rule, whether window rows compete).
+fn check_selection(p: &params::SelectionParams) -> Result<(TieRule, bool), ConfigError> {
+    let text = require(p.tie_rule.as_deref(), "selection.tie_rule")?;
+    let tie_rule = text
+        .parse::<TieRule>()
+        .map_err(|()| ConfigError::new(field_name("selection.tie_rule"), format!("{text:?}"), format!("one of {}", TieRule::NAMES)))?;
+    let window_rows_compete = require(p.window_rows_compete, "selection.window_rows_compete")?;
+    Ok((tie_rule, window_rows_compete))
 }
 
 /// Validates `[physics]`; fields left out are off.
@@ -381,6 +248,189 @@ fn check_physics(p: &params::PhysicsParams, head_dim: usize) -> Result<Physics, 
     physics.distractors = int_in(p.distractors.unwrap_or(0), 0, 1000, "physics.distractors")?;
     physics.distractor_similarity = bounded(p.distractor_similarity, 0.0, 1.0, "physics.distractor_similarity")?;
     Ok(physics)
+}
+
+/// The cell grid of `[sweep]`, checked: every list sorted, without duplicates.
+struct Grid {
+    contexts: Vec<u64>,
+    depths: Vec<f64>,
+    needle_offsets: Vec<Option<u64>>,
+    topks: Vec<u64>,
+}
+
+/// `[sweep]`'s lists: contexts (with length_mods), needle offsets, depths and k.
+fn check_grid(p: &params::SweepParams, geometry: &CompressionGeometry, index_topk: u64, needle_tokens: u64) -> Result<Grid, ConfigError> {
+    let ratio = geometry.ratio;
+    let contexts_spec = require(p.contexts.as_ref(), "sweep.contexts")?;
+    let mut contexts = lists::parse_sizes(&field_name("sweep.contexts"), &contexts_spec.to_text())?;
+    if let Some(spec) = &p.length_mods {
+        let mods = stride_positions(&spec.to_text(), ratio, "sweep.length_mods")?;
+        if let Some(mods) = mods {
+            contexts = contexts.iter().flat_map(|&l| mods.iter().map(move |&m| l / ratio * ratio + m)).collect();
+        }
+    }
+    let needle_offsets: Vec<Option<u64>> = match &p.needle_offsets {
+        Some(spec) => match stride_positions(&spec.to_text(), ratio, "sweep.needle_offsets")? {
+            Some(offsets) => offsets.into_iter().map(Some).collect(),
+            None => vec![None],
+        },
+        None => vec![None],
+    };
+    for &c in &contexts {
+        if !(needle_tokens..=MAX_CONTEXT).contains(&c) {
+            return Err(ConfigError::new(
+                field_name("sweep.contexts"),
+                c,
+                format!("context lengths from needle.tokens = {needle_tokens} to {MAX_CONTEXT} (16M) tokens"),
+            ));
+        }
+    }
+    contexts.sort_unstable();
+    contexts.dedup();
+
+    let depth_spec = require(p.depths.as_ref(), "sweep.depths")?;
+    let mut depths = lists::parse_numbers(&field_name("sweep.depths"), &depth_spec.to_text())?;
+    for &d in &depths {
+        if !(0.0..=100.0).contains(&d) {
+            return Err(ConfigError::new(field_name("sweep.depths"), d, "depths in percent from 0 (start of the context) to 100 (end)"));
+        }
+    }
+    depths.sort_by(f64::total_cmp);
+    depths.dedup();
+    // +0.0 and -0.0 are the same depth but seed differently; keep one spelling.
+    for d in &mut depths {
+        *d += 0.0;
+    }
+
+    let mut topks = match &p.topk {
+        Some(spec) => lists::parse_sizes(&field_name("sweep.topk"), &spec.to_text())?,
+        None => vec![index_topk, index_topk * 2],
+    };
+    for &k in &topks {
+        int_in(k, 1, MAX_CONTEXT, "sweep.topk")?;
+    }
+    topks.sort_unstable();
+    topks.dedup();
+    let most_rows = contexts.iter().map(|&c| geometry.candidate_rows(c)).max().unwrap_or(0);
+    if let Some(&k) = topks.iter().find(|&&k| k > most_rows) {
+        return Err(ConfigError::new(
+            field_name("sweep.topk"),
+            k,
+            format!(
+                "at most {most_rows}, the candidate rows of the longest context ({} tokens): a larger k selects every row at every context",
+                contexts.last().copied().unwrap_or(0)
+            ),
+        ));
+    }
+    Ok(Grid { contexts, depths, needle_offsets, topks })
+}
+
+/// `[[precision]]` definitions, then `sweep.precisions` naming built-in or
+/// custom variants (duplicates dropped).
+fn check_precisions(
+    defs: &[params::PrecisionParams],
+    list: Option<&ListSpec>,
+    head_dim: usize,
+    rope: RopeChoice,
+) -> Result<Vec<PrecisionVariant>, ConfigError> {
+    let mut custom: Vec<PrecisionVariant> = Vec::new();
+    for (i, def) in defs.iter().enumerate() {
+        let v = precision::custom_variant(i, def, head_dim, &custom)?;
+        custom.push(v);
+    }
+    let precision_spec = require(list, "sweep.precisions")?;
+    let names = lists::parse_names(&field_name("sweep.precisions"), &precision_spec.to_text())?;
+    let mut precisions: Vec<PrecisionVariant> = Vec::new();
+    for name in names {
+        let v = precision::named_variant(&field_name("sweep.precisions"), &name, &custom)?;
+        if let Some(reason) = v.unsupported(head_dim) {
+            return Err(ConfigError::new(
+                field_name("sweep.precisions"),
+                format!("{name:?}"),
+                format!("not with indexer.head_dim = {head_dim}: {reason}"),
+            ));
+        }
+        if !precisions.iter().any(|p| p.name == v.name) {
+            precisions.push(v);
+        }
+    }
+
+    if rope == RopeChoice::Off {
+        if let Some(v) = precisions.iter().find(|v| v.position != crate::score::variant::PositionOverride::default()) {
+            return Err(ConfigError::new(
+                field_name("sweep.precisions"),
+                format!("{:?}", v.name),
+                "rope-swap-q / rope-swap-k only with physics.rope (--rope) v3.2 or v4: without RoPE there is no layout to swap",
+            ));
+        }
+    }
+    Ok(precisions)
+}
+
+/// `[sweep]`'s Monte Carlo: (trials per cell, seed, recall threshold).
+fn check_monte_carlo(p: &params::SweepParams) -> Result<(u64, u64, f64), ConfigError> {
+    let trials = int_in(require(p.trials, "sweep.trials")?, 1, MAX_TRIALS, "sweep.trials")?;
+    let seed = require(p.seed, "sweep.seed")?;
+    let threshold = require(p.threshold, "sweep.threshold")?;
+    if !(threshold > 0.0 && threshold <= 1.0) {
+        return Err(ConfigError::new(field_name("sweep.threshold"), threshold, "a recall threshold in (0, 1]"));
+    }
+    Ok((trials, seed, threshold))
+}
+
+/// `[estimator]`, an optional section: defaults keep older scenario files and
+/// presets valid.
+fn check_estimator(
+    p: &params::EstimatorParams,
+    physics: &Physics,
+    ratio: u64,
+    precisions: &[PrecisionVariant],
+) -> Result<EstimatorSettings, ConfigError> {
+    let mut estimator = EstimatorSettings::default();
+    if let Some(text) = &p.mode {
+        estimator.mode = EstimatorMode::parse(text).ok_or_else(|| {
+            ConfigError::new(field_name("estimator.mode"), format!("{text:?}"), format!("one of {}", EstimatorMode::NAMES))
+        })?;
+    }
+    if let Some(rows) = p.tail_rows {
+        estimator.tail_rows = int_in(rows, 64, 1 << 22, "estimator.tail_rows")?;
+    }
+    if let Some(predict) = p.predict {
+        estimator.predict = predict;
+    }
+    // Each estimator says which scenarios it serves (src/estimate/).
+    if let Some(r) = refusal(&estimator, physics, ratio, precisions) {
+        return Err(ConfigError::new(field_name(r.field), r.value, r.allowed));
+    }
+    Ok(estimator)
+}
+
+/// Positions inside a row stride (0 … c−1): a list of integers, `all`, or
+/// `natural` (None: no such axis).
+fn stride_positions(text: &str, ratio: u64, path: &str) -> Result<Option<Vec<u64>>, ConfigError> {
+    let words = lists::parse_names(&field_name(path), text)?;
+    if words.len() == 1 && words[0] == "natural" {
+        return Ok(None);
+    }
+    if words.len() == 1 && words[0] == "all" {
+        return Ok(Some((0..ratio).collect()));
+    }
+    let mut out = Vec::with_capacity(words.len());
+    for w in words {
+        match w.parse::<u64>() {
+            Ok(v) if v < ratio => out.push(v),
+            _ => {
+                return Err(ConfigError::new(
+                    field_name(path),
+                    format!("{w:?}"),
+                    format!("integers from 0 to {} (geometry.compress_ratio − 1), `all` or `natural`", ratio - 1),
+                ))
+            }
+        }
+    }
+    out.sort_unstable();
+    out.dedup();
+    Ok(Some(out))
 }
 
 /// Reads and parses a scenario file.

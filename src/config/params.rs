@@ -1,7 +1,35 @@
 //! Unchecked scenario parameters: what presets, scenario files and the
 //! command line say, every field optional. [`super::check`] turns a merged set
 //! into a validated [`super::Scenario`].
+//!
+//! # The knob table
+//!
+//! The `section!` invocations below define every scenario parameter once: its
+//! TOML path (`[physics]` + `gate_noise_std`), its type and, if it has a flag,
+//! the flag, its value name and its `--help` line. From them come the section
+//! structs (serde, unknown keys refused), their [`Overlay`], the clap
+//! arguments of `sweep`, `run` and `trial` ([`super::flags`]), the command
+//! line read back as an overlay ([`ScenarioParams::from_flags`]) and the
+//! `FIELD (--flag)` names of error messages ([`super::field_name`]). Flags
+//! appear in `--help` in table order.
+//!
+//! ## Adding a knob
+//!
+//! 1. One row in its section below, e.g.
+//!    `gate_noise_std: f64 = flag("--gate-noise-std", "X", "Spread of …")`
+//!    (no `= flag(…)` for a knob set only in TOML).
+//! 2. One line in that section's check in `config/mod.rs` (`check_physics`
+//!    for `[physics]`, …): its range, and where the checked value goes in
+//!    the [`super::Scenario`].
+//!
+//! Beyond the configuration, the model code that uses the value (for a
+//! physics knob, a field of `model::physics::Physics`), its row in the
+//! docs/MODEL.md table, and a value in the presets if the check has no
+//! default for it.
 
+use super::flags::{self, Flag, FlagValue, Scope};
+use crate::error::ConfigError;
+use clap::ArgMatches;
 use serde::{Deserialize, Serialize};
 
 /// A list given either as one string ("1K..128K") or as a TOML array.
@@ -44,7 +72,27 @@ pub trait Overlay {
     fn overlay(&mut self, top: Self);
 }
 
+/// Declares a section: a struct of optional fields (deserialized from its
+/// TOML table, unknown keys refused) and its [`Overlay`].
+///
+/// A section with a TOML path (`Name = "path" { … }`) is part of the knob
+/// table: a field may add `= flag(FLAG, VALUE_NAME, HELP)` for a flag of every
+/// scenario command, or `= sweep_flag(…)` for one of `sweep` only (its lists,
+/// which `run` and `trial` spell in the singular). The field's type says how
+/// the flag is parsed ([`FlagValue`]); `parse = FN` reads it as text through
+/// `FN` instead. From those rows come `Name::FLAGS` (clap arguments, and the
+/// TOML path → flag map of error messages, see [`super::flags`]) and
+/// `Name::from_flags` (the command line as an overlay).
 macro_rules! section {
+    (@scope flag) => { Scope::Scenario };
+    (@scope sweep_flag) => { Scope::Sweep };
+    (@heading) => { None };
+    (@heading $heading:literal) => { Some($heading) };
+    (@configure $ty:ty) => { <$ty as FlagValue>::configure };
+    (@configure $ty:ty, $parse:path) => { flags::text_arg };
+    (@read $m:ident, $path:expr, $ty:ty) => { Ok::<_, ConfigError>(<$ty as FlagValue>::read($m, $path)) };
+    (@read $m:ident, $path:expr, $ty:ty, $parse:path) => { flags::read_parsed($m, $path, $parse) };
+
     ($(#[$meta:meta])* $name:ident { $($(#[$fmeta:meta])* $field:ident : $ty:ty),* $(,)? }) => {
         $(#[$meta])*
         #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -58,11 +106,53 @@ macro_rules! section {
             }
         }
     };
+
+    (
+        $(#[$meta:meta])* $name:ident = $section:literal $(, heading $heading:literal)? {
+            $($(#[$fmeta:meta])* $field:ident : $ty:ty
+                $(= $scope:ident($long:literal, $value_name:literal, $help:literal $(, parse = $parse:path)?))?),* $(,)?
+        }
+    ) => {
+        section!($(#[$meta])* $name { $($(#[$fmeta])* $field: $ty),* });
+        impl $name {
+            #[allow(dead_code)] // in sections without flags
+            const HEADING: Option<&'static str> = section!(@heading $($heading)?);
+            /// This section's rows of the knob table that have a flag.
+            pub const FLAGS: &'static [Flag] = &[$($(Flag {
+                path: concat!($section, ".", stringify!($field)),
+                long: $long,
+                value_name: $value_name,
+                help: $help,
+                heading: Self::HEADING,
+                scope: section!(@scope $scope),
+                configure: section!(@configure $ty $(, $parse)?),
+            },)?)*];
+            /// The flags of `scope` that the command line gave, as an overlay.
+            pub fn from_flags(m: &ArgMatches, scope: Scope) -> Result<Self, ConfigError> {
+                let _ = (m, scope);
+                #[allow(unused_mut)]
+                let mut out = Self::default();
+                $($(if section!(@scope $scope) == scope {
+                    out.$field = section!(@read m, concat!($section, ".", stringify!($field)), $ty $(, $parse)?)?;
+                })?)*
+                Ok(out)
+            }
+        }
+    };
 }
 
-section!(
+/// `--needle-strength` is read as text, so that a word is reported against
+/// the field like a bad value.
+fn needle_strength(text: &str) -> Result<f64, &'static str> {
+    text.trim().parse().map_err(|_| "a finite number ≥ 0")
+}
+
+// The knob table (see the module documentation). Sections are checked by
+// `check_SECTION` in config/mod.rs; `[[precision]]` by config/precision.rs.
+
+section! {
     /// `[indexer]`: the lightning indexer's shape and head weights.
-    IndexerParams {
+    IndexerParams = "indexer" {
         heads: usize,
         head_dim: usize,
         /// The model's configured top-k (index_topk).
@@ -70,78 +160,119 @@ section!(
         weight_mean: f64,
         weight_std: f64,
     }
-);
+}
 
-section!(
+section! {
     /// `[geometry]`: compression into rows and the raw window.
-    GeometryParams {
-        compress_ratio: u64,
+    GeometryParams = "geometry" {
+        compress_ratio: u64 = flag("--compress-ratio", "C", "Tokens per compressed row"),
         overlap: bool,
-        window: u64,
+        window: u64 = flag("--window", "W", "Raw window of most recent tokens always attended"),
     }
-);
+}
 
-section!(
+section! {
     /// `[keys]`: the synthetic haystack keys.
-    KeyParams {
+    KeyParams = "keys" {
         common: f64,
         outlier_channels: usize,
         outlier_scale: f64,
     }
-);
+}
 
-section!(
+section! {
     /// `[needle]`
-    NeedleParams {
-        strength: f64,
-        tokens: u64,
-        heads: usize,
+    NeedleParams = "needle" {
+        strength: f64 = flag(
+            "--needle-strength",
+            "X",
+            "Needle strength: shift of each looking head's dot product, in haystack standard deviations",
+            parse = needle_strength
+        ),
+        tokens: u64 = flag("--needle-tokens", "N", "Needle length in tokens"),
+        heads: usize = flag("--needle-heads", "N", "Indexer heads that look for the needle"),
     }
-);
+}
 
-section!(
+section! {
     /// `[selection]`
-    SelectionParams {
-        tie_rule: String,
+    SelectionParams = "selection" {
+        tie_rule: String = flag("--tie-rule", "RULE", "Order among equal scores: lowest-index, highest-index or random"),
         window_rows_compete: bool,
     }
-);
+}
 
-section!(
+section! {
     /// `[physics]`: position, pooling, correlated tokens, distractors (docs/MODEL.md, "Physics").
-    PhysicsParams {
+    PhysicsParams = "physics", heading "Physics" {
         /// off | v3.2 | v4
-        rope: String,
+        rope: String = flag(
+            "--rope",
+            "LAYOUT",
+            "RoPE on the indexer's keys and query: off, v3.2 (first 64 dims, halves) or v4 (last 64, interleaved)"
+        ),
         /// off | on | full
-        pooling: String,
-        gate_bias_std: f64,
-        gate_noise_std: f64,
-        needle_gate_boost: f64,
+        pooling: String = flag(
+            "--pooling",
+            "MODE",
+            "Rows pooled from tokens with softmax gates and RMSNorm: off, on, or full (token by token everywhere)"
+        ),
+        gate_bias_std: f64 = flag("--gate-bias-std", "X", "Spread of the learned per-slot gate bias"),
+        gate_noise_std: f64 = flag(
+            "--gate-noise-std",
+            "X",
+            "Spread of the token-dependent part of the gates (> 0 generates every token)"
+        ),
+        needle_gate_boost: f64 = flag("--needle-gate-boost", "X", "Gate logit added to needle and distractor tokens"),
         /// In tokens; 0 = independent tokens.
-        correlation_length: f64,
-        distractors: u64,
-        distractor_similarity: f64,
+        correlation_length: f64 = flag(
+            "--correlation-length",
+            "TOKENS",
+            "Correlation length of neighbouring tokens, in tokens (0 = independent)"
+        ),
+        distractors: u64 = flag("--distractors", "N", "Near-copies of the needle at random positions"),
+        distractor_similarity: f64 = flag(
+            "--distractor-similarity",
+            "S",
+            "Cosine similarity of each distractor's key offset to the needle's (0 … 1)"
+        ),
     }
-);
+}
 
-section!(
+section! {
     /// `[sweep]`: the cell grid and the Monte Carlo.
-    SweepParams {
-        contexts: ListSpec,
+    SweepParams = "sweep" {
+        contexts: ListSpec = sweep_flag(
+            "--contexts",
+            "LIST",
+            "Context lengths: 1K,4K,… or a doubling range 1K..128K (K = 1024, M = 1048576)"
+        ),
         /// Added to every context: each context L becomes ⌊L/c⌋·c + m for each m (prompt length mod the ratio).
-        length_mods: ListSpec,
-        depths: ListSpec,
+        length_mods: ListSpec = flag(
+            "--length-mods",
+            "LIST",
+            "Prompt length mod the ratio: each context L becomes ⌊L/c⌋·c + m for each m (0,1,2,3 or all)"
+        ),
+        depths: ListSpec = sweep_flag(
+            "--depths",
+            "LIST",
+            "Needle depths in percent (0 = start, 100 = end): 0,50,100, 0..100:10, linear:11 or sigmoid:11 (packed near 0 and 100)"
+        ),
         /// Needle offsets inside a row stride, 0 … c−1, or "natural".
-        needle_offsets: ListSpec,
-        topk: ListSpec,
-        precisions: ListSpec,
-        trials: u64,
-        seed: u64,
-        threshold: f64,
+        needle_offsets: ListSpec = flag(
+            "--needle-offsets",
+            "LIST",
+            "Needle offsets inside a row stride: 0,1,2,3, all, or natural (where the depth puts it)"
+        ),
+        topk: ListSpec = sweep_flag("--topk", "LIST", "Top-k values (default: the preset's index_topk and twice it)"),
+        precisions: ListSpec = sweep_flag("--precisions", "LIST", "Precision variants, e.g. fp32,bf16,fp8"),
+        trials: u64 = flag("--trials", "TRIALS", "Trials per cell"),
+        seed: u64 = flag("--seed", "SEED", "Master seed"),
+        threshold: f64 = flag("--threshold", "R", "Recall threshold for the effective context"),
     }
-);
+}
 
-section!(
+section! {
     /// `[precision.query]` / `[precision.key]`: one side of a custom variant.
     PrecisionSideParams {
         /// none | hadamard (default none).
@@ -155,9 +286,9 @@ section!(
         /// Floor on a block's amax (default: the matching reference rule's).
         amax_floor: f64,
     }
-);
+}
 
-section!(
+section! {
     /// `[[precision]]`: a custom precision variant, usable by name in
     /// `sweep.precisions`.
     PrecisionParams {
@@ -169,19 +300,27 @@ section!(
         query: PrecisionSideParams,
         key: PrecisionSideParams,
     }
-);
+}
 
-section!(
+section! {
     /// `[estimator]`: how recall is estimated (see `crate::estimate::settings`).
-    EstimatorParams {
+    EstimatorParams = "estimator" {
         /// full | tail (default full).
-        mode: String,
+        mode: String = flag(
+            "--mode",
+            "MODE",
+            "Recall estimator: full (simulate every row) or tail (a sample of rows per trial, importance-sampled toward high scores; docs/PERFORMANCE.md)"
+        ),
         /// Rows drawn per trial in tail mode (default 4096).
-        tail_rows: u64,
+        tail_rows: u64 = flag("--tail-rows", "M", "Rows drawn per trial in --mode tail (default 4096)"),
         /// Report the analytic prediction (default false).
-        predict: bool,
+        predict: bool = flag(
+            "--predict",
+            "on|off",
+            "Report the analytic prediction beside each recall (docs/MODEL.md): on or off (default)"
+        ),
     }
-);
+}
 
 /// A whole scenario, every field optional.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -230,6 +369,40 @@ impl Overlay for ScenarioParams {
         self.sweep.overlay(top.sweep);
         self.estimator.overlay(top.estimator);
         self.precision.extend(top.precision);
+    }
+}
+
+impl ScenarioParams {
+    /// Every row of the knob table that has a flag, section by section: the
+    /// order of `--help`.
+    pub fn flags() -> impl Iterator<Item = &'static Flag> {
+        [
+            IndexerParams::FLAGS,
+            GeometryParams::FLAGS,
+            KeyParams::FLAGS,
+            NeedleParams::FLAGS,
+            SelectionParams::FLAGS,
+            PhysicsParams::FLAGS,
+            SweepParams::FLAGS,
+            EstimatorParams::FLAGS,
+        ]
+        .into_iter()
+        .flatten()
+    }
+
+    /// The flags of `scope` that the command line gave, as an overlay.
+    pub fn from_flags(m: &ArgMatches, scope: Scope) -> Result<Self, ConfigError> {
+        Ok(Self {
+            indexer: IndexerParams::from_flags(m, scope)?,
+            geometry: GeometryParams::from_flags(m, scope)?,
+            keys: KeyParams::from_flags(m, scope)?,
+            needle: NeedleParams::from_flags(m, scope)?,
+            selection: SelectionParams::from_flags(m, scope)?,
+            physics: PhysicsParams::from_flags(m, scope)?,
+            sweep: SweepParams::from_flags(m, scope)?,
+            estimator: EstimatorParams::from_flags(m, scope)?,
+            ..Self::default()
+        })
     }
 }
 

@@ -309,7 +309,7 @@ section! {
         mode: String = flag(
             "--mode",
             "MODE",
-            "Recall estimator: full (simulate every row) or tail (a sample of rows per trial, importance-sampled toward high scores; docs/PERFORMANCE.md)"
+            "Recall estimator: full (simulate every row) or tail (a sample of rows per trial, importance-sampled toward high scores; docs/MODEL.md, Tail sampling)"
         ),
         /// Rows drawn per trial in tail mode (default 4096).
         tail_rows: u64 = flag("--tail-rows", "M", "Rows drawn per trial in --mode tail (default 4096)"),

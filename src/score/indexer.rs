@@ -185,7 +185,7 @@ impl IndexerQuery {
         // inner loop loads each (chunk | chunk) with a plain 512-bit load: a
         // broadcast load costs an extra µop in the FP pipes, which on Zen 4
         // competes with the adds (the loop alone: 40 G products/s with
-        // broadcast loads, 45–50 G with plain ones; docs/PERFORMANCE.md).
+        // broadcast loads, 45–50 G with plain ones; docs/performance-history.md, stop 12).
         let mut doubled = vec![CacheLines([0f32; 16]); 4 * chunks];
         let doubled_ptr = doubled.as_mut_ptr().cast::<f32>();
         // Pointer reads below stay in bounds: key rows < blocks · 16 ≤ out.len()

@@ -751,3 +751,25 @@ fn unusable_output_paths_are_usage_errors() {
         assert!(!stderr(&o).contains("Os {"), "{}", stderr(&o));
     }
 }
+
+#[test]
+fn recall_tables_show_every_needle_offset() {
+    // Issue 17, bug 3: with --needle-offsets all the tables showed offset 0 only.
+    let dir = TempDir::new().unwrap();
+    let out = dir.path().join("offsets");
+    let o = sweep(&out, &["--needle-offsets", "all"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = String::from_utf8_lossy(&o.stdout).to_string();
+    let html = std::fs::read_to_string(out.join("report.html")).unwrap();
+    let first_depth = text.split("needle recall at depth 50").next().unwrap();
+    let cells = results(&out);
+    assert_eq!(cells.len(), TINY_CELLS * 4);
+    for c in cells.iter().filter(|c| c["depth_percent"].as_f64() == Some(0.0)) {
+        let label = format!("{} @{}", if c["context_tokens"] == 1024 { "1K" } else { "4K" }, c["needle_offset"]);
+        let value =
+            format!("{:.3} [{:.3}, {:.3}]", c["recall"].as_f64().unwrap(), c["ci_low"].as_f64().unwrap(), c["ci_high"].as_f64().unwrap());
+        let row = first_depth.lines().find(|l| l.trim_start().starts_with(&label)).unwrap_or_else(|| panic!("no row {label}: {text}"));
+        assert!(row.contains(&value), "{label}: {row} lacks {value}");
+        assert!(html.contains(&format!("<tr><td>{label}</td>")), "{label} not in report.html");
+    }
+}

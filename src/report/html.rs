@@ -6,7 +6,7 @@
 use crate::error::Error;
 use crate::report::{Grid, ReportMeta};
 use crate::run::cell::CellResult;
-use crate::run::output::tokens_label;
+use crate::run::output::{row_label, tokens_label};
 use std::fmt::Write as _;
 use std::path::Path;
 
@@ -161,7 +161,8 @@ pub fn report_html(dir: &Path, meta: &ReportMeta, cells: &[CellResult], chart_fi
     // recall tables
     let _ = writeln!(h, "<h2>Needle recall per cell</h2><p>Recall with its Wilson 95 % interval.</p>");
     for &depth in &g.depths {
-        let _ = writeln!(h, "<h3>depth {depth} %</h3><div class=\"scroll\"><table><tr><th>context</th>");
+        let rows = if g.offsets.len() > 1 { "context @ needle offset" } else { "context" };
+        let _ = writeln!(h, "<h3>depth {depth} %</h3><div class=\"scroll\"><table><tr><th>{rows}</th>");
         for &k in &g.topks {
             for p in &g.precisions {
                 let _ = write!(h, "<th>k={k} {}</th>", escape(p));
@@ -169,18 +170,26 @@ pub fn report_html(dir: &Path, meta: &ReportMeta, cells: &[CellResult], chart_fi
         }
         h.push_str("</tr>\n");
         for &c in &g.contexts {
-            let _ = write!(h, "<tr><td>{}</td>", tokens_label(c));
-            for &k in &g.topks {
-                for p in &g.precisions {
-                    let cell = cells.iter().find(|x| x.depth_percent == depth && x.context_tokens == c && x.topk == k && x.precision == *p);
-                    let text = cell.map_or("–".to_string(), |x| {
-                        let class = if x.recall >= meta.threshold { "kept" } else { "lost" };
-                        format!("<span class=\"{class}\">{:.3}</span> [{:.3}, {:.3}]", x.recall, x.ci_low, x.ci_high)
-                    });
-                    let _ = write!(h, "<td>{text}</td>");
+            for &offset in &g.offsets {
+                let _ = write!(h, "<tr><td>{}</td>", row_label(c, offset, g.offsets.len()));
+                for &k in &g.topks {
+                    for p in &g.precisions {
+                        let cell = cells.iter().find(|x| {
+                            x.depth_percent == depth
+                                && x.context_tokens == c
+                                && x.needle_offset == offset
+                                && x.topk == k
+                                && x.precision == *p
+                        });
+                        let text = cell.map_or("–".to_string(), |x| {
+                            let class = if x.recall >= meta.threshold { "kept" } else { "lost" };
+                            format!("<span class=\"{class}\">{:.3}</span> [{:.3}, {:.3}]", x.recall, x.ci_low, x.ci_high)
+                        });
+                        let _ = write!(h, "<td>{text}</td>");
+                    }
                 }
+                h.push_str("</tr>\n");
             }
-            h.push_str("</tr>\n");
         }
         h.push_str("</table></div>\n");
     }
@@ -208,7 +217,7 @@ pub fn report_html(dir: &Path, meta: &ReportMeta, cells: &[CellResult], chart_fi
                 h,
                 "<tr{}><td>{}</td><td>{} %</td><td>{}</td><td class=\"l\">{}</td><td>{:.3}</td><td>{:.3}</td><td>{:+.3}</td><td>{}</td><td>{}</td></tr>",
                 if c.mcnemar_p.is_some_and(|p| p < SIGNIFICANCE) { " class=\"sig\"" } else { "" },
-                tokens_label(c.context_tokens),
+                row_label(c.context_tokens, c.needle_offset, g.offsets.len()),
                 c.depth_percent,
                 c.topk,
                 escape(&c.precision),

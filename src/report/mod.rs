@@ -131,13 +131,15 @@ impl ReportMeta {
 pub struct Grid {
     pub depths: Vec<f64>,
     pub contexts: Vec<u64>,
+    /// Needle offsets, ascending (`[None]` without that axis).
+    pub offsets: Vec<Option<u64>>,
     pub topks: Vec<u64>,
     pub precisions: Vec<String>,
 }
 
 impl Grid {
     pub fn of(cells: &[CellResult]) -> Self {
-        let mut g = Grid { depths: vec![], contexts: vec![], topks: vec![], precisions: vec![] };
+        let mut g = Grid { depths: vec![], contexts: vec![], offsets: needle_offsets(cells), topks: vec![], precisions: vec![] };
         for c in cells {
             if !g.depths.contains(&c.depth_percent) {
                 g.depths.push(c.depth_percent);

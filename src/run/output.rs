@@ -149,6 +149,15 @@ pub fn tokens_label(n: u64) -> String {
     }
 }
 
+/// A recall table's row label: the context, and the needle offset when the
+/// sweep has several (`4K @1`).
+pub fn row_label(context: u64, offset: Option<u64>, offsets: usize) -> String {
+    match offset {
+        Some(o) if offsets > 1 => format!("{} @{o}", tokens_label(context)),
+        _ => tokens_label(context),
+    }
+}
+
 /// The table printed on stdout after a sweep.
 pub fn format_table(s: &Scenario, outcome: &SweepOutcome) -> String {
     let mut out = String::new();
@@ -159,23 +168,29 @@ pub fn format_table(s: &Scenario, outcome: &SweepOutcome) -> String {
     );
     let series: Vec<(u64, &str)> = s.topks.iter().flat_map(|&k| s.precisions.iter().map(move |p| (k, p.name.as_str()))).collect();
     for &depth in &s.depths {
-        let _ = writeln!(out, "\nneedle recall at depth {depth} % (95 % Wilson interval)");
+        let by_offset = if s.needle_offsets.len() > 1 { "; rows: context @ needle offset" } else { "" };
+        let _ = writeln!(out, "\nneedle recall at depth {depth} % (95 % Wilson interval{by_offset})");
         let _ = write!(out, "{:>8}", "context");
         for (k, p) in &series {
             let _ = write!(out, "  {:>22}", format!("k={k} {p}"));
         }
         out.push('\n');
         for &context in &s.contexts {
-            let _ = write!(out, "{:>8}", tokens_label(context));
-            for (k, p) in &series {
-                let cell = outcome
-                    .cells
-                    .iter()
-                    .find(|c| c.depth_percent == depth && c.context_tokens == context && c.topk == *k && c.precision == *p);
-                let text = cell.map_or_else(String::new, |c| format!("{:.3} [{:.3}, {:.3}]", c.recall, c.ci_low, c.ci_high));
-                let _ = write!(out, "  {text:>22}");
+            for &offset in &s.needle_offsets {
+                let _ = write!(out, "{:>8}", row_label(context, offset, s.needle_offsets.len()));
+                for (k, p) in &series {
+                    let cell = outcome.cells.iter().find(|c| {
+                        c.depth_percent == depth
+                            && c.context_tokens == context
+                            && c.needle_offset == offset
+                            && c.topk == *k
+                            && c.precision == *p
+                    });
+                    let text = cell.map_or_else(String::new, |c| format!("{:.3} [{:.3}, {:.3}]", c.recall, c.ci_low, c.ci_high));
+                    let _ = write!(out, "  {text:>22}");
+                }
+                out.push('\n');
             }
-            out.push('\n');
         }
     }
     if s.precisions.len() > 1 {
@@ -193,7 +208,7 @@ pub fn format_table(s: &Scenario, outcome: &SweepOutcome) -> String {
             let _ = writeln!(
                 out,
                 "{:>8}  {:>7}  {:>6}  {:<14}  {:>+8.3}  {:>11}  {:>9}",
-                tokens_label(c.context_tokens),
+                row_label(c.context_tokens, c.needle_offset, s.needle_offsets.len()),
                 format!("{} %", c.depth_percent),
                 c.topk,
                 c.precision,

@@ -3,7 +3,8 @@
 //! `dsa_recall::config::check`.
 
 use clap::{ArgMatches, Args, FromArgMatches, Parser, Subcommand};
-use dsa_recall::config::flags::{self, Scope};
+use dsa_recall::config::flags::Scope;
+use dsa_recall::config::params;
 use dsa_recall::config::{self, ListSpec, Overlay, ScenarioParams};
 use dsa_recall::ConfigError;
 use std::path::PathBuf;
@@ -235,7 +236,7 @@ impl<const SWEEP: bool> FromArgMatches for KnobFlags<SWEEP> {
 
 impl<const SWEEP: bool> Args for KnobFlags<SWEEP> {
     fn augment_args(cmd: clap::Command) -> clap::Command {
-        cmd.args(flags::args(Self::SCOPE))
+        cmd.args(params::args(Self::SCOPE))
     }
 
     fn augment_args_for_update(cmd: clap::Command) -> clap::Command {

@@ -8,7 +8,7 @@ pub mod params;
 pub mod precision;
 pub mod preset;
 
-pub use flags::field_name;
+pub use params::field_name;
 pub use params::{ListSpec, Overlay, ScenarioParams};
 pub use preset::{preset_names, preset_params, preset_text, DEFAULT_PRESET, PRESETS};
 

@@ -27,8 +27,9 @@
 //! docs/MODEL.md table, and a value in the presets if the check has no
 //! default for it.
 
-use super::flags::{self, Flag, FlagValue, Scope};
+use super::flags::{self, text_arg, Flag, FlagValue, Scope};
 use crate::error::ConfigError;
+use clap::Arg;
 use clap::ArgMatches;
 use serde::{Deserialize, Serialize};
 
@@ -91,7 +92,7 @@ macro_rules! section {
     (@configure $ty:ty) => { <$ty as FlagValue>::configure };
     (@configure $ty:ty, $parse:path) => { flags::text_arg };
     (@read $m:ident, $path:expr, $ty:ty) => { Ok::<_, ConfigError>(<$ty as FlagValue>::read($m, $path)) };
-    (@read $m:ident, $path:expr, $ty:ty, $parse:path) => { flags::read_parsed($m, $path, $parse) };
+    (@read $m:ident, $path:expr, $ty:ty, $parse:path) => { read_parsed($m, $path, $parse) };
 
     ($(#[$meta:meta])* $name:ident { $($(#[$fmeta:meta])* $field:ident : $ty:ty),* $(,)? }) => {
         $(#[$meta])*
@@ -422,6 +423,42 @@ pub fn parse_scenario_toml(text: &str) -> Result<ScenarioParams, String> {
     })
 }
 
+impl FlagValue for ListSpec {
+    fn configure(arg: Arg) -> Arg {
+        text_arg(arg)
+    }
+    fn read(m: &ArgMatches, id: &str) -> Option<Self> {
+        String::read(m, id).map(ListSpec::Text)
+    }
+}
+
+/// A text flag turned into its field by `parse`, whose error is what is
+/// allowed: `invalid FIELD (--flag) = "TEXT": ALLOWED`.
+pub fn read_parsed<T>(m: &ArgMatches, id: &str, parse: fn(&str) -> Result<T, &'static str>) -> Result<Option<T>, ConfigError> {
+    match m.get_one::<String>(id) {
+        None => Ok(None),
+        Some(text) => parse(text).map(Some).map_err(|allowed| ConfigError::new(field_name(id), format!("{text:?}"), allowed)),
+    }
+}
+
+/// The clap arguments of the knobs in `scope`, in table order.
+pub fn args(scope: Scope) -> impl Iterator<Item = Arg> {
+    ScenarioParams::flags().filter(move |f| f.scope == scope).map(Flag::arg)
+}
+
+/// The flag that sets a scenario field (`sweep.topk` → `--topk`).
+pub fn flag(path: &str) -> Option<&'static str> {
+    ScenarioParams::flags().find(|f| f.path == path).map(|f| f.long)
+}
+
+/// "sweep.topk (--topk)": the name errors use for a field.
+pub fn field_name(path: &str) -> String {
+    match flag(path) {
+        Some(f) => format!("{path} ({f})"),
+        None => path.to_string(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -449,5 +486,52 @@ mod tests {
         let p = parse_scenario_toml("[sweep]\ncontexts = [1024, \"4K\"]\ndepths = \"0..100:50\"\n").unwrap();
         assert_eq!(p.sweep.contexts.unwrap().to_text(), "1024,4K");
         assert_eq!(p.sweep.depths.unwrap().to_text(), "0..100:50");
+    }
+
+    #[test]
+    fn every_flag_is_unique_and_named_after_its_field() {
+        let flags: Vec<&Flag> = ScenarioParams::flags().collect();
+        for (i, f) in flags.iter().enumerate() {
+            assert!(f.long.starts_with("--") && !f.help.ends_with('.'), "{f:?}");
+            assert!(flags[..i].iter().all(|g| g.long != f.long && g.path != f.path), "{} twice", f.long);
+        }
+        assert_eq!(field_name("physics.gate_noise_std"), "physics.gate_noise_std (--gate-noise-std)");
+        assert_eq!(field_name("indexer.heads"), "indexer.heads");
+    }
+
+    #[test]
+    fn flags_read_back_into_their_fields() {
+        let cmd = || clap::Command::new("t").no_binary_name(true).args(args(Scope::Scenario)).args(args(Scope::Sweep));
+        let m = cmd()
+            .try_get_matches_from([
+                "--gate-noise-std",
+                "0.5",
+                "--trials",
+                "7",
+                "--predict",
+                "on",
+                "--needle-strength",
+                " 2.5",
+                "--depths=-5",
+                "--tie-rule",
+                "random",
+            ])
+            .unwrap();
+        let p = ScenarioParams::from_flags(&m, Scope::Scenario).unwrap();
+        assert_eq!(p.physics.gate_noise_std, Some(0.5));
+        assert_eq!(p.sweep.trials, Some(7));
+        assert_eq!(p.estimator.predict, Some(true));
+        assert_eq!(p.needle.strength, Some(2.5));
+        assert_eq!(p.selection.tie_rule.as_deref(), Some("random"));
+        assert_eq!(p.sweep.depths, None, "a sweep-only flag is not read in the scenario scope");
+        let grid = ScenarioParams::from_flags(&m, Scope::Sweep).unwrap();
+        assert_eq!(grid.sweep.depths, Some(ListSpec::Text("-5".into())));
+        assert_eq!(grid.sweep.trials, None);
+
+        let m = cmd().try_get_matches_from(["--needle-strength", "abc"]).unwrap();
+        let err = ScenarioParams::from_flags(&m, Scope::Scenario).unwrap_err().to_string();
+        assert_eq!(err, "invalid needle.strength (--needle-strength) = \"abc\": a finite number ≥ 0");
+        let err = cmd().try_get_matches_from(["--trials", "-1"]).unwrap_err().to_string();
+        assert!(err.starts_with("error: invalid value '-1' for '--trials <TRIALS>'"), "{err}");
     }
 }

@@ -773,3 +773,17 @@ fn recall_tables_show_every_needle_offset() {
         assert!(html.contains(&format!("<tr><td>{label}</td>")), "{label} not in report.html");
     }
 }
+
+#[test]
+fn a_default_k_too_large_for_the_contexts_blames_the_contexts() {
+    // Issue 17, bug 2: `--contexts 1K` alone failed on `sweep.topk (--topk)`,
+    // a flag never typed. It now names the contexts and the k that fits.
+    let dir = TempDir::new().unwrap();
+    let out = dir.path().join("o");
+    let o = bin().args(["sweep", "--contexts", "1K", "--out"]).arg(&out).output().unwrap();
+    assert_one_line_error(&o, &["sweep.contexts (--contexts) = \"1K\"", "512, 1024", "--topk) at most 256"]);
+    assert!(!stderr(&o).contains("sweep.topk (--topk) = "), "{}", stderr(&o));
+    let o = bin().args(["sweep", "--contexts", "1K", "--topk", "512", "--out"]).arg(&out).output().unwrap();
+    assert_one_line_error(&o, &["sweep.topk (--topk) = 512", "at most 256"]);
+    assert!(!out.exists());
+}

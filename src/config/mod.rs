@@ -313,14 +313,26 @@ fn check_grid(p: &params::SweepParams, geometry: &CompressionGeometry, index_top
     topks.dedup();
     let most_rows = contexts.iter().map(|&c| geometry.candidate_rows(c)).max().unwrap_or(0);
     if let Some(&k) = topks.iter().find(|&&k| k > most_rows) {
-        return Err(ConfigError::new(
-            field_name("sweep.topk"),
-            k,
-            format!(
-                "at most {most_rows}, the candidate rows of the longest context ({} tokens): a larger k selects every row at every context",
-                contexts.last().copied().unwrap_or(0)
+        let longest = contexts.last().copied().unwrap_or(0);
+        // Blame what was written: k when it was given, else the contexts
+        // that leave the default k (index_topk and twice it) too few rows.
+        return Err(match &p.topk {
+            Some(_) => ConfigError::new(
+                field_name("sweep.topk"),
+                k,
+                format!("at most {most_rows}, the candidate rows of the longest context ({longest} tokens): a larger k selects every row at every context"),
             ),
-        ));
+            None => ConfigError::new(
+                field_name("sweep.contexts"),
+                format!("{:?}", contexts_spec.to_text()),
+                format!(
+                    "a longest context with at least {} candidate rows for the default k (index_topk and twice it: {}), \
+                     or sweep.topk (--topk) at most {most_rows}, the candidate rows of {longest} tokens",
+                    topks.last().copied().unwrap_or(k),
+                    topks.iter().map(u64::to_string).collect::<Vec<_>>().join(", ")
+                ),
+            ),
+        });
     }
     Ok(Grid { contexts, depths, needle_offsets, topks })
 }

@@ -16,7 +16,7 @@ use crate::error::{ConfigError, Error};
 use crate::estimate::refusal;
 use crate::estimate::settings::{EstimatorMode, EstimatorSettings};
 use crate::model::geometry::CompressionGeometry;
-use crate::model::haystack::{GenerativeModel, IndexerShape};
+use crate::model::haystack::{GenerativeModel, HaystackStructure, IndexerShape, NeedleGeometry};
 use crate::model::physics::{Physics, Pooling, RopeChoice};
 use crate::score::selection::TieRule;
 use crate::score::variant::PrecisionVariant;
@@ -96,14 +96,16 @@ pub fn check(p: ScenarioParams) -> Result<Scenario, ConfigError> {
     let head_dim = indexer.shape.head_dim;
     let (ratio, overlap, window) = check_geometry(&p.geometry)?;
     let keys = check_keys(&p.keys, head_dim)?;
+    let structure = check_haystack(&p.haystack, head_dim)?;
     let needle = check_needle(&p.needle, indexer.shape)?;
     let (tie_rule, window_rows_compete) = check_selection(&p.selection)?;
     let geometry = CompressionGeometry { ratio, overlap, window, window_rows_compete };
     let physics = check_physics(&p.physics, head_dim)?;
     let grid = check_grid(&p.sweep, &geometry, indexer.index_topk, needle.tokens)?;
+    let needle_geometry = needle_geometry(&needle, &physics, indexer.shape)?;
     let precisions = check_precisions(&p.precision, p.sweep.precisions.as_ref(), head_dim, physics.rope)?;
     let (trials, seed, threshold) = check_monte_carlo(&p.sweep)?;
-    let estimator = check_estimator(&p.estimator, &physics, ratio, &precisions)?;
+    let estimator = check_estimator(&p.estimator, &physics, &structure, ratio, &precisions)?;
 
     Ok(Scenario {
         preset: p.preset.unwrap_or_else(|| "custom".into()),
@@ -117,6 +119,9 @@ pub fn check(p: ScenarioParams) -> Result<Scenario, ConfigError> {
             weight_std: indexer.weight_std,
             needle_strength: needle.strength,
             needle_heads: needle.heads,
+            needle_geometry,
+            head_coherence: needle.head_coherence,
+            structure,
         },
         geometry,
         index_topk: indexer.index_topk,
@@ -187,23 +192,114 @@ struct Needle {
     strength: f64,
     tokens: u64,
     heads: usize,
+    geometry: String,
+    rope_share: f64,
+    rope_min_wavelength: u64,
+    head_coherence: f64,
 }
 
 fn check_needle(p: &params::NeedleParams, shape: IndexerShape) -> Result<Needle, ConfigError> {
     let strength = finite_at_least(require(p.strength, "needle.strength")?, 0.0, "needle.strength")?;
     let tokens = int_in(require(p.tokens, "needle.tokens")?, 1, 1 << 20, "needle.tokens")?;
     let heads = int_in(require(p.heads, "needle.heads")? as u64, 0, shape.heads as u64, "needle.heads")? as usize;
-    if strength > 0.0 && heads > 0 && shape.heads > shape.head_dim {
+    let geometry = require(p.geometry.clone(), "needle.geometry")?;
+    if !matches!(geometry.as_str(), "content" | "isotropic") {
+        return Err(ConfigError::new(field_name("needle.geometry"), format!("{geometry:?}"), "one of content, isotropic"));
+    }
+    if geometry == "isotropic" && strength > 0.0 && heads > 0 && shape.heads > shape.head_dim {
         return Err(ConfigError::new(
             field_name("indexer.heads"),
             shape.heads,
             format!(
-                "at most indexer.head_dim = {} heads when the needle has a strength (the needle offset solves one equation per head)",
+                "at most indexer.head_dim = {} heads with the isotropic needle geometry (its offset solves one equation per head)",
                 shape.head_dim
             ),
         ));
     }
-    Ok(Needle { strength, tokens, heads })
+    let rope_share = unit_range(require(p.rope_share, "needle.rope_share")?, 1.0, "needle.rope_share")?;
+    let rope_min_wavelength =
+        int_in(require(p.rope_min_wavelength, "needle.rope_min_wavelength")?, 1, 1 << 48, "needle.rope_min_wavelength")?;
+    let head_coherence = unit_range(require(p.head_coherence, "needle.head_coherence")?, 0.95, "needle.head_coherence")?;
+    Ok(Needle { strength, tokens, heads, geometry, rope_share, rope_min_wavelength, head_coherence })
+}
+
+/// Validates `[haystack]`; fields left out are off.
+fn check_haystack(p: &params::HaystackParams, head_dim: usize) -> Result<HaystackStructure, ConfigError> {
+    let content_rank = int_in(p.content_rank.unwrap_or(0) as u64, 0, head_dim as u64, "haystack.content_rank")? as usize;
+    let share = |v: Option<f64>, path| unit_range(v.unwrap_or(0.0), 0.95, path);
+    let at_least_0 = |v: Option<f64>, path| finite_at_least(v.unwrap_or(0.0), 0.0, path);
+    let s = HaystackStructure {
+        content_rank,
+        key_content_share: share(p.key_content_share, "haystack.key_content_share")?,
+        query_content_share: share(p.query_content_share, "haystack.query_content_share")?,
+        relevance_scale: at_least_0(p.relevance_scale, "haystack.relevance_scale")?,
+        relevance_sigma: unit_range(p.relevance_sigma.unwrap_or(0.0), 4.0, "haystack.relevance_sigma")?,
+        block_rows: int_in(p.block_rows.unwrap_or(0), 0, MAX_CONTEXT, "haystack.block_rows")?,
+        block_sigma: unit_range(p.block_sigma.unwrap_or(0.0), 4.0, "haystack.block_sigma")?,
+        sink_rows: int_in(p.sink_rows.unwrap_or(0), 0, MAX_CONTEXT, "haystack.sink_rows")?,
+        sink_relevance: at_least_0(p.sink_relevance, "haystack.sink_relevance")?,
+    };
+    if content_rank == 0 && (s.key_content_share > 0.0 || s.query_content_share > 0.0) {
+        return Err(ConfigError::new(field_name("haystack.content_rank"), 0, "at least 1 when a content share is set"));
+    }
+    Ok(s)
+}
+
+/// A number from 0 to `max`.
+fn unit_range(value: f64, max: f64, path: &str) -> Result<f64, ConfigError> {
+    if (0.0..=max).contains(&value) {
+        Ok(value)
+    } else {
+        Err(ConfigError::new(field_name(path), value, format!("a number from 0 to {max}")))
+    }
+}
+
+/// The needle geometry of a checked `[needle]` under the checked physics:
+/// which dims are rope-free and which rotary pairs turn slowly enough.
+fn needle_geometry(needle: &Needle, physics: &Physics, shape: IndexerShape) -> Result<NeedleGeometry, ConfigError> {
+    if needle.geometry == "isotropic" {
+        return Ok(NeedleGeometry::Isotropic);
+    }
+    let d = shape.head_dim;
+    let (free_dims, band_dims) = match physics.rope.config() {
+        None => ((0..d).collect::<Vec<_>>(), Vec::new()),
+        Some(rope) => {
+            let span = rope.dims();
+            let free = (0..d).filter(|j| !(span.offset..span.offset + span.len).contains(j)).collect();
+            let mut band = Vec::new();
+            for (m, &f) in rope.frequencies().iter().enumerate() {
+                if std::f64::consts::TAU / f64::from(f) >= needle.rope_min_wavelength as f64 {
+                    let (a, b) = rope.pair_dims(m);
+                    band.extend([a, b]);
+                }
+            }
+            band.sort_unstable();
+            (free, band)
+        }
+    };
+    let looking = needle.heads;
+    if needle.strength > 0.0 && looking > 0 {
+        if needle.rope_share < 1.0 && free_dims.len() < looking {
+            return Err(ConfigError::new(
+                field_name("needle.heads"),
+                looking,
+                format!("at most {} looking heads: the rope-free dims (one equation per looking head)", free_dims.len()),
+            ));
+        }
+        if needle.rope_share > 0.0 && band_dims.len() < looking {
+            return Err(ConfigError::new(
+                field_name("needle.rope_share"),
+                needle.rope_share,
+                format!(
+                    "0, or lower needle.rope_min_wavelength (--needle-rope-min-wavelength) = {}: its band has {} rotary dims under --rope {}, fewer than needle.heads = {looking}",
+                    needle.rope_min_wavelength,
+                    band_dims.len(),
+                    physics.rope.name()
+                ),
+            ));
+        }
+    }
+    Ok(NeedleGeometry::Content { free_dims, band_dims, rope_share: needle.rope_share })
 }
 
 /// `[selection]`: (tie rule, whether window rows compete).
@@ -395,6 +491,7 @@ fn check_monte_carlo(p: &params::SweepParams) -> Result<(u64, u64, f64), ConfigE
 fn check_estimator(
     p: &params::EstimatorParams,
     physics: &Physics,
+    structure: &HaystackStructure,
     ratio: u64,
     precisions: &[PrecisionVariant],
 ) -> Result<EstimatorSettings, ConfigError> {
@@ -411,7 +508,7 @@ fn check_estimator(
         estimator.predict = predict;
     }
     // Each estimator says which scenarios it serves (src/estimate/).
-    if let Some(r) = refusal(&estimator, physics, ratio, precisions) {
+    if let Some(r) = refusal(&estimator, physics, structure, ratio, precisions) {
         return Err(ConfigError::new(field_name(r.field), r.value, r.allowed));
     }
     Ok(estimator)

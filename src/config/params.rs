@@ -148,6 +148,11 @@ fn needle_strength(text: &str) -> Result<f64, &'static str> {
     text.trim().parse().map_err(|_| "a finite number ≥ 0")
 }
 
+/// A size in tokens: 4096, 4K or 4M.
+fn size(text: &str) -> Result<u64, &'static str> {
+    crate::base::units::parse_size(text).ok_or("a whole number of tokens, e.g. 65536, 64K or 4M")
+}
+
 // The knob table (see the module documentation). Sections are checked by
 // `check_SECTION` in config/mod.rs; `[[precision]]` by config/precision.rs.
 
@@ -182,6 +187,22 @@ section! {
 }
 
 section! {
+    /// `[haystack]`: structure beyond exchangeable Gaussian rows (docs/MODEL.md,
+    /// "Structured haystack"); fields left out are off.
+    HaystackParams = "haystack" {
+        content_rank: usize = flag("--content-rank", "R", "Dimension of the content subspace keys and queries share (0 = none)"),
+        key_content_share: f64 = flag("--key-content-share", "F", "Share of a key's random variance in the content subspace (0 … 0.95)"),
+        query_content_share: f64 = flag("--query-content-share", "F", "Share of a query's variance in the content subspace (0 … 0.95)"),
+        relevance_scale: f64 = flag("--relevance-scale", "X", "Median per-row relevance along the score's gradient, in units of the key noise norm"),
+        relevance_sigma: f64 = flag("--relevance-sigma", "S", "Log-normal spread of per-row relevance"),
+        block_rows: u64,
+        block_sigma: f64,
+        sink_rows: u64,
+        sink_relevance: f64,
+    }
+}
+
+section! {
     /// `[needle]`
     NeedleParams = "needle" {
         strength: f64 = flag(
@@ -192,6 +213,31 @@ section! {
         ),
         tokens: u64 = flag("--needle-tokens", "N", "Needle length in tokens"),
         heads: usize = flag("--needle-heads", "N", "Indexer heads that look for the needle"),
+        /// content | isotropic (docs/MODEL.md, "Needle geometry").
+        geometry: String = flag(
+            "--needle-geometry",
+            "G",
+            "Where the needle's match lives: content (rope-free dims and slow rotary pairs) or isotropic (all dims, the pessimistic bound)"
+        ),
+        /// Share of the match in the slow rotary pairs (content geometry).
+        rope_share: f64 = flag(
+            "--needle-rope-share",
+            "S",
+            "Share of the needle's match in rotary pairs whose wavelength reaches --needle-rope-min-wavelength (0 … 1)"
+        ),
+        /// Shortest wavelength, in tokens, of a rotary pair that may carry the match.
+        rope_min_wavelength: u64 = flag(
+            "--needle-rope-min-wavelength",
+            "TOKENS",
+            "Shortest wavelength of a rotary pair that carries the needle's match (e.g. 4M)",
+            parse = size
+        ),
+        /// Share of each looking head's query variance in a direction they share.
+        head_coherence: f64 = flag(
+            "--head-coherence",
+            "C",
+            "Share of each looking head's query variance in a retrieval direction the looking heads share (0 … 0.95)"
+        ),
     }
 }
 
@@ -339,6 +385,8 @@ pub struct ScenarioParams {
     #[serde(default)]
     pub keys: KeyParams,
     #[serde(default)]
+    pub haystack: HaystackParams,
+    #[serde(default)]
     pub needle: NeedleParams,
     #[serde(default)]
     pub selection: SelectionParams,
@@ -364,6 +412,7 @@ impl Overlay for ScenarioParams {
         self.indexer.overlay(top.indexer);
         self.geometry.overlay(top.geometry);
         self.keys.overlay(top.keys);
+        self.haystack.overlay(top.haystack);
         self.needle.overlay(top.needle);
         self.selection.overlay(top.selection);
         self.physics.overlay(top.physics);
@@ -381,6 +430,7 @@ impl ScenarioParams {
             IndexerParams::FLAGS,
             GeometryParams::FLAGS,
             KeyParams::FLAGS,
+            HaystackParams::FLAGS,
             NeedleParams::FLAGS,
             SelectionParams::FLAGS,
             PhysicsParams::FLAGS,
@@ -397,6 +447,7 @@ impl ScenarioParams {
             indexer: IndexerParams::from_flags(m, scope)?,
             geometry: GeometryParams::from_flags(m, scope)?,
             keys: KeyParams::from_flags(m, scope)?,
+            haystack: HaystackParams::from_flags(m, scope)?,
             needle: NeedleParams::from_flags(m, scope)?,
             selection: SelectionParams::from_flags(m, scope)?,
             physics: PhysicsParams::from_flags(m, scope)?,

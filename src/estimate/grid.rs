@@ -85,6 +85,9 @@ mod tests {
             weight_std: 1.0,
             needle_strength: 1.0,
             needle_heads: 2,
+            needle_geometry: crate::model::haystack::NeedleGeometry::Isotropic,
+            head_coherence: 0.0,
+            structure: Default::default(),
         };
         let variants = ["fp32", "bf16", "fp8"].map(|n| PrecisionVariant::builtin(n).unwrap());
         let offsets = [Some(0), Some(3)];

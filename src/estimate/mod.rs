@@ -22,6 +22,7 @@ pub mod survival;
 pub mod tail;
 
 use crate::error::SimError;
+use crate::model::haystack::HaystackStructure;
 use crate::model::physics::Physics;
 use crate::score::trial::TrialSpec;
 use crate::score::variant::PrecisionVariant;
@@ -123,14 +124,24 @@ pub struct Refusal {
 
 /// Asks each estimator the settings switch on whether it serves this
 /// physics (at row stride `ratio`) and these variants.
-pub fn refusal(settings: &EstimatorSettings, physics: &Physics, ratio: u64, variants: &[PrecisionVariant]) -> Option<Refusal> {
+pub fn refusal(
+    settings: &EstimatorSettings,
+    physics: &Physics,
+    structure: &HaystackStructure,
+    ratio: u64,
+    variants: &[PrecisionVariant],
+) -> Option<Refusal> {
     let mode = match settings.mode {
         EstimatorMode::Full => None,
-        EstimatorMode::Tail => tail::refuses(physics, ratio, variants),
+        EstimatorMode::Tail => tail::refuses(physics, ratio, variants).or_else(|| sample::refuses(structure, "full", "tail sampling")),
     };
     if let Some(allowed) = mode {
         return Some(Refusal { field: "estimator.mode", value: settings.mode.toml_value(), allowed });
     }
-    let predict = if settings.predict { predict::refuses(physics, ratio) } else { None };
+    let predict = if settings.predict {
+        predict::refuses(physics, ratio).or_else(|| sample::refuses(structure, "false", "the prediction"))
+    } else {
+        None
+    };
     predict.map(|allowed| Refusal { field: "estimator.predict", value: "true", allowed })
 }

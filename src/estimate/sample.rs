@@ -10,6 +10,7 @@
 //! uniform positions, and still unbiased).
 
 use crate::error::SimError;
+use crate::model::haystack::HaystackStructure;
 use crate::numerics::pipeline::{LogitFormat, QuantizedRows};
 use crate::score::indexer::IndexerQuery;
 use crate::score::variant::PrecisionVariant;
@@ -21,6 +22,18 @@ const CHUNK_ROWS: usize = 256;
 
 /// What the sampling estimators (tail sampling, the prediction) need of the
 /// physics, as the alternative named in the error when it is missing.
+/// Why a sampling estimator (`who`) cannot serve this haystack structure,
+/// with `instead` the setting to name first: rows whose distribution depends
+/// on their index (sinks, related blocks) are not the exchangeable draws it
+/// samples.
+pub fn refuses(structure: &HaystackStructure, instead: &str, who: &str) -> Option<String> {
+    structure.depends_on_row_index().then(|| {
+        format!(
+            "{instead}, or haystack.sink_rows and haystack.block_rows 0: {who} draws rows as exchangeable, and sinks and related blocks depend on where a row sits"
+        )
+    })
+}
+
 pub const NEEDS_INDEPENDENT_ROWS: &str =
     "[physics] with independent rows: correlation_length = 0, distractors = 0, and pooling \"on\" without gate noise (or off)";
 

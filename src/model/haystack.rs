@@ -43,6 +43,102 @@ pub struct GenerativeModel {
     pub needle_strength: f64,
     /// Heads that look for the needle (the first `needle_heads` heads).
     pub needle_heads: usize,
+    /// Where the needle's match lives (docs/MODEL.md, "Needle geometry").
+    pub needle_geometry: NeedleGeometry,
+    /// Share of each looking head's query variance in a retrieval direction
+    /// the looking heads share (0: independent heads).
+    pub head_coherence: f64,
+    /// How rows differ beyond exchangeable Gaussian draws.
+    pub structure: HaystackStructure,
+}
+
+/// The haystack's structure (docs/MODEL.md, "Structured haystack"): a
+/// content subspace that keys and queries share, and a per-row relevance
+/// along the direction that raises the query's score. All zero: the
+/// exchangeable Gaussian rows of the null model, bit for bit.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct HaystackStructure {
+    /// Dimension r of the content subspace (0: none).
+    pub content_rank: usize,
+    /// Share of a key's random variance that lies in the content subspace.
+    pub key_content_share: f64,
+    /// Share of each query's variance that lies in the content subspace.
+    pub query_content_share: f64,
+    /// Median relevance, in units of ‖σ‖ (the random part's norm).
+    pub relevance_scale: f64,
+    /// Log-normal spread of relevance over rows.
+    pub relevance_sigma: f64,
+    /// Rows per related block (0: no blocks): rows of a block share a
+    /// log-normal relevance factor …
+    pub block_rows: u64,
+    /// … of this spread.
+    pub block_sigma: f64,
+    /// The first rows of the context (attention sinks) …
+    pub sink_rows: u64,
+    /// … add this relevance, in units of ‖σ‖.
+    pub sink_relevance: f64,
+}
+
+impl HaystackStructure {
+    /// Rows are the null model's exchangeable Gaussian draws.
+    pub fn is_null(&self) -> bool {
+        !self.has_content() && !self.has_relevance()
+    }
+
+    fn has_content(&self) -> bool {
+        self.content_rank > 0 && (self.key_content_share > 0.0 || self.query_content_share > 0.0)
+    }
+
+    fn has_relevance(&self) -> bool {
+        self.relevance_scale > 0.0 || (self.sink_rows > 0 && self.sink_relevance > 0.0)
+    }
+
+    /// Whether a row's distribution depends on its index (sinks, blocks):
+    /// then rows are not exchangeable, which the sampling estimators assume.
+    pub fn depends_on_row_index(&self) -> bool {
+        (self.sink_rows > 0 && self.sink_relevance > 0.0) || (self.relevance_scale > 0.0 && self.block_rows > 0 && self.block_sigma > 0.0)
+    }
+}
+
+/// One trial's draws of the structure: what [`TrialHaystack::add_structure`] adds.
+#[derive(Clone, Debug)]
+struct TrialStructure {
+    rank: usize,
+    /// Orthonormal basis of the content subspace, [r × d].
+    basis: Vec<f32>,
+    /// Standard deviation of a key's coordinate along each basis vector.
+    key_scale: f32,
+    /// Unit direction of relevance: the gradient of the linear score Σ_h w_h q_h.
+    relevance_dir: Vec<f32>,
+    /// `relevance_scale · ‖σ‖`, `sink_relevance · ‖σ‖`.
+    relevance_unit: f64,
+    sink_unit: f64,
+    spec: HaystackStructure,
+    row_seed: u64,
+    block_seed: u64,
+}
+
+/// Which dims of a key carry the needle's match with the looking heads
+/// (docs/MODEL.md, "Needle geometry").
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", tag = "kind")]
+pub enum NeedleGeometry {
+    /// The pessimistic setting: δ is the minimum-norm vector over all dims
+    /// that moves each looking head by `strength` SD and pins every other
+    /// head to exactly zero, solved against the unrotated queries, so about
+    /// half of the match sits in the rotary dims and turns away with distance.
+    Isotropic,
+    /// What a trained indexer can do: a share `1 − rope_share` of each looking
+    /// head's shift comes from the rope-free dims, `rope_share` from the
+    /// rotary pairs in `band_dims` (slowly turning ones); heads that do not
+    /// look are left free.
+    Content {
+        /// Dims RoPE never rotates (every dim when RoPE is off), ascending.
+        free_dims: Vec<usize>,
+        /// Both dims of each rotary pair in the band, ascending.
+        band_dims: Vec<usize>,
+        rope_share: f64,
+    },
 }
 
 /// One trial's draws: everything except the per-row noise, which is drawn on
@@ -61,6 +157,7 @@ pub struct TrialHaystack {
     /// `δ`, added to a needle row's key.
     needle_offset: Vec<f32>,
     row_seed: u64,
+    structure: Option<TrialStructure>,
 }
 
 impl TrialHaystack {
@@ -94,11 +191,177 @@ impl TrialHaystack {
         }
         let common: Vec<f32> = direction.iter().map(|&u| (model.key_common * random_norm * u) as f32).collect();
 
+        let mut queries = queries;
+        let mut basis = Vec::new();
+        let st = &model.structure;
+        if st.has_content() {
+            // Own streams, so that a null structure leaves every other draw as it was.
+            let mut srng = rng::stream(trial_seed, &[tag::STRUCTURE]);
+            basis = orthonormal_basis(&mut srng, st.content_rank, d);
+            if st.query_content_share > 0.0 {
+                // q_h ← √(1−f)·q_h + √f·√(d/r)·U·x_h: the same expected norm, a share f in the subspace.
+                let (a, b) = ((1.0 - st.query_content_share).sqrt(), (st.query_content_share * d as f64 / st.content_rank as f64).sqrt());
+                for q in queries.chunks_exact_mut(d) {
+                    let x: Vec<f64> = (0..st.content_rank).map(|_| srng.sample::<f64, _>(StandardNormal)).collect();
+                    for (j, v) in q.iter_mut().enumerate() {
+                        let content: f64 = x.iter().enumerate().map(|(m, &xm)| xm * f64::from(basis[m * d + j])).sum();
+                        *v = (a * f64::from(*v) + b * content) as f32;
+                    }
+                }
+            }
+        }
+        if model.head_coherence > 0.0 && model.needle_heads > 0 {
+            // Its own stream, so that coherence 0 leaves every other draw as it was.
+            let mut shared_rng = rng::stream(trial_seed, &[tag::RETRIEVAL]);
+            let shared: Vec<f64> = (0..d).map(|_| shared_rng.sample::<f64, _>(StandardNormal)).collect();
+            let (a, b) = (model.head_coherence.sqrt(), (1.0 - model.head_coherence).sqrt());
+            for q in queries.chunks_exact_mut(d).take(model.needle_heads) {
+                for (x, &r) in q.iter_mut().zip(&shared) {
+                    *x = (a * r + b * f64::from(*x)) as f32;
+                }
+            }
+        }
         let needle_offset = needle_offset(model, &queries, &channel_std)?;
         // Key of this trial's Philox row stream: row i's normals are Philox
         // blocks with counter (·, 0, i) under this key.
         let row_seed = rng::derive(trial_seed, &[tag::ROW]);
-        Ok(Self { shape: model.shape, queries, weights, common, channel_std, needle_offset, row_seed })
+        let structure = (!st.is_null()).then(|| {
+            let random_var: f64 = channel_std.iter().map(|&s| f64::from(s).powi(2)).sum();
+            let key_scale = if st.has_content() && st.key_content_share > 0.0 {
+                // r·s² / (r·s² + ‖σ‖²) = f
+                (st.key_content_share / (1.0 - st.key_content_share) * random_var / st.content_rank as f64).sqrt() as f32
+            } else {
+                0.0
+            };
+            let mut g = vec![0.0f64; d];
+            for (q, &w) in queries.chunks_exact(d).zip(&weights) {
+                for (gj, &qj) in g.iter_mut().zip(q) {
+                    *gj += f64::from(w) * f64::from(qj);
+                }
+            }
+            let norm = g.iter().map(|x| x * x).sum::<f64>().sqrt().max(f64::MIN_POSITIVE);
+            TrialStructure {
+                rank: if key_scale > 0.0 { st.content_rank } else { 0 },
+                basis,
+                key_scale,
+                relevance_dir: g.iter().map(|x| (x / norm) as f32).collect(),
+                relevance_unit: st.relevance_scale * random_var.sqrt(),
+                sink_unit: st.sink_relevance * random_var.sqrt(),
+                spec: st.clone(),
+                row_seed: rng::derive(trial_seed, &[tag::STRUCTURE, tag::ROW]),
+                block_seed: rng::derive(trial_seed, &[tag::STRUCTURE, tag::TRIAL]),
+            }
+        });
+        Ok(Self { shape: model.shape, queries, weights, common, channel_std, needle_offset, row_seed, structure })
+    }
+
+    /// Whether [`Self::add_structure`] changes rows.
+    pub fn has_structure(&self) -> bool {
+        self.structure.is_some()
+    }
+
+    /// Adds the structure of rows `first_row`, `first_row + 1`, … (before any
+    /// normalisation): `U·y_i` in the content subspace and `ρ_i·g` along the
+    /// relevance direction, each a pure function of (trial, row).
+    pub fn add_structure(&self, first_row: u64, rows: &mut [f32]) {
+        let d = self.shape.head_dim;
+        self.add_structure_each(rows.chunks_exact_mut(d).enumerate().map(|(r, key)| (first_row + r as u64, key)));
+    }
+
+    /// Dispatches to the widest SIMD level: the same code compiled wider
+    /// (no FMA: Rust never contracts a·b + c), so the same bits on every path.
+    fn add_structure_each<'k>(&self, rows: impl Iterator<Item = (u64, &'k mut [f32])>) {
+        if self.structure.is_none() {
+            return;
+        }
+        #[cfg(target_arch = "x86_64")]
+        {
+            let level = crate::base::simd::level();
+            if level.avx512() {
+                // SAFETY: the level is AVX-512, so the CPU has AVX-512F.
+                unsafe { self.add_structure_avx512(rows) };
+                return;
+            }
+            if level.avx2() {
+                // SAFETY: the level is at least AVX2.
+                unsafe { self.add_structure_avx2(rows) };
+                return;
+            }
+        }
+        for (row, key) in rows {
+            self.add_row_structure(row, key);
+        }
+    }
+
+    /// # Safety
+    /// The CPU must support AVX-512F (memory is accessed through slices only).
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn add_structure_avx512<'k>(&self, rows: impl Iterator<Item = (u64, &'k mut [f32])>) {
+        for (row, key) in rows {
+            self.add_row_structure(row, key);
+        }
+    }
+
+    /// # Safety
+    /// The CPU must support AVX2 (memory is accessed through slices only).
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    unsafe fn add_structure_avx2<'k>(&self, rows: impl Iterator<Item = (u64, &'k mut [f32])>) {
+        for (row, key) in rows {
+            self.add_row_structure(row, key);
+        }
+    }
+
+    /// [`Self::add_structure`] for rows that are not consecutive.
+    pub fn add_structure_at(&self, rows: &mut [f32], row_indices: &[u64]) {
+        let d = self.shape.head_dim;
+        self.add_structure_each(row_indices.iter().copied().zip(rows.chunks_exact_mut(d)));
+    }
+
+    /// Only ever inlined into [`Self::add_structure_each`]'s paths.
+    #[inline(always)]
+    fn add_row_structure(&self, row: u64, key: &mut [f32]) {
+        let Some(st) = &self.structure else { return };
+        let d = self.shape.head_dim;
+        // Whole pairs of normal groups: the fast path of `fill_normals` (the
+        // values do not depend on how many are drawn).
+        let needed = (st.rank + 1).next_multiple_of(2 * rng::NORMAL_GROUP);
+        let mut stack = [0.0f32; 64];
+        let mut heap;
+        let draws: &mut [f32] = if needed <= stack.len() {
+            &mut stack[..needed]
+        } else {
+            heap = vec![0.0f32; needed];
+            &mut heap
+        };
+        rng::fill_normals(st.row_seed, row, 0, draws);
+        for (&z, u_m) in draws[..st.rank].iter().zip(st.basis.chunks_exact(d)) {
+            let y = st.key_scale * z;
+            for (k, &u) in key.iter_mut().zip(u_m) {
+                *k += y * u;
+            }
+        }
+        let spec = &st.spec;
+        let mut rho = 0.0f64;
+        if st.relevance_unit > 0.0 {
+            let mut log = spec.relevance_sigma * f64::from(draws[st.rank]);
+            if spec.block_rows > 0 && spec.block_sigma > 0.0 {
+                let mut z = [0.0f32; rng::NORMAL_GROUP];
+                rng::fill_normals(st.block_seed, row / spec.block_rows, 0, &mut z);
+                log += spec.block_sigma * f64::from(z[0]);
+            }
+            rho += st.relevance_unit * log.exp();
+        }
+        if row < spec.sink_rows {
+            rho += st.sink_unit;
+        }
+        if rho != 0.0 {
+            let rho = rho as f32;
+            for (k, &g) in key.iter_mut().zip(&st.relevance_dir) {
+                *k += rho * g;
+            }
+        }
     }
 
     /// Writes haystack row `row`'s key into `out` (length head_dim).
@@ -222,10 +485,10 @@ impl TrialHaystack {
     }
 }
 
-/// Minimum-norm δ with `q_h·δ = strength·σ_h` for looking heads and
-/// `q_h·δ = 0` for the others, where σ_h² = Σ_j q_hj² σ_j² is the variance of
-/// head h's dot product over haystack rows. Solved in f64 through the
-/// Cholesky factor of the H×H Gram matrix Q·Qᵀ (full rank when H ≤ d).
+/// The needle offset δ: each looking head's dot product moves by
+/// `strength·σ_h`, where σ_h² = Σ_j q_hj² σ_j² is the variance of head h's
+/// dot product over haystack rows; where in the key that happens is the
+/// model's [`NeedleGeometry`].
 fn needle_offset(model: &GenerativeModel, queries: &[f32], channel_std: &[f32]) -> Result<Vec<f32>, SimError> {
     let IndexerShape { heads, head_dim: d } = model.shape;
     if model.needle_strength == 0.0 || model.needle_heads == 0 {
@@ -237,6 +500,53 @@ fn needle_offset(model: &GenerativeModel, queries: &[f32], channel_std: &[f32]) 
         let var: f64 = (0..d).map(|j| (q(h, j) * f64::from(channel_std[j])).powi(2)).sum();
         *t = model.needle_strength * var.sqrt();
     }
+    match &model.needle_geometry {
+        NeedleGeometry::Isotropic => isotropic_offset(model.shape, queries, &target),
+        NeedleGeometry::Content { free_dims, band_dims, rope_share } => {
+            let looking = model.needle_heads;
+            let mut delta = vec![0.0f64; d];
+            for (dims, share) in [(free_dims, 1.0 - rope_share), (band_dims, *rope_share)] {
+                if share == 0.0 {
+                    continue;
+                }
+                let part: Vec<f64> = target[..looking].iter().map(|t| share * t).collect();
+                min_norm_on(queries, d, &part, dims, &mut delta).ok_or_else(|| {
+                    SimError::Model("the looking heads' queries are linearly dependent on the needle's match dims".into())
+                })?;
+            }
+            Ok(delta.into_iter().map(|x| x as f32).collect())
+        }
+    }
+}
+
+/// Adds to `delta` the minimum-norm vector supported on `dims` that moves
+/// head h (h < target.len()) by `target[h]`; None when the heads' queries
+/// restricted to `dims` are linearly dependent.
+fn min_norm_on(queries: &[f32], d: usize, target: &[f64], dims: &[usize], delta: &mut [f64]) -> Option<()> {
+    let n = target.len();
+    let q = |h: usize, j: usize| f64::from(queries[h * d + j]);
+    let mut gram = vec![0.0f64; n * n];
+    for a in 0..n {
+        for b in 0..=a {
+            let g: f64 = dims.iter().map(|&j| q(a, j) * q(b, j)).sum();
+            gram[a * n + b] = g;
+            gram[b * n + a] = g;
+        }
+    }
+    let alpha = cholesky_solve(&mut gram, n, target)?;
+    for &j in dims {
+        delta[j] += (0..n).map(|h| alpha[h] * q(h, j)).sum::<f64>();
+    }
+    Some(())
+}
+
+/// [`NeedleGeometry::Isotropic`]: minimum-norm δ over all dims with
+/// `q_h·δ = target[h]` for every head (zero for heads that do not look),
+/// solved in f64 through the Cholesky factor of the H×H Gram matrix Q·Qᵀ
+/// (full rank when H ≤ d).
+fn isotropic_offset(shape: IndexerShape, queries: &[f32], target: &[f64]) -> Result<Vec<f32>, SimError> {
+    let IndexerShape { heads, head_dim: d } = shape;
+    let q = |h: usize, j: usize| f64::from(queries[h * d + j]);
     // Gram entries, each summed over j in ascending order as `Iterator::sum`
     // would (from −0.0), but a whole row of them side by side: one long
     // serial chain of f64 adds per entry was most of a trial's setup.
@@ -257,9 +567,31 @@ fn needle_offset(model: &GenerativeModel, queries: &[f32], channel_std: &[f32]) 
             gram[b * heads + a] = v;
         }
     }
-    let alpha = cholesky_solve(&mut gram, heads, &target)
+    let alpha = cholesky_solve(&mut gram, heads, target)
         .ok_or_else(|| SimError::Model("the query Gram matrix is singular; use indexer.heads ≤ indexer.head_dim".into()))?;
     Ok((0..d).map(|j| (0..heads).map(|h| alpha[h] * q(h, j)).sum::<f64>() as f32).collect())
+}
+
+/// `r` orthonormal vectors of length `d` ([r × d]), by Gram–Schmidt on
+/// Gaussian draws (full rank with probability 1 for r ≤ d).
+fn orthonormal_basis(rng: &mut impl Rng, r: usize, d: usize) -> Vec<f32> {
+    let mut basis: Vec<Vec<f64>> = Vec::with_capacity(r);
+    while basis.len() < r {
+        let mut v: Vec<f64> = (0..d).map(|_| rng.sample::<f64, _>(StandardNormal)).collect();
+        for _ in 0..2 {
+            for b in &basis {
+                let p: f64 = v.iter().zip(b).map(|(x, y)| x * y).sum();
+                for (x, y) in v.iter_mut().zip(b) {
+                    *x -= p * y;
+                }
+            }
+        }
+        let norm = v.iter().map(|x| x * x).sum::<f64>().sqrt();
+        if norm > 1e-6 {
+            basis.push(v.iter().map(|x| x / norm).collect());
+        }
+    }
+    basis.into_iter().flatten().map(|x| x as f32).collect()
 }
 
 /// Solves A·x = b for symmetric positive definite A (row-major n×n, overwritten
@@ -309,6 +641,9 @@ pub(crate) mod tests {
             weight_std: 1.0,
             needle_strength: strength,
             needle_heads: 16,
+            needle_geometry: NeedleGeometry::Isotropic,
+            head_coherence: 0.0,
+            structure: HaystackStructure::default(),
         }
     }
 
@@ -328,6 +663,59 @@ pub(crate) mod tests {
             let want = if h < 16 { 2.5 * sd } else { 0.0 };
             assert!((shift - want).abs() < 1e-3 * sd, "head {h}: shift {shift}, want {want}");
         }
+    }
+
+    /// The V4 layout: rope-free dims 0 … 63, rotary 64 … 127; a band of the
+    /// last 8 pairs' dims.
+    fn content(rope_share: f64) -> NeedleGeometry {
+        NeedleGeometry::Content { free_dims: (0..64).collect(), band_dims: (96..128).collect(), rope_share }
+    }
+
+    #[test]
+    fn content_geometry_splits_each_looking_heads_shift_between_free_dims_and_the_band() {
+        for share in [0.0, 0.25, 1.0] {
+            let mut m = model(3.0);
+            m.needle_geometry = content(share);
+            let t = TrialHaystack::draw(&m, 7).unwrap();
+            let delta = t.needle_offset();
+            // Nothing outside the match dims: rotary dims below the band stay 0.
+            assert!(delta[64..96].iter().all(|&x| x == 0.0));
+            let d = 128;
+            for h in 0..16 {
+                let q = &t.queries[h * d..(h + 1) * d];
+                let sd: f64 = (0..d).map(|j| (f64::from(q[j]) * f64::from(t.channel_std[j])).powi(2)).sum::<f64>().sqrt();
+                let free = dot(&q[..64], &delta[..64]);
+                let band = dot(&q[96..], &delta[96..]);
+                assert!((free - (1.0 - share) * 3.0 * sd).abs() < 1e-3 * sd, "share {share}, head {h}: free part {free}");
+                assert!((band - share * 3.0 * sd).abs() < 1e-3 * sd, "share {share}, head {h}: band part {band}");
+            }
+        }
+    }
+
+    #[test]
+    fn coherent_looking_heads_share_a_direction_and_the_others_do_not_change() {
+        let base = TrialHaystack::draw(&model(1.0), 5).unwrap();
+        let mut m = model(1.0);
+        m.head_coherence = 0.6;
+        let t = TrialHaystack::draw(&m, 5).unwrap();
+        let d = 128;
+        assert_eq!(t.queries[16 * d..], base.queries[16 * d..]);
+        assert_eq!(t.weights, base.weights);
+        let cos = |a: &[f32], b: &[f32]| dot(a, b) / (dot(a, a) * dot(b, b)).sqrt();
+        let (mut sum, mut pairs) = (0.0, 0);
+        for a in 0..16 {
+            for b in 0..a {
+                sum += cos(&t.queries[a * d..(a + 1) * d], &t.queries[b * d..(b + 1) * d]);
+                pairs += 1;
+            }
+        }
+        // The cosine of two heads is about c = 0.6 (each has variance c in the shared
+        // direction); one pair's sampling SD is about 0.06, the mean of 120 pairs'
+        // (correlated through the shared direction) well under 0.1.
+        let mean = sum / f64::from(pairs);
+        assert!((mean - 0.6).abs() < 0.1, "mean cosine of looking heads {mean}");
+        let independent = cos(&base.queries[..d], &base.queries[d..2 * d]);
+        assert!(independent.abs() < 0.35, "independent heads have cosine {independent}");
     }
 
     #[test]

@@ -32,6 +32,15 @@ impl RopeChoice {
         }
     }
 
+    /// The name `--rope` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            RopeChoice::Off => "off",
+            RopeChoice::V32 => "v3.2",
+            RopeChoice::V4 => "v4",
+        }
+    }
+
     /// The rotary embedding this choice stands for, None when off.
     pub fn config(self) -> Option<crate::model::rope::RopeConfig> {
         match self {

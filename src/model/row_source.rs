@@ -13,8 +13,10 @@
 //! * **token level**: every token's two projection halves (values and gate
 //!   logits) are drawn, correlated over tokens if asked, and pooled.
 //!
-//! Pooled rows are RMS-normalised; with RoPE every row is then rotated at
-//! its position `ratio · row` ([`TrialRows::finalize`]).
+//! Every row then gets the haystack's structure (content and relevance,
+//! [`TrialHaystack::add_structure`]); pooled rows are RMS-normalised; with
+//! RoPE every row is rotated at its position `ratio · row`
+//! ([`TrialRows::finalize`]).
 
 use crate::base::rng::{self, tag};
 use crate::error::SimError;
@@ -368,6 +370,7 @@ impl<'a> TrialRows<'a> {
     /// is row `row_indices[r]` of the context (the same bits as finalizing
     /// it in its chunk). Cheapest with ascending indices.
     pub fn finalize_at(&self, rows: &mut [f32], row_indices: &[u64]) -> Result<(), SimError> {
+        self.hay.add_structure_at(rows, row_indices);
         if self.pools {
             compressor::rms_norm_rows(rows, self.d, compressor::RMS_NORM_EPS)?;
         }
@@ -380,16 +383,18 @@ impl<'a> TrialRows<'a> {
 
     /// Whether [`Self::finalize`] changes rows (pooling or RoPE on).
     pub fn finalizes(&self) -> bool {
-        self.pools || self.rope.is_some()
+        self.pools || self.rope.is_some() || self.hay.has_structure()
     }
 
-    /// RMS-normalises pooled rows and rotates every row at its position.
+    /// Adds the haystack's structure, RMS-normalises pooled rows and rotates
+    /// every row at its position.
     pub fn finalize(&self, first_row: u64, rows: &mut [f32]) -> Result<(), SimError> {
         self.finalize_with(first_row, rows, false)
     }
 
     /// [`Self::finalize`], with the RoPE pair layout swapped when `swapped`.
     pub fn finalize_with(&self, first_row: u64, rows: &mut [f32], swapped: bool) -> Result<(), SimError> {
+        self.hay.add_structure(first_row, rows);
         if self.pools {
             compressor::rms_norm_rows(rows, self.d, compressor::RMS_NORM_EPS)?;
         }
@@ -667,6 +672,9 @@ mod tests {
             weight_std: 1.0,
             needle_strength: 1.0,
             needle_heads: 4,
+            needle_geometry: crate::model::haystack::NeedleGeometry::Isotropic,
+            head_coherence: 0.0,
+            structure: Default::default(),
         }
     }
 

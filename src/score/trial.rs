@@ -297,7 +297,7 @@ impl TrialSpec<'_> {
     /// the needle sits where the depth puts it: what the closed-form
     /// estimators assume.
     pub fn is_null_model(&self) -> bool {
-        self.physics.is_null(self.geometry.ratio) && self.needle_offsets == [None]
+        self.physics.is_null(self.geometry.ratio) && self.model.structure.is_null() && self.needle_offsets == [None]
     }
 
     /// Which query scores context `ci`: with RoPE the query sits at position

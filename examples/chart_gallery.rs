@@ -40,7 +40,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // c = 4 (compression), W = 128 (sliding window): k·c+W
     let cov = |k: u64| k * 4 + 128;
     let recall = RecallChart {
-        title: "Needle recall vs context length".into(),
+        title: "Per-layer selection recall vs context length".into(),
         subtitle: "synthetic demo data: needle depth 50 %, 400 trials per point, Wilson 95 % bands".into(),
         series: vec![
             series(512, "bf16", cov(512), 0.55, 10..=20),
@@ -60,7 +60,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     // a short range starting below 1K, one series
     let short = RecallChart {
-        title: "Needle recall, wide range".into(),
+        title: "Per-layer selection recall, wide range".into(),
         subtitle: "synthetic demo data: single series, 512 tokens … 4M tokens (every other tick labelled)".into(),
         series: vec![series(256, "fp8", cov(256), 0.3, 9..=22)],
         coverage_limits: vec![(256, cov(256)), (64, cov(64))],
@@ -100,7 +100,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     let panels = vec![panel(512, "bf16", 0.55), panel(512, "fp8", 0.7), panel(2048, "fp8", 0.6)];
     let hm = Heatmap {
-        title: "Needle recall by depth and context (synthetic demo data)".into(),
+        title: "Per-layer selection recall by depth and context (synthetic demo data)".into(),
         panels: panels.clone(),
         diverging: false,
         diverging_limit: None,
@@ -115,7 +115,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         coverage_limit: a.coverage_limit,
     };
     let diff = Heatmap {
-        title: "Recall difference fp8 − bf16 (synthetic demo data)".into(),
+        title: "Selection recall difference fp8 − bf16 (synthetic demo data)".into(),
         panels: vec![diff_panel(&panels[0], &panels[1])],
         diverging: true,
         diverging_limit: None,
@@ -123,7 +123,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     render_heatmap(&diff, &dir.join("heatmap_diff.png"), 1600, 1000)?;
 
     let many = Heatmap {
-        title: "Needle recall, grid layout (synthetic demo data)".into(),
+        title: "Per-layer selection recall, grid layout (synthetic demo data)".into(),
         panels: [128u64, 256, 512, 1024, 2048].iter().map(|&k| panel(k, "fp8", 0.6)).collect(),
         diverging: false,
         diverging_limit: None,

@@ -4,7 +4,7 @@
 //!
 //! Runs the model's selection (`fp8-fp32scale`, k = 512) beside the bridge's
 //! (`fp8-fp32scale+topk=1024`) over 1K … 32K tokens and prints, per context,
-//! how many rows each attends and the needle recall of each. Writes the
+//! how many rows each attends and the per-layer selection recall of each. Writes the
 //! charts to `plots/incident_topk_mismatch/`.
 //!
 //! `cargo run --release --example incident_topk_mismatch`

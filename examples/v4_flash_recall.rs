@@ -1,5 +1,5 @@
 //! Regenerates `plots/v4_flash_recall_vs_context.png`, the chart the README
-//! shows: the default preset (DeepSeek-V4-Flash, k 512 and 1024, bf16 vs the
+//! shows (per-layer selection recall): the default preset (DeepSeek-V4-Flash, k 512 and 1024, bf16 vs the
 //! fp4 reference indexer) over 1K … 128K tokens, with the predicted recall
 //! from the score distributions (`--predict on`) drawn beside each series.
 //!

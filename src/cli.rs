@@ -10,7 +10,11 @@ use dsa_recall::ConfigError;
 use std::path::PathBuf;
 
 #[derive(Parser, Debug)]
-#[command(name = "dsa-recall", version, about = "Simulates DeepSeek sparse attention's top-k selection and needle recall on a CPU")]
+#[command(
+    name = "dsa-recall",
+    version,
+    about = "Simulates DeepSeek sparse attention's top-k selection and per-layer needle selection recall on a CPU"
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,

@@ -114,6 +114,28 @@ fn plot_re_renders_byte_identical_pngs_and_svgs() {
     assert!(err.contains("--detail-context") && err.contains("1K, 4K"), "{err}");
 }
 
+#[test]
+fn report_and_recall_chart_say_per_layer_selection_recall() {
+    // Issue 15, item 5: the recall is one query's survival in one indexer
+    // layer, and the outputs must not read as a model's needle-in-a-haystack
+    // accuracy.
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("out");
+    small_sweep(&dir);
+    let html = std::fs::read_to_string(dir.join("report.html")).unwrap();
+    for phrase in ["<em>per-layer selection recall</em>", "Per-layer selection recall per cell", "Per-layer selection recall vs context"] {
+        assert!(html.contains(phrase), "report.html lacks {phrase:?}");
+    }
+    assert!(!html.contains("Needle recall"), "report.html still says \"Needle recall\"");
+
+    bin().arg("plot").arg(&dir).args(["--format", "svg"]).assert().success();
+    let svg = std::fs::read_to_string(dir.join("recall_vs_context.svg")).unwrap();
+    assert!(svg.contains("Per-layer selection recall vs context"), "recall chart title does not say per-layer");
+    assert!(svg.contains("per-layer selection recall"), "recall chart's y axis does not say per-layer");
+    let heatmap = std::fs::read_to_string(dir.join("heatmap.svg")).unwrap();
+    assert!(heatmap.contains("Per-layer selection recall by depth and context"), "heatmap title does not say per-layer");
+}
+
 fn plot_error(dir: &Path) -> String {
     let out = bin().arg("plot").arg(dir).assert().code(2).get_output().stderr.clone();
     let err = String::from_utf8(out).unwrap();

@@ -761,7 +761,7 @@ fn recall_tables_show_every_needle_offset() {
     assert!(o.status.success(), "{}", stderr(&o));
     let text = String::from_utf8_lossy(&o.stdout).to_string();
     let html = std::fs::read_to_string(out.join("report.html")).unwrap();
-    let first_depth = text.split("needle recall at depth 50").next().unwrap();
+    let first_depth = text.split("per-layer selection recall at depth 50").next().unwrap();
     let cells = results(&out);
     assert_eq!(cells.len(), TINY_CELLS * 4);
     for c in cells.iter().filter(|c| c["depth_percent"].as_f64() == Some(0.0)) {

@@ -62,6 +62,7 @@ pub struct CellEstimate {
     /// Trials survived (full simulation), or the rounded sum of the
     /// per-trial survival probabilities (sampling estimators).
     pub survived: u64,
+    /// Per-layer selection recall (docs/MODEL.md, "What is measured").
     pub recall: f64,
     /// 95 % interval of the recall.
     pub ci_low: f64,

@@ -1,6 +1,6 @@
 //! `report.html`: one self-contained file for an incident review — the
 //! effective-context table, every chart (embedded as base64 data URIs), the
-//! per-cell recall table, the paired comparisons, the selection fidelity
+//! per-cell table of per-layer selection recall, the paired comparisons, the selection fidelity
 //! numbers and the resolved configuration. No external CSS, JS or fonts.
 
 use crate::error::Error;
@@ -41,15 +41,15 @@ figcaption{color:#555;font-size:13px}pre{background:#f7f7f7;padding:10px;overflo
 
 fn caption(file: &str) -> &'static str {
     if file.starts_with("recall_vs_context") {
-        "Needle recall vs context (log2 axis), one line per (k, precision), Wilson 95 % bands; dashed verticals mark the coverage limit k·c+W, the dotted line the recall threshold; the legend gives each series' effective context."
+        "Per-layer selection recall vs context (log2 axis), one line per (k, precision), Wilson 95 % bands; dashed verticals mark the coverage limit k·c+W, the dotted line the recall threshold; the legend gives each series' effective context."
     } else if file.starts_with("heatmap_diff") {
-        "Recall difference against the baseline precision on the same haystacks (blue: better than the baseline, red: worse)."
+        "Per-layer selection recall difference against the baseline precision on the same haystacks (blue: better than the baseline, red: worse)."
     } else if file.starts_with("heatmap") {
-        "Needle recall by depth (0 % = start of the context, at the top) and context length; the dashed line marks the coverage limit k·c+W."
+        "Per-layer selection recall by depth (0 % = start of the context, at the top) and context length; the dashed line marks the coverage limit k·c+W."
     } else if file.starts_with("fidelity") {
         "Selection fidelity: the share of the exact top-k kept by each quantized selection (recall@k) and the Jaccard overlap of the two sets, with 95 % intervals; the dashed line is the 0.99 pass rule."
     } else if file.starts_with("rank_margin") {
-        "Why needles are lost: rank of the best needle row as a share of k_eff (beyond 1 it is lost) and its score margin to the k-th competitor (below 0 it is lost); whiskers 5–95 %, box 25–75 %, bar = median."
+        "Why needles miss one layer's top-k: rank of the best needle row as a share of k_eff (beyond 1 it is lost) and its score margin to the k-th competitor (below 0 it is lost); whiskers 5–95 %, box 25–75 %, bar = median."
     } else {
         ""
     }
@@ -113,6 +113,10 @@ pub fn report_html(dir: &Path, meta: &ReportMeta, cells: &[CellResult], chart_fi
         h,
         "<p>Synthetic model: these numbers are properties of the model's knobs (listed under <a href=\"#configuration\">Configuration</a>), not measurements of a real checkpoint.</p>"
     );
+    let _ = writeln!(
+        h,
+        "<p><b>What is measured.</b> “Recall” on this page (charts, tables, effective context) is <em>per-layer selection recall</em>: the share of trials in which one decoding query at the end of the context, in one indexer layer, keeps the needle: at least one KV row holding a needle token is in its top-k, or the whole needle lies in the raw window. It is not a model's needle-in-a-haystack accuracy, which involves many layers and many query tokens (not simulated). Selection fidelity’s recall@k, where shown, is another quantity: the share of the exact top-k a quantized selection keeps.</p>"
+    );
 
     // effective context
     let _ = writeln!(h, "<h2>Effective context</h2>");
@@ -159,7 +163,7 @@ pub fn report_html(dir: &Path, meta: &ReportMeta, cells: &[CellResult], chart_fi
     }
 
     // recall tables
-    let _ = writeln!(h, "<h2>Needle recall per cell</h2><p>Recall with its Wilson 95 % interval.</p>");
+    let _ = writeln!(h, "<h2>Per-layer selection recall per cell</h2><p>Per-layer selection recall with its Wilson 95 % interval.</p>");
     for &depth in &g.depths {
         let rows = if g.offsets.len() > 1 { "context @ needle offset" } else { "context" };
         let _ = writeln!(h, "<h3>depth {depth} %</h3><div class=\"scroll\"><table><tr><th>{rows}</th>");

@@ -178,7 +178,8 @@ fn effective_label(e: &EffectiveContext, shortest: u64) -> String {
     }
 }
 
-/// The recall-vs-context chart of one depth.
+/// The recall-vs-context chart of one depth (per-layer selection recall:
+/// docs/MODEL.md, "What is measured").
 pub fn recall_chart(meta: &ReportMeta, cells: &[CellResult], depth: f64) -> RecallChart {
     let g = Grid::of(cells);
     let trials = cells.first().map_or(0, |c| c.trials);
@@ -209,7 +210,7 @@ pub fn recall_chart(meta: &ReportMeta, cells: &[CellResult], depth: f64) -> Reca
     let coverage_limits =
         g.topks.iter().filter_map(|&k| cells.iter().find(|c| c.topk == k).map(|c| (k as u32, c.coverage_limit))).collect();
     RecallChart {
-        title: format!("Needle recall vs context · {} · {}", meta.preset, meta.physics_label()),
+        title: format!("Per-layer selection recall vs context · {} · {}", meta.preset, meta.physics_label()),
         subtitle: format!(
             "needle depth {depth} %, strength {} sd, {} tokens · {trials} trials per point · Wilson 95 % bands · seed {}",
             meta.needle_strength, meta.needle_tokens, meta.seed
@@ -267,7 +268,7 @@ pub fn heatmap_size(panels: usize, depths: usize, contexts: usize) -> (u32, u32)
     (w.clamp(1600, 6000) as u32, h.clamp(1000, 6000) as u32)
 }
 
-/// Depth × context recall, one panel per (k, precision).
+/// Depth × context per-layer selection recall, one panel per (k, precision).
 pub fn heatmap(meta: &ReportMeta, cells: &[CellResult]) -> Heatmap {
     let g = Grid::of(cells);
     let trials = cells.first().map_or(0, |c| c.trials);
@@ -291,7 +292,11 @@ pub fn heatmap(meta: &ReportMeta, cells: &[CellResult]) -> Heatmap {
         }
     }
     Heatmap {
-        title: format!("Needle recall by depth and context · {} · {} · {trials} trials per cell", meta.preset, meta.physics_label()),
+        title: format!(
+            "Per-layer selection recall by depth and context · {} · {} · {trials} trials per cell",
+            meta.preset,
+            meta.physics_label()
+        ),
         panels,
         diverging: false,
         diverging_limit: None,
@@ -328,7 +333,7 @@ pub fn heatmap_diff(meta: &ReportMeta, cells: &[CellResult]) -> Option<Heatmap> 
     }
     let largest = panels.iter().flat_map(|p| p.recall.iter().flatten().flatten()).fold(0.0f64, |m, v| m.max(v.abs()));
     (!panels.is_empty()).then(|| Heatmap {
-        title: format!("Recall difference against {baseline} on the same haystacks · {}", meta.preset),
+        title: format!("Per-layer selection recall difference against {baseline} on the same haystacks · {}", meta.preset),
         panels,
         diverging: true,
         diverging_limit: Some(diff_scale(largest)),
@@ -415,7 +420,7 @@ pub fn rank_margin_chart(meta: &ReportMeta, cells: &[CellResult], context: u64) 
         }
     }
     RankMarginChart {
-        title: format!("Why needles are lost: rank and margin at {} tokens · {}", tokens_label(context), meta.preset),
+        title: format!("Why needles miss one layer's top-k: rank and margin at {} tokens · {}", tokens_label(context), meta.preset),
         subtitle: format!(
             "needle depth {depth} %, strength {} sd · {trials} trials per row · rank = competitors scoring above the best needle row",
             meta.needle_strength
@@ -579,11 +584,11 @@ pub fn run_single_cell(s: &Scenario, print_trials: bool) -> Result<SingleCell, E
     let r = &result;
     let _ = writeln!(
         text,
-        "{} tokens, depth {} %, k={} (k_eff {}), {}: recall {:.4} [{:.4}, {:.4}] ({} of {} trials)",
+        "{} tokens, depth {} %, k={} (k_eff {}), {}: per-layer selection recall {:.4} [{:.4}, {:.4}] ({} of {} trials)",
         r.context_tokens, r.depth_percent, r.topk, r.k_eff, r.precision, r.recall, r.ci_low, r.ci_high, r.survived, r.trials
     );
     if let Some(p) = r.predicted_recall {
-        let _ = writeln!(text, "analytic prediction: recall {p:.4}");
+        let _ = writeln!(text, "analytic prediction: per-layer selection recall {p:.4}");
     }
     let _ = writeln!(
         text,

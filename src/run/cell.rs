@@ -9,6 +9,15 @@ use serde::{Deserialize, Serialize};
 
 /// Everything known about one cell: its inputs and its outcome. This is one
 /// line of `results.jsonl` and one row of `summary.csv`.
+///
+/// Every "recall" here (`recall`, `predicted_recall`, `recall_diff`) is
+/// *per-layer selection recall*: over trials, the share in which one decoding
+/// query at the end of the context, in one indexer layer, keeps the needle (a
+/// row holding a needle token in its top-k, or the whole needle in the raw
+/// window; docs/MODEL.md, "What is measured"). It is not a model's
+/// needle-in-a-haystack accuracy. `selection_recall` is another quantity: the
+/// share of the reference's top-k this variant keeps. Field names stay as they
+/// are: other tools read them.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct CellResult {
     pub context_tokens: u64,
@@ -19,12 +28,15 @@ pub struct CellResult {
     pub topk: u64,
     pub precision: String,
     pub trials: u64,
+    /// Trials in which the needle survived the layer's selection (sampling
+    /// estimators: the rounded sum of the per-trial survival probabilities).
     pub survived: u64,
+    /// Per-layer selection recall: the share of trials whose needle survived.
     pub recall: f64,
-    /// Wilson 95 % interval.
+    /// Wilson 95 % interval of `recall`.
     pub ci_low: f64,
     pub ci_high: f64,
-    /// Analytic prediction of the recall (`crate::estimate::predict`); absent when
+    /// Analytic prediction of the per-layer selection recall (`crate::estimate::predict`); absent when
     /// switched off (`--predict off`) or for variants it does not model.
     #[serde(default)]
     pub predicted_recall: Option<f64>,
@@ -60,7 +72,7 @@ pub struct CellResult {
     pub jaccard_ci_high: Option<f64>,
     /// Paired comparison with the sweep's first precision (absent for that one).
     pub baseline: Option<String>,
-    /// recall − baseline recall, on the same haystacks.
+    /// recall − baseline recall (per-layer selection recall), on the same haystacks.
     pub recall_diff: Option<f64>,
     /// Trials kept by this variant and lost by the baseline, and the reverse.
     pub discordant_gained: Option<u64>,

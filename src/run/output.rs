@@ -169,7 +169,7 @@ pub fn format_table(s: &Scenario, outcome: &SweepOutcome) -> String {
     let series: Vec<(u64, &str)> = s.topks.iter().flat_map(|&k| s.precisions.iter().map(move |p| (k, p.name.as_str()))).collect();
     for &depth in &s.depths {
         let by_offset = if s.needle_offsets.len() > 1 { "; rows: context @ needle offset" } else { "" };
-        let _ = writeln!(out, "\nneedle recall at depth {depth} % (95 % Wilson interval{by_offset})");
+        let _ = writeln!(out, "\nper-layer selection recall at depth {depth} % (95 % Wilson interval{by_offset})");
         let _ = write!(out, "{:>8}", "context");
         for (k, p) in &series {
             let _ = write!(out, "  {:>22}", format!("k={k} {p}"));

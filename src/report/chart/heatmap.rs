@@ -1,5 +1,7 @@
-//! Needle-in-a-haystack heatmaps: needle depth (rows) × context length
-//! (columns), one panel per configuration, sharing one colour bar.
+//! Heatmaps of per-layer selection recall (docs/MODEL.md, "What is
+//! measured"; not a model's needle-in-a-haystack accuracy): needle depth
+//! (rows) × context length (columns), one panel per configuration, sharing
+//! one colour bar.
 
 use std::path::Path;
 
@@ -171,9 +173,15 @@ impl Painter for Heatmap {
         let bar_x1 = bar_x0 + px(24.0);
         let bar_y0 = top + px(60.0);
         let bar_y1 = bottom - px(90.0);
-        let label = if self.diverging { "Δ recall" } else { "recall" };
-        root.draw(&Text::new(label, ((bar_x0 + bar_x1) / 2, bar_y0 - px(14.0)), text_at(17.0 * s, INK, HPos::Center, VPos::Bottom)))
-            .map_err(draw_err)?;
+        // Two lines, to fit the bar's column: the quantity is per-layer
+        // selection recall (the title says per-layer).
+        let label = [if self.diverging { "Δ selection" } else { "selection" }, "recall"];
+        let label_style = text_at(17.0 * s, INK, HPos::Center, VPos::Bottom);
+        let line_h = root.estimate_text_size("Ag", &label_style).map_err(draw_err)?.1 as i32 + px(3.0);
+        for (i, line) in label.iter().enumerate() {
+            let y = bar_y0 - px(14.0) - (label.len() - 1 - i) as i32 * line_h;
+            root.draw(&Text::new(*line, ((bar_x0 + bar_x1) / 2, y), label_style.clone())).map_err(draw_err)?;
+        }
         let (vlo, vhi) = if self.diverging { (-self.limit(), self.limit()) } else { (0.0, 1.0) };
         let span = (bar_y1 - bar_y0).max(1);
         for y in bar_y0..bar_y1 {

@@ -1,4 +1,5 @@
-//! Charts of needle-recall results, rendered with plotters.
+//! Charts of per-layer selection recall results (docs/MODEL.md, "What is
+//! measured"), rendered with plotters.
 //!
 //! * [`render_recall_vs_context`]: recall against context length (log2 axis)
 //!   per (top-k, precision) series, with Wilson bands and coverage limits.

@@ -27,7 +27,7 @@ pub struct DistributionRow {
     pub rank_share: Option<[f64; 5]>,
     /// 5, 25, 50, 75, 95 % of the margin in standard deviations (None: fewer competitors than k).
     pub margin_sd: Option<[f64; 5]>,
-    /// The cell's needle recall, printed next to the row label.
+    /// The cell's per-layer selection recall, printed next to the row label.
     pub recall: Option<f64>,
 }
 

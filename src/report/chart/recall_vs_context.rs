@@ -1,4 +1,6 @@
-//! Needle recall against context length, one line per (top-k, precision).
+//! Per-layer selection recall (one decode query, one indexer layer:
+//! docs/MODEL.md, "What is measured") against context length, one line per
+//! (top-k, precision).
 //!
 //! Encoding: colour identifies the top-k (so a series and the vertical
 //! coverage-limit line of the same k share a colour); line dash pattern and
@@ -422,7 +424,7 @@ impl Painter for RecallChart {
             .light_line_style(TRANSPARENT)
             .axis_style(INK_SOFT.stroke_width(1))
             .x_desc("context length (tokens, log2 scale)")
-            .y_desc("needle recall")
+            .y_desc("per-layer selection recall")
             .axis_desc_style(axis_desc_style)
             .label_style(tick_style)
             .x_label_formatter(&|v: &f64| {
@@ -650,7 +652,7 @@ mod tests {
         render_recall_vs_context(&demo_chart(), &path, 800, 500).unwrap();
         let svg = std::fs::read_to_string(&path).unwrap();
         assert!(svg.contains("<svg"));
-        assert!(svg.contains("needle recall"));
+        assert!(svg.contains("per-layer selection recall"));
         assert!(svg.contains("@font-face{font-family:\"DejaVu Sans\""));
     }
 

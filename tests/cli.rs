@@ -138,6 +138,11 @@ fn presets_show_every_preset_is_toml() {
         let physics = v.get("physics").unwrap_or_else(|| panic!("{name}: no [physics]"));
         assert_eq!(physics.get("rope").and_then(toml::Value::as_str), Some(rope), "{name}");
         assert_eq!(physics.get("pooling").and_then(toml::Value::as_str), Some(pooling), "{name}");
+        // The key norm knobs are shown with their values.
+        let key_norm = if name == "deepseek-v3.2" { "layernorm" } else { "off" };
+        assert_eq!(physics.get("key_norm").and_then(toml::Value::as_str), Some(key_norm), "{name}");
+        assert!(physics.get("norm_weight_spread").and_then(toml::Value::as_float).is_some(), "{name}");
+        assert!(physics.get("norm_bias").and_then(toml::Value::as_float).is_some(), "{name}");
     }
 }
 
@@ -638,6 +643,10 @@ fn bad_physics_values_name_their_flag() {
     assert_bad_sweep(&["--length-mods", "x"], &["--length-mods"]);
     assert_bad_sweep(&["--distractor-similarity", "1.5"], &["--distractor-similarity"]);
     assert_bad_sweep(&["--correlation-length", "-1"], &["--correlation-length"]);
+    assert_bad_sweep(&["--key-norm", "batchnorm"], &["--key-norm", "layernorm"]);
+    assert_bad_sweep(&["--key-norm", "layernorm"], &["--key-norm", "pooled"]);
+    assert_bad_sweep(&["--norm-weight-spread", "-1"], &["--norm-weight-spread"]);
+    assert_bad_sweep(&["--norm-bias", "x"], &["--norm-bias"]);
 }
 
 #[test]

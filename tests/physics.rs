@@ -22,7 +22,7 @@ fn find<'a>(o: &'a SweepOutcome, context: u64, depth: f64, precision: &str) -> &
 }
 
 /// Every `[physics]` field of the null model, off.
-const NULL_PHYSICS: [(&str, &str); 8] = [
+const NULL_PHYSICS: [(&str, &str); 11] = [
     ("rope", "\"off\""),
     ("pooling", "\"off\""),
     ("gate_bias_std", "0.0"),
@@ -31,6 +31,9 @@ const NULL_PHYSICS: [(&str, &str); 8] = [
     ("correlation_length", "0.0"),
     ("distractors", "0"),
     ("distractor_similarity", "0.0"),
+    ("key_norm", "\"off\""),
+    ("norm_weight_spread", "0.0"),
+    ("norm_bias", "0.0"),
 ];
 
 /// A `[physics]` table: the null model with the `key = value` lines of `on` replacing its fields.
@@ -66,6 +69,8 @@ fn every_physics_component_changes_the_outcome() {
         "pooling = \"on\"",
         "correlation_length = 32.0",
         "distractors = 50\ndistractor_similarity = 1.0",
+        "key_norm = \"layernorm\"",
+        "key_norm = \"rmsnorm\"",
     ] {
         let o = sweep(&format!("{base}{}", physics_table(physics)));
         let (a, b) = (&null.cells[0], &o.cells[0]);

@@ -28,7 +28,8 @@ pub mod tag {
     pub const SPECIAL: u64 = 0x7370_6563_0000_0007; // tokens of a needle or distractor row (shortcut)
     pub const PREDICT: u64 = 0x7072_6564_0000_0008; // the analytic prediction's needle-score draws
     pub const TAIL: u64 = 0x7461_696c_0000_0009; // tail sampling's proposal rows
-    pub const RETRIEVAL: u64 = 0x7265_7472_0000_000a; // the looking heads' shared retrieval direction
+    pub const KEY_NORM: u64 = 0x6e6f_726d_0000_000a; // the key norm's learned weight and bias
+    pub const RETRIEVAL: u64 = 0x7265_7472_0000_000c; // the looking heads' shared retrieval direction
     pub const STRUCTURE: u64 = 0x7374_7275_0000_000b; // content subspace, per-row content and relevance
 }
 

@@ -17,7 +17,7 @@ use crate::estimate::refusal;
 use crate::estimate::settings::{EstimatorMode, EstimatorSettings};
 use crate::model::geometry::CompressionGeometry;
 use crate::model::haystack::{GenerativeModel, HaystackStructure, IndexerShape, NeedleGeometry};
-use crate::model::physics::{Physics, Pooling, RopeChoice};
+use crate::model::physics::{KeyNorm, Physics, Pooling, RopeChoice};
 use crate::score::selection::TieRule;
 use crate::score::variant::PrecisionVariant;
 use serde::Serialize;
@@ -100,7 +100,7 @@ pub fn check(p: ScenarioParams) -> Result<Scenario, ConfigError> {
     let needle = check_needle(&p.needle, indexer.shape)?;
     let (tie_rule, window_rows_compete) = check_selection(&p.selection)?;
     let geometry = CompressionGeometry { ratio, overlap, window, window_rows_compete };
-    let physics = check_physics(&p.physics, head_dim)?;
+    let physics = check_physics(&p.physics, head_dim, ratio)?;
     let grid = check_grid(&p.sweep, &geometry, indexer.index_topk, needle.tokens)?;
     let needle_geometry = needle_geometry(&needle, &physics, indexer.shape)?;
     let precisions = check_precisions(&p.precision, p.sweep.precisions.as_ref(), head_dim, physics.rope)?;
@@ -313,7 +313,7 @@ fn check_selection(p: &params::SelectionParams) -> Result<(TieRule, bool), Confi
 }
 
 /// Validates `[physics]`; fields left out are off.
-fn check_physics(p: &params::PhysicsParams, head_dim: usize) -> Result<Physics, ConfigError> {
+fn check_physics(p: &params::PhysicsParams, head_dim: usize, ratio: u64) -> Result<Physics, ConfigError> {
     let mut physics = Physics::NULL;
     if let Some(text) = &p.rope {
         physics.rope = RopeChoice::parse(text)
@@ -343,6 +343,21 @@ fn check_physics(p: &params::PhysicsParams, head_dim: usize) -> Result<Physics, 
     physics.correlation_length = bounded(p.correlation_length, 0.0, 1e6, "physics.correlation_length")?;
     physics.distractors = int_in(p.distractors.unwrap_or(0), 0, 1000, "physics.distractors")?;
     physics.distractor_similarity = bounded(p.distractor_similarity, 0.0, 1.0, "physics.distractor_similarity")?;
+    if let Some(text) = &p.key_norm {
+        physics.key_norm = KeyNorm::parse(text)
+            .ok_or_else(|| ConfigError::new(field_name("physics.key_norm"), format!("{text:?}"), format!("one of {}", KeyNorm::NAMES)))?;
+        if physics.key_norm != KeyNorm::Off && physics.pools(ratio) {
+            return Err(ConfigError::new(
+                field_name("physics.key_norm"),
+                format!("{text:?}"),
+                "off while rows are pooled (physics.pooling on or full, geometry.compress_ratio > 1): the compressor's RMSNorm normalises them",
+            ));
+        }
+    }
+    // The weight and bias act only through a norm, so they may stay set
+    // when it is off (like the gate fields without pooling).
+    physics.norm_weight_spread = bounded(p.norm_weight_spread, 0.0, 3.0, "physics.norm_weight_spread")?;
+    physics.norm_bias = bounded(p.norm_bias, 0.0, 10.0, "physics.norm_bias")?;
     Ok(physics)
 }
 
@@ -582,12 +597,35 @@ mod tests {
             ("[sweep]\nthreshold = 1.5", "sweep.threshold (--threshold)"),
             ("[keys]\noutlier_channels = 999", "keys.outlier_channels"),
             ("[indexer]\nheads = 256", "indexer.heads"),
+            ("[physics]\nkey_norm = \"batchnorm\"", "physics.key_norm (--key-norm)"),
+            ("[physics]\nnorm_weight_spread = -0.1", "physics.norm_weight_spread (--norm-weight-spread)"),
+            ("[physics]\nnorm_bias = nan", "physics.norm_bias (--norm-bias)"),
         ];
         for (toml, field) in cases {
             let err = with(toml).unwrap_err().to_string();
             assert!(err.starts_with(&format!("invalid {field} = ")), "{toml}: {err}");
             assert!(!err.contains('\n'));
         }
+    }
+
+    #[test]
+    fn key_norm_values_and_the_pooled_rows_refusal() {
+        let err = with("[physics]\nkey_norm = \"batchnorm\"").unwrap_err().to_string();
+        assert_eq!(err, "invalid physics.key_norm (--key-norm) = \"batchnorm\": one of off, layernorm, rmsnorm");
+        let err = with("[physics]\nnorm_bias = 11.0").unwrap_err().to_string();
+        assert_eq!(err, "invalid physics.norm_bias (--norm-bias) = 11: a number from 0 to 10");
+        let err = with("[physics]\nnorm_weight_spread = 3.5").unwrap_err().to_string();
+        assert_eq!(err, "invalid physics.norm_weight_spread (--norm-weight-spread) = 3.5: a number from 0 to 3");
+        // Pooled rows (the V4 presets) already get the compressor's RMSNorm.
+        let err = with("[physics]\nkey_norm = \"layernorm\"").unwrap_err().to_string();
+        assert!(err.starts_with("invalid physics.key_norm (--key-norm) = \"layernorm\": off while rows are pooled"), "{err}");
+        assert!(!err.contains('\n'));
+        // Without pooling, or at ratio 1, any norm is accepted.
+        let s = with("[physics]\nkey_norm = \"layernorm\"\npooling = \"off\"").unwrap();
+        assert_eq!(s.physics.key_norm, KeyNorm::LayerNorm);
+        assert!(!s.physics.is_null(s.geometry.ratio));
+        let s = with("preset = \"deepseek-v3.2\"\n[physics]\nkey_norm = \"rmsnorm\"\npooling = \"on\"").unwrap();
+        assert_eq!(s.physics.row_norm(1), KeyNorm::RmsNorm);
     }
 
     #[test]

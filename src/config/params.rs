@@ -283,6 +283,24 @@ section! {
             "S",
             "Cosine similarity of each distractor's key offset to the needle's (0 … 1)"
         ),
+        /// off | layernorm | rmsnorm: the norm of rows that are not pooled.
+        key_norm: String = flag(
+            "--key-norm",
+            "NORM",
+            "Norm of key rows that are not pooled: off, layernorm (V3.2's k_norm) or rmsnorm; pooled rows always get RMSNorm"
+        ),
+        /// Spread of ln γ, the norm's learned per-channel weight (0: γ = 1).
+        norm_weight_spread: f64 = flag(
+            "--norm-weight-spread",
+            "S",
+            "Spread of the key norm's learned per-channel weight: ln γ ~ N(0, S²) per trial (0 = unit weight)"
+        ),
+        /// ‖β‖ / ‖γ‖ of the LayerNorm bias (0: no bias).
+        norm_bias: f64 = flag(
+            "--norm-bias",
+            "B",
+            "LayerNorm bias: a shared key offset of length B·‖γ‖ in a random direction per trial (0 = none)"
+        ),
     }
 }
 

@@ -51,13 +51,24 @@ mod tests {
 
     #[test]
     fn presets_switch_on_their_model_physics() {
-        use crate::model::physics::{Physics, Pooling, RopeChoice};
+        use crate::model::physics::{KeyNorm, Physics, Pooling, RopeChoice};
         let physics = |name: &str| super::super::check(super::super::resolve(preset_params(name).unwrap()).unwrap()).unwrap().physics;
         // Gate spread and needle boost: assumptions (docs/MODEL.md, "Physics in a trial").
-        let v4 = Physics { rope: RopeChoice::V4, pooling: Pooling::On, gate_bias_std: 1.0, needle_gate_boost: 2.0, ..Physics::NULL };
+        // Norm weight spread and bias: assumptions (docs/MODEL.md, "Key norms").
+        let v4 = Physics {
+            rope: RopeChoice::V4,
+            pooling: Pooling::On,
+            gate_bias_std: 1.0,
+            needle_gate_boost: 2.0,
+            norm_weight_spread: 0.3,
+            ..Physics::NULL
+        };
         assert_eq!(physics("deepseek-v4-flash"), v4);
         assert_eq!(physics("deepseek-v4-pro"), v4);
-        // Token-level rows (ratio 1): nothing to pool.
-        assert_eq!(physics("deepseek-v3.2"), Physics { rope: RopeChoice::V32, ..Physics::NULL });
+        // Token-level rows (ratio 1): nothing to pool; the keys' LayerNorm.
+        assert_eq!(
+            physics("deepseek-v3.2"),
+            Physics { rope: RopeChoice::V32, key_norm: KeyNorm::LayerNorm, norm_weight_spread: 0.3, norm_bias: 0.2, ..Physics::NULL }
+        );
     }
 }

@@ -32,6 +32,10 @@ use thiserror::Error;
 /// RMSNorm epsilon of the V4 compressor.
 pub const RMS_NORM_EPS: f32 = 1e-6;
 
+/// LayerNorm epsilon of the V3.2 indexer's key norm (`LayerNorm(128)`,
+/// default eps, DeepSeek-V3.2-Exp `inference/model.py`).
+pub const LAYER_NORM_EPS: f32 = 1e-6;
+
 /// The tokens one half of the projection pools: `tokens × dim` values and
 /// `tokens × dim` gate logits (projection plus the slot's bias), token-major.
 #[derive(Clone, Copy, Debug)]
@@ -53,7 +57,7 @@ pub enum CompressorError {
     HalvesDiffer { current: usize, previous: usize },
     #[error("gate logit {value} of token {token}, channel {channel} is not finite")]
     NonFiniteGate { token: usize, channel: usize, value: f32 },
-    #[error("RMSNorm eps = {0} must be finite and > 0")]
+    #[error("norm eps = {0} must be finite and > 0")]
     Eps(f32),
 }
 
@@ -172,6 +176,38 @@ pub fn rms_norm_rows(rows: &mut [f32], dim: usize, eps: f32) -> Result<(), Compr
     }
     for row in blocks.into_remainder().chunks_exact_mut(dim) {
         rms_norm(row, eps)?;
+    }
+    Ok(())
+}
+
+/// LayerNorm without weight and bias: (x − μ)/√(v + eps), with μ the
+/// row's mean and v its biased variance (mean of (x − μ)²), in f32: μ from
+/// the sum in index order, v from the squared deviations summed in index
+/// order, then one reciprocal square root multiplied into every centred
+/// value. The weight and bias are the caller's next step.
+pub fn layer_norm(row: &mut [f32], eps: f32) -> Result<(), CompressorError> {
+    if !(eps.is_finite() && eps > 0.0) {
+        return Err(CompressorError::Eps(eps));
+    }
+    if row.is_empty() {
+        return Err(CompressorError::ZeroDim);
+    }
+    let n = row.len() as f32;
+    let mean = row.iter().fold(0.0f32, |s, &x| s + x) / n;
+    row.iter_mut().for_each(|x| *x -= mean);
+    let var = row.iter().fold(0.0f32, |s, &x| s + x * x) / n;
+    let scale = 1.0 / (var + eps).sqrt();
+    row.iter_mut().for_each(|x| *x *= scale);
+    Ok(())
+}
+
+/// [`layer_norm`] of every `dim`-value row of `rows`.
+pub fn layer_norm_rows(rows: &mut [f32], dim: usize, eps: f32) -> Result<(), CompressorError> {
+    if dim == 0 {
+        return Err(CompressorError::ZeroDim);
+    }
+    for row in rows.chunks_exact_mut(dim) {
+        layer_norm(row, eps)?;
     }
     Ok(())
 }
@@ -663,6 +699,33 @@ mod tests {
                 "{rows} × {dim}"
             );
         }
+    }
+
+    #[test]
+    fn layer_norm_gives_zero_mean_and_unit_variance() {
+        let mut rng = ChaCha8Rng::seed_from_u64(11);
+        let normal = Normal::new(0.0f32, 1.0).unwrap();
+        for scale in [1e-2f32, 1.0, 300.0] {
+            let mut row: Vec<f32> = (0..128).map(|j| scale * (normal.sample(&mut rng) + 0.3 * j as f32)).collect();
+            let raw = row.clone();
+            layer_norm(&mut row, LAYER_NORM_EPS).unwrap();
+            let mean = row.iter().map(|&x| f64::from(x)).sum::<f64>() / 128.0;
+            let var = row.iter().map(|&x| (f64::from(x) - mean).powi(2)).sum::<f64>() / 128.0;
+            let mu = raw.iter().map(|&x| f64::from(x)).sum::<f64>() / 128.0;
+            let v = raw.iter().map(|&x| (f64::from(x) - mu).powi(2)).sum::<f64>() / 128.0;
+            assert!(mean.abs() < 1e-6, "scale {scale}: mean {mean}");
+            // Exactly v/(v + eps) in real numbers; f32 rounding well below 1e-5.
+            assert!((var - v / (v + f64::from(LAYER_NORM_EPS))).abs() < 1e-5, "scale {scale}: variance {var}");
+        }
+        let mut rows: Vec<f32> = (0..5 * 128).map(|i| (i % 17) as f32 - 3.0).collect();
+        let mut one = rows[128..256].to_vec();
+        layer_norm_rows(&mut rows, 128, LAYER_NORM_EPS).unwrap();
+        layer_norm(&mut one, LAYER_NORM_EPS).unwrap();
+        assert_eq!(&rows[128..256], &one[..]);
+        let mut constant = vec![2.5f32; 128];
+        layer_norm(&mut constant, LAYER_NORM_EPS).unwrap();
+        assert!(constant.iter().all(|&x| x == 0.0));
+        assert!(matches!(layer_norm(&mut constant, -1.0), Err(CompressorError::Eps(_))));
     }
 
     /// Mean square after RMSNorm: exactly ms/(ms + eps) in real numbers. In

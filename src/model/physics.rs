@@ -1,6 +1,8 @@
 //! Switchable scenario physics beyond the null model of docs/MODEL.md:
 //! position (RoPE), compression of tokens into rows (gated pooling and
-//! RMSNorm), correlated neighbouring tokens and distractor needles.
+//! RMSNorm), the key norm of rows that are not pooled (V3.2's LayerNorm) and
+//! the norms' learned weight and bias, correlated neighbouring tokens and
+//! distractor needles.
 //!
 //! Every component can be switched off; with all of them off a trial is the
 //! null model exactly (same bits), which keeps the core tests meaningful.
@@ -81,6 +83,45 @@ impl Pooling {
     }
 }
 
+/// The norm applied to key rows that are not pooled (pooled rows always get
+/// the compressor's RMSNorm).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum KeyNorm {
+    /// Rows are used as drawn (the null model).
+    Off,
+    /// LayerNorm, eps 1e-6, then weight and bias: the V3.2 indexer's
+    /// `k_norm(wk(x))` (DeepSeek-V3.2-Exp `inference/model.py`, class
+    /// `LayerNorm` and `Indexer.forward`).
+    #[serde(rename = "layernorm")]
+    LayerNorm,
+    /// RMSNorm, eps 1e-6, then weight: the V4 compressor's norm, on rows
+    /// that are not pooled (to compare the norms on equal terms).
+    #[serde(rename = "rmsnorm")]
+    RmsNorm,
+}
+
+impl KeyNorm {
+    pub const NAMES: &'static str = "off, layernorm, rmsnorm";
+
+    fn off() -> Self {
+        KeyNorm::Off
+    }
+
+    fn is_off(&self) -> bool {
+        *self == KeyNorm::Off
+    }
+
+    pub fn parse(text: &str) -> Option<Self> {
+        match text.trim().to_ascii_lowercase().as_str() {
+            "off" | "none" => Some(KeyNorm::Off),
+            "layernorm" | "layer-norm" => Some(KeyNorm::LayerNorm),
+            "rmsnorm" | "rms-norm" => Some(KeyNorm::RmsNorm),
+            _ => None,
+        }
+    }
+}
+
 /// The physics of one scenario (validated by config).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Physics {
@@ -99,6 +140,24 @@ pub struct Physics {
     pub distractors: u64,
     /// Cosine similarity of each distractor's offset to the needle's.
     pub distractor_similarity: f64,
+    // The three norm fields are left out of manifests at their null values,
+    // so that a scenario without them records what it did before they existed.
+    /// Norm of rows that are not pooled (ratio 1 or pooling off).
+    #[serde(default = "KeyNorm::off", skip_serializing_if = "KeyNorm::is_off")]
+    pub key_norm: KeyNorm,
+    /// Spread of the norm's learned per-channel weight γ: ln γ_j ~ N(0, s²),
+    /// drawn per trial; 0 gives γ = 1. Acts on whichever norm the rows get
+    /// (the compressor's RMSNorm or `key_norm`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub norm_weight_spread: f64,
+    /// LayerNorm bias β: ‖β‖ = norm_bias · ‖γ‖, in a random direction drawn
+    /// per trial; only with `key_norm = layernorm` (RMSNorm has no bias).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub norm_bias: f64,
+}
+
+fn is_zero(x: &f64) -> bool {
+    *x == 0.0
 }
 
 impl Physics {
@@ -112,14 +171,32 @@ impl Physics {
         correlation_length: 0.0,
         distractors: 0,
         distractor_similarity: 0.0,
+        key_norm: KeyNorm::Off,
+        norm_weight_spread: 0.0,
+        norm_bias: 0.0,
     };
 
     /// Whether a trial with this physics is the null model, bit for bit: no
-    /// RoPE, no pooling at this ratio, independent tokens and no distractors.
-    /// The gate fields only act through pooling, so they may be left set (a
-    /// preset's `--rope off --pooling off` is the null model).
+    /// RoPE, no pooling at this ratio, no key norm, independent tokens and no
+    /// distractors. The gate and norm-weight fields only act through pooling
+    /// or a norm, so they may be left set (a preset's `--rope off --pooling
+    /// off --key-norm off` is the null model).
     pub fn is_null(&self, ratio: u64) -> bool {
-        self.rope == RopeChoice::Off && !self.pools(ratio) && self.correlation_length == 0.0 && self.distractors == 0
+        self.rope == RopeChoice::Off
+            && !self.pools(ratio)
+            && self.row_norm(ratio) == KeyNorm::Off
+            && self.correlation_length == 0.0
+            && self.distractors == 0
+    }
+
+    /// The norm rows get at this ratio: the compressor's RMSNorm when they
+    /// are pooled, `key_norm` otherwise.
+    pub fn row_norm(&self, ratio: u64) -> KeyNorm {
+        if self.pools(ratio) {
+            KeyNorm::RmsNorm
+        } else {
+            self.key_norm
+        }
     }
 
     /// Whether rows come from pooled tokens (pooling on and more than one token per row).

@@ -14,8 +14,10 @@
 //!   logits) are drawn, correlated over tokens if asked, and pooled.
 //!
 //! Every row then gets the haystack's structure (content and relevance,
-//! [`TrialHaystack::add_structure`]); pooled rows are RMS-normalised; with
-//! RoPE every row is rotated at its position `ratio · row`
+//! [`TrialHaystack::add_structure`]); pooled rows are RMS-normalised, other
+//! rows get the scenario's key norm (V3.2's LayerNorm) if any, then the
+//! norm's learned weight and bias; with RoPE every row is then rotated at
+//! its position `ratio · row`
 //! ([`TrialRows::finalize`]).
 
 use crate::base::rng::{self, tag};
@@ -23,7 +25,7 @@ use crate::error::SimError;
 use crate::model::compressor;
 use crate::model::geometry::CompressionGeometry;
 use crate::model::haystack::{GenerativeModel, TrialHaystack};
-use crate::model::physics::Physics;
+use crate::model::physics::{KeyNorm, Physics};
 use crate::model::rope::{Pairing, RopeConfig};
 use rand::Rng;
 use rand_distr::StandardNormal;
@@ -52,6 +54,12 @@ pub struct TrialRows<'a> {
     /// The same rotation with the other pair layout (the `rope-swap-*` hypotheses).
     rope_swapped: Option<RopeConfig>,
     pools: bool,
+    /// The norm every row gets in [`Self::finalize`] (RMSNorm when pooled).
+    row_norm: KeyNorm,
+    /// The norm's learned per-channel weight γ (None: all ones) and bias β
+    /// (None: zero), drawn per trial.
+    norm_weight: Option<Vec<f32>>,
+    norm_bias: Option<Vec<f32>>,
     token_level: bool,
     /// Gate bias per half (0: the row's own tokens, 1: the previous tokens)
     /// and slot (token position mod ratio): [half][slot · d + channel].
@@ -147,6 +155,8 @@ impl<'a> TrialRows<'a> {
             })
             .and_then(Result::ok);
         let token_level = physics.token_level(geometry.ratio);
+        let row_norm = physics.row_norm(geometry.ratio);
+        let (norm_weight, norm_bias) = norm_parameters(physics, row_norm, d, trial_seed);
         let rho = if token_level { physics.token_correlation() } else { physics.token_correlation().powf(geometry.ratio as f64) };
         Ok(TrialRows {
             hay,
@@ -161,6 +171,9 @@ impl<'a> TrialRows<'a> {
                 r.with_pairing(other)
             }),
             pools,
+            row_norm,
+            norm_weight,
+            norm_bias,
             token_level,
             gate_bias,
             gate_noise,
@@ -371,9 +384,7 @@ impl<'a> TrialRows<'a> {
     /// it in its chunk). Cheapest with ascending indices.
     pub fn finalize_at(&self, rows: &mut [f32], row_indices: &[u64]) -> Result<(), SimError> {
         self.hay.add_structure_at(rows, row_indices);
-        if self.pools {
-            compressor::rms_norm_rows(rows, self.d, compressor::RMS_NORM_EPS)?;
-        }
+        self.normalise(rows)?;
         if let Some(rope) = &self.rope {
             let positions: Vec<u64> = row_indices.iter().map(|&r| r * self.geometry.ratio).collect();
             rope.rotate_rows_at(rows, &positions)?;
@@ -381,13 +392,36 @@ impl<'a> TrialRows<'a> {
         Ok(())
     }
 
-    /// Whether [`Self::finalize`] changes rows (pooling or RoPE on).
+    /// Whether [`Self::finalize`] changes rows (a norm or RoPE on).
     pub fn finalizes(&self) -> bool {
-        self.pools || self.rope.is_some() || self.hay.has_structure()
+        self.row_norm != KeyNorm::Off || self.rope.is_some() || self.hay.has_structure()
     }
 
-    /// Adds the haystack's structure, RMS-normalises pooled rows and rotates
-    /// every row at its position.
+    /// Normalises every row with the rows' norm (RMSNorm when pooled, the
+    /// key norm otherwise), then applies its weight and bias. Unit weight and
+    /// zero bias are skipped, so the bits are those of the plain norm.
+    fn normalise(&self, rows: &mut [f32]) -> Result<(), SimError> {
+        let d = self.d;
+        match self.row_norm {
+            KeyNorm::Off => return Ok(()),
+            KeyNorm::RmsNorm => compressor::rms_norm_rows(rows, d, compressor::RMS_NORM_EPS)?,
+            KeyNorm::LayerNorm => compressor::layer_norm_rows(rows, d, compressor::LAYER_NORM_EPS)?,
+        }
+        if let Some(weight) = &self.norm_weight {
+            for row in rows.chunks_exact_mut(d) {
+                row.iter_mut().zip(weight).for_each(|(x, &g)| *x *= g);
+            }
+        }
+        if let Some(bias) = &self.norm_bias {
+            for row in rows.chunks_exact_mut(d) {
+                row.iter_mut().zip(bias).for_each(|(x, &b)| *x += b);
+            }
+        }
+        Ok(())
+    }
+
+    /// Adds the haystack's structure, normalises every row
+    /// ([`Self::normalise`]) and rotates it at its position.
     pub fn finalize(&self, first_row: u64, rows: &mut [f32]) -> Result<(), SimError> {
         self.finalize_with(first_row, rows, false)
     }
@@ -395,9 +429,7 @@ impl<'a> TrialRows<'a> {
     /// [`Self::finalize`], with the RoPE pair layout swapped when `swapped`.
     pub fn finalize_with(&self, first_row: u64, rows: &mut [f32], swapped: bool) -> Result<(), SimError> {
         self.hay.add_structure(first_row, rows);
-        if self.pools {
-            compressor::rms_norm_rows(rows, self.d, compressor::RMS_NORM_EPS)?;
-        }
+        self.normalise(rows)?;
         if let Some(rope) = if swapped { &self.rope_swapped } else { &self.rope } {
             rope.rotate_rows(rows, first_row * self.geometry.ratio, self.geometry.ratio)?;
         }
@@ -642,6 +674,30 @@ impl PoolScratch {
     }
 }
 
+/// A trial's learned norm parameters for rows normalised by `norm`: the
+/// weight γ with ln γ_j ~ N(0, s²) (None when s = 0: γ = 1), and for
+/// LayerNorm the bias β = b·‖γ‖·v̂, v̂ a uniformly random unit vector (None
+/// when b = 0). Each comes from its own stream (tag `KEY_NORM`), so no other
+/// draw of the trial changes with them, nor one with the other.
+fn norm_parameters(physics: &Physics, norm: KeyNorm, d: usize, trial_seed: u64) -> (Option<Vec<f32>>, Option<Vec<f32>>) {
+    if norm == KeyNorm::Off {
+        return (None, None);
+    }
+    let spread = physics.norm_weight_spread;
+    let weight: Option<Vec<f32>> = (spread > 0.0).then(|| {
+        let mut rng = rng::stream(trial_seed, &[tag::KEY_NORM, 0]);
+        (0..d).map(|_| (spread * rng.sample::<f64, _>(StandardNormal)).exp() as f32).collect()
+    });
+    let bias = (norm == KeyNorm::LayerNorm && physics.norm_bias > 0.0).then(|| {
+        let mut rng = rng::stream(trial_seed, &[tag::KEY_NORM, 1]);
+        let dir: Vec<f64> = (0..d).map(|_| rng.sample::<f64, _>(StandardNormal)).collect();
+        let len = dir.iter().map(|x| x * x).sum::<f64>().sqrt().max(f64::MIN_POSITIVE);
+        let gamma = weight.as_ref().map_or((d as f64).sqrt(), |w| w.iter().map(|&g| f64::from(g).powi(2)).sum::<f64>().sqrt());
+        dir.iter().map(|&x| (physics.norm_bias * gamma * x / len) as f32).collect()
+    });
+    (weight, bias)
+}
+
 /// An offset of the needle's norm at cosine similarity `similarity` to it:
 /// `‖δ‖ (s·δ̂ + sqrt(1 − s²)·ê)` with ê a random unit vector orthogonal to δ.
 fn distractor_offset(needle: &[f32], norm: f64, similarity: f64, rng: &mut impl Rng) -> Vec<f32> {
@@ -694,6 +750,127 @@ mod tests {
         rows.finalize(0, &mut a).unwrap();
         hay.fill_haystack_rows(0, &mut b);
         assert_eq!(a.iter().map(|x| x.to_bits()).collect::<Vec<_>>(), b.iter().map(|x| x.to_bits()).collect::<Vec<_>>());
+    }
+
+    fn token_level_geometry() -> CompressionGeometry {
+        CompressionGeometry { ratio: 1, overlap: false, window: 0, window_rows_compete: true }
+    }
+
+    fn bits(v: &[f32]) -> Vec<u32> {
+        v.iter().map(|x| x.to_bits()).collect()
+    }
+
+    #[test]
+    fn null_norm_settings_give_the_old_rows_bit_for_bit() {
+        use crate::model::physics::{KeyNorm, RopeChoice};
+        let m = model();
+        let hay = TrialHaystack::draw(&m, 8).unwrap();
+        let (context, needle) = (1500u64, 700..704);
+        // V3.2 rows (ratio 1, RoPE): key norm off leaves the weight and bias
+        // knobs without effect, whatever they say.
+        let v32 = Physics { rope: RopeChoice::V32, ..Physics::NULL };
+        let v32_set = Physics { norm_weight_spread: 0.7, norm_bias: 0.4, ..v32.clone() };
+        assert!(v32_set.is_null(1) == v32.is_null(1));
+        let g = token_level_geometry();
+        let (a, qa) = context_keys(&m, &v32, g, &hay, 8, context, needle.clone()).unwrap();
+        let (b, qb) = context_keys(&m, &v32_set, g, &hay, 8, context, needle.clone()).unwrap();
+        assert_eq!(bits(&a), bits(&b));
+        assert_eq!(bits(&qa), bits(&qb));
+        // The null model stays null with the weight and bias set.
+        assert!(Physics { norm_weight_spread: 0.7, norm_bias: 0.4, ..Physics::NULL }.is_null(1));
+        assert!(!Physics { key_norm: KeyNorm::LayerNorm, ..Physics::NULL }.is_null(1));
+        // V4 pooled rows: spread 0 is the plain RMSNorm (the old finalize),
+        // and the bias acts only through LayerNorm.
+        let v4 = Physics { rope: RopeChoice::V4, pooling: Pooling::On, gate_bias_std: 1.0, needle_gate_boost: 2.0, ..Physics::NULL };
+        let v4_bias = Physics { norm_bias: 0.5, ..v4.clone() };
+        let (a, _) = context_keys(&m, &v4, csa(), &hay, 8, context, needle.clone()).unwrap();
+        let (b, _) = context_keys(&m, &v4_bias, csa(), &hay, 8, context, needle.clone()).unwrap();
+        assert_eq!(bits(&a), bits(&b));
+        let unrotated = Physics { rope: RopeChoice::Off, ..v4.clone() };
+        let mut src = TrialRows::new(&m, &unrotated, csa(), &hay, 8).unwrap();
+        let rows = csa().candidate_rows(context) as usize;
+        let mut raw = vec![0.0f32; rows * 128];
+        src.next_chunk(0, &mut raw).unwrap();
+        let mut old = raw.clone();
+        compressor::rms_norm_rows(&mut old, 128, compressor::RMS_NORM_EPS).unwrap();
+        src.finalize(0, &mut raw).unwrap();
+        assert_eq!(bits(&raw), bits(&old));
+    }
+
+    #[test]
+    fn layer_norm_keys_are_gamma_times_the_standardised_row_plus_beta() {
+        use crate::model::physics::KeyNorm;
+        let m = model();
+        let hay = TrialHaystack::draw(&m, 12).unwrap();
+        let g = token_level_geometry();
+        let (context, needle) = (600u64, 300..304);
+        let raw_physics = Physics::NULL;
+        let ln = Physics { key_norm: KeyNorm::LayerNorm, ..Physics::NULL };
+        let ln_wb = Physics { norm_weight_spread: 0.5, norm_bias: 0.3, ..ln.clone() };
+        let (raw, _) = context_keys(&m, &raw_physics, g, &hay, 12, context, needle.clone()).unwrap();
+        let (plain, _) = context_keys(&m, &ln, g, &hay, 12, context, needle.clone()).unwrap();
+        let (full, _) = context_keys(&m, &ln_wb, g, &hay, 12, context, needle.clone()).unwrap();
+        let src = TrialRows::new(&m, &ln_wb, g, &hay, 12).unwrap();
+        let (gamma, beta) = (src.norm_weight.clone().unwrap(), src.norm_bias.clone().unwrap());
+        for (r, ((x, y), z)) in raw.chunks_exact(128).zip(plain.chunks_exact(128)).zip(full.chunks_exact(128)).enumerate() {
+            // Before γ and β: mean 0, variance 1 (up to eps and f32 rounding).
+            let mean = y.iter().map(|&v| f64::from(v)).sum::<f64>() / 128.0;
+            let var = y.iter().map(|&v| (f64::from(v) - mean).powi(2)).sum::<f64>() / 128.0;
+            assert!(mean.abs() < 1e-6, "row {r}: mean {mean}");
+            assert!((var - 1.0).abs() < 1e-5, "row {r}: variance {var}");
+            // Against LayerNorm in f64 of the same raw row.
+            let mu = x.iter().map(|&v| f64::from(v)).sum::<f64>() / 128.0;
+            let v = x.iter().map(|&v| (f64::from(v) - mu).powi(2)).sum::<f64>() / 128.0;
+            let rs = 1.0 / (v + f64::from(compressor::LAYER_NORM_EPS)).sqrt();
+            for j in 0..128 {
+                let xhat = (f64::from(x[j]) - mu) * rs;
+                assert!((f64::from(y[j]) - xhat).abs() < 1e-5 * (1.0 + xhat.abs()), "row {r} channel {j}");
+                let want = f64::from(gamma[j]) * xhat + f64::from(beta[j]);
+                assert!((f64::from(z[j]) - want).abs() < 2e-5 * (1.0 + want.abs()), "row {r} channel {j}: {} vs {want}", z[j]);
+                // After γ and β: exactly γ·x̂ + β in f32.
+                assert_eq!(z[j].to_bits(), (y[j] * gamma[j] + beta[j]).to_bits());
+            }
+        }
+        // The needle's rows are normalised too: the needle row's LayerNorm
+        // output has the same unit variance as a haystack row's.
+        let row = &plain[301 * 128..302 * 128];
+        let var = row.iter().map(|&v| f64::from(v).powi(2)).sum::<f64>() / 128.0;
+        assert!((var - 1.0).abs() < 1e-5);
+    }
+
+    #[test]
+    fn norm_weight_and_bias_have_the_set_spread_and_length() {
+        use crate::model::physics::KeyNorm;
+        let m = model();
+        let hay = TrialHaystack::draw(&m, 2).unwrap();
+        let ln = Physics { key_norm: KeyNorm::LayerNorm, norm_weight_spread: 0.5, norm_bias: 0.25, ..Physics::NULL };
+        let mut ln_sq = 0.0;
+        let trials = 40;
+        for seed in 0..trials {
+            let src = TrialRows::new(&m, &ln, token_level_geometry(), &hay, seed).unwrap();
+            let gamma = src.norm_weight.as_ref().unwrap();
+            let beta = src.norm_bias.as_ref().unwrap();
+            ln_sq += gamma.iter().map(|&g| f64::from(g).ln().powi(2)).sum::<f64>();
+            let norm = |v: &[f32]| v.iter().map(|&x| f64::from(x).powi(2)).sum::<f64>().sqrt();
+            assert!((norm(beta) / norm(gamma) - 0.25).abs() < 1e-5);
+        }
+        // Sample variance of 5120 N(0, 0.25) draws: relative SE sqrt(2/n) = 0.02; 5 SE.
+        let var = ln_sq / (128 * trials) as f64;
+        assert!((var / 0.25 - 1.0).abs() < 0.1, "ln γ variance {var}");
+        // Pooled rows: the weight multiplies the RMS-normalised rows, and the
+        // rows drawn by the shortcut get it too; RMSNorm has no bias.
+        let v4 = Physics { pooling: Pooling::On, gate_bias_std: 1.0, ..Physics::NULL };
+        let v4_w = Physics { norm_weight_spread: 0.5, norm_bias: 0.25, ..v4.clone() };
+        let src = TrialRows::new(&m, &v4_w, csa(), &hay, 2).unwrap();
+        assert!(src.norm_bias.is_none());
+        let gamma = src.norm_weight.clone().unwrap();
+        let (a, _) = context_keys(&m, &v4, csa(), &hay, 2, 3000, 1000..1004).unwrap();
+        let (b, _) = context_keys(&m, &v4_w, csa(), &hay, 2, 3000, 1000..1004).unwrap();
+        for (x, y) in a.chunks_exact(128).zip(b.chunks_exact(128)) {
+            for j in 0..128 {
+                assert_eq!(y[j].to_bits(), (x[j] * gamma[j]).to_bits());
+            }
+        }
     }
 
     #[test]

@@ -14,7 +14,11 @@
 
 use dsa_recall::base::special::normal_sf;
 use dsa_recall::base::stats::{wilson_interval, Z95};
-use dsa_recall::config::{self, params::PhysicsParams, Scenario, ScenarioParams};
+use dsa_recall::config::{
+    self,
+    params::{HaystackParams, PhysicsParams},
+    Scenario, ScenarioParams,
+};
 use dsa_recall::estimate::driver::estimate;
 use dsa_recall::estimate::predict::Predict;
 use dsa_recall::estimate::settings::EstimatorMode;
@@ -41,9 +45,16 @@ fn family_wise_z(cells: usize) -> f64 {
 /// The preset's null model (`--rope off --pooling off`), fp32.
 fn scenario(preset: &str, contexts: &[u64], topk: u64, trials: u64) -> Scenario {
     let physics = PhysicsParams { rope: Some("off".into()), pooling: Some("off".into()), ..Default::default() };
-    let params = ScenarioParams { preset: Some(preset.into()), physics, ..Default::default() };
+    let haystack = HaystackParams {
+        content_rank: Some(0),
+        key_content_share: Some(0.0),
+        query_content_share: Some(0.0),
+        relevance_scale: Some(0.0),
+        ..Default::default()
+    };
+    let params = ScenarioParams { preset: Some(preset.into()), physics, haystack, ..Default::default() };
     let s = config::check(config::resolve(params).unwrap()).unwrap();
-    assert!(s.physics.is_null(s.geometry.ratio), "{preset}: {:?}", s.physics);
+    assert!(s.physics.is_null(s.geometry.ratio) && s.model.structure.is_null(), "{preset}: {:?}", s.physics);
     Scenario {
         contexts: contexts.to_vec(),
         depths: vec![50.0],

@@ -125,8 +125,10 @@ fn a_topk_override_changes_k_eff_and_only_above_the_coverage_limit() {
 
 #[test]
 fn swapping_the_rope_layout_on_one_side_hurts_recall() {
+    // Only where the needle's match uses the rotary dims (the isotropic
+    // geometry; under the content geometry with rope_share 0 it does not).
     let o = sweep(
-        "[physics]\nrope = \"v4\"\npooling = \"off\"\n[needle]\nstrength = 2.0\n[sweep]\ncontexts = \"16K\"\ndepths = \"90\"\ntopk = \"512\"\n\
+        "[physics]\nrope = \"v4\"\npooling = \"off\"\n[needle]\nstrength = 2.0\ngeometry = \"isotropic\"\n[sweep]\ncontexts = \"16K\"\ndepths = \"90\"\ntopk = \"512\"\n\
          precisions = \"fp32,fp32+rope-swap-k\"\ntrials = 200\n",
     );
     let (a, b) = (find(&o, 16384, 90.0, "fp32"), find(&o, 16384, 90.0, "fp32+rope-swap-k"));

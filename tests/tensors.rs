@@ -19,7 +19,9 @@ fn dump(dir: &Path) -> std::path::PathBuf {
 /// The scenario settings under which today's model gives the bits the model
 /// gave before the realism knobs of issue 15 (docs/MODEL.md, "Pessimistic
 /// settings").
-const PESSIMISTIC: &str = "[needle]\ngeometry = \"isotropic\"\nhead_coherence = 0.0\n";
+const PESSIMISTIC: &str = "[needle]\ngeometry = \"isotropic\"\nhead_coherence = 0.0\n\
+    [haystack]\ncontent_rank = 0\nkey_content_share = 0.0\nquery_content_share = 0.0\nrelevance_scale = 0.0\n\
+    [physics]\nnorm_weight_spread = 0.0\n";
 
 fn dump_with(dir: &Path, extra: &str) -> std::path::PathBuf {
     let text = format!("[sweep]\ncontexts = \"8K\"\ndepths = \"50\"\ntopk = \"256\"\nprecisions = \"{VARIANTS}\"\n{extra}");

@@ -167,7 +167,7 @@ fn main() {
         target: "≥ 0.98",
         ours: interval(wilson(c)),
         met: Some(c.recall >= 0.98),
-            role: FITTED,
+        role: FITTED,
     });
 
     // The trained indexer's sign structure at 32K (layers 40 and 42).
@@ -179,7 +179,7 @@ fn main() {
         target: "0.45–0.55",
         ours: interval(n),
         met: Some((0.45..=0.55).contains(&n.0)),
-            role: FITTED,
+        role: FITTED,
     });
     rows.push(Row {
         quantity: "top-512 overlap, ReLU vs linear score, 32K".into(),
@@ -187,16 +187,19 @@ fn main() {
         target: "0.5–0.8",
         ours: interval(o),
         met: Some((0.5..=0.8).contains(&o.0)),
-            role: FITTED,
+        role: FITTED,
     });
 
-    // The pessimistic needle geometry (today's model before issue 15), for reference.
+    // The model before issue 15, for reference: the isotropic needle geometry
+    // with independent heads on exchangeable rows (no [haystack], unit norm weight).
     let cells = sweep(&format!(
         "preset = \"deepseek-v4-flash\"\n[needle]\nstrength = 30.0\ngeometry = \"isotropic\"\nhead_coherence = 0.0\n\
+         [haystack]\ncontent_rank = 0\nkey_content_share = 0.0\nquery_content_share = 0.0\nrelevance_scale = 0.0\n\
+         [physics]\nnorm_weight_spread = 0.0\n\
          [sweep]\ncontexts = \"64K\"\ndepths = \"0\"\nprecisions = \"bf16\"\ntopk = [512]\ntrials = {trials}\nseed = 22\n"
     ));
     rows.push(Row {
-        quantity: "the same, isotropic needle geometry and independent heads (pessimistic bound), structured haystack".into(),
+        quantity: "the same under the model before issue 15 (isotropic needle, independent heads, exchangeable rows)".into(),
         public: "-",
         target: "-",
         ours: interval(wilson(&cells[0])),

@@ -44,7 +44,8 @@ fn family_wise_z(cells: usize) -> f64 {
 
 /// The preset's null model (`--rope off --pooling off`), fp32.
 fn scenario(preset: &str, contexts: &[u64], topk: u64, trials: u64) -> Scenario {
-    let physics = PhysicsParams { rope: Some("off".into()), pooling: Some("off".into()), ..Default::default() };
+    let physics =
+        PhysicsParams { rope: Some("off".into()), pooling: Some("off".into()), key_norm: Some("off".into()), ..Default::default() };
     let haystack = HaystackParams {
         content_rank: Some(0),
         key_content_share: Some(0.0),

@@ -51,3 +51,25 @@ fn the_isotropic_geometry_caps_a_distant_needle() {
     let (_, high) = wilson_interval(found, TRIALS, Z999);
     assert!(high < 0.98 && isotropic < content, "isotropic {isotropic} vs content {content}");
 }
+
+#[test]
+fn recency_helps_a_recent_needle_and_not_a_distant_one() {
+    let cell = |depth: f64, recency: &str| {
+        let text = format!(
+            "[sweep]\ncontexts = \"16K\"\ndepths = \"{depth}\"\ntopk = \"512\"\nprecisions = \"bf16\"\ntrials = {TRIALS}\nseed = 5\n{recency}"
+        );
+        let s = config::check(config::resolve(parse_scenario_toml(&text).unwrap()).unwrap()).unwrap();
+        run_sweep(&s, &|| {}).unwrap().cells[0].survived
+    };
+    let on = "[haystack]\nrecency_rows = 64.0\nrecency_relevance = 3.0\n";
+    // 3 % from the end: 123 rows from the newest, inside the recency span.
+    let (recent_on, recent_off) = (cell(97.0, on), cell(97.0, ""));
+    let (_, off_high) = wilson_interval(recent_off, TRIALS, Z999);
+    let (on_low, _) = wilson_interval(recent_on, TRIALS, Z999);
+    assert!(on_low > off_high, "recent needle: {recent_on} with recency, {recent_off} without");
+    // Mid-context the needle gains nothing: the recent rows only compete (a
+    // normalised recent row can score lower than before, so a few trials may
+    // flip either way; 10 of 200 is 5 %).
+    let (mid_on, mid_off) = (cell(50.0, on), cell(50.0, ""));
+    assert!(mid_on <= mid_off + 10, "mid-context needle: {mid_on} with recency, {mid_off} without");
+}

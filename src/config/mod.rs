@@ -238,6 +238,8 @@ fn check_haystack(p: &params::HaystackParams, head_dim: usize) -> Result<Haystac
         block_sigma: unit_range(p.block_sigma.unwrap_or(0.0), 4.0, "haystack.block_sigma")?,
         sink_rows: int_in(p.sink_rows.unwrap_or(0), 0, MAX_CONTEXT, "haystack.sink_rows")?,
         sink_relevance: at_least_0(p.sink_relevance, "haystack.sink_relevance")?,
+        recency_rows: unit_range(p.recency_rows.unwrap_or(0.0), 1e6, "haystack.recency_rows")?,
+        recency_relevance: at_least_0(p.recency_relevance, "haystack.recency_relevance")?,
     };
     if content_rank == 0 && (s.key_content_share > 0.0 || s.query_content_share > 0.0) {
         return Err(ConfigError::new(field_name("haystack.content_rank"), 0, "at least 1 when a content share is set"));

@@ -199,6 +199,8 @@ section! {
         block_sigma: f64,
         sink_rows: u64,
         sink_relevance: f64,
+        recency_rows: f64,
+        recency_relevance: f64,
     }
 }
 

@@ -29,7 +29,7 @@ const CHUNK_ROWS: usize = 256;
 pub fn refuses(structure: &HaystackStructure, instead: &str, who: &str) -> Option<String> {
     structure.depends_on_row_index().then(|| {
         format!(
-            "{instead}, or haystack.sink_rows and haystack.block_rows 0: {who} draws rows as exchangeable, and sinks and related blocks depend on where a row sits"
+            "{instead}, or haystack.sink_rows, block_rows and recency_rows 0: {who} draws rows as exchangeable, and sinks, related blocks and recency depend on where a row sits"
         )
     })
 }

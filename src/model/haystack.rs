@@ -77,7 +77,17 @@ pub struct HaystackStructure {
     pub sink_rows: u64,
     /// … add this relevance, in units of ‖σ‖.
     pub sink_relevance: f64,
+    /// Recency: the newest candidate rows add relevance
+    /// `recency_relevance · ‖σ‖ · exp(−distance / recency_rows)`, distance
+    /// in rows from the newest candidate row (0 = off) …
+    pub recency_rows: f64,
+    /// … with this amplitude, in units of ‖σ‖.
+    pub recency_relevance: f64,
 }
+
+/// Rows farther than this many e-folds from the newest candidate row get
+/// no recency relevance (exp(−8) ≈ 3·10⁻⁴ of its amplitude: a truncation).
+const RECENCY_EFOLDS: f64 = 8.0;
 
 impl HaystackStructure {
     /// Rows are the null model's exchangeable Gaussian draws.
@@ -90,13 +100,30 @@ impl HaystackStructure {
     }
 
     fn has_relevance(&self) -> bool {
-        self.relevance_scale > 0.0 || (self.sink_rows > 0 && self.sink_relevance > 0.0)
+        self.relevance_scale > 0.0 || (self.sink_rows > 0 && self.sink_relevance > 0.0) || self.has_recency()
+    }
+
+    fn has_recency(&self) -> bool {
+        self.recency_rows > 0.0 && self.recency_relevance > 0.0
+    }
+
+    /// The rows of a context with `candidates` candidate rows that get
+    /// recency relevance: they depend on the context, so a trial treats them
+    /// like needle rows (one key per context).
+    pub fn recency_span(&self, candidates: u64) -> std::ops::Range<u64> {
+        if !self.has_recency() {
+            return candidates..candidates;
+        }
+        let span = (RECENCY_EFOLDS * self.recency_rows).ceil() as u64;
+        candidates.saturating_sub(span)..candidates
     }
 
     /// Whether a row's distribution depends on its index (sinks, blocks):
     /// then rows are not exchangeable, which the sampling estimators assume.
     pub fn depends_on_row_index(&self) -> bool {
-        (self.sink_rows > 0 && self.sink_relevance > 0.0) || (self.relevance_scale > 0.0 && self.block_rows > 0 && self.block_sigma > 0.0)
+        (self.sink_rows > 0 && self.sink_relevance > 0.0)
+            || (self.relevance_scale > 0.0 && self.block_rows > 0 && self.block_sigma > 0.0)
+            || self.has_recency()
     }
 }
 
@@ -110,9 +137,10 @@ struct TrialStructure {
     key_scale: f32,
     /// Unit direction of relevance: the gradient of the linear score Σ_h w_h q_h.
     relevance_dir: Vec<f32>,
-    /// `relevance_scale · ‖σ‖`, `sink_relevance · ‖σ‖`.
+    /// `relevance_scale · ‖σ‖`, `sink_relevance · ‖σ‖`, `recency_relevance · ‖σ‖`.
     relevance_unit: f64,
     sink_unit: f64,
+    recency_unit: f64,
     spec: HaystackStructure,
     row_seed: u64,
     block_seed: u64,
@@ -247,12 +275,34 @@ impl TrialHaystack {
                 relevance_dir: g.iter().map(|x| (x / norm) as f32).collect(),
                 relevance_unit: st.relevance_scale * random_var.sqrt(),
                 sink_unit: st.sink_relevance * random_var.sqrt(),
+                recency_unit: st.recency_relevance * random_var.sqrt(),
                 spec: st.clone(),
                 row_seed: rng::derive(trial_seed, &[tag::STRUCTURE, tag::ROW]),
                 block_seed: rng::derive(trial_seed, &[tag::STRUCTURE, tag::TRIAL]),
             }
         });
         Ok(Self { shape: model.shape, queries, weights, common, channel_std, needle_offset, row_seed, structure })
+    }
+
+    /// The rows that get recency relevance in a context of `candidates`
+    /// candidate rows ([`HaystackStructure::recency_span`]).
+    pub fn recency_span(&self, candidates: u64) -> std::ops::Range<u64> {
+        self.structure.as_ref().map_or(candidates..candidates, |st| st.spec.recency_span(candidates))
+    }
+
+    /// Adds the recency relevance of `row` in a context of `candidates`
+    /// candidate rows to its key (before any normalisation); nothing outside
+    /// [`HaystackStructure::recency_span`].
+    pub fn add_recency(&self, row: u64, candidates: u64, key: &mut [f32]) {
+        let Some(st) = &self.structure else { return };
+        if !st.spec.recency_span(candidates).contains(&row) {
+            return;
+        }
+        let distance = (candidates - 1 - row) as f64;
+        let rho = (st.recency_unit * (-distance / st.spec.recency_rows).exp()) as f32;
+        for (k, &g) in key.iter_mut().zip(&st.relevance_dir) {
+            *k += rho * g;
+        }
     }
 
     /// Whether [`Self::add_structure`] changes rows.
@@ -716,6 +766,34 @@ pub(crate) mod tests {
         assert!((mean - 0.6).abs() < 0.1, "mean cosine of looking heads {mean}");
         let independent = cos(&base.queries[..d], &base.queries[d..2 * d]);
         assert!(independent.abs() < 0.35, "independent heads have cosine {independent}");
+    }
+
+    #[test]
+    fn recency_reaches_only_the_newest_rows_and_decays() {
+        let mut m = model(1.0);
+        m.structure.recency_rows = 10.0;
+        m.structure.recency_relevance = 2.0;
+        assert_eq!(m.structure.recency_span(1000), 920..1000);
+        assert_eq!(m.structure.recency_span(50), 0..50);
+        assert!(m.structure.depends_on_row_index() && !m.structure.is_null());
+        let t = TrialHaystack::draw(&m, 9).unwrap();
+        let g = &t.structure.as_ref().unwrap().relevance_dir;
+        let bump = |row: u64, candidates: u64| {
+            let mut key = vec![0.0f32; 128];
+            t.add_recency(row, candidates, &mut key);
+            dot(&key, g)
+        };
+        let unit = 2.0 * t.channel_std.iter().map(|&s| f64::from(s).powi(2)).sum::<f64>().sqrt();
+        assert!((bump(999, 1000) - unit).abs() < 1e-4 * unit);
+        assert!((bump(989, 1000) - unit * (-1.0f64).exp()).abs() < 1e-4 * unit);
+        assert_eq!(bump(919, 1000), 0.0);
+        // The same row is recent in a shorter context only.
+        assert_eq!(bump(999, 2000), 0.0);
+        // Recency off: nothing.
+        let plain = TrialHaystack::draw(&model(1.0), 9).unwrap();
+        let mut key = vec![0.0f32; 128];
+        plain.add_recency(999, 1000, &mut key);
+        assert!(key.iter().all(|&x| x == 0.0));
     }
 
     #[test]

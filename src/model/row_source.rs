@@ -219,9 +219,17 @@ impl<'a> TrialRows<'a> {
             }
             rows.extend(first..(last + 1).min(candidates));
         }
+        rows.extend(self.hay.recency_span(candidates));
         rows.sort_unstable();
         rows.dedup();
         rows
+    }
+
+    /// Adds the recency relevance of `row` in a context of `candidates` rows
+    /// ([`TrialHaystack::add_recency`]); call it on a special row's key
+    /// before [`Self::finalize_with`].
+    pub fn add_recency(&self, row: u64, candidates: u64, key: &mut [f32]) {
+        self.hay.add_recency(row, candidates, key);
     }
 
     /// Whether a chunk's rows depend on nothing but their own positions (no
@@ -290,7 +298,9 @@ impl<'a> TrialRows<'a> {
     /// token-level generation the row must lie in the last chunk.
     pub fn special_row(&mut self, row: u64, items: &[Item], base: &[f32], out: &mut [f32]) -> Result<(), SimError> {
         let window = self.geometry.row_tokens(row);
-        if !self.pools {
+        let holds_item = items.iter().any(|i| i.tokens.start < window.end && window.start < i.tokens.end);
+        if !self.pools || !holds_item {
+            // A row special only through recency is the shared row itself.
             out.copy_from_slice(base);
             for item in items.iter().filter(|i| i.tokens.start < window.end && window.start < i.tokens.end) {
                 for (o, &x) in out.iter_mut().zip(&self.offsets[item.offset]) {
@@ -653,6 +663,7 @@ pub fn context_keys(
         for &row in special.iter().filter(|&&r| (start..start + n).contains(&(r as usize))) {
             let at = (row as usize - start) * d;
             src.special_row(row, &items, &chunk[at..at + d], &mut key)?;
+            src.add_recency(row, rows as u64, &mut key);
             chunk[at..at + d].copy_from_slice(&key);
         }
         src.finalize(start as u64, chunk)?;

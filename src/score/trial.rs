@@ -188,6 +188,7 @@ impl ChunkWork<'_, '_> {
             for (j, &row) in case.special[range.clone()].iter().enumerate() {
                 let at = (row - rows.start) as usize * d;
                 source.special_row(row, &case.items, &pre[at..at + d], special_pre)?;
+                source.add_recency(row, case.candidates as u64, special_pre);
                 for (layout, layout_keys) in keys.iter_mut().enumerate().take(key_layouts) {
                     let key = &mut layout_keys[j * d..(j + 1) * d];
                     key.copy_from_slice(special_pre);

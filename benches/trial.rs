@@ -72,6 +72,11 @@ struct Case {
     times: Vec<f64>,
 }
 
+/// The null model, as tools/numpy_reference.py computes it: no physics and
+/// exchangeable Gaussian rows (no `[haystack]` structure).
+const NULL_MODEL: &str = "[physics]\nrope = \"off\"\npooling = \"off\"\n\
+    [haystack]\ncontent_rank = 0\nkey_content_share = 0.0\nquery_content_share = 0.0\nrelevance_scale = 0.0\n";
+
 fn main() {
     if std::env::var_os("DSA_BENCH_PEAK_CHILD").is_some() {
         return peak_child();
@@ -92,7 +97,7 @@ fn main() {
         {
             for threads in [1usize, 2] {
                 let topk = if precisions.contains(',') { "" } else { "topk = \"512\"\n" };
-                let physics = if null { "[physics]\nrope = \"off\"\npooling = \"off\"\n" } else { "" };
+                let physics = if null { NULL_MODEL } else { "" };
                 let text = format!("[sweep]\ncontexts = \"{context}\"\ntrials = {trials}\nprecisions = \"{precisions}\"\n{topk}{physics}");
                 cases.push(Case {
                     label: format!("{context:>5} {what:<9} {threads} thr"),
@@ -130,7 +135,7 @@ fn main() {
     // 1b. Latency: one 128K trial at a time, 16 in a row per round.
     println!("\n## one 128K trial at a time (fp32, k 512; median of {rounds} rounds of 16 single-trial runs)");
     let mut single: Vec<(String, Scenario, usize, Vec<f64>)> = Vec::new();
-    for (what, physics) in [("null model", "[physics]\nrope = \"off\"\npooling = \"off\"\n"), ("fp32 phys", "")] {
+    for (what, physics) in [("null model", NULL_MODEL), ("fp32 phys", "")] {
         for threads in [1usize, 2] {
             let text = format!("[sweep]\ncontexts = \"128K\"\ntrials = 1\nprecisions = \"fp32\"\ntopk = \"512\"\n{physics}");
             single.push((format!("{what:<10} {threads} thr"), scenario(&text), threads, Vec::new()));

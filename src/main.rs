@@ -174,19 +174,29 @@ fn run_merge(args: &MergeArgs) -> Result<(), Error> {
     Ok(())
 }
 
-/// `run` and `trial` take one context, depth and k (and `run` one precision).
-fn one_cell(s: &Scenario, command: &str, one_precision: bool) -> Result<(), Error> {
+/// `run` and `trial` take one context, depth and k (and `run` one
+/// precision); `typed` says which of --context, --depth, --topk and the
+/// precision flag the command line gave, so that a list the user never typed
+/// (the preset's) is reported as a missing flag.
+fn one_cell(s: &Scenario, command: &str, one_precision: bool, typed: [bool; 4]) -> Result<(), Error> {
+    let precision_flag = if one_precision { "--precision" } else { "--precisions" };
     let mut axes = vec![
-        (s.contexts.len(), "--context"),
-        (s.depths.len(), "--depth"),
-        (s.topks.len(), "--topk"),
-        (s.needle_offsets.len(), "--needle-offsets"),
+        (s.contexts.len(), "--context", Some(typed[0])),
+        (s.depths.len(), "--depth", Some(typed[1])),
+        (s.topks.len(), "--topk", Some(typed[2])),
+        (s.needle_offsets.len(), "--needle-offsets", None),
     ];
     if one_precision {
-        axes.push((s.precisions.len(), "--precision"));
+        axes.push((s.precisions.len(), precision_flag, Some(typed[3])));
     }
-    match axes.into_iter().find(|&(n, _)| n != 1) {
-        Some((n, field)) => Err(dsa_recall::ConfigError::new(
+    match axes.into_iter().find(|&(n, _, _)| n != 1) {
+        Some((n, field, Some(false))) => Err(dsa_recall::ConfigError::new(
+            field,
+            "(not given)",
+            format!("one value: `{command}` simulates one cell, and the scenario's sweep has {n} (use `sweep` for lists)"),
+        )
+        .into()),
+        Some((n, field, _)) => Err(dsa_recall::ConfigError::new(
             field,
             format!("{n} values"),
             format!("`{command}` simulates one cell: give one value (use `sweep` for lists)"),
@@ -211,7 +221,7 @@ fn with_run_flags(e: Error) -> Error {
 
 fn run_cell(args: &RunArgs) -> Result<(), Error> {
     let s = scenario(&args.scenario, args.overlay()?).map_err(with_run_flags)?;
-    one_cell(&s, "run", true)?;
+    one_cell(&s, "run", true, [args.context.is_some(), args.depth.is_some(), args.topk.is_some(), args.precision.is_some()])?;
     let pool = thread_pool(args.scenario.threads)?;
     let cell = pool.install(|| report::run_single_cell(&s, args.print_trials))?;
     if args.json {
@@ -261,7 +271,7 @@ fn run_plot(args: &PlotArgs) -> Result<(), Error> {
 
 fn run_trial_dump(args: &TrialArgs) -> Result<(), Error> {
     let s = scenario(&args.scenario, args.overlay()?).map_err(with_run_flags)?;
-    one_cell(&s, "trial", false)?;
+    one_cell(&s, "trial", false, [args.context.is_some(), args.depth.is_some(), args.topk.is_some(), args.precisions.is_some()])?;
     let summary = dsa_recall::tensors::dump::dump_trial(&s, args.trial, &args.dump)?;
     println!(
         "trial {} of {} tokens, depth {} %, k={} (k_eff {} of {} rows) → {}",

@@ -796,3 +796,20 @@ fn a_default_k_too_large_for_the_contexts_blames_the_contexts() {
     assert_one_line_error(&o, &["sweep.topk (--topk) = 512", "at most 256"]);
     assert!(!out.exists());
 }
+
+#[test]
+fn run_and_trial_name_a_missing_cell_flag_not_the_presets_list() {
+    // No --context: the preset's 8 contexts are not the user's; say the flag is missing.
+    let o = bin().args(["run"]).output().unwrap();
+    assert_one_line_error(&o, &["--context = (not given)", "simulates one cell", "has 8"]);
+    // A context but no --topk: the default k list (512 and 1024) is not typed either.
+    let o = bin().args(["run", "--context", "32K"]).output().unwrap();
+    assert_one_line_error(&o, &["--topk = (not given)", "has 2"]);
+    // A typed list is blamed as typed.
+    let o = bin().args(["run", "--context", "32K,64K", "--topk", "512"]).output().unwrap();
+    assert_one_line_error(&o, &["--context = 2 values"]);
+    let tmp = tempfile::tempdir().unwrap();
+    let o = bin().args(["trial", "--context", "32K", "--dump"]).arg(tmp.path().join("t.safetensors")).output().unwrap();
+    assert_one_line_error(&o, &["--topk = (not given)", "`trial` simulates one cell"]);
+    assert!(!tmp.path().join("t.safetensors").exists());
+}

@@ -70,6 +70,20 @@ fn finite_at_least(value: f64, min: f64, path: &str) -> Result<f64, ConfigError>
     }
 }
 
+/// A number from `lo` to `hi`.
+fn number_in(value: f64, lo: f64, hi: f64, path: &str) -> Result<f64, ConfigError> {
+    if value.is_finite() && (lo..=hi).contains(&value) {
+        Ok(value)
+    } else {
+        Err(ConfigError::new(field_name(path), value, format!("a number from {lo} to {hi}")))
+    }
+}
+
+/// An optional knob that is off (0) when left out, else [`number_in`].
+fn bounded(value: Option<f64>, lo: f64, hi: f64, path: &str) -> Result<f64, ConfigError> {
+    value.map_or(Ok(0.0), |x| number_in(x, lo, hi, path))
+}
+
 fn int_in(value: u64, lo: u64, hi: u64, path: &str) -> Result<u64, ConfigError> {
     if (lo..=hi).contains(&value) {
         Ok(value)
@@ -216,44 +230,34 @@ fn check_needle(p: &params::NeedleParams, shape: IndexerShape) -> Result<Needle,
             ),
         ));
     }
-    let rope_share = unit_range(require(p.rope_share, "needle.rope_share")?, 1.0, "needle.rope_share")?;
+    let rope_share = number_in(require(p.rope_share, "needle.rope_share")?, 0.0, 1.0, "needle.rope_share")?;
     let rope_min_wavelength =
         int_in(require(p.rope_min_wavelength, "needle.rope_min_wavelength")?, 1, 1 << 48, "needle.rope_min_wavelength")?;
-    let head_coherence = unit_range(require(p.head_coherence, "needle.head_coherence")?, 0.95, "needle.head_coherence")?;
+    let head_coherence = number_in(require(p.head_coherence, "needle.head_coherence")?, 0.0, 0.95, "needle.head_coherence")?;
     Ok(Needle { strength, tokens, heads, geometry, rope_share, rope_min_wavelength, head_coherence })
 }
 
 /// Validates `[haystack]`; fields left out are off.
 fn check_haystack(p: &params::HaystackParams, head_dim: usize) -> Result<HaystackStructure, ConfigError> {
     let content_rank = int_in(p.content_rank.unwrap_or(0) as u64, 0, head_dim as u64, "haystack.content_rank")? as usize;
-    let share = |v: Option<f64>, path| unit_range(v.unwrap_or(0.0), 0.95, path);
     let at_least_0 = |v: Option<f64>, path| finite_at_least(v.unwrap_or(0.0), 0.0, path);
     let s = HaystackStructure {
         content_rank,
-        key_content_share: share(p.key_content_share, "haystack.key_content_share")?,
-        query_content_share: share(p.query_content_share, "haystack.query_content_share")?,
+        key_content_share: bounded(p.key_content_share, 0.0, 0.95, "haystack.key_content_share")?,
+        query_content_share: bounded(p.query_content_share, 0.0, 0.95, "haystack.query_content_share")?,
         relevance_scale: at_least_0(p.relevance_scale, "haystack.relevance_scale")?,
-        relevance_sigma: unit_range(p.relevance_sigma.unwrap_or(0.0), 4.0, "haystack.relevance_sigma")?,
+        relevance_sigma: bounded(p.relevance_sigma, 0.0, 4.0, "haystack.relevance_sigma")?,
         block_rows: int_in(p.block_rows.unwrap_or(0), 0, MAX_CONTEXT, "haystack.block_rows")?,
-        block_sigma: unit_range(p.block_sigma.unwrap_or(0.0), 4.0, "haystack.block_sigma")?,
+        block_sigma: bounded(p.block_sigma, 0.0, 4.0, "haystack.block_sigma")?,
         sink_rows: int_in(p.sink_rows.unwrap_or(0), 0, MAX_CONTEXT, "haystack.sink_rows")?,
         sink_relevance: at_least_0(p.sink_relevance, "haystack.sink_relevance")?,
-        recency_rows: unit_range(p.recency_rows.unwrap_or(0.0), 1e6, "haystack.recency_rows")?,
+        recency_rows: bounded(p.recency_rows, 0.0, 1e6, "haystack.recency_rows")?,
         recency_relevance: at_least_0(p.recency_relevance, "haystack.recency_relevance")?,
     };
     if content_rank == 0 && (s.key_content_share > 0.0 || s.query_content_share > 0.0) {
         return Err(ConfigError::new(field_name("haystack.content_rank"), 0, "at least 1 when a content share is set"));
     }
     Ok(s)
-}
-
-/// A number from 0 to `max`.
-fn unit_range(value: f64, max: f64, path: &str) -> Result<f64, ConfigError> {
-    if (0.0..=max).contains(&value) {
-        Ok(value)
-    } else {
-        Err(ConfigError::new(field_name(path), value, format!("a number from 0 to {max}")))
-    }
 }
 
 /// The needle geometry of a checked `[needle]` under the checked physics:
@@ -332,13 +336,6 @@ fn check_physics(p: &params::PhysicsParams, head_dim: usize, ratio: u64) -> Resu
         physics.pooling = Pooling::parse(text)
             .ok_or_else(|| ConfigError::new(field_name("physics.pooling"), format!("{text:?}"), format!("one of {}", Pooling::NAMES)))?;
     }
-    let bounded = |value: Option<f64>, lo: f64, hi: f64, path: &str| -> Result<f64, ConfigError> {
-        match value {
-            None => Ok(0.0),
-            Some(x) if x.is_finite() && (lo..=hi).contains(&x) => Ok(x),
-            Some(x) => Err(ConfigError::new(field_name(path), x, format!("a number from {lo} to {hi}"))),
-        }
-    };
     physics.gate_bias_std = bounded(p.gate_bias_std, 0.0, 20.0, "physics.gate_bias_std")?;
     physics.gate_noise_std = bounded(p.gate_noise_std, 0.0, 20.0, "physics.gate_noise_std")?;
     physics.needle_gate_boost = bounded(p.needle_gate_boost, -50.0, 50.0, "physics.needle_gate_boost")?;

@@ -551,7 +551,13 @@ fn needle_offset(model: &GenerativeModel, queries: &[f32], channel_std: &[f32]) 
         *t = model.needle_strength * var.sqrt();
     }
     match &model.needle_geometry {
-        NeedleGeometry::Isotropic => isotropic_offset(model.shape, queries, &target),
+        // Every dim, every head: zero for heads that do not look (full rank when H ≤ d).
+        NeedleGeometry::Isotropic => {
+            let all: Vec<usize> = (0..d).collect();
+            let delta = min_norm_on(queries, d, &target, &all)
+                .ok_or_else(|| SimError::Model("the query Gram matrix is singular; use indexer.heads ≤ indexer.head_dim".into()))?;
+            Ok(delta.into_iter().map(|x| x as f32).collect())
+        }
         NeedleGeometry::Content { free_dims, band_dims, rope_share } => {
             let looking = model.needle_heads;
             let mut delta = vec![0.0f64; d];
@@ -560,66 +566,47 @@ fn needle_offset(model: &GenerativeModel, queries: &[f32], channel_std: &[f32]) 
                     continue;
                 }
                 let part: Vec<f64> = target[..looking].iter().map(|t| share * t).collect();
-                min_norm_on(queries, d, &part, dims, &mut delta).ok_or_else(|| {
+                let values = min_norm_on(queries, d, &part, dims).ok_or_else(|| {
                     SimError::Model("the looking heads' queries are linearly dependent on the needle's match dims".into())
                 })?;
+                for (&j, v) in dims.iter().zip(values) {
+                    delta[j] += v;
+                }
             }
             Ok(delta.into_iter().map(|x| x as f32).collect())
         }
     }
 }
 
-/// Adds to `delta` the minimum-norm vector supported on `dims` that moves
-/// head h (h < target.len()) by `target[h]`; None when the heads' queries
-/// restricted to `dims` are linearly dependent.
-fn min_norm_on(queries: &[f32], d: usize, target: &[f64], dims: &[usize], delta: &mut [f64]) -> Option<()> {
+/// The minimum-norm vector supported on `dims` that moves head h
+/// (h < target.len()) by `target[h]`, one value per entry of `dims`; solved
+/// in f64 through the Cholesky factor of the heads' Gram matrix over `dims`.
+/// None when those queries restricted to `dims` are linearly dependent.
+fn min_norm_on(queries: &[f32], d: usize, target: &[f64], dims: &[usize]) -> Option<Vec<f64>> {
     let n = target.len();
     let q = |h: usize, j: usize| f64::from(queries[h * d + j]);
-    let mut gram = vec![0.0f64; n * n];
-    for a in 0..n {
-        for b in 0..=a {
-            let g: f64 = dims.iter().map(|&j| q(a, j) * q(b, j)).sum();
-            gram[a * n + b] = g;
-            gram[b * n + a] = g;
-        }
-    }
-    let alpha = cholesky_solve(&mut gram, n, target)?;
-    for &j in dims {
-        delta[j] += (0..n).map(|h| alpha[h] * q(h, j)).sum::<f64>();
-    }
-    Some(())
-}
-
-/// [`NeedleGeometry::Isotropic`]: minimum-norm δ over all dims with
-/// `q_h·δ = target[h]` for every head (zero for heads that do not look),
-/// solved in f64 through the Cholesky factor of the H×H Gram matrix Q·Qᵀ
-/// (full rank when H ≤ d).
-fn isotropic_offset(shape: IndexerShape, queries: &[f32], target: &[f64]) -> Result<Vec<f32>, SimError> {
-    let IndexerShape { heads, head_dim: d } = shape;
-    let q = |h: usize, j: usize| f64::from(queries[h * d + j]);
-    // Gram entries, each summed over j in ascending order as `Iterator::sum`
+    // Gram entries, each summed over `dims` in order as `Iterator::sum`
     // would (from −0.0), but a whole row of them side by side: one long
     // serial chain of f64 adds per entry was most of a trial's setup.
-    let q_by_dim: Vec<f64> = (0..d).flat_map(|j| (0..heads).map(move |h| q(h, j))).collect();
-    let mut gram = vec![0.0f64; heads * heads];
-    let mut row = vec![0.0f64; heads];
-    for a in 0..heads {
+    let q_by_dim: Vec<f64> = dims.iter().flat_map(|&j| (0..n).map(move |h| q(h, j))).collect();
+    let mut gram = vec![0.0f64; n * n];
+    let mut row = vec![0.0f64; n];
+    for a in 0..n {
         let g = &mut row[..=a];
         g.fill(-0.0);
-        for j in 0..d {
+        for (i, &j) in dims.iter().enumerate() {
             let qa = q(a, j);
-            for (gb, &qb) in g.iter_mut().zip(&q_by_dim[j * heads..j * heads + a + 1]) {
+            for (gb, &qb) in g.iter_mut().zip(&q_by_dim[i * n..i * n + a + 1]) {
                 *gb += qa * qb;
             }
         }
         for (b, &v) in g.iter().enumerate() {
-            gram[a * heads + b] = v;
-            gram[b * heads + a] = v;
+            gram[a * n + b] = v;
+            gram[b * n + a] = v;
         }
     }
-    let alpha = cholesky_solve(&mut gram, heads, target)
-        .ok_or_else(|| SimError::Model("the query Gram matrix is singular; use indexer.heads ≤ indexer.head_dim".into()))?;
-    Ok((0..d).map(|j| (0..heads).map(|h| alpha[h] * q(h, j)).sum::<f64>() as f32).collect())
+    let alpha = cholesky_solve(&mut gram, n, target)?;
+    Some(dims.iter().map(|&j| (0..n).map(|h| alpha[h] * q(h, j)).sum::<f64>()).collect())
 }
 
 /// `r` orthonormal vectors of length `d` ([r × d]), by Gram–Schmidt on

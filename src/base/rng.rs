@@ -31,6 +31,7 @@ pub mod tag {
     pub const KEY_NORM: u64 = 0x6e6f_726d_0000_000a; // the key norm's learned weight and bias
     pub const RETRIEVAL: u64 = 0x7265_7472_0000_000c; // the looking heads' shared retrieval direction
     pub const STRUCTURE: u64 = 0x7374_7275_0000_000b; // content subspace, per-row content and relevance
+    pub const STACK: u64 = 0x7374_6163_6b00_000d; // whole-model recall: the layer and token chains
 }
 
 /// SplitMix64 finaliser: a bijective 64-bit mixer with good avalanche.

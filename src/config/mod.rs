@@ -18,6 +18,7 @@ use crate::estimate::settings::{EstimatorMode, EstimatorSettings};
 use crate::model::geometry::CompressionGeometry;
 use crate::model::haystack::{GenerativeModel, HaystackStructure, IndexerShape, NeedleGeometry};
 use crate::model::physics::{KeyNorm, Physics, Pooling, RopeChoice};
+use crate::model::stack::{parse_compress_ratios, FaultSpreadChoice, HcaReading, WholeModel};
 use crate::score::selection::TieRule;
 use crate::score::variant::PrecisionVariant;
 use serde::Serialize;
@@ -54,6 +55,10 @@ pub struct Scenario {
     /// `[estimator]`; absent in manifests written before it existed.
     #[serde(default)]
     pub estimator: EstimatorSettings,
+    /// `[stack]`: the layers whole-model recall reads; None reports
+    /// per-layer recall only (and in manifests written before it existed).
+    #[serde(default)]
+    pub stack: Option<WholeModel>,
 }
 
 fn require<T>(value: Option<T>, path: &str) -> Result<T, ConfigError> {
@@ -120,6 +125,7 @@ pub fn check(p: ScenarioParams) -> Result<Scenario, ConfigError> {
     let precisions = check_precisions(&p.precision, p.sweep.precisions.as_ref(), head_dim, physics.rope)?;
     let (trials, seed, threshold) = check_monte_carlo(&p.sweep)?;
     let estimator = check_estimator(&p.estimator, &physics, &structure, ratio, &precisions)?;
+    let stack = check_stack(&p.stack)?;
 
     Ok(Scenario {
         preset: p.preset.unwrap_or_else(|| "custom".into()),
@@ -151,7 +157,58 @@ pub fn check(p: ScenarioParams) -> Result<Scenario, ConfigError> {
         seed,
         threshold,
         estimator,
+        stack,
     })
+}
+
+/// Validates `[stack]`: None when `compress_ratios` is left out or `none`.
+fn check_stack(p: &params::StackParams) -> Result<Option<WholeModel>, ConfigError> {
+    let text = match &p.compress_ratios {
+        None => return Ok(None),
+        Some(list) => list.to_text(),
+    };
+    if text.trim() == "none" {
+        return Ok(None);
+    }
+    let field = "stack.compress_ratios";
+    let compress_ratios = parse_compress_ratios(&text)
+        .map_err(|e| ConfigError::new(field_name(field), format!("{text:?}"), format!("{e}; e.g. \"0*2, (4, 128)*20, 4\" or none")))?;
+    let correlation = |v: Option<f64>, path: &str| number_in(require(v, path)?, 0.0, 0.999, path);
+    let tokens = |v: Option<u64>, path: &str| int_in(require(v, path)?, 0, 1 << 16, path);
+    let hca_text = require(p.hca.as_deref(), "stack.hca")?;
+    let spread_text = require(p.fault_layers.as_deref(), "stack.fault_layers")?;
+    let ratio = int_in(require(p.indexer_ratio, "stack.indexer_ratio")?, 1, 1 << 16, "stack.indexer_ratio")?;
+    let whole = WholeModel {
+        compress_ratios,
+        indexed_ratio: ratio,
+        layer_correlation: correlation(p.layer_correlation, "stack.layer_correlation")?,
+        token_correlation: correlation(p.token_correlation, "stack.token_correlation")?,
+        question_tokens: tokens(p.question_tokens, "stack.question_tokens")?,
+        answer_tokens: tokens(p.answer_tokens, "stack.answer_tokens")?,
+        quorum: require(p.quorum, "stack.quorum")?,
+        hca: HcaReading::parse(hca_text)
+            .ok_or_else(|| ConfigError::new(field_name("stack.hca"), format!("{hca_text:?}"), format!("one of {}", HcaReading::NAMES)))?,
+        fault_spread: FaultSpreadChoice::parse(spread_text).ok_or_else(|| {
+            ConfigError::new(field_name("stack.fault_layers"), format!("{spread_text:?}"), format!("one of {}", FaultSpreadChoice::NAMES))
+        })?,
+    };
+    let indexed = whole.indexed_layers() as u64;
+    if indexed == 0 {
+        return Err(ConfigError::new(
+            field_name(field),
+            format!("{text:?}"),
+            format!("at least one indexer layer: a layer at stack.indexer_ratio = {ratio}"),
+        ));
+    }
+    if whole.query_tokens() == 0 {
+        return Err(ConfigError::new(
+            field_name("stack.question_tokens"),
+            whole.question_tokens,
+            "at least 1 question or answer token (stack.answer_tokens is 0)",
+        ));
+    }
+    int_in(whole.quorum, 1, indexed, "stack.quorum")?;
+    Ok(Some(whole))
 }
 
 /// `[indexer]`, checked.

@@ -307,6 +307,49 @@ section! {
 }
 
 section! {
+    /// `[stack]`: the model's layers and what counts as the model retrieving
+    /// the needle (docs/MODEL.md, "Whole-model recall").
+    StackParams = "stack", heading "Whole model" {
+        /// Per layer: 0 = raw window only, the indexed ratio = an indexer layer, other = every row attended (HCA); "none" = no stack.
+        compress_ratios: ListSpec = flag(
+            "--compress-ratios",
+            "LIST",
+            "The model's layers by compress ratio: 0 raw window only, --indexer-ratio an indexer layer, other every row (HCA); R*N and (A,B)*N repeat; none = per-layer recall only"
+        ),
+        indexer_ratio: u64 = flag(
+            "--indexer-ratio",
+            "C",
+            "Compress ratio of the stack's indexer layers, each of which the simulated layer stands for"
+        ),
+        layer_correlation: f64 = flag(
+            "--layer-correlation",
+            "R",
+            "Latent correlation of a row's selection in adjacent indexer layers (0 … 0.999)"
+        ),
+        token_correlation: f64 = flag(
+            "--token-correlation",
+            "R",
+            "Latent correlation of a row's selection for adjacent query tokens (0 … 0.999)"
+        ),
+        question_tokens: u64 = flag("--question-tokens", "N", "Question tokens whose selections may read the needle (prefill)"),
+        answer_tokens: u64 = flag("--answer-tokens", "N", "First answer tokens whose selections may read the needle (decode)"),
+        quorum: u64 = flag("--quorum", "N", "Indexer layers that must select the needle for the model to retrieve it"),
+        /// blind | retrieves
+        hca: String = flag(
+            "--hca",
+            "READING",
+            "What seeing the needle's pooled row in an HCA layer does: blind (nothing, the default assumption) or retrieves"
+        ),
+        /// catalogue | shared | independent
+        fault_layers: String = flag(
+            "--fault-layers",
+            "SPREAD",
+            "How hypotheses act across layers: catalogue (each entry's), shared (identical in every layer) or independent"
+        ),
+    }
+}
+
+section! {
     /// `[sweep]`: the cell grid and the Monte Carlo.
     SweepParams = "sweep" {
         contexts: ListSpec = sweep_flag(
@@ -413,6 +456,8 @@ pub struct ScenarioParams {
     #[serde(default)]
     pub physics: PhysicsParams,
     #[serde(default)]
+    pub stack: StackParams,
+    #[serde(default)]
     pub sweep: SweepParams,
     #[serde(default)]
     pub estimator: EstimatorParams,
@@ -436,6 +481,7 @@ impl Overlay for ScenarioParams {
         self.needle.overlay(top.needle);
         self.selection.overlay(top.selection);
         self.physics.overlay(top.physics);
+        self.stack.overlay(top.stack);
         self.sweep.overlay(top.sweep);
         self.estimator.overlay(top.estimator);
         self.precision.extend(top.precision);
@@ -454,6 +500,7 @@ impl ScenarioParams {
             NeedleParams::FLAGS,
             SelectionParams::FLAGS,
             PhysicsParams::FLAGS,
+            StackParams::FLAGS,
             SweepParams::FLAGS,
             EstimatorParams::FLAGS,
         ]
@@ -471,6 +518,7 @@ impl ScenarioParams {
             needle: NeedleParams::from_flags(m, scope)?,
             selection: SelectionParams::from_flags(m, scope)?,
             physics: PhysicsParams::from_flags(m, scope)?,
+            stack: StackParams::from_flags(m, scope)?,
             sweep: SweepParams::from_flags(m, scope)?,
             estimator: EstimatorParams::from_flags(m, scope)?,
             ..Self::default()

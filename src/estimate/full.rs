@@ -6,7 +6,7 @@
 
 use crate::base::stats::{mean_interval, quantiles, wilson_interval, Z95};
 use crate::error::SimError;
-use crate::estimate::{grid, CellEstimate, Estimator, RankSummary};
+use crate::estimate::{grid, stack, CellEstimate, Estimator, RankSummary};
 use crate::score::trial::NeedleOutcome;
 use crate::score::trial::{TrialOutcome, TrialSpec};
 
@@ -172,6 +172,7 @@ impl Estimator for Full {
     fn cells(&self, spec: &TrialSpec<'_>, trials: &[TrialOutcome]) -> Vec<CellEstimate> {
         let tallies = tally_cells(spec, trials);
         let reference = spec.fidelity_reference.map(|r| spec.variants[r].name.clone());
+        let mut whole_model = spec.stack.map(|w| stack::whole_model(spec, w, trials));
         grid::cells(spec)
             .map(|g| {
                 let t = &tallies[g.index];
@@ -199,6 +200,7 @@ impl Estimator for Full {
                     jaccard: t.jaccard(),
                     recall_diff: paired.then(|| t.recall() - tallies[g.baseline_index].recall()),
                     discordant: paired.then_some((t.gained_vs_baseline, t.lost_vs_baseline)),
+                    whole_model: whole_model.as_mut().map(|w| std::mem::take(&mut w[g.index])),
                 }
             })
             .collect()

@@ -103,6 +103,7 @@ mod tests {
             variants: &variants,
             tie_rule: TieRule::LowestIndex,
             fidelity_reference: Some(0),
+            stack: None,
         };
         let all: Vec<_> = cells(&spec).collect();
         assert_eq!(all.len(), spec.cell_count());

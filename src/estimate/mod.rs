@@ -18,6 +18,7 @@ pub mod grid;
 pub mod predict;
 pub mod sample;
 pub mod settings;
+pub mod stack;
 pub mod survival;
 pub mod tail;
 
@@ -81,6 +82,9 @@ pub struct CellEstimate {
     /// Trials this variant kept and the baseline lost, and the reverse, when
     /// the estimator sees each trial's outcome.
     pub discordant: Option<(u64, u64)>,
+    /// Whole-model recall (docs/MODEL.md, "Whole-model recall"), when the
+    /// scenario has a stack and the estimator sees each trial's outcome.
+    pub whole_model: Option<stack::StackEstimate>,
 }
 
 /// Every cell's recall under the scenario's estimator, in

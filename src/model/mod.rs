@@ -1,7 +1,8 @@
 //! The generative model of a trial: where rows and the needle sit
 //! ([`geometry`]), the synthetic keys, queries and weights ([`haystack`]),
 //! position and compression ([`physics`], [`rope`], [`compressor`]), and the
-//! rows they make ([`row_source`]). Definitions: docs/MODEL.md.
+//! rows they make ([`row_source`]), and the layer stack that whole-model
+//! recall reads ([`stack`]). Definitions: docs/MODEL.md.
 
 pub mod compressor;
 pub mod geometry;
@@ -9,3 +10,4 @@ pub mod haystack;
 pub mod physics;
 pub mod rope;
 pub mod row_source;
+pub mod stack;

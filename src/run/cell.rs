@@ -10,8 +10,8 @@ use serde::{Deserialize, Serialize};
 /// Everything known about one cell: its inputs and its outcome. This is one
 /// line of `results.jsonl` and one row of `summary.csv`.
 ///
-/// Every "recall" here (`recall`, `predicted_recall`, `recall_diff`) is
-/// *per-layer selection recall*: over trials, the share in which one decoding
+/// Every "recall" here but `model_recall` (`recall`, `predicted_recall`,
+/// `recall_diff`) is *per-layer selection recall*: over trials, the share in which one decoding
 /// query at the end of the context, in one indexer layer, keeps the needle (a
 /// row holding a needle token in its top-k, or the whole needle in the raw
 /// window; docs/MODEL.md, "What is measured"). It is not a model's
@@ -79,6 +79,30 @@ pub struct CellResult {
     pub discordant_lost: Option<u64>,
     /// Exact two-sided McNemar p-value of the discordant pairs.
     pub mcnemar_p: Option<f64>,
+    /// Whole-model recall (docs/MODEL.md, "Whole-model recall"): absent
+    /// without a `[stack]` and under tail sampling. Indexer layers in the stack …
+    #[serde(default)]
+    pub indexed_layers: Option<u64>,
+    /// … trials in which at least `stack.quorum` of them select the needle
+    /// for at least one query token, their share and its Wilson 95 % interval …
+    #[serde(default)]
+    pub model_survived: Option<u64>,
+    #[serde(default)]
+    pub model_recall: Option<f64>,
+    #[serde(default)]
+    pub model_ci_low: Option<f64>,
+    #[serde(default)]
+    pub model_ci_high: Option<f64>,
+    /// … and how many of them do: mean, its 95 % interval, and quantiles
+    /// (5, 25, 50, 75, 95 %).
+    #[serde(default)]
+    pub layers_reached: Option<f64>,
+    #[serde(default)]
+    pub layers_reached_ci_low: Option<f64>,
+    #[serde(default)]
+    pub layers_reached_ci_high: Option<f64>,
+    #[serde(default)]
+    pub layers_reached_quantiles: Option<[f64; 5]>,
 }
 
 impl CellResult {
@@ -127,6 +151,15 @@ impl CellResult {
             discordant_gained: e.discordant.map(|d| d.0),
             discordant_lost: e.discordant.map(|d| d.1),
             mcnemar_p: e.discordant.map(|(gained, lost)| mcnemar_exact_p(gained, lost)),
+            indexed_layers: e.whole_model.as_ref().map(|w| w.indexed_layers),
+            model_survived: e.whole_model.as_ref().map(|w| w.survived),
+            model_recall: e.whole_model.as_ref().map(|w| w.recall),
+            model_ci_low: e.whole_model.as_ref().map(|w| w.ci_low),
+            model_ci_high: e.whole_model.as_ref().map(|w| w.ci_high),
+            layers_reached: e.whole_model.as_ref().and_then(|w| w.layers_reached).map(|r| r.0),
+            layers_reached_ci_low: e.whole_model.as_ref().and_then(|w| w.layers_reached).map(|r| r.1),
+            layers_reached_ci_high: e.whole_model.as_ref().and_then(|w| w.layers_reached).map(|r| r.2),
+            layers_reached_quantiles: e.whole_model.as_ref().and_then(|w| w.layers_reached_quantiles),
         }
     }
 }

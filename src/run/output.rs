@@ -74,9 +74,11 @@ pub fn summary_header() -> String {
          mean_rank,mean_rank_ties,median_rank,trials_with_ties,mean_margin_sd,needle_rows,needle_start_token,\
          needle_in_window,survived_via_window,visible_rows,candidate_rows,k_eff,coverage_limit,{},{},\
          fidelity_reference,selection_recall,selection_recall_ci_low,selection_recall_ci_high,jaccard,jaccard_ci_low,jaccard_ci_high,\
-         baseline,recall_diff,discordant_gained,discordant_lost,mcnemar_p",
+         baseline,recall_diff,discordant_gained,discordant_lost,mcnemar_p,\
+         indexed_layers,model_survived,model_recall,model_ci_low,model_ci_high,layers_reached,layers_reached_ci_low,layers_reached_ci_high,{}",
         quantile_columns("rank_share"),
-        quantile_columns("margin_sd")
+        quantile_columns("margin_sd"),
+        quantile_columns("layers_reached")
     )
 }
 
@@ -124,6 +126,15 @@ pub fn summary_csv(cells: &[CellResult]) -> String {
             opt(c.discordant_gained),
             opt(c.discordant_lost),
             opt(c.mcnemar_p),
+            opt(c.indexed_layers),
+            opt(c.model_survived),
+            opt(c.model_recall),
+            opt(c.model_ci_low),
+            opt(c.model_ci_high),
+            opt(c.layers_reached),
+            opt(c.layers_reached_ci_low),
+            opt(c.layers_reached_ci_high),
+            quantile_values(c.layers_reached_quantiles),
         ];
         out.push_str(&fields.join(","));
         out.push('\n');
@@ -166,31 +177,17 @@ pub fn format_table(s: &Scenario, outcome: &SweepOutcome) -> String {
         "dsa-recall sweep · {} · needle strength {} · {} trials per cell · seed {}",
         s.preset, s.model.needle_strength, s.trials, s.seed
     );
-    let series: Vec<(u64, &str)> = s.topks.iter().flat_map(|&k| s.precisions.iter().map(move |p| (k, p.name.as_str()))).collect();
+    let whole = outcome.cells.iter().any(|c| c.model_recall.is_some());
     for &depth in &s.depths {
-        let by_offset = if s.needle_offsets.len() > 1 { "; rows: context @ needle offset" } else { "" };
-        let _ = writeln!(out, "\nper-layer selection recall at depth {depth} % (95 % Wilson interval{by_offset})");
-        let _ = write!(out, "{:>8}", "context");
-        for (k, p) in &series {
-            let _ = write!(out, "  {:>22}", format!("k={k} {p}"));
-        }
-        out.push('\n');
-        for &context in &s.contexts {
-            for &offset in &s.needle_offsets {
-                let _ = write!(out, "{:>8}", row_label(context, offset, s.needle_offsets.len()));
-                for (k, p) in &series {
-                    let cell = outcome.cells.iter().find(|c| {
-                        c.depth_percent == depth
-                            && c.context_tokens == context
-                            && c.needle_offset == offset
-                            && c.topk == *k
-                            && c.precision == *p
-                    });
-                    let text = cell.map_or_else(String::new, |c| format!("{:.3} [{:.3}, {:.3}]", c.recall, c.ci_low, c.ci_high));
-                    let _ = write!(out, "  {text:>22}");
+        recall_table(&mut out, s, outcome, depth, "per-layer selection recall", |c| Some((c.recall, c.ci_low, c.ci_high)));
+        if whole {
+            let title = match &s.stack {
+                Some(w) => {
+                    format!("whole-model recall ({} of {} indexer layers, {} query tokens)", w.quorum, w.indexed_layers(), w.query_tokens())
                 }
-                out.push('\n');
-            }
+                None => "whole-model recall".into(),
+            };
+            recall_table(&mut out, s, outcome, depth, &title, |c| Some((c.model_recall?, c.model_ci_low?, c.model_ci_high?)));
         }
     }
     if s.precisions.len() > 1 {
@@ -224,16 +221,71 @@ pub fn format_table(s: &Scenario, outcome: &SweepOutcome) -> String {
         }
     }
     let _ = writeln!(out, "\neffective context (longest context with recall ≥ {} at every depth and every shorter context)", s.threshold);
-    let _ = writeln!(out, "{:>8}  {:<14}  {:>18}  {:>22}", "k", "precision", "effective context", "coverage limit k·c+W");
+    let reach = |effective: Option<u64>, held: bool| match (effective, held) {
+        (None, _) => format!("< {}", tokens_label(s.contexts[0])),
+        (Some(c), true) => format!("≥ {}", tokens_label(c)),
+        (Some(c), false) => tokens_label(c),
+    };
+    let model_column = |text: &str| if whole { format!("  {text:>12}") } else { String::new() };
+    let _ = writeln!(
+        out,
+        "{:>8}  {:<14}  {:>12}{}  {:>22}",
+        "k",
+        "precision",
+        if whole { "per layer" } else { "effective" },
+        model_column("whole model"),
+        "coverage limit k·c+W"
+    );
     for e in &outcome.effective {
-        let eff = match (e.effective_context, e.held_at_longest) {
-            (None, _) => format!("< {}", tokens_label(s.contexts[0])),
-            (Some(c), true) => format!("≥ {}", tokens_label(c)),
-            (Some(c), false) => tokens_label(c),
-        };
-        let _ = writeln!(out, "{:>8}  {:<14}  {:>18}  {:>22}", e.topk, e.precision, eff, e.coverage_limit);
+        let model = e.model.map_or_else(|| "-".into(), |m| reach(m.effective_context, m.held_at_longest));
+        let _ = writeln!(
+            out,
+            "{:>8}  {:<14}  {:>12}{}  {:>22}",
+            e.topk,
+            e.precision,
+            reach(e.effective_context, e.held_at_longest),
+            model_column(&model),
+            e.coverage_limit
+        );
     }
     out
+}
+
+/// One table of a recall (`value`: recall and its interval) by context
+/// (rows) and (k, precision) (columns), at one depth.
+fn recall_table(
+    out: &mut String,
+    s: &Scenario,
+    outcome: &SweepOutcome,
+    depth: f64,
+    title: &str,
+    value: impl Fn(&CellResult) -> Option<(f64, f64, f64)>,
+) {
+    let series: Vec<(u64, &str)> = s.topks.iter().flat_map(|&k| s.precisions.iter().map(move |p| (k, p.name.as_str()))).collect();
+    let by_offset = if s.needle_offsets.len() > 1 { "; rows: context @ needle offset" } else { "" };
+    let _ = writeln!(out, "\n{title} at depth {depth} % (95 % Wilson interval{by_offset})");
+    let _ = write!(out, "{:>8}", "context");
+    for (k, p) in &series {
+        let _ = write!(out, "  {:>22}", format!("k={k} {p}"));
+    }
+    out.push('\n');
+    for &context in &s.contexts {
+        for &offset in &s.needle_offsets {
+            let _ = write!(out, "{:>8}", row_label(context, offset, s.needle_offsets.len()));
+            for (k, p) in &series {
+                let cell = outcome.cells.iter().find(|c| {
+                    c.depth_percent == depth
+                        && c.context_tokens == context
+                        && c.needle_offset == offset
+                        && c.topk == *k
+                        && c.precision == *p
+                });
+                let text = cell.and_then(&value).map_or_else(String::new, |(r, lo, hi)| format!("{r:.3} [{lo:.3}, {hi:.3}]"));
+                let _ = write!(out, "  {text:>22}");
+            }
+            out.push('\n');
+        }
+    }
 }
 
 #[cfg(test)]
@@ -255,9 +307,14 @@ mod tests {
         let outcome = crate::run::sweep::run_sweep(&s, &|| {}).unwrap();
         let csv = summary_csv(&outcome.cells);
         let columns = summary_header().split(',').count();
-        assert_eq!(columns, 46);
+        assert_eq!(columns, 59);
         for line in csv.lines() {
             assert_eq!(line.split(',').count(), columns, "{line}");
+        }
+        // Quorum 1: the model keeps the needle whenever the simulated layer does.
+        for c in &outcome.cells {
+            assert_eq!(c.indexed_layers, Some(21));
+            assert!(c.model_survived.unwrap() >= c.survived, "{c:?}");
         }
     }
 

@@ -24,6 +24,39 @@ pub struct EffectiveContext {
     /// True when recall held at every context tested: the true value may be longer.
     pub held_at_longest: bool,
     pub coverage_limit: u64,
+    /// The same read from whole-model recall; absent without a stack.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<Reach>,
+}
+
+/// How far a recall holds: the longest context at which it is at or above
+/// the threshold at every depth, that context and every shorter one.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Reach {
+    /// None when recall is below the threshold already at the shortest context.
+    pub effective_context: Option<u64>,
+    /// True when recall held at every context tested: the true value may be longer.
+    pub held_at_longest: bool,
+}
+
+impl Reach {
+    /// The reach of the recall `recall_of` gives each cell of (`k`,
+    /// `precision`); None when a cell has no such recall.
+    fn of(s: &Scenario, cells: &[CellResult], k: u64, precision: &str, recall_of: impl Fn(&CellResult) -> Option<f64>) -> Option<Reach> {
+        let mut reach = Reach { effective_context: None, held_at_longest: true };
+        for &context in &s.contexts {
+            let mut ok = true;
+            for c in cells.iter().filter(|c| c.topk == k && c.precision == precision && c.context_tokens == context) {
+                ok &= recall_of(c)? >= s.threshold;
+            }
+            if !ok {
+                reach.held_at_longest = false;
+                break;
+            }
+            reach.effective_context = Some(context);
+        }
+        Some(reach)
+    }
 }
 
 /// A finished sweep.
@@ -52,6 +85,7 @@ pub fn spec_for(s: &Scenario, depth: f64) -> TrialSpec<'_> {
         variants: &s.precisions,
         tie_rule: s.tie_rule,
         fidelity_reference: s.precisions.iter().position(|p| p.name == FIDELITY_REFERENCE),
+        stack: s.stack.as_ref(),
     }
 }
 
@@ -91,26 +125,16 @@ pub fn effective_contexts(s: &Scenario, cells: &[CellResult]) -> Vec<EffectiveCo
     let mut out = Vec::new();
     for &k in &s.topks {
         for variant in &s.precisions {
-            let mut effective = None;
-            let mut held = true;
-            for &context in &s.contexts {
-                let ok = cells
-                    .iter()
-                    .filter(|c| c.topk == k && c.precision == variant.name && c.context_tokens == context)
-                    .all(|c| c.recall >= s.threshold);
-                if !ok {
-                    held = false;
-                    break;
-                }
-                effective = Some(context);
-            }
+            let layer = Reach::of(s, cells, k, &variant.name, |c| Some(c.recall))
+                .unwrap_or(Reach { effective_context: None, held_at_longest: false });
             out.push(EffectiveContext {
                 topk: k,
                 precision: variant.name.clone(),
                 threshold: s.threshold,
-                effective_context: effective,
-                held_at_longest: held,
+                effective_context: layer.effective_context,
+                held_at_longest: layer.held_at_longest,
                 coverage_limit: s.geometry.coverage_limit(k),
+                model: Reach::of(s, cells, k, &variant.name, |c| c.model_recall),
             });
         }
     }
@@ -162,6 +186,15 @@ mod tests {
             discordant_gained: None,
             discordant_lost: None,
             mcnemar_p: None,
+            indexed_layers: None,
+            model_survived: None,
+            model_recall: None,
+            model_ci_low: None,
+            model_ci_high: None,
+            layers_reached: None,
+            layers_reached_ci_low: None,
+            layers_reached_ci_high: None,
+            layers_reached_quantiles: None,
         }
     }
 

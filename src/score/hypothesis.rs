@@ -5,6 +5,7 @@
 //! ordinary [`PrecisionVariant`] with its own name, so every output works
 //! unchanged. Full text, sources and expected symptoms: docs/HYPOTHESES.md.
 
+use crate::model::stack::FaultSpread;
 use crate::numerics::key_cache::{Fp8Flavour, ScaleSpan, ScaleWordFault};
 use crate::numerics::pipeline::{LogitFormat, Rotation};
 use crate::score::selection::{NanOrder, TieRule};
@@ -53,6 +54,10 @@ pub struct HypothesisInfo {
     pub expected: &'static str,
     /// A scenario setting it needs, if any.
     pub requires: Option<&'static str>,
+    /// Whether it acts identically in every layer (shared code, cache layout
+    /// or kernel) or independently in each; `--fault-layers` overrides
+    /// (docs/MODEL.md, "Faults across layers").
+    pub layers: FaultSpread,
 }
 
 /// Every hypothesis, in listing order.
@@ -65,6 +70,7 @@ pub const CATALOGUE: &[HypothesisInfo] = &[
         stands_for: "A port that drops the reference's rotation (DeepSeek-V3.2-Exp inference/model.py rotates q and k before fp8, and the V4 reference before fp4). Hypothetical.",
         expected: "With e4m3fn (a float format) small: channels far below an outlier keep their relative precision until they fall into subnormals (a range of about 2^15 within a row). With e2m1 blocks of 32, an outlier zeroes the rest of its block: scores lose the signal carried by those channels, recall falls at long contexts.",
         requires: None,
+        layers: FaultSpread::Shared,
     },
     HypothesisInfo {
         name: "hadamard-q-only",
@@ -74,6 +80,7 @@ pub const CATALOGUE: &[HypothesisInfo] = &[
         stands_for: "Query and cache-writer paths implemented separately, one of them missing the rotation. Hypothetical.",
         expected: "q·k is no longer the unrotated dot product (H is orthonormal only when both sides turn): scores are unrelated to the needle, recall drops to about k over the candidate rows.",
         requires: None,
+        layers: FaultSpread::Shared,
     },
     HypothesisInfo {
         name: "hadamard-k-only",
@@ -83,6 +90,7 @@ pub const CATALOGUE: &[HypothesisInfo] = &[
         stands_for: "As hadamard-q-only, the other side. Hypothetical.",
         expected: "As hadamard-q-only: near-random selection.",
         requires: None,
+        layers: FaultSpread::Shared,
     },
     HypothesisInfo {
         name: "scale-per-page",
@@ -92,6 +100,7 @@ pub const CATALOGUE: &[HypothesisInfo] = &[
         stands_for: "A cache that keeps one scale per page. The reference keeps one per token and 128 values (act_quant); sglang/vLLM one fp32 scale per token. Hypothetical.",
         expected: "Rows with a small amax next to a large one lose resolution; needle rows next to outlier rows suffer, so recall depends on the needle's neighbours.",
         requires: None,
+        layers: FaultSpread::Shared,
     },
     HypothesisInfo {
         name: "scale-per-tensor",
@@ -101,6 +110,7 @@ pub const CATALOGUE: &[HypothesisInfo] = &[
         stands_for: "A per-tensor key scale. One scale over the whole context does not exist when a row is written, so the widest honest stand-in is the chunk written together; a static scale calibrated elsewhere can only fit worse. Hypothetical.",
         expected: "As scale-per-page, stronger: rows far below the span's largest get few fp8 levels; small-norm needles are hurt most.",
         requires: None,
+        layers: FaultSpread::Shared,
     },
     HypothesisInfo {
         name: "scale-floor",
@@ -110,6 +120,7 @@ pub const CATALOGUE: &[HypothesisInfo] = &[
         stands_for: "Mixing up DeepSeek's rule (round up, nothing clipped) with OCP MX's (floor). Source of both rules: DeepSeek-V3.2 act_quant_kernel; OCP MX spec. The mix-up is hypothetical.",
         expected: "Each row's largest values saturate at 448 while the rest gain one bit; mild score distortion, small recall change. Needs ue8m0 key scales (fp8).",
         requires: None,
+        layers: FaultSpread::Shared,
     },
     HypothesisInfo {
         name: "stale-scale",
@@ -119,6 +130,7 @@ pub const CATALOGUE: &[HypothesisInfo] = &[
         stands_for: "A fused quantize-and-store kernel that reuses a scale register one row too long. Hypothetical.",
         expected: "Rows larger than their predecessor clip, smaller ones lose resolution; a needle row after a small row loses its peaks, so its score drops.",
         requires: None,
+        layers: FaultSpread::Shared,
     },
     HypothesisInfo {
         name: "logits-bf16",
@@ -128,6 +140,7 @@ pub const CATALOGUE: &[HypothesisInfo] = &[
         stands_for: "The V4 reference computes the score in bf16 tensors (inferred from its dtypes); an engine keeping bf16 logits.",
         expected: "Many exact ties among haystack rows (8 significant bits): the tie rule starts to matter near the k-th score.",
         requires: None,
+        layers: FaultSpread::Shared,
     },
     HypothesisInfo {
         name: "logits-fp16",
@@ -137,6 +150,7 @@ pub const CATALOGUE: &[HypothesisInfo] = &[
         stands_for: "An engine keeping fp16 logits. Hypothetical.",
         expected: "Fewer ties than bf16; overflow to inf only for logits beyond 65504.",
         requires: None,
+        layers: FaultSpread::Shared,
     },
     HypothesisInfo {
         name: "slot-shift",
@@ -146,6 +160,7 @@ pub const CATALOGUE: &[HypothesisInfo] = &[
         stands_for: "An off-by-one in the reader's slot index of the paged indexer cache (pages of 64 rows: codes then scales). Hypothetical.",
         expected: "The needle's score is read at its predecessor's position: recall stays high when the needle spans several rows, falls for one-row needles at slot 0 of a page; depth-dependent at page granularity.",
         requires: None,
+        layers: FaultSpread::Shared,
     },
     HypothesisInfo {
         name: "pages-swapped",
@@ -155,6 +170,7 @@ pub const CATALOGUE: &[HypothesisInfo] = &[
         stands_for: "A wrong page-table entry order (block table permuted). Hypothetical.",
         expected: "The needle is scored correctly but selected at the wrong position: the attention reads another page, so recall collapses beyond the coverage of the raw window and full selection.",
         requires: None,
+        layers: FaultSpread::Shared,
     },
     HypothesisInfo {
         name: "scale-offset",
@@ -164,6 +180,7 @@ pub const CATALOGUE: &[HypothesisInfo] = &[
         stands_for: "An off-by-one in the scale offset of the page (64 x 128 code bytes, then 64 scale words). Hypothetical.",
         expected: "Each row's score is multiplied by its neighbour's scale over its own: with row scales that vary, scores get a random factor; the needle survives only if its neighbour's scale is not much smaller.",
         requires: None,
+        layers: FaultSpread::Shared,
     },
     HypothesisInfo {
         name: "e4m3fnuz-read",
@@ -173,6 +190,7 @@ pub const CATALOGUE: &[HypothesisInfo] = &[
         stands_for: "An fp8 flavour mismatch between writer and reader (AMD MI300 fp8 is fnuz, OCP e4m3fn elsewhere); motivated by the ROCm-only collapse of vLLM #52109. The mismatch itself is hypothetical.",
         expected: "Halving is a uniform factor (ranking unchanged), but every -0 code turns into NaN; with ReLU as fmax(x, 0) a NaN dot product counts as 0, so heads whose key has a -0 lose their contribution. Ranking noise grows with the share of -0 codes.",
         requires: None,
+        layers: FaultSpread::Shared,
     },
     HypothesisInfo {
         name: "e4m3fn-read",
@@ -182,6 +200,7 @@ pub const CATALOGUE: &[HypothesisInfo] = &[
         stands_for: "The reverse flavour mismatch (fnuz writer, fn reader). Hypothetical.",
         expected: "With fp32 scales every row's amax code is 0x7f, so every row carries a NaN: the head holding it drops out (fmax ReLU), scores shrink irregularly; with ue8m0 scales only rows whose amax lands near 240 are hit.",
         requires: None,
+        layers: FaultSpread::Shared,
     },
     HypothesisInfo {
         name: "scale-unwritten-zero",
@@ -191,6 +210,7 @@ pub const CATALOGUE: &[HypothesisInfo] = &[
         stands_for: "Scales not transferred or not written (e.g. a prefill/decode transfer that copies codes only; the motivating incident used a prefill/decode split). Hypothetical.",
         expected: "All scores tie at 0: selection is decided by the tie rule alone, recall is about k over the candidate rows (or 0/1 by depth with a deterministic tie rule).",
         requires: None,
+        layers: FaultSpread::Shared,
     },
     HypothesisInfo {
         name: "scale-unwritten-nan",
@@ -200,6 +220,7 @@ pub const CATALOGUE: &[HypothesisInfo] = &[
         stands_for: "As scale-unwritten-zero with NaN-poisoned memory. Hypothetical.",
         expected: "All scores NaN: they tie, so the tie rule alone decides, as with zero-filled scales.",
         requires: None,
+        layers: FaultSpread::Shared,
     },
     HypothesisInfo {
         name: "ties-lowest",
@@ -209,6 +230,7 @@ pub const CATALOGUE: &[HypothesisInfo] = &[
         stands_for: "Tie order is undocumented in every top-k kernel (reference notes, section 1); a kernel that scans rows in order.",
         expected: "Matters only with ties (bf16 logits, zero scales): needles near the start win ties, recall falls with depth.",
         requires: None,
+        layers: FaultSpread::Shared,
     },
     HypothesisInfo {
         name: "ties-highest",
@@ -218,6 +240,7 @@ pub const CATALOGUE: &[HypothesisInfo] = &[
         stands_for: "As ties-lowest, a kernel scanning from the end.",
         expected: "Mirror of ties-lowest: recall rises with depth when ties decide.",
         requires: None,
+        layers: FaultSpread::Shared,
     },
     HypothesisInfo {
         name: "nan-first",
@@ -227,6 +250,7 @@ pub const CATALOGUE: &[HypothesisInfo] = &[
         stands_for: "torch.topk, which the DeepSeek reference selects with, ranks NaN as the largest value.",
         expected: "Rows with NaN logits crowd out real rows, up to k of them.",
         requires: None,
+        layers: FaultSpread::Shared,
     },
     HypothesisInfo {
         name: "nan-last",
@@ -236,6 +260,7 @@ pub const CATALOGUE: &[HypothesisInfo] = &[
         stands_for: "A top-k kernel comparing with > (a NaN never wins). Hypothetical.",
         expected: "NaN rows are never selected; a needle whose logit is NaN is lost.",
         requires: None,
+        layers: FaultSpread::Shared,
     },
     HypothesisInfo {
         name: "topk-round64",
@@ -245,6 +270,7 @@ pub const CATALOGUE: &[HypothesisInfo] = &[
         stands_for: "FlashMLA's Blackwell kernels require top-k to be a multiple of 64 (reference notes, section 2); an engine rounding down to satisfy it is hypothetical.",
         expected: "No effect for k = 512 or 1024; for other k, recall of k rounded down.",
         requires: None,
+        layers: FaultSpread::Shared,
     },
     HypothesisInfo {
         name: "topk=N",
@@ -254,6 +280,7 @@ pub const CATALOGUE: &[HypothesisInfo] = &[
         stands_for: "ROCm/ATOM PR #1591: a bridge hard-coded index_topk 1024 while V4-Flash uses 512; the incident's config override to 1024.",
         expected: "Identical results while every row is selected (context <= k*ratio + window); beyond, recall of k = N.",
         requires: None,
+        layers: FaultSpread::Shared,
     },
     HypothesisInfo {
         name: "window=N",
@@ -263,6 +290,7 @@ pub const CATALOGUE: &[HypothesisInfo] = &[
         stands_for: "A window size mismatch (V4 uses 128 tokens, reference code). Hypothetical.",
         expected: "Needles in the last tokens are found or lost by the window; a smaller window shifts the end of the recall curve.",
         requires: None,
+        layers: FaultSpread::Shared,
     },
     HypothesisInfo {
         name: "rope-swap-q",
@@ -272,6 +300,7 @@ pub const CATALOGUE: &[HypothesisInfo] = &[
         stands_for: "sglang #13530: the first V3.2 release rotated the indexer with interleaved pairs where the model uses halves, a real bug.",
         expected: "q·k loses its relative-position structure on the rope dims: scores depend on absolute positions, recall varies with depth.",
         requires: Some("--rope on"),
+        layers: FaultSpread::Shared,
     },
     HypothesisInfo {
         name: "rope-swap-k",
@@ -281,6 +310,7 @@ pub const CATALOGUE: &[HypothesisInfo] = &[
         stands_for: "As rope-swap-q (sglang #13530), on the cache-writer side.",
         expected: "As rope-swap-q.",
         requires: Some("--rope on"),
+        layers: FaultSpread::Shared,
     },
 ];
 
@@ -298,6 +328,7 @@ pub fn long_text(h: &HypothesisInfo) -> String {
     if let Some(r) = h.requires {
         text.push_str(&format!("  requires: {r}\n"));
     }
+    text.push_str(&format!("  across layers: {} (--fault-layers overrides)\n", h.layers.name()));
     text.push_str("  use: --precisions fp8,fp8+NAME (docs/HYPOTHESES.md)\n".replace("NAME", h.name).as_str());
     text
 }
@@ -447,6 +478,19 @@ impl Hypothesis {
             RopeSwapK => v.position.key_rope_layout_swapped = true,
         }
         Ok(())
+    }
+}
+
+/// How the faults of the variant named `name` (`base+h1+h2…`) act across
+/// layers: None without a hypothesis, Independent when any of them is.
+pub fn variant_spread(name: &str) -> Option<FaultSpread> {
+    let spreads: Vec<FaultSpread> = name.split('+').skip(1).filter_map(|part| info(part.trim())).map(|h| h.layers).collect();
+    if spreads.is_empty() {
+        None
+    } else if spreads.contains(&FaultSpread::Independent) {
+        Some(FaultSpread::Independent)
+    } else {
+        Some(FaultSpread::Shared)
     }
 }
 

@@ -13,6 +13,7 @@ use crate::model::geometry::{CompressionGeometry, NeedlePlacement};
 use crate::model::haystack::{GenerativeModel, TrialHaystack};
 use crate::model::physics::{Physics, RopeChoice};
 use crate::model::row_source::{Item, TrialRows};
+use crate::model::stack::WholeModel;
 use crate::numerics::pipeline::QuantizedRows;
 use crate::score::indexer::IndexerQuery;
 use crate::score::selection::{kth_largest_many_with, selection_overlap_with, tally_with, tie_key, tied_ahead, NeedleRank, TieRule};
@@ -43,6 +44,8 @@ pub struct TrialSpec<'a> {
     /// Variant whose top-k set the others are compared with (selection
     /// fidelity); the exact `fp32` variant when the sweep has it.
     pub fidelity_reference: Option<usize>,
+    /// The model's layer stack, when whole-model recall is read.
+    pub stack: Option<&'a WholeModel>,
 }
 
 /// The needle's fate in one cell of one trial.
@@ -81,6 +84,8 @@ impl NeedleOutcome {
 #[derive(Clone, Debug, PartialEq)]
 pub struct TrialOutcome {
     pub cells: Vec<NeedleOutcome>,
+    /// The trial's seed (whole-model recall draws its chains from it).
+    pub seed: u64,
 }
 
 /// One (context, needle offset) pair of a trial: where the needle and the
@@ -494,6 +499,6 @@ impl TrialSpec<'_> {
                 scores[g][v][row] = old;
             }
         }
-        Ok(TrialOutcome { cells })
+        Ok(TrialOutcome { cells, seed: trial_seed })
     }
 }

@@ -1,0 +1,351 @@
+//! The model's layer stack and how its layers and query tokens are tied
+//! together: what whole-model recall reads (docs/MODEL.md, "Whole-model
+//! recall"). A trial simulates one indexer layer for one query; the
+//! estimators spread that layer's outcome over the stack
+//! (`crate::estimate::stack`).
+
+use serde::{Deserialize, Serialize};
+
+/// What a layer of the stack attends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LayerKind {
+    /// The raw window only (compress ratio 0).
+    WindowOnly,
+    /// An indexer picks the top-k rows (the simulated layer's ratio: CSA, or
+    /// V3.2's token-level DSA).
+    Indexed,
+    /// Compressed rows at another ratio, every visible row attended, no
+    /// indexer (V4's HCA, ratio 128).
+    Dense,
+}
+
+/// How HCA layers count for whole-model recall (docs/MODEL.md, "HCA layers").
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum HcaReading {
+    /// Seeing the needle's pooled row does not retrieve it (the default
+    /// assumption): only indexed layers count.
+    Blind,
+    /// Seeing the needle's pooled row retrieves it: a stack with an HCA layer
+    /// always finds the needle.
+    Retrieves,
+}
+
+impl HcaReading {
+    pub const NAMES: &'static str = "blind, retrieves";
+
+    pub fn parse(text: &str) -> Option<Self> {
+        match text {
+            "blind" => Some(HcaReading::Blind),
+            "retrieves" => Some(HcaReading::Retrieves),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            HcaReading::Blind => "blind",
+            HcaReading::Retrieves => "retrieves",
+        }
+    }
+}
+
+/// Whether a fault acts identically in every layer or afresh in each.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FaultSpread {
+    /// The same code, cache layout or kernel in every layer: the fault's own
+    /// randomness is the same draw in each layer.
+    Shared,
+    /// The fault strikes each layer independently (a race, per-layer memory).
+    Independent,
+}
+
+impl FaultSpread {
+    pub fn name(self) -> &'static str {
+        match self {
+            FaultSpread::Shared => "shared",
+            FaultSpread::Independent => "independent",
+        }
+    }
+}
+
+/// Which spread the faults of a sweep get: each hypothesis's catalogue
+/// entry, or one for all.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FaultSpreadChoice {
+    Catalogue,
+    Shared,
+    Independent,
+}
+
+impl FaultSpreadChoice {
+    pub const NAMES: &'static str = "catalogue, shared, independent";
+
+    pub fn parse(text: &str) -> Option<Self> {
+        match text {
+            "catalogue" => Some(FaultSpreadChoice::Catalogue),
+            "shared" => Some(FaultSpreadChoice::Shared),
+            "independent" => Some(FaultSpreadChoice::Independent),
+            _ => None,
+        }
+    }
+
+    /// The spread of a fault whose catalogue entry says `catalogue`.
+    pub fn pick(self, catalogue: FaultSpread) -> FaultSpread {
+        match self {
+            FaultSpreadChoice::Catalogue => catalogue,
+            FaultSpreadChoice::Shared => FaultSpread::Shared,
+            FaultSpreadChoice::Independent => FaultSpread::Independent,
+        }
+    }
+}
+
+/// The whole model a cell's recall is read through: its layers, how alike
+/// its layers and query tokens select, and what counts as retrieved.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct WholeModel {
+    /// Per layer, its compress ratio (0: raw window only), as in the model's
+    /// configuration (`compress_ratios`).
+    pub compress_ratios: Vec<u64>,
+    /// The ratio of the layers with an indexer; the simulated layer stands
+    /// for each of them (whatever its own `geometry.compress_ratio`).
+    pub indexed_ratio: u64,
+    /// Latent correlation of a row's selection in adjacent indexed layers.
+    pub layer_correlation: f64,
+    /// Latent correlation of a row's selection for adjacent query tokens.
+    pub token_correlation: f64,
+    /// Question tokens (prefill) and first answer tokens (decode) whose
+    /// selections may read the needle.
+    pub question_tokens: u64,
+    pub answer_tokens: u64,
+    /// Indexed layers that must select the needle.
+    pub quorum: u64,
+    pub hca: HcaReading,
+    pub fault_spread: FaultSpreadChoice,
+}
+
+impl WholeModel {
+    pub fn kind(&self, ratio: u64) -> LayerKind {
+        match ratio {
+            0 => LayerKind::WindowOnly,
+            r if r == self.indexed_ratio => LayerKind::Indexed,
+            _ => LayerKind::Dense,
+        }
+    }
+
+    pub fn count(&self, kind: LayerKind) -> usize {
+        self.compress_ratios.iter().filter(|&&r| self.kind(r) == kind).count()
+    }
+
+    pub fn indexed_layers(&self) -> usize {
+        self.count(LayerKind::Indexed)
+    }
+
+    /// Query tokens whose selections are read.
+    pub fn query_tokens(&self) -> u64 {
+        self.question_tokens + self.answer_tokens
+    }
+
+    /// Whether HCA alone retrieves the needle in this stack.
+    pub fn hca_retrieves(&self) -> bool {
+        self.hca == HcaReading::Retrieves && self.count(LayerKind::Dense) > 0
+    }
+
+    /// The share of a dense (HCA) row's softmax gate weight that a needle of
+    /// `needle_tokens` tokens carries when its gate logits are raised by
+    /// `gate_boost` over the row's other tokens (equal gate biases): n·e^b /
+    /// (n·e^b + r − n) for ratio r. None without dense layers.
+    pub fn dense_needle_share(&self, needle_tokens: u64, gate_boost: f64) -> Option<f64> {
+        let ratio = self.compress_ratios.iter().copied().find(|&r| self.kind(r) == LayerKind::Dense)?;
+        let n = needle_tokens.min(ratio) as f64;
+        let boosted = n * gate_boost.exp();
+        Some(boosted / (boosted + ratio as f64 - n))
+    }
+
+    /// One paragraph per kind of layer, with the layer numbers:
+    /// `21 indexed (ratio 4): 2, 4, …, 42`.
+    pub fn describe(&self) -> String {
+        let mut out = format!("{} layers", self.compress_ratios.len());
+        for (kind, label) in
+            [(LayerKind::WindowOnly, "raw window only"), (LayerKind::Indexed, "indexed"), (LayerKind::Dense, "dense (HCA)")]
+        {
+            let layers: Vec<usize> = (0..self.compress_ratios.len()).filter(|&l| self.kind(self.compress_ratios[l]) == kind).collect();
+            if layers.is_empty() {
+                continue;
+            }
+            let ratios: Vec<u64> = layers.iter().map(|&l| self.compress_ratios[l]).collect();
+            let ratio = if ratios.iter().all(|&r| r == ratios[0]) { format!(", ratio {}", ratios[0]) } else { String::new() };
+            out.push_str(&format!("\n  {} {label}{ratio}: {}", layers.len(), layer_numbers(&layers)));
+        }
+        out
+    }
+}
+
+/// `0, 1` or `0, 1, 3, 5, …, 59`: arithmetic runs of more than three
+/// numbers shortened to their first two and last.
+fn layer_numbers(layers: &[usize]) -> String {
+    let mut parts = Vec::new();
+    let mut i = 0;
+    while i < layers.len() {
+        let mut end = i + 1;
+        if i + 1 < layers.len() {
+            let step = layers[i + 1] - layers[i];
+            while end < layers.len() && layers[end] - layers[end - 1] == step {
+                end += 1;
+            }
+        }
+        if end - i > 3 {
+            parts.push(format!("{}, {}, …, {}", layers[i], layers[i + 1], layers[end - 1]));
+            i = end;
+        } else {
+            parts.push(layers[i].to_string());
+            i += 1;
+        }
+    }
+    parts.join(", ")
+}
+
+/// Parses a stack's compress ratios: numbers separated by commas, `R*N`
+/// for N layers of ratio R, and `(A, B, …)*N` for a group repeated N times.
+/// `0*2, (4, 128)*20, 4` is DeepSeek-V4-Flash. The error says what is
+/// wrong and where.
+pub fn parse_compress_ratios(text: &str) -> Result<Vec<u64>, String> {
+    let chars: Vec<char> = text.chars().collect();
+    let mut pos = 0;
+    let out = parse_list(&chars, &mut pos, 0)?;
+    skip_spaces(&chars, &mut pos);
+    if pos != chars.len() {
+        return Err(format!("unexpected {:?} at character {}", chars[pos], pos + 1));
+    }
+    if out.is_empty() {
+        return Err("no layers".into());
+    }
+    Ok(out)
+}
+
+/// Layers a stack may have (a bound on what `R*N` may write).
+pub const MAX_LAYERS: usize = 4096;
+
+fn skip_spaces(chars: &[char], pos: &mut usize) {
+    while chars.get(*pos).is_some_and(|c| c.is_whitespace()) {
+        *pos += 1;
+    }
+}
+
+fn parse_list(chars: &[char], pos: &mut usize, depth: usize) -> Result<Vec<u64>, String> {
+    let mut out = Vec::new();
+    loop {
+        skip_spaces(chars, pos);
+        let mut item = if chars.get(*pos) == Some(&'(') {
+            if depth > 4 {
+                return Err("groups nested more than 4 deep".into());
+            }
+            *pos += 1;
+            let inner = parse_list(chars, pos, depth + 1)?;
+            skip_spaces(chars, pos);
+            match chars.get(*pos) {
+                Some(')') => {}
+                Some(c) => return Err(format!("expected ) at character {}, found {c:?}", *pos + 1)),
+                None => return Err("missing ) at the end".into()),
+            }
+            *pos += 1;
+            inner
+        } else {
+            vec![parse_number(chars, pos)?]
+        };
+        skip_spaces(chars, pos);
+        if chars.get(*pos) == Some(&'*') {
+            *pos += 1;
+            skip_spaces(chars, pos);
+            let n = parse_number(chars, pos)? as usize;
+            skip_spaces(chars, pos);
+            if n == 0 || n.saturating_mul(item.len()) > MAX_LAYERS {
+                return Err(format!("repeat count {n}: from 1 to {} layers in all", MAX_LAYERS));
+            }
+            item = item.repeat(n);
+        }
+        out.extend(item);
+        if out.len() > MAX_LAYERS {
+            return Err(format!("more than {MAX_LAYERS} layers"));
+        }
+        match chars.get(*pos) {
+            Some(',') => *pos += 1,
+            _ => return Ok(out),
+        }
+    }
+}
+
+fn parse_number(chars: &[char], pos: &mut usize) -> Result<u64, String> {
+    let start = *pos;
+    while chars.get(*pos).is_some_and(char::is_ascii_digit) {
+        *pos += 1;
+    }
+    if start == *pos {
+        return Err(match chars.get(start) {
+            Some(c) => format!("expected a number at character {}, found {c:?}", start + 1),
+            None => "expected a number at the end".into(),
+        });
+    }
+    chars[start..*pos].iter().collect::<String>().parse().map_err(|_| format!("number too large at character {}", start + 1))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stack(text: &str, indexed_ratio: u64) -> WholeModel {
+        WholeModel {
+            compress_ratios: parse_compress_ratios(text).unwrap(),
+            indexed_ratio,
+            layer_correlation: 0.9,
+            token_correlation: 0.98,
+            question_tokens: 16,
+            answer_tokens: 4,
+            quorum: 1,
+            hca: HcaReading::Blind,
+            fault_spread: FaultSpreadChoice::Catalogue,
+        }
+    }
+
+    #[test]
+    fn the_v4_flash_stack_parses_to_its_configuration() {
+        // V4-Flash: layers 0-1 window only, CSA on even layers 2…42, HCA on odd 3…41.
+        let s = stack("0*2, (4, 128)*20, 4", 4);
+        assert_eq!(s.compress_ratios.len(), 43);
+        assert_eq!(s.indexed_layers(), 21);
+        assert_eq!(s.count(LayerKind::Dense), 20);
+        assert_eq!(s.count(LayerKind::WindowOnly), 2);
+        assert!((2..43).step_by(2).all(|l| s.compress_ratios[l] == 4));
+        assert!((3..43).step_by(2).all(|l| s.compress_ratios[l] == 128));
+        assert_eq!(
+            s.describe(),
+            "43 layers\n  2 raw window only, ratio 0: 0, 1\n  21 indexed, ratio 4: 2, 4, …, 42\n  20 dense (HCA), ratio 128: 3, 5, …, 41"
+        );
+        assert_eq!(layer_numbers(&[0, 1, 3, 5, 7, 9]), "0, 1, 3, …, 9");
+        assert_eq!(layer_numbers(&[0, 1, 2, 5]), "0, 1, 2, 5");
+        assert!(!s.hca_retrieves());
+        // 4 tokens, boost 2: 4e² / (4e² + 124) = 0.1925…
+        let share = s.dense_needle_share(4, 2.0).unwrap();
+        assert!((share - 4.0 * 2f64.exp() / (4.0 * 2f64.exp() + 124.0)).abs() < 1e-12 && (share - 0.1925).abs() < 1e-3, "{share}");
+        assert_eq!(stack("1*61", 1).dense_needle_share(4, 2.0), None);
+        assert!(WholeModel { hca: HcaReading::Retrieves, ..s.clone() }.hca_retrieves());
+        assert!(!WholeModel { hca: HcaReading::Retrieves, ..stack("1*61", 1) }.hca_retrieves());
+    }
+
+    #[test]
+    fn bad_stacks_say_what_is_wrong() {
+        assert_eq!(parse_compress_ratios(" 0 * 2 , ( 4 , 128 ) * 2 ").unwrap(), vec![0, 0, 4, 128, 4, 128]);
+        assert_eq!(parse_compress_ratios("4,,4").unwrap_err(), "expected a number at character 3, found ','");
+        assert_eq!(parse_compress_ratios("(4,128*2").unwrap_err(), "missing ) at the end");
+        assert_eq!(parse_compress_ratios("(4 128)").unwrap_err(), "expected ) at character 4, found '1'");
+        assert_eq!(parse_compress_ratios("4*0").unwrap_err(), "repeat count 0: from 1 to 4096 layers in all");
+        assert!(parse_compress_ratios("4*99999999999999999999").unwrap_err().starts_with("number too large"));
+        assert!(parse_compress_ratios("(4*4096,4)").unwrap_err().starts_with("more than 4096"));
+        assert_eq!(parse_compress_ratios("4)").unwrap_err(), "unexpected ')' at character 2");
+        assert_eq!(parse_compress_ratios("").unwrap_err(), "expected a number at the end");
+        assert_eq!(parse_compress_ratios("((((((4))))))").unwrap_err(), "groups nested more than 4 deep");
+        assert_eq!(parse_compress_ratios("1, 2 ,3").unwrap(), vec![1, 2, 3]);
+    }
+}

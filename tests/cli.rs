@@ -28,6 +28,10 @@ const RESULT_KEYS: &[&str] = &[
     "predicted_recall",
     "mean_rank",
     "needle_rows",
+    "model_recall",
+    "model_ci_low",
+    "model_ci_high",
+    "layers_reached",
 ];
 
 fn bin() -> Command {
@@ -812,4 +816,52 @@ fn run_and_trial_name_a_missing_cell_flag_not_the_presets_list() {
     let o = bin().args(["trial", "--context", "32K", "--dump"]).arg(tmp.path().join("t.safetensors")).output().unwrap();
     assert_one_line_error(&o, &["--topk = (not given)", "`trial` simulates one cell"]);
     assert!(!tmp.path().join("t.safetensors").exists());
+}
+
+#[test]
+fn bad_stack_values_name_their_flag() {
+    assert_bad_sweep(&["--compress-ratios", "4,,4"], &["stack.compress_ratios (--compress-ratios)", "\"4,,4\"", "character 3"]);
+    assert_bad_sweep(&["--quorum", "22"], &["stack.quorum (--quorum) = 22", "from 1 to 21"]);
+    assert_bad_sweep(&["--layer-correlation", "1.5"], &["--layer-correlation", "from 0 to 0.999"]);
+    assert_bad_sweep(&["--hca", "maybe"], &["--hca", "blind, retrieves"]);
+    assert_bad_sweep(&["--fault-layers", "some"], &["--fault-layers", "catalogue, shared, independent"]);
+    assert_bad_sweep(&["--question-tokens", "0", "--answer-tokens", "0"], &["--question-tokens", "at least 1"]);
+    assert_bad_sweep(&["--indexer-ratio", "8"], &["--compress-ratios", "stack.indexer_ratio = 8"]);
+}
+
+#[test]
+fn whole_model_recall_is_reported_and_can_be_switched_off() {
+    let tmp = TempDir::new().unwrap();
+    let (on, off, hca) = (tmp.path().join("on"), tmp.path().join("off"), tmp.path().join("hca"));
+    let o = sweep(&on, &[]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains("whole-model recall (1 of 21 indexer layers, 20 query tokens)"), "{}", stdout(&o));
+    for r in results(&on) {
+        assert_eq!(r["indexed_layers"], 21);
+        // Quorum 1: the model keeps the needle in every trial the simulated layer keeps it.
+        assert!(r["model_survived"].as_u64().unwrap() >= r["survived"].as_u64().unwrap(), "{r}");
+    }
+    let o = sweep(&off, &["--compress-ratios", "none"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(!stdout(&o).contains("whole-model"), "{}", stdout(&o));
+    let (a, b) = (results(&on), results(&off));
+    for (x, y) in a.iter().zip(&b) {
+        assert!(y["model_recall"].is_null());
+        // The per-layer numbers do not depend on the stack.
+        assert_eq!((&x["recall"], &x["survived"], &x["mean_rank"]), (&y["recall"], &y["survived"], &y["mean_rank"]));
+    }
+    // HCA assumed to retrieve: every trial retrieves.
+    let o = sweep(&hca, &["--hca", "retrieves"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(results(&hca).iter().all(|r| r["model_recall"] == 1.0));
+}
+
+#[test]
+fn presets_show_describes_the_stack() {
+    let o = bin().args(["presets", "show", "deepseek-v4-flash"]).output().unwrap();
+    let out = stdout(&o);
+    assert!(out.contains("# The stack: 43 layers\n#  2 raw window only, ratio 0: 0, 1\n#  21 indexed, ratio 4: 2, 4, …, 42"), "{out}");
+    assert!(out.contains("carry 19.2 % of"), "{out}");
+    let o = bin().args(["hypotheses", "show", "slot-shift"]).output().unwrap();
+    assert!(stdout(&o).contains("across layers: shared"), "{}", stdout(&o));
 }

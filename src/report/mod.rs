@@ -590,6 +590,13 @@ pub fn run_single_cell(s: &Scenario, print_trials: bool) -> Result<SingleCell, E
     if let Some(p) = r.predicted_recall {
         let _ = writeln!(text, "analytic prediction: per-layer selection recall {p:.4}");
     }
+    if let (Some(m), Some(lo), Some(hi), Some(kept), Some(layers)) =
+        (r.model_recall, r.model_ci_low, r.model_ci_high, r.model_survived, r.indexed_layers)
+    {
+        let reached =
+            r.layers_reached.map_or_else(String::new, |l| format!("; indexer layers that select it: {l:.2} of {layers} on average"));
+        let _ = writeln!(text, "whole-model recall {m:.4} [{lo:.4}, {hi:.4}] ({kept} of {} trials){reached}", r.trials);
+    }
     let _ = writeln!(
         text,
         "needle rows {} (first token {}, in raw window: {}), candidate rows {}, coverage limit k·c+W = {}",

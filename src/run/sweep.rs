@@ -227,7 +227,13 @@ mod tests {
                 cells.push(cell(c, 100.0, k, p, d100[i]));
             }
         }
+        // Whole-model recall for (64, fp32) only: 1 except 0.5 at 2K, depth 0.
+        for c in cells.iter_mut().filter(|c| c.topk == 64 && c.precision == "fp32") {
+            c.model_recall = Some(if c.context_tokens == 2048 && c.depth_percent == 0.0 { 0.5 } else { 1.0 });
+        }
         let eff = effective_contexts(&s, &cells);
+        assert_eq!(eff[0].model, Some(Reach { effective_context: Some(1024), held_at_longest: false }));
+        assert!(eff[1..].iter().all(|e| e.model.is_none()), "no model recall, no model reach");
         let got: Vec<(u64, &str, Option<u64>, bool, u64)> =
             eff.iter().map(|e| (e.topk, e.precision.as_str(), e.effective_context, e.held_at_longest, e.coverage_limit)).collect();
         assert_eq!(

@@ -9,6 +9,8 @@
 //!    and the latency of one 128K trial at a time (fp32, null model and with
 //!    the preset's physics) on 1 and 2 threads, where its chunks are scored
 //!    in parallel;
+//!    and whole-model recall's cost: the same trials with the preset's
+//!    layer stack and with none, side by side;
 //! 2. our scoring of 32K rows against an optimized GEMM (`gemm` crate) on the
 //!    same [32K × 128]·[128 × 64] product: the share of its throughput;
 //! 3. the README's default sweep end to end (2 threads, as shipped);
@@ -73,9 +75,10 @@ struct Case {
 }
 
 /// The null model, as tools/numpy_reference.py computes it: no physics and
-/// exchangeable Gaussian rows (no `[haystack]` structure).
+/// exchangeable Gaussian rows (no `[haystack]` structure), one layer (no stack).
 const NULL_MODEL: &str = "[physics]\nrope = \"off\"\npooling = \"off\"\n\
-    [haystack]\ncontent_rank = 0\nkey_content_share = 0.0\nquery_content_share = 0.0\nrelevance_scale = 0.0\n";
+    [haystack]\ncontent_rank = 0\nkey_content_share = 0.0\nquery_content_share = 0.0\nrelevance_scale = 0.0\n\
+    [stack]\ncompress_ratios = \"none\"\n";
 
 fn main() {
     if std::env::var_os("DSA_BENCH_PEAK_CHILD").is_some() {
@@ -155,6 +158,31 @@ fn main() {
     }
     for (label, _, _, times) in &single {
         println!("{label:<24} {:>12.2} ms", 1e3 * median(times.clone()));
+    }
+
+    // 1c. The whole stack against one layer: the same trials with the
+    // preset's [stack] and with none (whole-model recall off), 1 thread.
+    println!("\n## whole-model recall against per-layer only (preset as shipped, 16 trials, 1 thread; median of {rounds} rounds)");
+    let mut stacks: Vec<(String, [Scenario; 2], [Vec<f64>; 2])> = Vec::new();
+    for (label, preset, context) in [("V4-Flash 128K", "deepseek-v4-flash", "128K"), ("V3.2 32K", "deepseek-v3.2", "32K")] {
+        let text = |stack: &str| format!("preset = \"{preset}\"\n[stack]\n{stack}[sweep]\ncontexts = \"{context}\"\ntrials = 16\n");
+        stacks.push((label.to_string(), [scenario(&text("")), scenario(&text("compress_ratios = \"none\"\n"))], [vec![], vec![]]));
+    }
+    for _ in 0..rounds {
+        for (_, scenarios, times) in &mut stacks {
+            for (s, t) in scenarios.iter().zip(times.iter_mut()) {
+                t.push(
+                    time(|| {
+                        pools[0].install(|| run_sweep(s, &|| {})).expect("sweep");
+                    }) / 16.0,
+                );
+            }
+        }
+    }
+    println!("{:<24} {:>14} {:>14} {:>8}", "", "stack ms/trial", "layer ms/trial", "ratio");
+    for (label, _, [with, without]) in &stacks {
+        let (a, b) = (median(with.clone()), median(without.clone()));
+        println!("{label:<24} {:>14.2} {:>14.2} {:>7.3}×", 1e3 * a, 1e3 * b, a / b);
     }
 
     // 2. Scoring vs GEMM on [32K × 128]·[128 × 64].

@@ -46,7 +46,14 @@ pub struct StackEstimate {
 /// Share of one layer's top-`share` rows that the adjacent layer also
 /// selects, when a row's latents in the two layers have correlation
 /// `correlation`: P(g′ > z | g > z) with z = Φ⁻¹(1 − share).
+/// 1 when every row is selected (`share` ≥ 1); NaN for a share ≤ 0.
 pub fn adjacent_overlap(correlation: f64, share: f64) -> f64 {
+    if share >= 1.0 {
+        return 1.0;
+    }
+    if share.is_nan() || share <= 0.0 {
+        return f64::NAN;
+    }
     let z = normal_quantile(1.0 - share);
     bivariate_normal_cdf(-z, -z, correlation) / share
 }
@@ -259,6 +266,8 @@ mod tests {
         let share = 1.0 / 16.0;
         assert!((adjacent_overlap(0.0, share) - share).abs() < 1e-9);
         assert!(adjacent_overlap(0.999_999, share) > 0.99);
+        assert_eq!(adjacent_overlap(0.5, 1.0), 1.0);
+        assert!(adjacent_overlap(0.5, 0.0).is_nan() && adjacent_overlap(0.5, f64::NAN).is_nan());
         for target in [0.3, 0.7, 0.85, 0.95] {
             let rho = correlation_for_overlap(target, share);
             assert!((adjacent_overlap(rho, share) - target).abs() < 1e-9, "{target}: {rho}");

@@ -193,7 +193,7 @@ pub fn format_table(s: &Scenario, outcome: &SweepOutcome) -> String {
     if s.precisions.len() > 1 {
         let _ = writeln!(
             out,
-            "\npaired comparison with {} on the same haystacks (recall difference; trials kept only by the variant / only by {}; exact McNemar p)",
+            "\npaired comparison with {} on the same haystacks (per-layer recall difference; trials kept only by the variant / only by {}; exact McNemar p)",
             s.precisions[0].name, s.precisions[0].name
         );
         let _ = writeln!(

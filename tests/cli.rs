@@ -822,7 +822,7 @@ fn run_and_trial_name_a_missing_cell_flag_not_the_presets_list() {
 fn bad_stack_values_name_their_flag() {
     assert_bad_sweep(&["--compress-ratios", "4,,4"], &["stack.compress_ratios (--compress-ratios)", "\"4,,4\"", "character 3"]);
     assert_bad_sweep(&["--quorum", "22"], &["stack.quorum (--quorum) = 22", "from 1 to 21"]);
-    assert_bad_sweep(&["--layer-correlation", "1.5"], &["--layer-correlation", "from 0 to 0.999"]);
+    assert_bad_sweep(&["--layer-correlation", "1.5"], &["--layer-correlation", "from 0 to 0.9999"]);
     assert_bad_sweep(&["--hca", "maybe"], &["--hca", "blind, retrieves"]);
     assert_bad_sweep(&["--fault-layers", "some"], &["--fault-layers", "catalogue, shared, independent"]);
     assert_bad_sweep(&["--question-tokens", "0", "--answer-tokens", "0"], &["--question-tokens", "at least 1"]);

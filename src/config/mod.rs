@@ -173,7 +173,7 @@ fn check_stack(p: &params::StackParams) -> Result<Option<WholeModel>, ConfigErro
     let field = "stack.compress_ratios";
     let compress_ratios = parse_compress_ratios(&text)
         .map_err(|e| ConfigError::new(field_name(field), format!("{text:?}"), format!("{e}; e.g. \"0*2, (4, 128)*20, 4\" or none")))?;
-    let correlation = |v: Option<f64>, path: &str| number_in(require(v, path)?, 0.0, 0.999, path);
+    let correlation = |v: Option<f64>, path: &str| number_in(require(v, path)?, 0.0, 0.9999, path);
     let tokens = |v: Option<u64>, path: &str| int_in(require(v, path)?, 0, 1 << 16, path);
     let hca_text = require(p.hca.as_deref(), "stack.hca")?;
     let spread_text = require(p.fault_layers.as_deref(), "stack.fault_layers")?;

@@ -324,12 +324,12 @@ section! {
         layer_correlation: f64 = flag(
             "--layer-correlation",
             "R",
-            "Latent correlation of a row's selection in adjacent indexer layers (0 … 0.999)"
+            "Latent correlation of a row's selection in adjacent indexer layers (0 … 0.9999)"
         ),
         token_correlation: f64 = flag(
             "--token-correlation",
             "R",
-            "Latent correlation of a row's selection for adjacent query tokens (0 … 0.999)"
+            "Latent correlation of a row's selection for adjacent query tokens (0 … 0.9999)"
         ),
         question_tokens: u64 = flag("--question-tokens", "N", "Question tokens whose selections may read the needle (prefill)"),
         answer_tokens: u64 = flag("--answer-tokens", "N", "First answer tokens whose selections may read the needle (decode)"),

@@ -75,10 +75,10 @@ pub fn correlation_for_overlap(overlap: f64, share: f64) -> f64 {
 
 /// Tetrachoric correlation of two binary outcomes with marginals `pa`, `pb`
 /// and joint success share `both`: the latent correlation r with
-/// P(ga > za, gb > zb) = `both`. 1 when either outcome never varies.
-pub fn tetrachoric(both: f64, pa: f64, pb: f64) -> f64 {
+/// P(ga > za, gb > zb) = `both`. None when either outcome never varies.
+pub fn tetrachoric(both: f64, pa: f64, pb: f64) -> Option<f64> {
     if !(pa > 0.0 && pa < 1.0 && pb > 0.0 && pb < 1.0) {
-        return 1.0;
+        return None;
     }
     let (za, zb) = (normal_quantile(1.0 - pa), normal_quantile(1.0 - pb));
     let (mut lo, mut hi) = (-0.999_999, 0.999_999);
@@ -90,7 +90,7 @@ pub fn tetrachoric(both: f64, pa: f64, pb: f64) -> f64 {
             hi = mid;
         }
     }
-    0.5 * (lo + hi)
+    Some(0.5 * (lo + hi))
 }
 
 /// One trial's draws for one (context, offset, k), shared by every variant
@@ -209,9 +209,13 @@ pub fn whole_model(spec: &TrialSpec<'_>, whole: &WholeModel, trials: &[TrialOutc
                 let chains: Vec<Chain> = (0..variants)
                     .map(|v| {
                         let p = share(kept(v));
-                        let content = if spreads[v] == Some(FaultSpread::Independent) {
+                        // An independent fault: the share of the variant's latent
+                        // that the baseline explains. A baseline that never
+                        // varies explains none of it; a variant that never
+                        // varies has nothing to split (its chains give 0 or all).
+                        let content = if spreads[v] == Some(FaultSpread::Independent) && p > 0.0 && p < 1.0 {
                             let both = trials.iter().filter(|t| t.cells[index(v)].survived && t.cells[index(0)].survived).count();
-                            tetrachoric(share(both), share(kept(0)), p).max(0.0)
+                            tetrachoric(share(both), share(kept(0)), p).map_or(0.0, |r| r.max(0.0))
                         } else {
                             1.0
                         };
@@ -279,10 +283,10 @@ mod tests {
         // Joint share from the bivariate normal itself, then back.
         let (pa, pb, r) = (0.3, 0.6, 0.55);
         let both = bivariate_normal_cdf(-normal_quantile(1.0 - pa), -normal_quantile(1.0 - pb), r);
-        assert!((tetrachoric(both, pa, pb) - r).abs() < 1e-9);
-        assert_eq!(tetrachoric(0.5, 1.0, 0.5), 1.0);
+        assert!((tetrachoric(both, pa, pb).unwrap() - r).abs() < 1e-9);
+        assert_eq!(tetrachoric(0.5, 1.0, 0.5), None);
         // Independent outcomes: r = 0.
-        assert!(tetrachoric(pa * pb, pa, pb).abs() < 1e-9);
+        assert!(tetrachoric(pa * pb, pa, pb).unwrap().abs() < 1e-9);
     }
 
     fn chain(p: f64, layers: usize, tokens: usize, rho_layer: f64, rho_token: f64) -> Chain {

@@ -5,20 +5,28 @@
 //!
 //! Runs bf16, the engines' fp8 cache (`fp8-fp32scale`) and fp8 with each
 //! candidate hypothesis over contexts 1K … 16K, three needle depths and
-//! k = 512 and 1024, checks every reported symptom per hypothesis, prints
-//! the verdicts and writes the charts to `plots/incident_fp8_keys/`.
+//! k = 512 and 1024, checks every reported symptom per hypothesis against
+//! three readings of each cell, side by side: per-layer selection recall,
+//! whole-model recall with the catalogue's fault spread (every hypothesis
+//! here acts the same in every layer: "shared") and whole-model recall with
+//! `[stack] fault_layers = "independent"` (docs/MODEL.md, "Whole-model
+//! recall"). One sweep per spread; the per-layer numbers do not depend on
+//! the spread, and the program checks that they agree cell for cell. Writes
+//! the charts (of the shared sweep) to `plots/incident_fp8_keys/`.
 //!
-//! `cargo run --release --example incident_fp8_keys` (about 40 s on 2 cores)
+//! `cargo run --release --example incident_fp8_keys` (165 s on 2 cores shared with other work)
 //!
 //! An optional argument overrides the needle strength (default 1.5), e.g.
-//! `cargo run --release --example incident_fp8_keys -- 3`, to check how the
+//! `cargo run --release --example incident_fp8_keys -- 10`, to check how the
 //! verdicts depend on it; its charts then go to
 //! `target/incident_fp8_keys_strength_S/` and `plots/` is left alone.
 
 use dsa_recall::config::{self, params::parse_scenario_toml};
+use dsa_recall::model::stack::FaultSpread;
 use dsa_recall::report::{render_charts, PlotOptions, ReportMeta};
 use dsa_recall::run::cell::CellResult;
 use dsa_recall::run::sweep::run_sweep;
+use dsa_recall::score::hypothesis::variant_spread;
 use std::path::Path;
 
 const HYPOTHESES: &[&str] = &[
@@ -37,16 +45,88 @@ const HYPOTHESES: &[&str] = &[
     "+scale-unwritten-nan+ties-lowest",
 ];
 
-fn recall(cells: &[CellResult], p: &str, k: u64, depth: f64, context: u64) -> f64 {
-    cells
-        .iter()
-        .find(|c| c.precision == p && c.topk == k && c.depth_percent == depth && c.context_tokens == context)
-        .map_or(f64::NAN, |c| c.recall)
+/// Which recall a verdict reads: per-layer selection recall, or whole-model
+/// recall with faults shared by every layer or striking each afresh.
+#[derive(Clone, Copy, PartialEq)]
+enum Reading {
+    Layer,
+    Shared,
+    Independent,
 }
 
-/// Longest context with recall ≥ 0.9 at it and every shorter context.
-fn reliable(cells: &[CellResult], contexts: &[u64], p: &str, k: u64, depth: f64) -> u64 {
-    contexts.iter().take_while(|&&c| recall(cells, p, k, depth, c) >= 0.9).last().copied().unwrap_or(0)
+const READINGS: [Reading; 3] = [Reading::Layer, Reading::Shared, Reading::Independent];
+
+impl Reading {
+    fn label(self) -> &'static str {
+        match self {
+            Reading::Layer => "per-layer",
+            Reading::Shared => "model, shared",
+            Reading::Independent => "model, independent",
+        }
+    }
+}
+
+/// The two sweeps, identical but for `[stack] fault_layers`.
+struct Runs {
+    shared: Vec<CellResult>,
+    independent: Vec<CellResult>,
+}
+
+impl Runs {
+    fn recall(&self, r: Reading, p: &str, k: u64, depth: f64, context: u64) -> f64 {
+        let cells = if r == Reading::Independent { &self.independent } else { &self.shared };
+        cells.iter().find(|c| c.precision == p && c.topk == k && c.depth_percent == depth && c.context_tokens == context).map_or(
+            f64::NAN,
+            |c| match r {
+                Reading::Layer => c.recall,
+                _ => c.model_recall.unwrap_or(f64::NAN),
+            },
+        )
+    }
+
+    /// Longest context with recall ≥ 0.9 at it and every shorter context.
+    fn reliable(&self, r: Reading, contexts: &[u64], p: &str, k: u64, depth: f64) -> u64 {
+        contexts.iter().take_while(|&&c| self.recall(r, p, k, depth, c) >= 0.9).last().copied().unwrap_or(0)
+    }
+}
+
+/// The per-layer outputs of two sweeps that differ only in how faults spread
+/// over the layers must agree cell for cell.
+fn check_same_per_layer(a: &[CellResult], b: &[CellResult]) -> Result<(), String> {
+    let key = |c: &CellResult| {
+        (c.precision.clone(), c.context_tokens, c.depth_percent.to_bits(), c.needle_offset, c.topk, c.survived, c.recall.to_bits())
+    };
+    if a.len() != b.len() {
+        return Err(format!("{} cells against {}", a.len(), b.len()));
+    }
+    match a.iter().zip(b).find(|(x, y)| key(x) != key(y)) {
+        Some((x, y)) => Err(format!("per-layer recall differs between the spreads: {:?} vs {:?}", key(x), key(y))),
+        None => Ok(()),
+    }
+}
+
+fn scenario_toml(strength: f64, precisions: &[String], spread: &str) -> String {
+    format!(
+        r#"
+preset = "deepseek-v4-flash"
+[needle]
+strength = {strength:?}
+[physics]
+rope = "v4"
+pooling = "on"
+gate_bias_std = 0.0
+needle_gate_boost = 2.0
+[stack]
+fault_layers = "{spread}"
+[sweep]
+contexts = "1024,2048,2560,3072,4096,5120,6144,8192,10240,12288,16384"
+depths = "10,50,80"
+topk = "512,1024"
+precisions = "{}"
+trials = 200
+"#,
+        precisions.join(",")
+    )
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -60,72 +140,112 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         None => 1.5,
     };
     let custom = std::env::args().nth(1).is_some();
-    let toml = format!(
-        r#"
-preset = "deepseek-v4-flash"
-[needle]
-strength = {strength:?}
-[physics]
-rope = "v4"
-pooling = "on"
-gate_bias_std = 0.0
-needle_gate_boost = 2.0
-[sweep]
-contexts = "1024,2048,2560,3072,4096,5120,6144,8192,10240,12288,16384"
-depths = "10,50,80"
-topk = "512,1024"
-precisions = "{}"
-trials = 200
-"#,
-        precisions.join(",")
-    );
-    let s = config::check(config::resolve(parse_scenario_toml(&toml)?)?)?;
+    // The catalogue's spread: every hypothesis of this program is "shared".
+    for p in &precisions {
+        if let Some(spread) = variant_spread(p) {
+            assert_eq!(spread, FaultSpread::Shared, "{p}: the catalogue no longer marks it shared; update docs/FINDINGS.md");
+        }
+    }
+    let s = config::check(config::resolve(parse_scenario_toml(&scenario_toml(strength, &precisions, "catalogue"))?)?)?;
     let outcome = run_sweep(&s, &|| {})?;
-    let cells = &outcome.cells;
+    let s_ind = config::check(config::resolve(parse_scenario_toml(&scenario_toml(strength, &precisions, "independent"))?)?)?;
+    let independent = run_sweep(&s_ind, &|| {})?.cells;
+    check_same_per_layer(&outcome.cells, &independent)?;
+    println!("per-layer recall identical in the shared and the independent sweep ({} cells)", independent.len());
+    let runs = Runs { shared: outcome.cells, independent };
+    let cells = &runs.shared;
     let dir_name = if custom { format!("target/incident_fp8_keys_strength_{strength}") } else { "plots/incident_fp8_keys".to_string() };
     let dir = Path::new(&dir_name);
     std::fs::create_dir_all(dir)?;
     let meta = ReportMeta::from_scenario(&s, &outcome.effective);
     render_charts(dir, &meta, cells, &PlotOptions::default())?;
     std::fs::write(dir.join("summary.csv"), dsa_recall::run::output::summary_csv(cells))?;
+    std::fs::write(dir.join("summary_independent.csv"), dsa_recall::run::output::summary_csv(&runs.independent))?;
 
     // The symptoms, at each depth (the report gives none), with thresholds of
     // our choosing: reliable (recall ≥ 0.9) up to 2K and lost (≤ 0.5) from 4K
     // at k = 512; k = 1024 reliable to 4K … 6K; both k lost (≤ 0.5) from 10K;
-    // bf16 keeps ≥ 0.8 at 10K (k = 1024) at that depth.
+    // bf16 keeps ≥ 0.8 at 10K (k = 1024) at that depth. Each is read on each
+    // of the three recalls.
     let ctx = &s.contexts;
-    for &d in &s.depths {
-        println!(
-            "bf16, depth {d} %: recall at 10K {:.2} (k 512) and {:.2} (k 1024); reliable to {} (k 512)",
-            recall(cells, "bf16", 512, d, 10240),
-            recall(cells, "bf16", 1024, d, 10240),
-            reliable(cells, ctx, "bf16", 512, d)
-        );
-    }
-    println!("{:<52} {:>5}  {:>8} {:>9} {:>9} {:>9}  all", "variant", "depth", "≤2K ok", "lost ≥4K", "1024→~5K", "lost ≥10K");
-    for p in &precisions[1..] {
+    println!("needle strength {strength}");
+    for r in READINGS {
         for &d in &s.depths {
-            let ok_2k = ctx.iter().filter(|&&c| c <= 2048).all(|&c| recall(cells, p, 512, d, c) >= 0.9);
-            let lost_4k = ctx.iter().filter(|&&c| c >= 4096).all(|&c| recall(cells, p, 512, d, c) <= 0.5);
-            let r1024 = reliable(cells, ctx, p, 1024, d);
-            let moved = (4096..=6144).contains(&r1024);
-            let lost_10k =
-                ctx.iter().filter(|&&c| c >= 10240).all(|&c| recall(cells, p, 512, d, c) <= 0.5 && recall(cells, p, 1024, d, c) <= 0.5);
-            // "bf16 fixes it": the same depth under bf16 keeps ≥ 0.8 at 10K with k 1024.
-            let bf16_holds = recall(cells, "bf16", 1024, d, 10240) >= 0.8;
-            let all = ok_2k && lost_4k && moved && lost_10k && bf16_holds;
-            let mark = |b: bool| if b { "yes" } else { "no" };
             println!(
-                "{p:<52} {d:>5}  {:>8} {:>9} {:>9} {:>9}  {}   (k512 reliable to {}, k1024 to {})",
-                mark(ok_2k),
-                mark(lost_4k),
-                mark(moved),
-                mark(lost_10k),
-                mark(all),
-                reliable(cells, ctx, p, 512, d),
-                r1024
+                "bf16, {:<18} depth {d:>2} %: recall at 10K {:.2} (k 512) and {:.2} (k 1024); reliable to {} (k 512), {} (k 1024)",
+                r.label(),
+                runs.recall(r, "bf16", 512, d, 10240),
+                runs.recall(r, "bf16", 1024, d, 10240),
+                runs.reliable(r, ctx, "bf16", 512, d),
+                runs.reliable(r, ctx, "bf16", 1024, d)
             );
         }
+    }
+    println!();
+    println!("symptoms: a = reliable to 2K (k 512), b = lost from 4K (k 512), c = k 1024 reliable to 4K…6K,");
+    println!(
+        "          d = lost from 10K (both k), e = bf16 keeps ≥ 0.8 at 10K (k 1024); Y holds, . fails; then reliable to (k 512 / 1024)"
+    );
+    print!("{:<50} {:>5}", "variant", "depth");
+    for r in READINGS {
+        print!(" | {:<27}", r.label());
+    }
+    println!();
+    for p in &precisions[1..] {
+        for &d in &s.depths {
+            print!("{p:<50} {d:>5}");
+            for r in READINGS {
+                let at = |k: u64, c: u64| runs.recall(r, p, k, d, c);
+                let ok_2k = ctx.iter().filter(|&&c| c <= 2048).all(|&c| at(512, c) >= 0.9);
+                let lost_4k = ctx.iter().filter(|&&c| c >= 4096).all(|&c| at(512, c) <= 0.5);
+                let r1024 = runs.reliable(r, ctx, p, 1024, d);
+                let moved = (4096..=6144).contains(&r1024);
+                let lost_10k = ctx.iter().filter(|&&c| c >= 10240).all(|&c| at(512, c) <= 0.5 && at(1024, c) <= 0.5);
+                // "bf16 fixes it": the same depth under bf16 keeps ≥ 0.8 at 10K with k 1024.
+                let bf16_holds = runs.recall(r, "bf16", 1024, d, 10240) >= 0.8;
+                let all = ok_2k && lost_4k && moved && lost_10k && bf16_holds;
+                let marks: String = [ok_2k, lost_4k, moved, lost_10k, bf16_holds].iter().map(|&b| if b { 'Y' } else { '.' }).collect();
+                print!(" | {marks} {:<3} {:>6} / {:>6}   ", if all { "ALL" } else { "" }, runs.reliable(r, ctx, p, 512, d), r1024);
+            }
+            println!();
+        }
+    }
+
+    // The cheapest measurement (docs/FINDINGS.md, 1): a depth sweep at one
+    // context past the coverage limit, and how many of the indexed layers
+    // select the needle there (what a per-layer top-k capture shows).
+    let at = 8192;
+    println!();
+    println!(
+        "at {at} tokens, k 512: recall per depth (per-layer / model shared / model independent) and indexed layers reaching the needle"
+    );
+    println!(
+        "(L: mean (5 %, median, 95 %), shared / independent; of {} indexed layers)",
+        cells.iter().find_map(|c| c.indexed_layers).unwrap_or(0)
+    );
+    for p in &precisions {
+        print!("{p:<50}");
+        for &d in &s.depths {
+            let find = |v: &[CellResult]| {
+                v.iter().find(|c| c.precision == *p && c.topk == 512 && c.depth_percent == d && c.context_tokens == at).cloned()
+            };
+            let (a, b) = (find(&runs.shared), find(&runs.independent));
+            // Mean and 5 / 50 / 95 % quantiles of the layers reached.
+            let layers = |c: &Option<CellResult>| {
+                let q = c.as_ref().and_then(|c| c.layers_reached_quantiles).unwrap_or([f64::NAN; 5]);
+                let mean = c.as_ref().and_then(|c| c.layers_reached).unwrap_or(f64::NAN);
+                format!("{mean:>4.1} ({:.0},{:.0},{:.0})", q[0], q[2], q[4])
+            };
+            print!(
+                "  {d:>2} %: {:.2}/{:.2}/{:.2} L {:<15}/ {:<15}",
+                runs.recall(Reading::Layer, p, 512, d, at),
+                runs.recall(Reading::Shared, p, 512, d, at),
+                runs.recall(Reading::Independent, p, 512, d, at),
+                layers(&a),
+                layers(&b)
+            );
+        }
+        println!();
     }
     println!("wrote {}", dir.display());
     Ok(())

@@ -4,15 +4,24 @@
 //!
 //! Simulates every candidate hypothesis at 57,344 + m tokens for m = 0 … 3
 //! (`length_mods = "all"`) and needle offsets 0 … 3 inside its 4-token
-//! stride, and prints recall by length mod 4: a hypothesis that explains
-//! the report must fail at m = 3 and hold at m = 0, 1, 2. Writes the charts
-//! to `plots/incident_length_mod4/`.
+//! stride, and prints recall by length mod 4, read three ways side by side:
+//! per-layer selection recall, whole-model recall with the catalogue's fault
+//! spread (every hypothesis here is "shared": the same in every layer) and
+//! whole-model recall with `[stack] fault_layers = "independent"`
+//! (docs/MODEL.md, "Whole-model recall"). A hypothesis that explains the
+//! report must fail at m = 3 and hold at m = 0, 1, 2. One sweep per spread;
+//! the per-layer numbers do not depend on the spread, and the program checks
+//! that they agree cell for cell. Writes the charts (of the shared sweep) to
+//! `plots/incident_length_mod4/`.
 //!
-//! `cargo run --release --example incident_length_mod4`
+//! `cargo run --release --example incident_length_mod4` (140 s on 2 cores shared with other work)
 
 use dsa_recall::config::{self, params::parse_scenario_toml};
+use dsa_recall::model::stack::FaultSpread;
 use dsa_recall::report::{render_charts, PlotOptions, ReportMeta};
+use dsa_recall::run::cell::CellResult;
 use dsa_recall::run::sweep::run_sweep;
+use dsa_recall::score::hypothesis::variant_spread;
 use std::path::Path;
 
 const VARIANTS: &[&str] = &[
@@ -26,8 +35,23 @@ const VARIANTS: &[&str] = &[
     "fp8-fp32scale+window=127",
 ];
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let toml = format!(
+/// The per-layer outputs of two sweeps that differ only in how faults spread
+/// over the layers must agree cell for cell.
+fn check_same_per_layer(a: &[CellResult], b: &[CellResult]) -> Result<(), String> {
+    let key = |c: &CellResult| {
+        (c.precision.clone(), c.context_tokens, c.depth_percent.to_bits(), c.needle_offset, c.topk, c.survived, c.recall.to_bits())
+    };
+    if a.len() != b.len() {
+        return Err(format!("{} cells against {}", a.len(), b.len()));
+    }
+    match a.iter().zip(b).find(|(x, y)| key(x) != key(y)) {
+        Some((x, y)) => Err(format!("per-layer recall differs between the spreads: {:?} vs {:?}", key(x), key(y))),
+        None => Ok(()),
+    }
+}
+
+fn scenario_toml(spread: &str) -> String {
+    format!(
         r#"
 preset = "deepseek-v4-flash"
 [needle]
@@ -37,6 +61,8 @@ rope = "v4"
 pooling = "on"
 gate_bias_std = 0.0
 needle_gate_boost = 2.0
+[stack]
+fault_layers = "{spread}"
 [sweep]
 contexts = "57344"
 length_mods = "all"
@@ -47,26 +73,53 @@ precisions = "{}"
 trials = 200
 "#,
         VARIANTS.join(",")
-    );
-    let s = config::check(config::resolve(parse_scenario_toml(&toml)?)?)?;
+    )
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    for p in VARIANTS {
+        if let Some(spread) = variant_spread(p) {
+            assert_eq!(spread, FaultSpread::Shared, "{p}: the catalogue no longer marks it shared; update docs/FINDINGS.md");
+        }
+    }
+    let s = config::check(config::resolve(parse_scenario_toml(&scenario_toml("catalogue"))?)?)?;
     let outcome = run_sweep(&s, &|| {})?;
+    let s_ind = config::check(config::resolve(parse_scenario_toml(&scenario_toml("independent"))?)?)?;
+    let independent = run_sweep(&s_ind, &|| {})?.cells;
+    check_same_per_layer(&outcome.cells, &independent)?;
+    println!("per-layer recall identical in the shared and the independent sweep ({} cells)", independent.len());
     let cells = &outcome.cells;
     let dir = Path::new("plots/incident_length_mod4");
     std::fs::create_dir_all(dir)?;
     render_charts(dir, &ReportMeta::from_scenario(&s, &outcome.effective), cells, &PlotOptions::default())?;
     std::fs::write(dir.join("summary.csv"), dsa_recall::run::output::summary_csv(cells))?;
+    std::fs::write(dir.join("summary_independent.csv"), dsa_recall::run::output::summary_csv(&independent))?;
 
+    type Read = fn(&CellResult) -> f64;
+    let readings: [(&str, &[CellResult], Read); 3] = [
+        ("per-layer", cells, |c| c.recall),
+        ("model, shared", cells, |c| c.model_recall.unwrap_or(f64::NAN)),
+        ("model, independent", &independent, |c| c.model_recall.unwrap_or(f64::NAN)),
+    ];
     println!("recall by prompt length mod 4 (mean over needle offsets 0 … 3, {} trials each)", s.trials);
-    println!("{:<34} {:>6} {:>6} {:>6} {:>6}   spread", "variant", "m=0", "m=1", "m=2", "m=3");
+    print!("{:<34}", "variant");
+    for (label, _, _) in &readings {
+        print!(" | {label:<18} m=0   m=1   m=2   m=3   spread");
+    }
+    println!();
     for p in VARIANTS {
-        let by_mod: Vec<f64> = (0..4u64)
-            .map(|m| {
-                let rs: Vec<f64> = cells.iter().filter(|c| c.precision == *p && c.context_tokens % 4 == m).map(|c| c.recall).collect();
-                rs.iter().sum::<f64>() / rs.len() as f64
-            })
-            .collect();
-        let spread = by_mod.iter().cloned().fold(f64::MIN, f64::max) - by_mod.iter().cloned().fold(f64::MAX, f64::min);
-        println!("{p:<34} {:>6.3} {:>6.3} {:>6.3} {:>6.3}   {spread:.3}", by_mod[0], by_mod[1], by_mod[2], by_mod[3]);
+        print!("{p:<34}");
+        for (_, cells, read) in &readings {
+            let by_mod: Vec<f64> = (0..4u64)
+                .map(|m| {
+                    let rs: Vec<f64> = cells.iter().filter(|c| c.precision == *p && c.context_tokens % 4 == m).map(read).collect();
+                    rs.iter().sum::<f64>() / rs.len() as f64
+                })
+                .collect();
+            let spread = by_mod.iter().cloned().fold(f64::MIN, f64::max) - by_mod.iter().cloned().fold(f64::MAX, f64::min);
+            print!(" | {:<18} {:.3} {:.3} {:.3} {:.3} {spread:.3} ", "", by_mod[0], by_mod[1], by_mod[2], by_mod[3]);
+        }
+        println!();
     }
     println!("wrote {}", dir.display());
     Ok(())

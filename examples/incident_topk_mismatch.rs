@@ -4,54 +4,114 @@
 //!
 //! Runs the model's selection (`fp8-fp32scale`, k = 512) beside the bridge's
 //! (`fp8-fp32scale+topk=1024`) over 1K … 32K tokens and prints, per context,
-//! how many rows each attends and the per-layer selection recall of each. Writes the
-//! charts to `plots/incident_topk_mismatch/`.
+//! how many rows each attends and the recall of each, read three ways side
+//! by side: per-layer selection recall, whole-model recall with the
+//! catalogue's fault spread (`topk=N` is "shared": the same setting in every
+//! layer) and whole-model recall with `[stack] fault_layers = "independent"`
+//! (docs/MODEL.md, "Whole-model recall"; for a configuration value that
+//! reading is a bound, not a plausible mechanism). One sweep per spread; the
+//! per-layer numbers do not depend on the spread, and the program checks
+//! that they agree cell for cell. Writes the charts (of the shared sweep) to
+//! `plots/incident_topk_mismatch/`.
 //!
-//! `cargo run --release --example incident_topk_mismatch`
+//! `cargo run --release --example incident_topk_mismatch` (15 s on 2 cores shared with other work)
 
 use dsa_recall::config::{self, params::parse_scenario_toml};
+use dsa_recall::model::stack::FaultSpread;
 use dsa_recall::report::{render_charts, PlotOptions, ReportMeta};
+use dsa_recall::run::cell::CellResult;
 use dsa_recall::run::sweep::run_sweep;
+use dsa_recall::score::hypothesis::variant_spread;
 use std::path::Path;
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let toml = r#"
+const MODEL: &str = "fp8-fp32scale";
+const BRIDGE: &str = "fp8-fp32scale+topk=1024";
+
+/// The per-layer outputs of two sweeps that differ only in how faults spread
+/// over the layers must agree cell for cell.
+fn check_same_per_layer(a: &[CellResult], b: &[CellResult]) -> Result<(), String> {
+    let key = |c: &CellResult| {
+        (c.precision.clone(), c.context_tokens, c.depth_percent.to_bits(), c.needle_offset, c.topk, c.survived, c.recall.to_bits())
+    };
+    if a.len() != b.len() {
+        return Err(format!("{} cells against {}", a.len(), b.len()));
+    }
+    match a.iter().zip(b).find(|(x, y)| key(x) != key(y)) {
+        Some((x, y)) => Err(format!("per-layer recall differs between the spreads: {:?} vs {:?}", key(x), key(y))),
+        None => Ok(()),
+    }
+}
+
+fn scenario_toml(spread: &str) -> String {
+    format!(
+        r#"
 preset = "deepseek-v4-flash"
 [physics]
 rope = "v4"
 pooling = "on"
 gate_bias_std = 0.0
 needle_gate_boost = 2.0
+[stack]
+fault_layers = "{spread}"
 [sweep]
 contexts = "1024,1536,2048,2176,2560,3072,4096,8192,16384,32768"
 depths = "50"
 topk = "512"
-precisions = "fp8-fp32scale,fp8-fp32scale+topk=1024"
+precisions = "{MODEL},{BRIDGE}"
 trials = 300
-"#;
-    let s = config::check(config::resolve(parse_scenario_toml(toml)?)?)?;
+"#
+    )
+}
+
+/// `0.963 [0.936, 0.979]`: whole-model recall with its Wilson 95 % interval.
+fn model(c: &CellResult) -> String {
+    format!(
+        "{:.3} [{:.3}, {:.3}]",
+        c.model_recall.unwrap_or(f64::NAN),
+        c.model_ci_low.unwrap_or(f64::NAN),
+        c.model_ci_high.unwrap_or(f64::NAN)
+    )
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    assert_eq!(variant_spread(BRIDGE), Some(FaultSpread::Shared), "the catalogue no longer marks topk=N shared; update docs/FINDINGS.md");
+    let s = config::check(config::resolve(parse_scenario_toml(&scenario_toml("catalogue"))?)?)?;
     let outcome = run_sweep(&s, &|| {})?;
+    let s_ind = config::check(config::resolve(parse_scenario_toml(&scenario_toml("independent"))?)?)?;
+    let independent = run_sweep(&s_ind, &|| {})?.cells;
+    check_same_per_layer(&outcome.cells, &independent)?;
+    println!("per-layer recall identical in the shared and the independent sweep ({} cells)", independent.len());
     let cells = &outcome.cells;
     let dir = Path::new("plots/incident_topk_mismatch");
     std::fs::create_dir_all(dir)?;
     render_charts(dir, &ReportMeta::from_scenario(&s, &outcome.effective), cells, &PlotOptions::default())?;
     std::fs::write(dir.join("summary.csv"), dsa_recall::run::output::summary_csv(cells))?;
+    std::fs::write(dir.join("summary_independent.csv"), dsa_recall::run::output::summary_csv(&independent))?;
 
     println!(
-        "{:>8} {:>6}  {:>12} {:>12}  {:>10} {:>10}  {:>9}",
-        "tokens", "rows", "k_eff model", "k_eff bridge", "recall 512", "recall 1024", "McNemar p"
+        "{:>8} {:>6}  {:>6} {:>6}  | {:>9} {:>9} {:>9}  | {:>22} {:>22} {:>22}",
+        "tokens", "rows", "k_eff", "k_eff", "per-layer", "per-layer", "McNemar", "model", "model 1024", "model 1024"
+    );
+    println!(
+        "{:>8} {:>6}  {:>6} {:>6}  | {:>9} {:>9} {:>9}  | {:>22} {:>22} {:>22}",
+        "", "", "512", "1024", "512", "1024", "p", "512 (95 %)", "shared (95 %)", "independent (95 %)"
     );
     for &l in &s.contexts {
-        let find = |p: &str| cells.iter().find(|c| c.context_tokens == l && c.precision == p).expect("cell");
-        let (a, b) = (find("fp8-fp32scale"), find("fp8-fp32scale+topk=1024"));
+        let find = |v: &[CellResult], p: &str| v.iter().find(|c| c.context_tokens == l && c.precision == p).cloned().expect("cell");
+        let (a, b, bi) = (find(cells, MODEL), find(cells, BRIDGE), find(&independent, BRIDGE));
+        // Without a hypothesis the model's own selection reads the same in both sweeps.
+        assert_eq!(a.model_recall, find(&independent, MODEL).model_recall, "{MODEL} at {l}: model recall depends on the spread");
         println!(
-            "{l:>8} {:>6}  {:>12} {:>12}  {:>10.3} {:>10.3}  {:>9.3}",
+            "{l:>8} {:>6}  {:>6} {:>6}  | {:>9.3} {:>9.3} {:>9.3}  | {:>22} {:>22} {:>22}",
             a.candidate_rows,
             a.k_eff,
             b.k_eff,
             a.recall,
             b.recall,
-            b.mcnemar_p.unwrap_or(f64::NAN)
+            b.mcnemar_p.unwrap_or(f64::NAN),
+            model(&a),
+            model(&b),
+            model(&bi)
         );
     }
     println!("wrote {}", dir.display());

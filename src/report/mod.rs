@@ -202,7 +202,7 @@ pub fn recall_chart(meta: &ReportMeta, cells: &[CellResult], depth: f64) -> Reca
                     _ => p.clone(),
                 };
                 if !points.is_empty() {
-                    series.push(RecallSeries { topk: k as u32, precision: label, points, predicted });
+                    series.push(RecallSeries { topk: k as u32, precision: label, points, predicted, model: Vec::new() });
                 }
             }
         }
@@ -226,6 +226,7 @@ pub fn recall_chart(meta: &ReportMeta, cells: &[CellResult], depth: f64) -> Reca
                 precision: e.precision.clone(),
                 context_tokens: e.effective_context,
                 held_at_longest: e.held_at_longest,
+                model: None,
             })
             .collect(),
     }

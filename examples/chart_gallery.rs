@@ -5,7 +5,9 @@
 
 use std::path::PathBuf;
 
-use dsa_recall::report::chart::{render_heatmap, render_recall_vs_context, Heatmap, HeatmapPanel, RecallChart, RecallPoint, RecallSeries};
+use dsa_recall::report::chart::{
+    render_heatmap, render_recall_vs_context, EffectiveMark, Heatmap, HeatmapPanel, Reach, RecallChart, RecallPoint, RecallSeries,
+};
 
 /// Wilson score interval for `successes` out of `n` trials at z = 1.96.
 fn wilson(successes: f64, n: f64) -> (f64, f64) {
@@ -20,17 +22,19 @@ fn wilson(successes: f64, n: f64) -> (f64, f64) {
 /// Synthetic recall curve: ~1 up to the coverage limit, then decaying like
 /// (limit / context)^slope, quantised to 400 trials.
 fn series(topk: u32, precision: &str, coverage: u64, slope: f64, exps: std::ops::RangeInclusive<u32>) -> RecallSeries {
+    RecallSeries { topk, precision: precision.into(), points: curve(coverage, slope, exps), predicted: Vec::new(), model: Vec::new() }
+}
+
+fn curve(coverage: u64, slope: f64, exps: std::ops::RangeInclusive<u32>) -> Vec<RecallPoint> {
     let trials = 400.0;
-    let points = exps
-        .map(|e| {
-            let c = 1u64 << e;
-            let raw = if c <= coverage { 1.0 } else { (coverage as f64 / c as f64).powf(slope) };
-            let hits = (raw * trials).round();
-            let (lo, hi) = wilson(hits, trials);
-            RecallPoint { context_tokens: c, recall: hits / trials, ci_low: lo, ci_high: hi }
-        })
-        .collect();
-    RecallSeries { topk, precision: precision.into(), points, predicted: Vec::new() }
+    exps.map(|e| {
+        let c = 1u64 << e;
+        let raw = if c <= coverage { 1.0 } else { (coverage as f64 / c as f64).powf(slope) };
+        let hits = (raw * trials).round();
+        let (lo, hi) = wilson(hits, trials);
+        RecallPoint { context_tokens: c, recall: hits / trials, ci_low: lo, ci_high: hi }
+    })
+    .collect()
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -68,6 +72,37 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         effective: Vec::new(),
     };
     render_recall_vs_context(&short, &dir.join("recall_vs_context_wide.png"), 1600, 1000)?;
+
+    // whole-model recall (solid, banded) over per-layer recall (thin dashed)
+    // and the analytic prediction (dotted)
+    let mut whole = RecallChart {
+        title: "Whole-model recall (solid) and per-layer selection recall (dashed) vs context".into(),
+        subtitle: "synthetic demo data: needle depth 50 %, 400 trials per point, Wilson 95 % bands · whole model: 1 of 21 indexer layers"
+            .into(),
+        series: vec![
+            series(512, "bf16", cov(512), 0.55, 10..=17),
+            series(512, "fp4", cov(512), 0.60, 10..=17),
+            series(1024, "bf16", cov(1024), 0.50, 10..=17),
+            series(1024, "fp4", cov(1024), 0.55, 10..=17),
+        ],
+        coverage_limits: vec![(512, cov(512)), (1024, cov(1024))],
+        effective_threshold: Some(0.9),
+        effective: Vec::new(),
+    };
+    for sr in &mut whole.series {
+        let reach = cov(sr.topk as u64) * 4;
+        sr.model = curve(reach, 0.4, 10..=17);
+        sr.predicted = curve(cov(sr.topk as u64), 0.5, 10..=17).iter().map(|p| (p.context_tokens, p.recall)).collect();
+        let last_held = |pts: &[RecallPoint]| pts.iter().take_while(|p| p.recall >= 0.9).last().map(|p| p.context_tokens);
+        whole.effective.push(EffectiveMark {
+            topk: sr.topk,
+            precision: sr.precision.clone(),
+            context_tokens: last_held(&sr.points),
+            held_at_longest: false,
+            model: Some(Reach { context_tokens: last_held(&sr.model), held_at_longest: false }),
+        });
+    }
+    render_recall_vs_context(&whole, &dir.join("recall_vs_context_whole_model.png"), 1600, 1000)?;
 
     // heatmaps
     let contexts: Vec<u64> = (10..=17).map(|e| 1u64 << e).collect();

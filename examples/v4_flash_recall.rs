@@ -1,7 +1,9 @@
 //! Regenerates `plots/v4_flash_recall_vs_context.png`, the chart the README
-//! shows (per-layer selection recall): the default preset (DeepSeek-V4-Flash, k 512 and 1024, bf16 vs the
-//! fp4 reference indexer) over 1K … 128K tokens, with the predicted recall
-//! from the score distributions (`--predict on`) drawn beside each series.
+//! shows: the default preset (DeepSeek-V4-Flash, k 512 and 1024, bf16 vs the
+//! fp4 reference indexer) over 1K … 128K tokens; whole-model recall over the
+//! preset's stack as solid lines, per-layer selection recall as thin dashed
+//! lines, and its prediction from the score distributions (`--predict on`)
+//! dotted.
 //!
 //! `cargo run --release --example v4_flash_recall`
 

@@ -16,20 +16,28 @@ fn png_dims(path: &Path) -> (u32, u32) {
     (be(&b[16..20]), be(&b[20..24]))
 }
 
-/// A tiny sweep: 2 depths, 2 contexts, 2 precisions (fp32 = reference and baseline), one k.
+/// A tiny sweep: 2 depths, 2 contexts, 2 precisions (fp32 = reference and
+/// baseline), one k; the preset's stack gives whole-model recall.
 fn small_sweep(dir: &Path) {
+    small_sweep_with(dir, &[]);
+}
+
+fn small_sweep_with(dir: &Path, extra: &[&str]) {
     bin()
         .args(["sweep", "--trials", "12", "--depths", "0,100", "--contexts", "1K,4K", "--precisions", "fp32,bf16"])
-        .args(["--topk", "64", "--threads", "2", "--force", "--out"])
+        .args(["--topk", "64", "--threads", "2", "--force"])
+        .args(extra)
+        .arg("--out")
         .arg(dir)
         .assert()
         .success();
 }
 
-const CHARTS: [(&str, Option<(u32, u32)>); 6] = [
+const CHARTS: [(&str, Option<(u32, u32)>); 7] = [
     ("recall_vs_context.png", Some((1600, 1000))),
     ("recall_vs_context_depth100.png", Some((1600, 1000))),
     ("heatmap.png", None),
+    ("heatmap_model.png", None),
     ("heatmap_diff.png", None),
     ("fidelity.png", Some((1600, 1000))),
     ("rank_margin.png", Some((1600, 1000))),
@@ -49,6 +57,7 @@ fn a_sweep_writes_every_chart_and_a_self_contained_report() {
     }
     // heatmaps are sized from their grid: 1 k × 2 precisions, 2 depths × 2 contexts
     assert_eq!(png_dims(&dir.join("heatmap.png")), (1600, 1000));
+    assert_eq!(png_dims(&dir.join("heatmap_model.png")), (1600, 1000));
 
     let manifest: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("manifest.json")).unwrap()).unwrap();
     let files: Vec<&str> = manifest["files"].as_array().unwrap().iter().map(|f| f.as_str().unwrap()).collect();
@@ -70,6 +79,10 @@ fn a_sweep_writes_every_chart_and_a_self_contained_report() {
         "Selection fidelity against fp32",
         "&quot;preset&quot;: &quot;deepseek-v4-flash&quot;",
         "recall@k",
+        "Whole-model recall per cell",
+        "effective context: whole model",
+        "21 indexed, ratio 4: 2, 4, …, 42",
+        "of its row's gate weight",
     ] {
         assert!(html.contains(needle), "report.html lacks {needle:?}");
     }
@@ -118,22 +131,64 @@ fn plot_re_renders_byte_identical_pngs_and_svgs() {
 fn report_and_recall_chart_say_per_layer_selection_recall() {
     // Issue 15, item 5: the recall is one query's survival in one indexer
     // layer, and the outputs must not read as a model's needle-in-a-haystack
-    // accuracy.
+    // accuracy. Without a stack (`--compress-ratios none`) that is all they show.
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("out");
-    small_sweep(&dir);
+    small_sweep_with(&dir, &["--compress-ratios", "none"]);
     let html = std::fs::read_to_string(dir.join("report.html")).unwrap();
     for phrase in ["<em>per-layer selection recall</em>", "Per-layer selection recall per cell", "Per-layer selection recall vs context"] {
         assert!(html.contains(phrase), "report.html lacks {phrase:?}");
     }
     assert!(!html.contains("Needle recall"), "report.html still says \"Needle recall\"");
+    assert!(!html.to_lowercase().contains("whole-model"), "report.html without a stack speaks of whole-model recall");
+    assert!(!dir.join("heatmap_model.png").exists(), "a heatmap of whole-model recall without a stack");
+    assert_eq!(html.matches("src=\"data:image/png;base64,").count(), CHARTS.len() - 1);
 
     bin().arg("plot").arg(&dir).args(["--format", "svg"]).assert().success();
     let svg = std::fs::read_to_string(dir.join("recall_vs_context.svg")).unwrap();
     assert!(svg.contains("Per-layer selection recall vs context"), "recall chart title does not say per-layer");
     assert!(svg.contains("per-layer selection recall"), "recall chart's y axis does not say per-layer");
+    assert!(!svg.contains("whole"), "recall chart without a stack speaks of whole-model recall");
     let heatmap = std::fs::read_to_string(dir.join("heatmap.svg")).unwrap();
     assert!(heatmap.contains("Per-layer selection recall by depth and context"), "heatmap title does not say per-layer");
+}
+
+#[test]
+fn whole_model_recall_is_shown_beside_per_layer_recall() {
+    // With a stack, the recall chart draws whole-model recall as its main
+    // line, and every output says which recall is which.
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("out");
+    small_sweep(&dir);
+    bin().arg("plot").arg(&dir).args(["--format", "svg"]).assert().success();
+    let svg = std::fs::read_to_string(dir.join("recall_vs_context.svg")).unwrap();
+    for text in [
+        "Whole-model recall (solid) and per-layer selection recall (dashed) vs context",
+        "whole model: 1 of 21 indexer layers, 20 query tokens",
+        "whole-model recall, 95 % band",
+        "per-layer selection recall",
+        "k=64, fp32 · model",
+        "recall (solid: whole model, dashed: per layer)",
+    ] {
+        assert!(svg.contains(text), "recall chart lacks {text:?}");
+    }
+    let heatmap = std::fs::read_to_string(dir.join("heatmap_model.svg")).unwrap();
+    assert!(heatmap.contains("Whole-model recall by depth and context"), "whole-model heatmap title");
+    let html = std::fs::read_to_string(dir.join("report.html")).unwrap();
+    for phrase in ["<em>whole-model recall</em>", "neither is a model's needle-in-a-haystack accuracy", "Whole-model recall per cell"] {
+        assert!(html.contains(phrase), "report.html lacks {phrase:?}");
+    }
+    // one whole-model table per depth beside the per-layer ones, each cell with its interval
+    assert_eq!(html.matches("<h3>depth 0 %</h3>").count(), 2);
+    let model_tables = &html[html.find("Whole-model recall per cell").unwrap()..];
+    assert!(model_tables.contains("</span> ["), "whole-model cells without intervals");
+
+    // Tail sampling has no whole-model recall: the report reads as without a stack.
+    let tail = tmp.path().join("tail");
+    small_sweep_with(&tail, &["--mode", "tail"]);
+    let html = std::fs::read_to_string(tail.join("report.html")).unwrap();
+    assert!(!html.to_lowercase().contains("whole-model"));
+    assert!(!tail.join("heatmap_model.png").exists());
 }
 
 fn plot_error(dir: &Path) -> String {

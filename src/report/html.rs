@@ -2,8 +2,14 @@
 //! effective-context table, every chart (embedded as base64 data URIs), the
 //! per-cell table of per-layer selection recall, the paired comparisons, the selection fidelity
 //! numbers and the resolved configuration. No external CSS, JS or fonts.
+//!
+//! When the cells carry whole-model recall (a `[stack]`, full simulation),
+//! the report also describes the stack and gives whole-model recall and its
+//! effective context beside the per-layer ones; without it the report reads
+//! as it did before whole-model recall existed.
 
 use crate::error::Error;
+use crate::model::stack::{FaultSpreadChoice, HcaReading, LayerKind};
 use crate::report::{Grid, ReportMeta};
 use crate::run::cell::CellResult;
 use crate::run::output::{row_label, tokens_label};
@@ -39,11 +45,15 @@ td.l,th.l{text-align:left}tr.sig td{background:#fff1c2;font-weight:bold}\
 figcaption{color:#555;font-size:13px}pre{background:#f7f7f7;padding:10px;overflow-x:auto;font-size:12px}\
 .scroll{overflow-x:auto}";
 
-fn caption(file: &str) -> &'static str {
-    if file.starts_with("recall_vs_context") {
+fn caption(file: &str, whole: bool) -> &'static str {
+    if file.starts_with("recall_vs_context") && whole {
+        "Whole-model recall (solid lines, Wilson 95 % bands) and per-layer selection recall (thin dashed lines, smaller markers) vs context (log2 axis), one colour per k, one marker per precision; dashed verticals mark the coverage limit k·c+W, the dotted grey line the recall threshold, dotted coloured lines the analytic prediction of per-layer recall; the legend gives each series' effective context read from both."
+    } else if file.starts_with("recall_vs_context") {
         "Per-layer selection recall vs context (log2 axis), one line per (k, precision), Wilson 95 % bands; dashed verticals mark the coverage limit k·c+W, the dotted line the recall threshold; the legend gives each series' effective context."
     } else if file.starts_with("heatmap_diff") {
         "Per-layer selection recall difference against the baseline precision on the same haystacks (blue: better than the baseline, red: worse)."
+    } else if file.starts_with("heatmap_model") {
+        "Whole-model recall by depth (0 % = start of the context, at the top) and context length; the dashed line marks the coverage limit k·c+W of the indexed layers."
     } else if file.starts_with("heatmap") {
         "Per-layer selection recall by depth (0 % = start of the context, at the top) and context length; the dashed line marks the coverage limit k·c+W."
     } else if file.starts_with("fidelity") {
@@ -73,6 +83,97 @@ fn fmt_ci(v: Option<f64>, lo: Option<f64>, hi: Option<f64>) -> String {
     }
 }
 
+fn reach_label(effective: Option<u64>, held_at_longest: bool, shortest: u64) -> String {
+    match (effective, held_at_longest) {
+        (None, _) => format!("&lt; {}", tokens_label(shortest)),
+        (Some(c), true) => format!("≥ {}", tokens_label(c)),
+        (Some(c), false) => tokens_label(c),
+    }
+}
+
+/// One table per depth of a recall (`value`: recall and its Wilson
+/// interval) by context (rows) and (k, precision) (columns).
+fn recall_tables(h: &mut String, g: &Grid, cells: &[CellResult], threshold: f64, value: impl Fn(&CellResult) -> Option<(f64, f64, f64)>) {
+    for &depth in &g.depths {
+        let rows = if g.offsets.len() > 1 { "context @ needle offset" } else { "context" };
+        let _ = writeln!(h, "<h3>depth {depth} %</h3><div class=\"scroll\"><table><tr><th>{rows}</th>");
+        for &k in &g.topks {
+            for p in &g.precisions {
+                let _ = write!(h, "<th>k={k} {}</th>", escape(p));
+            }
+        }
+        h.push_str("</tr>\n");
+        for &c in &g.contexts {
+            for &offset in &g.offsets {
+                let _ = write!(h, "<tr><td>{}</td>", row_label(c, offset, g.offsets.len()));
+                for &k in &g.topks {
+                    for p in &g.precisions {
+                        let cell = cells.iter().find(|x| {
+                            x.depth_percent == depth
+                                && x.context_tokens == c
+                                && x.needle_offset == offset
+                                && x.topk == k
+                                && x.precision == *p
+                        });
+                        let text = cell.and_then(&value).map_or("–".to_string(), |(recall, lo, hi)| {
+                            let class = if recall >= threshold { "kept" } else { "lost" };
+                            format!("<span class=\"{class}\">{recall:.3}</span> [{lo:.3}, {hi:.3}]")
+                        });
+                        let _ = write!(h, "<td>{text}</td>");
+                    }
+                }
+                h.push_str("</tr>\n");
+            }
+        }
+        h.push_str("</table></div>\n");
+    }
+}
+
+/// What whole-model recall reads: the stack's layers, how its layers and
+/// query tokens are tied, and what an HCA layer's pooled row holds of the
+/// needle. Empty when the scenario has no stack.
+fn stack_section(meta: &ReportMeta) -> String {
+    let Some(w) = meta.stack() else { return String::new() };
+    let mut h = String::new();
+    let _ = writeln!(
+        h,
+        "<p><b>Whole-model recall.</b> Each trial is also read through the model's layer stack: the needle counts as retrieved when at least {} of its {} indexer layers select it for at least one of {} query tokens ({} question, {} answer). The simulated layer stands for each indexer layer; adjacent indexer layers' selections of a row correlate at {}, adjacent query tokens' at {}; faults spread: {}. Its effective context, tables and heatmap sit beside the per-layer ones below. The stack:</p>",
+        w.quorum,
+        w.indexed_layers(),
+        w.query_tokens(),
+        w.question_tokens,
+        w.answer_tokens,
+        w.layer_correlation,
+        w.token_correlation,
+        escape(match w.fault_spread {
+            FaultSpreadChoice::Catalogue => "as each hypothesis's catalogue entry says",
+            FaultSpreadChoice::Shared => "the same draw in every layer",
+            FaultSpreadChoice::Independent => "afresh in each layer",
+        })
+    );
+    let _ = writeln!(h, "<pre>{}</pre>", escape(&w.describe()));
+    let boost = meta.scenario["physics"]["needle_gate_boost"].as_f64().unwrap_or(0.0);
+    if let Some(share) = w.dense_needle_share(meta.needle_tokens, boost) {
+        let ratio = w.compress_ratios.iter().copied().find(|&r| w.kind(r) == LayerKind::Dense).unwrap_or(0);
+        let reading = match w.hca {
+            HcaReading::Blind => {
+                "blind</b>: seeing that pooled row does not count as retrieving the needle, so only the indexer layers count"
+            }
+            HcaReading::Retrieves => {
+                "retrieves</b>: seeing that pooled row counts as retrieving the needle, so every trial's needle is found"
+            }
+        };
+        let _ = writeln!(
+            h,
+            "<p>In the {} dense (HCA) layers every visible row pools {ratio} tokens and is attended without an indexer; a needle of {} tokens carries {:.1} % of its row's gate weight (needle gate boost {boost}). HCA reading <b>{reading}.</p>",
+            w.count(LayerKind::Dense),
+            meta.needle_tokens,
+            share * 100.0
+        );
+    }
+    h
+}
+
 fn fmt_p(p: f64) -> String {
     if p < 0.001 {
         format!("{p:.1e}")
@@ -87,6 +188,8 @@ fn fmt_p(p: f64) -> String {
 pub fn report_html(dir: &Path, meta: &ReportMeta, cells: &[CellResult], chart_files: &[String]) -> Result<String, Error> {
     let g = Grid::of(cells);
     let trials = cells.first().map_or(0, |c| c.trials);
+    // Whole-model recall present: report it beside per-layer recall.
+    let whole = cells.iter().any(|c| c.model_recall.is_some());
     let mut h = String::new();
     let _ = write!(
         h,
@@ -113,10 +216,18 @@ pub fn report_html(dir: &Path, meta: &ReportMeta, cells: &[CellResult], chart_fi
         h,
         "<p>Synthetic model: these numbers are properties of the model's knobs (listed under <a href=\"#configuration\">Configuration</a>), not measurements of a real checkpoint.</p>"
     );
-    let _ = writeln!(
-        h,
-        "<p><b>What is measured.</b> “Recall” on this page (charts, tables, effective context) is <em>per-layer selection recall</em>: the share of trials in which one decoding query at the end of the context, in one indexer layer, keeps the needle: at least one KV row holding a needle token is in its top-k, or the whole needle lies in the raw window. It is not a model's needle-in-a-haystack accuracy, which involves many layers and many query tokens (not simulated). Selection fidelity’s recall@k, where shown, is another quantity: the share of the exact top-k a quantized selection keeps.</p>"
-    );
+    if whole {
+        let _ = writeln!(
+            h,
+            "<p><b>What is measured.</b> “Recall” on this page is <em>per-layer selection recall</em> unless it says <em>whole-model recall</em>. Per-layer selection recall is the share of trials in which one decoding query at the end of the context, in one indexer layer, keeps the needle: at least one KV row holding a needle token is in its top-k, or the whole needle lies in the raw window. Whole-model recall reads the same trials through the layer stack and several query tokens (below). Both are about which rows attention may see, not whether the model then uses the needle: neither is a model's needle-in-a-haystack accuracy. Selection fidelity’s recall@k, where shown, is another quantity: the share of the exact top-k a quantized selection keeps.</p>"
+        );
+        h.push_str(&stack_section(meta));
+    } else {
+        let _ = writeln!(
+            h,
+            "<p><b>What is measured.</b> “Recall” on this page (charts, tables, effective context) is <em>per-layer selection recall</em>: the share of trials in which one decoding query at the end of the context, in one indexer layer, keeps the needle: at least one KV row holding a needle token is in its top-k, or the whole needle lies in the raw window. It is not a model's needle-in-a-haystack accuracy, which involves many layers and many query tokens (not simulated). Selection fidelity’s recall@k, where shown, is another quantity: the share of the exact top-k a quantized selection keeps.</p>"
+        );
+    }
 
     // effective context
     let _ = writeln!(h, "<h2>Effective context</h2>");
@@ -125,16 +236,22 @@ pub fn report_html(dir: &Path, meta: &ReportMeta, cells: &[CellResult], chart_fi
         "<p>The longest tested context with recall ≥ {} at every depth and every shorter context (point estimates); “≥” when recall held at the longest context tested, “&lt;” when it failed at the shortest.</p>",
         meta.threshold
     );
-    h.push_str("<table><tr><th>k</th><th class=\"l\">precision</th><th>effective context</th><th>coverage limit k·c+W</th></tr>\n");
+    if whole {
+        h.push_str("<table><tr><th>k</th><th class=\"l\">precision</th><th>effective context: whole model</th><th>per layer</th><th>coverage limit k·c+W</th></tr>\n");
+    } else {
+        h.push_str("<table><tr><th>k</th><th class=\"l\">precision</th><th>effective context</th><th>coverage limit k·c+W</th></tr>\n");
+    }
     for e in &meta.effective {
-        let eff = match (e.effective_context, e.held_at_longest) {
-            (None, _) => format!("&lt; {}", tokens_label(g.contexts[0])),
-            (Some(c), true) => format!("≥ {}", tokens_label(c)),
-            (Some(c), false) => tokens_label(c),
+        let eff = reach_label(e.effective_context, e.held_at_longest, g.contexts[0]);
+        let model = if whole {
+            let m = e.model.map_or("–".to_string(), |m| reach_label(m.effective_context, m.held_at_longest, g.contexts[0]));
+            format!("<td>{m}</td>")
+        } else {
+            String::new()
         };
         let _ = writeln!(
             h,
-            "<tr><td>{}</td><td class=\"l\">{}</td><td>{eff}</td><td>{}</td></tr>",
+            "<tr><td>{}</td><td class=\"l\">{}</td>{model}<td>{eff}</td><td>{}</td></tr>",
             e.topk,
             escape(&e.precision),
             e.coverage_limit
@@ -158,44 +275,20 @@ pub fn report_html(dir: &Path, meta: &ReportMeta, cells: &[CellResult], chart_fi
             escape(file),
             crate::report::chart::font::base64(&bytes),
             escape(file),
-            caption(file)
+            caption(file, whole)
         );
     }
 
     // recall tables
     let _ = writeln!(h, "<h2>Per-layer selection recall per cell</h2><p>Per-layer selection recall with its Wilson 95 % interval.</p>");
-    for &depth in &g.depths {
-        let rows = if g.offsets.len() > 1 { "context @ needle offset" } else { "context" };
-        let _ = writeln!(h, "<h3>depth {depth} %</h3><div class=\"scroll\"><table><tr><th>{rows}</th>");
-        for &k in &g.topks {
-            for p in &g.precisions {
-                let _ = write!(h, "<th>k={k} {}</th>", escape(p));
-            }
-        }
-        h.push_str("</tr>\n");
-        for &c in &g.contexts {
-            for &offset in &g.offsets {
-                let _ = write!(h, "<tr><td>{}</td>", row_label(c, offset, g.offsets.len()));
-                for &k in &g.topks {
-                    for p in &g.precisions {
-                        let cell = cells.iter().find(|x| {
-                            x.depth_percent == depth
-                                && x.context_tokens == c
-                                && x.needle_offset == offset
-                                && x.topk == k
-                                && x.precision == *p
-                        });
-                        let text = cell.map_or("–".to_string(), |x| {
-                            let class = if x.recall >= meta.threshold { "kept" } else { "lost" };
-                            format!("<span class=\"{class}\">{:.3}</span> [{:.3}, {:.3}]", x.recall, x.ci_low, x.ci_high)
-                        });
-                        let _ = write!(h, "<td>{text}</td>");
-                    }
-                }
-                h.push_str("</tr>\n");
-            }
-        }
-        h.push_str("</table></div>\n");
+    recall_tables(&mut h, &g, cells, meta.threshold, |x| Some((x.recall, x.ci_low, x.ci_high)));
+    if whole {
+        let stack = meta.stack_label().map_or_else(String::new, |s| format!(" ({s})"));
+        let _ = writeln!(
+            h,
+            "<h2 id=\"whole-model\">Whole-model recall per cell</h2><p>Whole-model recall{stack} with its Wilson 95 % interval, on the same trials as the per-layer tables above.</p>"
+        );
+        recall_tables(&mut h, &g, cells, meta.threshold, |x| Some((x.model_recall?, x.model_ci_low?, x.model_ci_high?)));
     }
 
     // paired comparisons
@@ -276,6 +369,20 @@ mod tests {
     fn escapes_markup() {
         assert_eq!(escape("a<b>&\"c'"), "a&lt;b&gt;&amp;&quot;c&#39;");
         assert_eq!(escape("k·c+W ≥ 1"), "k·c+W ≥ 1");
+    }
+
+    #[test]
+    fn the_stack_is_described_only_when_there_is_one() {
+        let s = crate::config::check(crate::config::resolve(Default::default()).unwrap()).unwrap();
+        let meta = ReportMeta::from_scenario(&s, &[]);
+        let text = stack_section(&meta);
+        assert!(text.contains("at least 1 of its 21 indexer layers"), "{text}");
+        assert!(text.contains("20 dense (HCA), ratio 128: 3, 5, …, 41"), "{text}");
+        let share = s.stack.as_ref().unwrap().dense_needle_share(s.needle_tokens, s.physics.needle_gate_boost).unwrap();
+        assert!(text.contains(&format!("carries {:.1} % of its row's gate weight", share * 100.0)), "{text}");
+        assert!(text.contains("<b>blind</b>"), "{text}");
+        let none = crate::config::Scenario { stack: None, ..s };
+        assert_eq!(stack_section(&ReportMeta::from_scenario(&none, &[])), "");
     }
 
     #[test]

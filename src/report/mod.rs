@@ -15,9 +15,10 @@ use crate::estimate::driver::run_trials;
 use crate::estimate::full::Full;
 use crate::estimate::settings::EstimatorMode;
 use crate::estimate::Estimator;
+use crate::model::stack::WholeModel;
 use crate::report::chart::{
     render_fidelity, render_heatmap, render_rank_margin, render_recall_vs_context, DistributionRow, EffectiveMark, FidelityChart,
-    FidelityPoint, FidelitySeries, Heatmap, HeatmapPanel, ImageFormat, RankMarginChart, RecallChart, RecallPoint, RecallSeries,
+    FidelityPoint, FidelitySeries, Heatmap, HeatmapPanel, ImageFormat, RankMarginChart, Reach, RecallChart, RecallPoint, RecallSeries,
 };
 use crate::run::cell::CellResult;
 use crate::run::output::{self, tokens_label, write_atomic, MANIFEST_FILE, RECALL_CHART_FILE, RESULTS_FILE, SUMMARY_FILE};
@@ -29,6 +30,7 @@ use std::path::Path;
 pub const REPORT_FILE: &str = "report.html";
 /// Chart stems (the extension follows the format).
 pub const HEATMAP_STEM: &str = "heatmap";
+pub const HEATMAP_MODEL_STEM: &str = "heatmap_model";
 pub const HEATMAP_DIFF_STEM: &str = "heatmap_diff";
 pub const FIDELITY_STEM: &str = "fidelity";
 pub const RANK_MARGIN_STEM: &str = "rank_margin";
@@ -103,6 +105,18 @@ impl ReportMeta {
         }
     }
 
+    /// The scenario's layer stack (`[stack]`), None without one.
+    pub fn stack(&self) -> Option<WholeModel> {
+        serde_json::from_value(self.scenario.get("stack")?.clone()).ok()
+    }
+
+    /// The stack's reading of whole-model recall in a few words ("1 of 21
+    /// indexer layers, 20 query tokens"), None without a stack.
+    pub fn stack_label(&self) -> Option<String> {
+        let w = self.stack()?;
+        Some(format!("{} of {} indexer layers, {} query tokens", w.quorum, w.indexed_layers(), w.query_tokens()))
+    }
+
     /// Reads the fields back from a `manifest.json` text (`location` names the file in errors).
     pub fn from_manifest(text: &str, location: &str) -> Result<Self, Error> {
         let bad = |message: String| Error::Input { location: location.to_string(), message };
@@ -170,8 +184,8 @@ fn find<'a>(cells: &'a [CellResult], depth: f64, context: u64, k: u64, p: &str) 
     cells.iter().find(|c| c.depth_percent == depth && c.context_tokens == context && c.topk == k && c.precision == p)
 }
 
-fn effective_label(e: &EffectiveContext, shortest: u64) -> String {
-    match (e.effective_context, e.held_at_longest) {
+fn effective_label(e: &Reach, shortest: u64) -> String {
+    match (e.context_tokens, e.held_at_longest) {
         (None, _) => format!("< {}", tokens_label(shortest)),
         (Some(c), true) => format!("≥ {}", tokens_label(c)),
         (Some(c), false) => tokens_label(c),
@@ -194,6 +208,18 @@ pub fn recall_chart(meta: &ReportMeta, cells: &[CellResult], depth: f64) -> Reca
                     .filter(of_series)
                     .map(|c| RecallPoint { context_tokens: c.context_tokens, recall: c.recall, ci_low: c.ci_low, ci_high: c.ci_high })
                     .collect();
+                let model: Vec<RecallPoint> = cells
+                    .iter()
+                    .filter(of_series)
+                    .filter_map(|c| {
+                        Some(RecallPoint {
+                            context_tokens: c.context_tokens,
+                            recall: c.model_recall?,
+                            ci_low: c.model_ci_low?,
+                            ci_high: c.model_ci_high?,
+                        })
+                    })
+                    .collect();
                 let predicted: Vec<(u64, f64)> =
                     cells.iter().filter(of_series).filter_map(|c| c.predicted_recall.map(|r| (c.context_tokens, r))).collect();
                 // One line per needle offset when the sweep has that axis.
@@ -202,17 +228,29 @@ pub fn recall_chart(meta: &ReportMeta, cells: &[CellResult], depth: f64) -> Reca
                     _ => p.clone(),
                 };
                 if !points.is_empty() {
-                    series.push(RecallSeries { topk: k as u32, precision: label, points, predicted });
+                    series.push(RecallSeries { topk: k as u32, precision: label, points, predicted, model });
                 }
             }
         }
     }
     let coverage_limits =
         g.topks.iter().filter_map(|&k| cells.iter().find(|c| c.topk == k).map(|c| (k as u32, c.coverage_limit))).collect();
+    let whole = series.iter().any(|s| !s.model.is_empty());
+    let (title, stack) = match meta.stack_label() {
+        Some(stack) if whole => (
+            format!(
+                "Whole-model recall (solid) and per-layer selection recall (dashed) vs context · {} · {}",
+                meta.preset,
+                meta.physics_label()
+            ),
+            format!(" · whole model: {stack}"),
+        ),
+        _ => (format!("Per-layer selection recall vs context · {} · {}", meta.preset, meta.physics_label()), String::new()),
+    };
     RecallChart {
-        title: format!("Per-layer selection recall vs context · {} · {}", meta.preset, meta.physics_label()),
+        title,
         subtitle: format!(
-            "needle depth {depth} %, strength {} sd, {} tokens · {trials} trials per point · Wilson 95 % bands · seed {}",
+            "needle depth {depth} %, strength {} sd, {} tokens · {trials} trials per point · Wilson 95 % bands · seed {}{stack}",
             meta.needle_strength, meta.needle_tokens, meta.seed
         ),
         series,
@@ -226,6 +264,7 @@ pub fn recall_chart(meta: &ReportMeta, cells: &[CellResult], depth: f64) -> Reca
                 precision: e.precision.clone(),
                 context_tokens: e.effective_context,
                 held_at_longest: e.held_at_longest,
+                model: e.model.map(|m| Reach { context_tokens: m.effective_context, held_at_longest: m.held_at_longest }),
             })
             .collect(),
     }
@@ -270,16 +309,43 @@ pub fn heatmap_size(panels: usize, depths: usize, contexts: usize) -> (u32, u32)
 
 /// Depth × context per-layer selection recall, one panel per (k, precision).
 pub fn heatmap(meta: &ReportMeta, cells: &[CellResult]) -> Heatmap {
-    let g = Grid::of(cells);
     let trials = cells.first().map_or(0, |c| c.trials);
+    let title =
+        format!("Per-layer selection recall by depth and context · {} · {} · {trials} trials per cell", meta.preset, meta.physics_label());
+    let layer = |e: &EffectiveContext| Some(Reach { context_tokens: e.effective_context, held_at_longest: e.held_at_longest });
+    recall_heatmap(meta, cells, title, |c| Some(c.recall), layer)
+}
+
+/// Depth × context whole-model recall, one panel per (k, precision); None
+/// when no cell has it (no `[stack]`, or tail sampling).
+pub fn heatmap_model(meta: &ReportMeta, cells: &[CellResult]) -> Option<Heatmap> {
+    if cells.iter().all(|c| c.model_recall.is_none()) {
+        return None;
+    }
+    let trials = cells.first().map_or(0, |c| c.trials);
+    // As long as the per-layer title: the stack is in the recall charts' subtitle.
+    let title = format!("Whole-model recall by depth and context · {} · {} · {trials} trials per cell", meta.preset, meta.physics_label());
+    let model = |e: &EffectiveContext| e.model.map(|m| Reach { context_tokens: m.effective_context, held_at_longest: m.held_at_longest });
+    Some(recall_heatmap(meta, cells, title, |c| c.model_recall, model))
+}
+
+/// Depth × context of the recall `value` reads from a cell, one panel per
+/// (k, precision), each titled with the effective context `reach` reads.
+fn recall_heatmap(
+    meta: &ReportMeta,
+    cells: &[CellResult],
+    title: String,
+    value: impl Fn(&CellResult) -> Option<f64>,
+    reach: impl Fn(&EffectiveContext) -> Option<Reach>,
+) -> Heatmap {
+    let g = Grid::of(cells);
     let mut panels = Vec::new();
     for &k in &g.topks {
         for p in &g.precisions {
-            let recall =
-                g.depths.iter().map(|&d| g.contexts.iter().map(|&c| find(cells, d, c, k, p).map(|x| x.recall)).collect()).collect();
-            let eff = meta.effective.iter().find(|e| e.topk == k && e.precision == *p);
+            let recall = g.depths.iter().map(|&d| g.contexts.iter().map(|&c| find(cells, d, c, k, p).and_then(&value)).collect()).collect();
+            let eff = meta.effective.iter().find(|e| e.topk == k && e.precision == *p).and_then(&reach);
             let title = match eff {
-                Some(e) => format!("k={k}, {p} · eff. {}", effective_label(e, g.contexts[0])),
+                Some(e) => format!("k={k}, {p} · eff. {}", effective_label(&e, g.contexts[0])),
                 None => format!("k={k}, {p}"),
             };
             panels.push(HeatmapPanel {
@@ -291,16 +357,7 @@ pub fn heatmap(meta: &ReportMeta, cells: &[CellResult]) -> Heatmap {
             });
         }
     }
-    Heatmap {
-        title: format!(
-            "Per-layer selection recall by depth and context · {} · {} · {trials} trials per cell",
-            meta.preset,
-            meta.physics_label()
-        ),
-        panels,
-        diverging: false,
-        diverging_limit: None,
-    }
+    Heatmap { title, panels, diverging: false, diverging_limit: None }
 }
 
 /// The diverging colour scale's half-width for differences up to `largest`:
@@ -462,6 +519,11 @@ pub fn render_charts(dir: &Path, meta: &ReportMeta, cells: &[CellResult], opts: 
             let path = dir.join(format!("{HEATMAP_STEM}.{ext}"));
             render_heatmap(&hm, &path, w, h)?;
             files.push(name(&path));
+            if let Some(model) = heatmap_model(meta, cells) {
+                let path = dir.join(format!("{HEATMAP_MODEL_STEM}.{ext}"));
+                render_heatmap(&model, &path, w, h)?;
+                files.push(name(&path));
+            }
             if let Some(diff) = heatmap_diff(meta, cells) {
                 let (w, h) = heatmap_size(diff.panels.len(), g.depths.len(), g.contexts.len());
                 let path = dir.join(format!("{HEATMAP_DIFF_STEM}.{ext}"));
@@ -617,6 +679,48 @@ pub fn run_single_cell(s: &Scenario, print_trials: bool) -> Result<SingleCell, E
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A tiny default-preset sweep (with its stack): scenario, meta and cells.
+    fn tiny_sweep() -> (Scenario, ReportMeta, Vec<CellResult>) {
+        let s = crate::config::check(crate::config::resolve(Default::default()).unwrap()).unwrap();
+        let s = Scenario { contexts: vec![1024, 8192], depths: vec![0.0, 100.0], topks: vec![64], trials: 6, ..s };
+        let out = crate::run::sweep::run_sweep(&s, &|| {}).unwrap();
+        (s.clone(), ReportMeta::from_scenario(&s, &out.effective), out.cells)
+    }
+
+    fn without_whole_model(cells: &[CellResult]) -> Vec<CellResult> {
+        cells.iter().map(|c| CellResult { model_recall: None, model_ci_low: None, model_ci_high: None, ..c.clone() }).collect()
+    }
+
+    #[test]
+    fn whole_model_recall_reaches_the_recall_chart_and_its_heatmap() {
+        let (_, meta, cells) = tiny_sweep();
+        assert!(meta.stack_label().is_some_and(|l| l.contains("indexer layers")));
+        let chart = recall_chart(&meta, &cells, 0.0);
+        assert!(chart.title.starts_with("Whole-model recall (solid)"), "{}", chart.title);
+        for sr in &chart.series {
+            assert_eq!(sr.model.len(), sr.points.len());
+        }
+        assert!(chart.effective.iter().all(|e| e.model.is_some()));
+        let hm = heatmap_model(&meta, &cells).expect("whole-model heatmap");
+        let g = Grid::of(&cells);
+        for (panel, (k, p)) in hm.panels.iter().zip(g.topks.iter().flat_map(|&k| g.precisions.iter().map(move |p| (k, p)))) {
+            for (di, &d) in g.depths.iter().enumerate() {
+                for (ci, &c) in g.contexts.iter().enumerate() {
+                    assert_eq!(panel.recall[di][ci], find(&cells, d, c, k, p).unwrap().model_recall);
+                }
+            }
+        }
+        // the per-layer heatmap keeps per-layer recall
+        assert_eq!(heatmap(&meta, &cells).panels[0].recall[0][0], Some(find(&cells, 0.0, 1024, 64, &g.precisions[0]).unwrap().recall));
+
+        // Without whole-model recall: no heatmap, and the chart is the per-layer one.
+        let plain = without_whole_model(&cells);
+        assert!(heatmap_model(&meta, &plain).is_none());
+        let chart = recall_chart(&meta, &plain, 0.0);
+        assert!(chart.title.starts_with("Per-layer selection recall vs context"));
+        assert!(chart.series.iter().all(|s| s.model.is_empty()));
+    }
 
     #[test]
     fn difference_scale_holds_the_largest_difference() {

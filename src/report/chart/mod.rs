@@ -2,7 +2,8 @@
 //! measured"), rendered with plotters.
 //!
 //! * [`render_recall_vs_context`]: recall against context length (log2 axis)
-//!   per (top-k, precision) series, with Wilson bands and coverage limits.
+//!   per (top-k, precision) series, with Wilson bands and coverage limits;
+//!   whole-model recall, when present, as the main line.
 //! * [`render_heatmap`]: needle depth × context length recall grids.
 //! * [`render_fidelity`]: recall@k and Jaccard overlap of the quantized top-k
 //!   with the exact one, against context length.
@@ -32,7 +33,7 @@ pub use fidelity::{render_fidelity, FidelityChart, FidelityPoint, FidelitySeries
 pub use font::{ensure_font_registered, FONT_FAMILY};
 pub use heatmap::{render_heatmap, Heatmap, HeatmapPanel};
 pub use rank_margin::{render_rank_margin, DistributionRow, RankMarginChart};
-pub use recall_vs_context::{render_recall_vs_context, EffectiveMark, RecallChart, RecallPoint, RecallSeries};
+pub use recall_vs_context::{render_recall_vs_context, EffectiveMark, Reach, RecallChart, RecallPoint, RecallSeries};
 
 /// Smallest accepted image side, in pixels.
 pub const MIN_SIDE_PX: u32 = 200;

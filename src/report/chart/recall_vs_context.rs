@@ -6,6 +6,12 @@
 //! coverage-limit line of the same k share a colour); line dash pattern and
 //! marker shape identify the precision (so precisions stay distinguishable in
 //! greyscale). Each series carries a translucent confidence band.
+//!
+//! With whole-model recall (any series with `model` points), it is the main
+//! line: solid, with its band and the precision's marker; per-layer recall
+//! is a thinner dashed line of the same colour with smaller markers, and the
+//! analytic prediction turns dotted so the two dashed lines stay apart.
+//! Without it, the chart is drawn exactly as before it existed.
 
 use std::path::Path;
 
@@ -38,6 +44,10 @@ pub struct RecallSeries {
     /// `(context_tokens, predicted recall)` of the analytic prediction, drawn
     /// as a thin long-dashed line in the series' colour (empty: none).
     pub predicted: Vec<(u64, f64)>,
+    /// Whole-model recall with its interval, strictly ascending
+    /// `context_tokens` (empty: none). When any series has it, it is the
+    /// solid main line and `points` the thin dashed per-layer line.
+    pub model: Vec<RecallPoint>,
 }
 
 /// Everything drawn on a recall-vs-context chart.
@@ -65,16 +75,45 @@ pub struct EffectiveMark {
     pub context_tokens: Option<u64>,
     /// Recall held at every tested context: the true value may be longer.
     pub held_at_longest: bool,
+    /// The effective context read from whole-model recall (None: not known).
+    pub model: Option<Reach>,
+}
+
+/// How far a recall holds: its effective context.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Reach {
+    /// The longest context that held (None: failed at the shortest).
+    pub context_tokens: Option<u64>,
+    /// Recall held at every tested context: the true value may be longer.
+    pub held_at_longest: bool,
+}
+
+impl Reach {
+    /// "16K", "≥ 128K" or "< 1K" (`shortest` = the shortest tested context).
+    pub fn label(&self, shortest: u64) -> String {
+        match (self.context_tokens, self.held_at_longest) {
+            (None, _) => format!("< {}", format_tokens(shortest)),
+            (Some(c), true) => format!("≥ {}", format_tokens(c)),
+            (Some(c), false) => format_tokens(c),
+        }
+    }
 }
 
 impl EffectiveMark {
     /// "eff. 16K", "eff. ≥ 128K" or "eff. < 1K" (`shortest` = the shortest tested context).
     pub fn label(&self, shortest: u64) -> String {
-        match (self.context_tokens, self.held_at_longest) {
-            (None, _) => format!("eff. < {}", format_tokens(shortest)),
-            (Some(c), true) => format!("eff. ≥ {}", format_tokens(c)),
-            (Some(c), false) => format!("eff. {}", format_tokens(c)),
-        }
+        format!("eff. {}", self.layer().label(shortest))
+    }
+
+    /// With whole-model recall: "model ≥ 128K, layer 2K" ("model –" when
+    /// its model reach is not known).
+    pub fn model_label(&self, shortest: u64) -> String {
+        let model = self.model.map_or_else(|| "–".to_string(), |m| m.label(shortest));
+        format!("model {model}, layer {}", self.layer().label(shortest))
+    }
+
+    fn layer(&self) -> Reach {
+        Reach { context_tokens: self.context_tokens, held_at_longest: self.held_at_longest }
     }
 }
 
@@ -102,28 +141,14 @@ fn validate(chart: &RecallChart) -> Result<(), ChartError> {
         if s.points.is_empty() {
             return bad(format!("{name} has no points"));
         }
-        let mut prev = 0u64;
-        for p in &s.points {
-            if p.context_tokens == 0 {
-                return bad(format!("{name}: context length 0 cannot go on a log axis"));
+        validate_points(&name, &s.points)?;
+        validate_points(&format!("{name} (whole-model)"), &s.model)?;
+        for &(c, r) in &s.predicted {
+            if c == 0 {
+                return bad(format!("{name}: predicted context length 0 cannot go on a log axis"));
             }
-            if p.context_tokens <= prev {
-                return bad(format!("{name}: context lengths must be strictly ascending"));
-            }
-            prev = p.context_tokens;
-            for (what, v) in [("recall", p.recall), ("ci_low", p.ci_low), ("ci_high", p.ci_high)] {
-                if !v.is_finite() {
-                    return bad(format!("{name}: non-finite {what} at context {}", p.context_tokens));
-                }
-                if !(-EPS..=1.0 + EPS).contains(&v) {
-                    return bad(format!("{name}: {what} {v} outside 0..1 at context {}", p.context_tokens));
-                }
-            }
-            if p.ci_low > p.recall + EPS || p.recall > p.ci_high + EPS {
-                return bad(format!(
-                    "{name}: interval [{}, {}] does not contain recall {} at context {}",
-                    p.ci_low, p.ci_high, p.recall, p.context_tokens
-                ));
+            if !r.is_finite() || !(-EPS..=1.0 + EPS).contains(&r) {
+                return bad(format!("{name}: predicted recall {r} outside 0..1 at context {c}"));
             }
         }
     }
@@ -135,6 +160,37 @@ fn validate(chart: &RecallChart) -> Result<(), ChartError> {
     if let Some(t) = chart.effective_threshold {
         if !t.is_finite() || !(0.0..=1.0).contains(&t) {
             return bad(format!("effective threshold {t} is not in 0..1"));
+        }
+    }
+    Ok(())
+}
+
+/// Checks one line's points: positive, strictly ascending contexts; finite
+/// values in 0..1; an interval holding its recall.
+fn validate_points(name: &str, points: &[RecallPoint]) -> Result<(), ChartError> {
+    let bad = |m: String| Err(ChartError::InvalidInput(m));
+    let mut prev = 0u64;
+    for p in points {
+        if p.context_tokens == 0 {
+            return bad(format!("{name}: context length 0 cannot go on a log axis"));
+        }
+        if p.context_tokens <= prev {
+            return bad(format!("{name}: context lengths must be strictly ascending"));
+        }
+        prev = p.context_tokens;
+        for (what, v) in [("recall", p.recall), ("ci_low", p.ci_low), ("ci_high", p.ci_high)] {
+            if !v.is_finite() {
+                return bad(format!("{name}: non-finite {what} at context {}", p.context_tokens));
+            }
+            if !(-EPS..=1.0 + EPS).contains(&v) {
+                return bad(format!("{name}: {what} {v} outside 0..1 at context {}", p.context_tokens));
+            }
+        }
+        if p.ci_low > p.recall + EPS || p.recall > p.ci_high + EPS {
+            return bad(format!(
+                "{name}: interval [{}, {}] does not contain recall {} at context {}",
+                p.ci_low, p.ci_high, p.recall, p.context_tokens
+            ));
         }
     }
     Ok(())
@@ -302,6 +358,8 @@ impl Painter for RecallChart {
         let px = |v: f64| (v * s).round() as i32;
         root.fill(&WHITE).map_err(draw_err)?;
         let enc = Encoding::new(self);
+        // Whole-model recall present: it is the main line (module docs).
+        let whole = self.series.iter().any(|sr| !sr.model.is_empty());
 
         // ---- fonts
         let title_style = text_at(30.0 * s, INK, HPos::Left, VPos::Top);
@@ -314,7 +372,7 @@ impl Painter for RecallChart {
 
         // ---- x range (log2 of tokens)
         let (mut cmin, mut cmax) = (u64::MAX, 0u64);
-        for p in self.series.iter().flat_map(|s| &s.points) {
+        for p in self.series.iter().flat_map(|s| s.points.iter().chain(&s.model)) {
             cmin = cmin.min(p.context_tokens);
             cmax = cmax.max(p.context_tokens);
         }
@@ -339,6 +397,7 @@ impl Painter for RecallChart {
                 let sr = &self.series[i];
                 let base = format!("k={}, {}", sr.topk, sr.precision);
                 match self.effective.iter().find(|e| e.topk == sr.topk && e.precision == sr.precision) {
+                    Some(e) if whole => format!("{base} · {}", e.model_label(cmin)),
                     Some(e) => format!("{base} · {}", e.label(cmin)),
                     None => base,
                 }
@@ -354,16 +413,25 @@ impl Painter for RecallChart {
             .filter(|&&(_, c)| !visible_limit(c))
             .map(|&(k, c)| format!("k={k}: {} (off axis)", format_thousands(c)))
             .collect();
-        let mut extra_labels = vec!["95 % confidence band".to_string()];
+        // The first entries explain the lines and bands (`line_keys` of them).
+        let mut extra_labels = if whole {
+            vec!["whole-model recall, 95 % band".to_string(), "per-layer selection recall".to_string()]
+        } else {
+            vec!["95 % confidence band".to_string()]
+        };
+        let line_keys = extra_labels.len();
         if !self.coverage_limits.is_empty() {
             extra_labels.push("coverage limit k·c+W".to_string());
         }
         if let Some(t) = self.effective_threshold {
             extra_labels.push(format!("recall threshold {t:.2}"));
         }
+        let predicted_label = if whole { "predicted per-layer (analytic)" } else { "predicted (analytic)" };
         let swatch_w = px(52.0);
         let mut legend_text_w = 0i32;
-        for l in series_labels.iter().chain(&extra_labels).chain(&off_axis) {
+        // (The short prediction label never set the width before whole-model recall.)
+        let measured_predicted = whole.then(|| predicted_label.to_string());
+        for l in series_labels.iter().chain(&extra_labels).chain(&off_axis).chain(&measured_predicted) {
             let (tw, _) = root.estimate_text_size(l, &legend_style).map_err(draw_err)?;
             legend_text_w = legend_text_w.max(tw as i32);
         }
@@ -424,7 +492,7 @@ impl Painter for RecallChart {
             .light_line_style(TRANSPARENT)
             .axis_style(INK_SOFT.stroke_width(1))
             .x_desc("context length (tokens, log2 scale)")
-            .y_desc("per-layer selection recall")
+            .y_desc(if whole { "recall (solid: whole model, dashed: per layer)" } else { "per-layer selection recall" })
             .axis_desc_style(axis_desc_style)
             .label_style(tick_style)
             .x_label_formatter(&|v: &f64| {
@@ -482,11 +550,16 @@ impl Painter for RecallChart {
         // ---- bands (all first, so lines are never hidden under another band)
         for sr in &self.series {
             let look = enc.look(sr);
-            let mut poly: Vec<(f64, f64)> = sr.points.iter().map(|p| ((p.context_tokens as f64).log2(), p.ci_high)).collect();
-            poly.extend(sr.points.iter().rev().map(|p| ((p.context_tokens as f64).log2(), p.ci_low)));
-            if sr.points.len() == 1 {
+            // With whole-model recall only its line carries a band.
+            let banded = if whole { &sr.model } else { &sr.points };
+            if banded.is_empty() {
+                continue;
+            }
+            let mut poly: Vec<(f64, f64)> = banded.iter().map(|p| ((p.context_tokens as f64).log2(), p.ci_high)).collect();
+            poly.extend(banded.iter().rev().map(|p| ((p.context_tokens as f64).log2(), p.ci_low)));
+            if banded.len() == 1 {
                 // a single point: show its interval as a narrow bar
-                let p = &sr.points[0];
+                let p = &banded[0];
                 let x = (p.context_tokens as f64).log2();
                 let dx = 0.04 * (x_hi - x_lo);
                 poly = vec![(x - dx, p.ci_high), (x + dx, p.ci_high), (x + dx, p.ci_low), (x - dx, p.ci_low)];
@@ -497,36 +570,60 @@ impl Painter for RecallChart {
         // ---- lines and markers
         let line_w = (2.6 * s).round().max(1.0) as u32;
         let marker_r = 5.5 * s;
-        for sr in &self.series {
-            let look = enc.look(sr);
-            let pts: Vec<(f64, f64)> = sr
-                .points
-                .iter()
+        let to_px = |pts: &[RecallPoint]| -> Vec<(f64, f64)> {
+            pts.iter()
                 .map(|p| {
                     let (x, y) = chart.backend_coord(&((p.context_tokens as f64).log2(), p.recall));
                     (x as f64, y as f64)
                 })
-                .collect();
-            draw_dashed(root, &pts, look.dash, s, look.color.stroke_width(line_w))?;
-            let predicted: Vec<(f64, f64)> = sr
-                .predicted
+                .collect()
+        };
+        let predicted_px = |sr: &RecallSeries| -> Vec<(f64, f64)> {
+            sr.predicted
                 .iter()
                 .map(|&(c, r)| {
                     let (x, y) = chart.backend_coord(&((c as f64).log2(), r));
                     (x as f64, y as f64)
                 })
-                .collect();
-            if predicted.len() > 1 {
-                draw_dashed(
-                    root,
-                    &predicted,
-                    Dash::LongDash,
-                    s * 0.8,
-                    look.color.mix(0.75).stroke_width((1.4 * s).round().max(1.0) as u32),
-                )?;
+                .collect()
+        };
+        let predicted_w = (1.4 * s).round().max(1.0) as u32;
+        let layer_w = (1.6 * s).round().max(1.0) as u32;
+        let layer_marker_r = 3.5 * s;
+        if whole {
+            // Per-layer lines and predictions first, whole-model lines on top.
+            for sr in &self.series {
+                let look = enc.look(sr);
+                let pts = to_px(&sr.points);
+                draw_dashed(root, &pts, Dash::Dashed, s, look.color.stroke_width(layer_w))?;
+                let predicted = predicted_px(sr);
+                if predicted.len() > 1 {
+                    draw_dashed(root, &predicted, Dash::Dotted, s, look.color.mix(0.75).stroke_width(predicted_w))?;
+                }
+                for &(x, y) in &pts {
+                    draw_marker(root, look.marker, (x as i32, y as i32), layer_marker_r, look.color, s)?;
+                }
             }
-            for &(x, y) in &pts {
-                draw_marker(root, look.marker, (x as i32, y as i32), marker_r, look.color, s)?;
+            for sr in &self.series {
+                let look = enc.look(sr);
+                let pts = to_px(&sr.model);
+                draw_dashed(root, &pts, Dash::Solid, s, look.color.stroke_width(line_w))?;
+                for &(x, y) in &pts {
+                    draw_marker(root, look.marker, (x as i32, y as i32), marker_r, look.color, s)?;
+                }
+            }
+        } else {
+            for sr in &self.series {
+                let look = enc.look(sr);
+                let pts = to_px(&sr.points);
+                draw_dashed(root, &pts, look.dash, s, look.color.stroke_width(line_w))?;
+                let predicted = predicted_px(sr);
+                if predicted.len() > 1 {
+                    draw_dashed(root, &predicted, Dash::LongDash, s * 0.8, look.color.mix(0.75).stroke_width(predicted_w))?;
+                }
+                for &(x, y) in &pts {
+                    draw_marker(root, look.marker, (x as i32, y as i32), marker_r, look.color, s)?;
+                }
             }
         }
 
@@ -543,17 +640,29 @@ impl Painter for RecallChart {
             let yf = y as f64;
             root.draw(&Rectangle::new([(lx, y - px(8.0)), (lx + swatch_w, y + px(8.0))], look.color.mix(0.16).filled()))
                 .map_err(draw_err)?;
-            draw_dashed(root, &[(x0, yf), (x1, yf)], look.dash, s, look.color.stroke_width(line_w))?;
+            let dash = if whole { Dash::Solid } else { look.dash };
+            draw_dashed(root, &[(x0, yf), (x1, yf)], dash, s, look.color.stroke_width(line_w))?;
             draw_marker(root, look.marker, (lx + swatch_w / 2, y), marker_r, look.color, s)?;
             root.draw(&Text::new(label.clone(), (lx + swatch_w + px(12.0), y), legend_style.clone())).map_err(draw_err)?;
             y += entry_h;
         }
         y += px(10.0);
-        // band explanation
+        // band explanation (and, with whole-model recall, which line is which)
         root.draw(&Rectangle::new([(lx, y - px(8.0)), (lx + swatch_w, y + px(8.0))], INK_SOFT.mix(0.2).filled())).map_err(draw_err)?;
+        if whole {
+            let yf = y as f64;
+            draw_dashed(root, &[(lx as f64, yf), ((lx + swatch_w) as f64, yf)], Dash::Solid, s, INK_SOFT.stroke_width(line_w))?;
+        }
         root.draw(&Text::new(extra_labels[0].clone(), (lx + swatch_w + px(12.0), y), legend_style.clone())).map_err(draw_err)?;
         y += entry_h;
-        let mut extra = extra_labels.iter().skip(1);
+        if whole {
+            let yf = y as f64;
+            draw_dashed(root, &[(lx as f64, yf), ((lx + swatch_w) as f64, yf)], Dash::Dashed, s, INK_SOFT.stroke_width(layer_w))?;
+            draw_marker(root, Marker::Circle, (lx + swatch_w / 2, y), layer_marker_r, INK_SOFT, s)?;
+            root.draw(&Text::new(extra_labels[1].clone(), (lx + swatch_w + px(12.0), y), legend_style.clone())).map_err(draw_err)?;
+            y += entry_h;
+        }
+        let mut extra = extra_labels.iter().skip(line_keys);
         if !self.coverage_limits.is_empty() {
             let xm = (lx + swatch_w / 2) as f64;
             draw_dashed(
@@ -582,14 +691,15 @@ impl Painter for RecallChart {
             y += entry_h;
         }
         if self.series.iter().any(|sr| sr.predicted.len() > 1) {
+            let (dash, scale) = if whole { (Dash::Dotted, s) } else { (Dash::LongDash, s * 0.8) };
             draw_dashed(
                 root,
                 &[(lx as f64, y as f64), ((lx + swatch_w) as f64, y as f64)],
-                Dash::LongDash,
-                s * 0.8,
-                INK_SOFT.stroke_width((1.4 * s).round().max(1.0) as u32),
+                dash,
+                scale,
+                INK_SOFT.stroke_width(predicted_w),
             )?;
-            root.draw(&Text::new("predicted (analytic)", (lx + swatch_w + px(12.0), y), legend_style.clone())).map_err(draw_err)?;
+            root.draw(&Text::new(predicted_label, (lx + swatch_w + px(12.0), y), legend_style.clone())).map_err(draw_err)?;
             y += entry_h;
         }
         for l in &off_axis {
@@ -604,18 +714,24 @@ impl Painter for RecallChart {
 mod tests {
     use super::*;
 
+    /// A falling recall curve over 1K … 128K with its knee at 2^`knee` tokens.
+    fn curve(knee: f64) -> Vec<RecallPoint> {
+        (10..=17)
+            .map(|e| {
+                let c = 1u64 << e;
+                let r = 1.0 / (1.0 + ((e as f64 - knee) * 1.5).exp());
+                RecallPoint { context_tokens: c, recall: r, ci_low: (r - 0.04).max(0.0), ci_high: (r + 0.04).min(1.0) }
+            })
+            .collect()
+    }
+
     pub(crate) fn demo_chart() -> RecallChart {
         let mk = |topk: u32, precision: &str, knee: f64| RecallSeries {
             topk,
             precision: precision.into(),
             predicted: Vec::new(),
-            points: (10..=17)
-                .map(|e| {
-                    let c = 1u64 << e;
-                    let r = 1.0 / (1.0 + ((e as f64 - knee) * 1.5).exp());
-                    RecallPoint { context_tokens: c, recall: r, ci_low: (r - 0.04).max(0.0), ci_high: (r + 0.04).min(1.0) }
-                })
-                .collect(),
+            points: curve(knee),
+            model: Vec::new(),
         };
         RecallChart {
             title: "test".into(),
@@ -623,8 +739,27 @@ mod tests {
             series: vec![mk(512, "bf16", 13.0), mk(512, "fp8", 12.5), mk(1024, "bf16", 14.0)],
             coverage_limits: vec![(512, 2176), (1024, 4224)],
             effective_threshold: Some(0.9),
-            effective: vec![EffectiveMark { topk: 512, precision: "bf16".into(), context_tokens: Some(8192), held_at_longest: false }],
+            effective: vec![EffectiveMark {
+                topk: 512,
+                precision: "bf16".into(),
+                context_tokens: Some(8192),
+                held_at_longest: false,
+                model: None,
+            }],
         }
+    }
+
+    /// `demo_chart` with whole-model recall (knee three doublings later) and
+    /// a prediction on every series.
+    fn whole_model_chart() -> RecallChart {
+        let mut c = demo_chart();
+        for (i, sr) in c.series.iter_mut().enumerate() {
+            let knee = 13.0 + i as f64 * 0.5;
+            sr.model = curve(knee + 3.0);
+            sr.predicted = curve(knee + 0.3).iter().map(|p| (p.context_tokens, p.recall)).collect();
+        }
+        c.effective[0].model = Some(Reach { context_tokens: Some(1 << 17), held_at_longest: true });
+        c
     }
 
     fn png_dims(bytes: &[u8]) -> (u32, u32) {
@@ -695,6 +830,99 @@ mod tests {
             Err(ChartError::UnsupportedFormat(_))
         ));
         assert!(render_recall_vs_context(&demo_chart(), &dir.path().join("x.png"), 10, 10).is_err());
+    }
+
+    #[test]
+    fn whole_model_recall_is_the_solid_line_and_the_legend_says_which_is_which() {
+        let dir = tempfile::tempdir().unwrap();
+        let svg_of = |c: &RecallChart, name: &str| {
+            let path = dir.path().join(name);
+            render_recall_vs_context(c, &path, 1600, 1000).unwrap();
+            std::fs::read_to_string(&path).unwrap()
+        };
+        let svg = svg_of(&whole_model_chart(), "whole.svg");
+        for text in [
+            "whole-model recall, 95 % band",
+            "per-layer selection recall",
+            "predicted per-layer (analytic)",
+            "k=512, bf16 · model ≥ 128K, layer 8K",
+            "k=512, fp8",
+            "recall (solid: whole model, dashed: per layer)",
+        ] {
+            assert!(svg.contains(text), "whole-model chart lacks {text:?}");
+        }
+        // Without the model's reach the label still says both.
+        let mut c = whole_model_chart();
+        c.effective[0].model = None;
+        assert!(svg_of(&c, "unknown.svg").contains("k=512, bf16 · model –, layer 8K"));
+        // A series without whole-model recall beside ones with it is drawn too.
+        let mut c = whole_model_chart();
+        c.series[1].model.clear();
+        svg_of(&c, "partial.svg");
+        let png = dir.path().join("whole.png");
+        render_recall_vs_context(&whole_model_chart(), &png, 800, 500).unwrap();
+        assert_eq!(png_dims(&std::fs::read(&png).unwrap()), (800, 500));
+        // single whole-model point: its interval is a narrow bar
+        let mut c = whole_model_chart();
+        c.series[0].model.truncate(1);
+        svg_of(&c, "one.svg");
+    }
+
+    #[test]
+    fn whole_model_recall_leaves_a_chart_without_it_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let plain = dir.path().join("plain.png");
+        render_recall_vs_context(&demo_chart(), &plain, 800, 500).unwrap();
+        let svg = dir.path().join("plain.svg");
+        render_recall_vs_context(&demo_chart(), &svg, 800, 500).unwrap();
+        let svg = std::fs::read_to_string(&svg).unwrap();
+        assert!(svg.contains("k=512, bf16 · eff. 8K") && svg.contains("95 % confidence band"));
+        assert!(!svg.contains("whole-model") && !svg.contains("model 8K"));
+        // An effective mark's model reach alone does not switch the chart.
+        let mut c = demo_chart();
+        c.effective[0].model = Some(Reach { context_tokens: Some(1 << 16), held_at_longest: false });
+        let again = dir.path().join("again.png");
+        render_recall_vs_context(&c, &again, 800, 500).unwrap();
+        assert_eq!(std::fs::read(&plain).unwrap(), std::fs::read(&again).unwrap());
+    }
+
+    #[test]
+    fn bad_whole_model_and_predicted_points_are_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("bad.png");
+        for f in [
+            |c: &mut RecallChart| c.series[0].model[2].recall = f64::NAN,
+            |c: &mut RecallChart| c.series[0].model[2].ci_low = 0.999,
+            |c: &mut RecallChart| c.series[1].model[0].context_tokens = 0,
+            |c: &mut RecallChart| c.series[1].model.swap(1, 2),
+            |c: &mut RecallChart| c.series[2].model[3].ci_high = 1.5,
+            |c: &mut RecallChart| c.series[0].predicted[1].1 = f64::INFINITY,
+            |c: &mut RecallChart| c.series[0].predicted[1].1 = -0.5,
+            |c: &mut RecallChart| c.series[0].predicted[0].0 = 0,
+        ] {
+            let mut c = whole_model_chart();
+            f(&mut c);
+            let err = render_recall_vs_context(&c, &path, 800, 500);
+            assert!(matches!(err, Err(ChartError::InvalidInput(_))), "{err:?}");
+        }
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn reach_labels() {
+        let r = |c: Option<u64>, held| Reach { context_tokens: c, held_at_longest: held };
+        assert_eq!(r(None, false).label(1024), "< 1K");
+        assert_eq!(r(Some(2048), false).label(1024), "2K");
+        assert_eq!(r(Some(1 << 17), true).label(1024), "≥ 128K");
+        let e = EffectiveMark {
+            topk: 1,
+            precision: "x".into(),
+            context_tokens: None,
+            held_at_longest: false,
+            model: Some(r(Some(8192), false)),
+        };
+        assert_eq!(e.label(1024), "eff. < 1K");
+        assert_eq!(e.model_label(1024), "model 8K, layer < 1K");
     }
 
     #[test]

@@ -6,12 +6,13 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-const FILES: [&str; 9] = [
+const FILES: [&str; 10] = [
     "results.jsonl",
     "summary.csv",
     "manifest.json",
     "recall_vs_context.png",
     "heatmap.png",
+    "heatmap_model.png",
     "heatmap_diff.png",
     "fidelity.png",
     "rank_margin.png",

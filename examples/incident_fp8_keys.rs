@@ -21,13 +21,12 @@
 //! verdicts depend on it; its charts then go to
 //! `target/incident_fp8_keys_strength_S/` and `plots/` is left alone.
 
-use dsa_recall::config::{self, params::parse_scenario_toml};
-use dsa_recall::model::stack::FaultSpread;
 use dsa_recall::report::{render_charts, PlotOptions, ReportMeta};
 use dsa_recall::run::cell::CellResult;
-use dsa_recall::run::sweep::run_sweep;
-use dsa_recall::score::hypothesis::variant_spread;
 use std::path::Path;
+
+#[path = "common/incident.rs"]
+mod incident;
 
 const HYPOTHESES: &[&str] = &[
     "",
@@ -90,21 +89,6 @@ impl Runs {
     }
 }
 
-/// The per-layer outputs of two sweeps that differ only in how faults spread
-/// over the layers must agree cell for cell.
-fn check_same_per_layer(a: &[CellResult], b: &[CellResult]) -> Result<(), String> {
-    let key = |c: &CellResult| {
-        (c.precision.clone(), c.context_tokens, c.depth_percent.to_bits(), c.needle_offset, c.topk, c.survived, c.recall.to_bits())
-    };
-    if a.len() != b.len() {
-        return Err(format!("{} cells against {}", a.len(), b.len()));
-    }
-    match a.iter().zip(b).find(|(x, y)| key(x) != key(y)) {
-        Some((x, y)) => Err(format!("per-layer recall differs between the spreads: {:?} vs {:?}", key(x), key(y))),
-        None => Ok(()),
-    }
-}
-
 fn scenario_toml(strength: f64, precisions: &[String], spread: &str) -> String {
     format!(
         r#"
@@ -141,17 +125,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     let custom = std::env::args().nth(1).is_some();
     // The catalogue's spread: every hypothesis of this program is "shared".
-    for p in &precisions {
-        if let Some(spread) = variant_spread(p) {
-            assert_eq!(spread, FaultSpread::Shared, "{p}: the catalogue no longer marks it shared; update docs/FINDINGS.md");
-        }
-    }
-    let s = config::check(config::resolve(parse_scenario_toml(&scenario_toml(strength, &precisions, "catalogue"))?)?)?;
-    let outcome = run_sweep(&s, &|| {})?;
-    let s_ind = config::check(config::resolve(parse_scenario_toml(&scenario_toml(strength, &precisions, "independent"))?)?)?;
-    let independent = run_sweep(&s_ind, &|| {})?.cells;
-    check_same_per_layer(&outcome.cells, &independent)?;
-    println!("per-layer recall identical in the shared and the independent sweep ({} cells)", independent.len());
+    let (s, outcome, independent) = incident::sweep_both_spreads(&precisions.iter().map(String::as_str).collect::<Vec<_>>(), |spread| scenario_toml(strength, &precisions, spread))?;
     let runs = Runs { shared: outcome.cells, independent };
     let cells = &runs.shared;
     let dir_name = if custom { format!("target/incident_fp8_keys_strength_{strength}") } else { "plots/incident_fp8_keys".to_string() };

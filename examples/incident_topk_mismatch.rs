@@ -16,31 +16,15 @@
 //!
 //! `cargo run --release --example incident_topk_mismatch` (15 s on 2 cores shared with other work)
 
-use dsa_recall::config::{self, params::parse_scenario_toml};
-use dsa_recall::model::stack::FaultSpread;
 use dsa_recall::report::{render_charts, PlotOptions, ReportMeta};
 use dsa_recall::run::cell::CellResult;
-use dsa_recall::run::sweep::run_sweep;
-use dsa_recall::score::hypothesis::variant_spread;
 use std::path::Path;
+
+#[path = "common/incident.rs"]
+mod incident;
 
 const MODEL: &str = "fp8-fp32scale";
 const BRIDGE: &str = "fp8-fp32scale+topk=1024";
-
-/// The per-layer outputs of two sweeps that differ only in how faults spread
-/// over the layers must agree cell for cell.
-fn check_same_per_layer(a: &[CellResult], b: &[CellResult]) -> Result<(), String> {
-    let key = |c: &CellResult| {
-        (c.precision.clone(), c.context_tokens, c.depth_percent.to_bits(), c.needle_offset, c.topk, c.survived, c.recall.to_bits())
-    };
-    if a.len() != b.len() {
-        return Err(format!("{} cells against {}", a.len(), b.len()));
-    }
-    match a.iter().zip(b).find(|(x, y)| key(x) != key(y)) {
-        Some((x, y)) => Err(format!("per-layer recall differs between the spreads: {:?} vs {:?}", key(x), key(y))),
-        None => Ok(()),
-    }
-}
 
 fn scenario_toml(spread: &str) -> String {
     format!(
@@ -74,13 +58,7 @@ fn model(c: &CellResult) -> String {
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    assert_eq!(variant_spread(BRIDGE), Some(FaultSpread::Shared), "the catalogue no longer marks topk=N shared; update docs/FINDINGS.md");
-    let s = config::check(config::resolve(parse_scenario_toml(&scenario_toml("catalogue"))?)?)?;
-    let outcome = run_sweep(&s, &|| {})?;
-    let s_ind = config::check(config::resolve(parse_scenario_toml(&scenario_toml("independent"))?)?)?;
-    let independent = run_sweep(&s_ind, &|| {})?.cells;
-    check_same_per_layer(&outcome.cells, &independent)?;
-    println!("per-layer recall identical in the shared and the independent sweep ({} cells)", independent.len());
+    let (s, outcome, independent) = incident::sweep_both_spreads(&[BRIDGE], scenario_toml)?;
     let cells = &outcome.cells;
     let dir = Path::new("plots/incident_topk_mismatch");
     std::fs::create_dir_all(dir)?;

@@ -3,10 +3,11 @@
 //! hang; every rejection must be a one-line error. Case counts are fixed
 //! (and reported in the issue note): 6,000 raw strings and 6,000 structured
 //! scenario files through parse + resolve + check, 10,000 strings through
-//! each list parser, 3,000 random and 3,000 mutated `.npy` byte strings and
+//! each list parser and the layer-stack parser, 3,000 random and 3,000 mutated `.npy` byte strings and
 //! 3,000 mutated safetensors files through the tensor readers.
 
 use dsa_recall::config::{self, lists, params::parse_scenario_toml};
+use dsa_recall::model::stack::{parse_compress_ratios, MAX_LAYERS};
 use proptest::prelude::*;
 
 fn check_text(text: &str) {
@@ -63,6 +64,15 @@ fn key() -> impl Strategy<Value = (&'static str, &'static str)> {
         ("sweep", "trials"),
         ("sweep", "seed"),
         ("sweep", "threshold"),
+        ("stack", "compress_ratios"),
+        ("stack", "indexer_ratio"),
+        ("stack", "layer_correlation"),
+        ("stack", "token_correlation"),
+        ("stack", "question_tokens"),
+        ("stack", "answer_tokens"),
+        ("stack", "quorum"),
+        ("stack", "hca"),
+        ("stack", "fault_layers"),
         ("needle", "strenght"),
         ("bogus", "x"),
     ])
@@ -109,6 +119,14 @@ proptest! {
     #[test]
     fn name_lists_never_panic(text in "\\PC{0,40}") {
         let _ = lists::parse_names("f", &text);
+    }
+
+    #[test]
+    fn layer_stacks_never_panic(text in "[0-9(),* ]{0,40}|\\PC{0,40}") {
+        match parse_compress_ratios(&text) {
+            Ok(v) => prop_assert!(!v.is_empty() && v.len() <= MAX_LAYERS),
+            Err(e) => prop_assert!(!e.contains('\n')),
+        }
     }
 }
 

@@ -125,7 +125,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     let custom = std::env::args().nth(1).is_some();
     // The catalogue's spread: every hypothesis of this program is "shared".
-    let (s, outcome, independent) = incident::sweep_both_spreads(&precisions.iter().map(String::as_str).collect::<Vec<_>>(), |spread| scenario_toml(strength, &precisions, spread))?;
+    let (s, outcome, independent) = incident::sweep_both_spreads(&precisions.iter().map(String::as_str).collect::<Vec<_>>(), |spread| {
+        scenario_toml(strength, &precisions, spread)
+    })?;
     let runs = Runs { shared: outcome.cells, independent };
     let cells = &runs.shared;
     let dir_name = if custom { format!("target/incident_fp8_keys_strength_{strength}") } else { "plots/incident_fp8_keys".to_string() };

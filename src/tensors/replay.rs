@@ -201,7 +201,7 @@ fn assemble_capture(
     if q_layers != layers {
         return Err(bad_file(
             path,
-            format!("queries have shape {:?} but keys have shape {:?}: {q_layers} layers against {layers}", q.0, k.0),
+            format!("queries have shape {:?} but keys have shape {:?}: layers {q_layers} against {layers}", q.0, k.0),
         ));
     }
     if q_dim != dim {
@@ -213,9 +213,9 @@ fn assemble_capture(
         [l, t, h] if *l == layers && *t == tokens && *h == heads => false,
         s => {
             let axis = match s {
-                [l, ..] if *l != layers => format!(": {l} layers against {layers}"),
-                [_, h] | [_, _, h] if *h != heads => format!(": {h} heads against {heads}"),
-                [_, t, _] if *t != tokens => format!(": {t} tokens against {tokens}"),
+                [l, ..] if *l != layers => format!(": layers {l} against {layers}"),
+                [_, h] | [_, _, h] if *h != heads => format!(": heads {h} against {heads}"),
+                [_, t, _] if *t != tokens => format!(": tokens {t} against {tokens}"),
                 _ => String::new(),
             };
             return Err(bad_file(path, format!("weights have shape {s:?}{axis}; expected {expected}")));
@@ -489,7 +489,8 @@ pub fn replay_layered(cap: &Layered, variants: &[PrecisionVariant], topks: &[u64
         out.extend(layer_rows);
         sets.push(layer_sets);
     }
-    let mut summaries = Vec::new();
+    // Grouped by kind, each in the order of the k values.
+    let (mut summaries, mut token_summaries) = (Vec::new(), Vec::new());
     for (ki, &k) in topks.iter().enumerate() {
         let k_eff = (k as usize).min(rows);
         let share = |a: &[u64], b: &[u64]| if k_eff == 0 { 1.0 } else { shared(a, b) as f64 / k_eff as f64 };
@@ -503,9 +504,10 @@ pub fn replay_layered(cap: &Layered, variants: &[PrecisionVariant], topks: &[u64
             let per_layer: Vec<f64> = (0..layers)
                 .map(|l| mean(&(0..tokens - 1).map(|t| share(&sets[l][t][ki], &sets[l][t + 1][ki])).collect::<Vec<_>>()))
                 .collect();
-            summaries.push(Summary::AdjacentTokens { topk: k, k_eff: k_eff as u64, mean: mean(&per_layer), per_layer });
+            token_summaries.push(Summary::AdjacentTokens { topk: k, k_eff: k_eff as u64, mean: mean(&per_layer), per_layer });
         }
     }
+    summaries.append(&mut token_summaries);
     if !cap.needle_rows.is_empty() {
         for (ki, &k) in topks.iter().enumerate() {
             for (vi, v) in variants.iter().enumerate() {
@@ -709,15 +711,15 @@ mod tests {
             (shape, vec![1.0; n])
         };
         let e = err(&(vec![3, 3, 4, 8], vec![0.5; 3 * 3 * 4 * 8]), &k, w3(vec![2, 4]));
-        assert!(e.contains("queries have shape [3, 3, 4, 8] but keys have shape [2, 10, 8]: 3 layers against 2"), "{e}");
+        assert!(e.contains("queries have shape [3, 3, 4, 8] but keys have shape [2, 10, 8]: layers 3 against 2"), "{e}");
         let e = err(&(vec![2, 3, 4, 16], vec![0.5; 2 * 3 * 4 * 16]), &k, w3(vec![2, 4]));
         assert!(e.contains("dim 16 against 8"), "{e}");
         let e = err(&q, &k, w3(vec![2, 5, 4]));
-        assert!(e.contains("weights have shape [2, 5, 4]: 5 tokens against 3; expected [2, 4] or [2, 3, 4]"), "{e}");
+        assert!(e.contains("weights have shape [2, 5, 4]: tokens 5 against 3; expected [2, 4] or [2, 3, 4]"), "{e}");
         let e = err(&q, &k, w3(vec![2, 5]));
-        assert!(e.contains("5 heads against 4"), "{e}");
+        assert!(e.contains("heads 5 against 4"), "{e}");
         let e = err(&q, &k, w3(vec![1, 3, 4]));
-        assert!(e.contains("1 layers against 2"), "{e}");
+        assert!(e.contains("layers 1 against 2"), "{e}");
         let e = err(&q, &(vec![10, 8], vec![0.25; 80]), w3(vec![2, 4]));
         assert!(e.contains("queries have shape [2, 3, 4, 8] (a layer axis) but keys have shape [10, 8]"), "{e}");
     }

@@ -213,7 +213,7 @@ fn assemble_capture(
         [l, t, h] if *l == layers && *t == tokens && *h == heads => false,
         s => {
             let axis = match s {
-                [l, ..] if *l != layers => format!(": layers {l} against {layers}"),
+                [l, _] | [l, _, _] if *l != layers => format!(": layers {l} against {layers}"),
                 [_, h] | [_, _, h] if *h != heads => format!(": heads {h} against {heads}"),
                 [_, t, _] if *t != tokens => format!(": tokens {t} against {tokens}"),
                 _ => String::new(),
@@ -720,6 +720,8 @@ mod tests {
         assert!(e.contains("heads 5 against 4"), "{e}");
         let e = err(&q, &k, w3(vec![1, 3, 4]));
         assert!(e.contains("layers 1 against 2"), "{e}");
+        let e = err(&q, &k, w3(vec![4]));
+        assert!(e.contains("weights have shape [4]; expected [2, 4] or [2, 3, 4]"), "{e}");
         let e = err(&q, &(vec![10, 8], vec![0.25; 80]), w3(vec![2, 4]));
         assert!(e.contains("queries have shape [2, 3, 4, 8] (a layer axis) but keys have shape [10, 8]"), "{e}");
     }

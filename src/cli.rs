@@ -110,13 +110,13 @@ pub struct ReplayArgs {
     /// A safetensors file (a `trial --dump` or recorded tensors).
     #[arg(value_name = "FILE", required_unless_present = "q_npy")]
     pub file: Option<PathBuf>,
-    /// Queries as .npy ([heads, dim] or [tokens, heads, dim]), instead of FILE.
+    /// Queries as .npy ([heads, dim] or [tokens, heads, dim]; per layer [layers, heads, dim] or [layers, tokens, heads, dim]), instead of FILE.
     #[arg(long, value_name = "FILE", requires_all = ["k_npy", "weights_npy"], conflicts_with = "file")]
     pub q_npy: Option<PathBuf>,
-    /// Keys as .npy ([rows, dim]).
+    /// Keys as .npy ([rows, dim], or [layers, rows, dim] for per-layer inputs).
     #[arg(long, value_name = "FILE")]
     pub k_npy: Option<PathBuf>,
-    /// Head weights as .npy ([heads] or [tokens, heads]).
+    /// Head weights as .npy ([heads] or [tokens, heads]; per layer [layers, heads] or [layers, tokens, heads]).
     #[arg(long, value_name = "FILE")]
     pub weights_npy: Option<PathBuf>,
     #[arg(long, default_value = "queries", value_name = "NAME")]

@@ -311,7 +311,7 @@ fn run_trial_dump(args: &TrialArgs) -> Result<(), Error> {
 }
 
 fn run_replay(args: &ReplayArgs) -> Result<(), Error> {
-    use dsa_recall::tensors::replay::{load_npy, load_safetensors, replay, TensorNames};
+    use dsa_recall::tensors::replay::{load_capture_npy, load_capture_safetensors, replay, replay_layered, Capture, TensorNames};
     let topks = config::lists::parse_sizes("--topk", &args.topk)?;
     let mut variants = Vec::new();
     for name in config::lists::parse_names("--precisions", &args.precisions)? {
@@ -324,7 +324,7 @@ fn run_replay(args: &ReplayArgs) -> Result<(), Error> {
         })?;
         variants.push(v);
     }
-    let mut rec = match (&args.file, &args.q_npy, &args.k_npy, &args.weights_npy) {
+    let mut cap = match (&args.file, &args.q_npy, &args.k_npy, &args.weights_npy) {
         (Some(file), None, _, _) => {
             let names = TensorNames {
                 queries: args.q_name.clone(),
@@ -332,22 +332,23 @@ fn run_replay(args: &ReplayArgs) -> Result<(), Error> {
                 weights: args.weights_name.clone(),
                 needle_rows: args.needle_rows_name.clone(),
             };
-            load_safetensors(file, &names)?
+            load_capture_safetensors(file, &names)?
         }
-        (None, Some(q), Some(k), Some(w)) => load_npy(q, k, w)?,
+        (None, Some(q), Some(k), Some(w)) => load_capture_npy(q, k, w)?,
         _ => {
             return Err(
                 dsa_recall::ConfigError::new("replay", "(inputs)", "a safetensors FILE, or --q-npy, --k-npy and --weights-npy").into()
             )
         }
     };
+    let shape = cap.shape();
     for v in &variants {
-        if let Some(reason) = v.unsupported(rec.dim) {
-            return Err(dsa_recall::ConfigError::new("--precisions", &v.name, format!("not with head_dim {}: {reason}", rec.dim)).into());
+        if let Some(reason) = v.unsupported(shape.dim) {
+            return Err(dsa_recall::ConfigError::new("--precisions", &v.name, format!("not with head_dim {}: {reason}", shape.dim)).into());
         }
     }
     if let Some(list) = &args.needle_rows {
-        rec.needle_rows = list
+        let needle_rows: Vec<u64> = list
             .split(',')
             .map(|x| {
                 x.trim()
@@ -355,17 +356,28 @@ fn run_replay(args: &ReplayArgs) -> Result<(), Error> {
                     .map_err(|_| dsa_recall::ConfigError::new("--needle-rows", format!("{list:?}"), "row indices, e.g. 12,13"))
             })
             .collect::<Result<_, _>>()?;
-        if rec.needle_rows.iter().any(|&r| r as usize >= rec.rows) {
-            return Err(dsa_recall::ConfigError::new("--needle-rows", list, format!("row indices below {}", rec.rows)).into());
+        if needle_rows.iter().any(|&r| r as usize >= shape.rows) {
+            return Err(dsa_recall::ConfigError::new("--needle-rows", list, format!("row indices below {}", shape.rows)).into());
         }
+        *cap.needle_rows_mut() = needle_rows;
     }
-    let rows = replay(&rec, &variants, &topks)?;
+    let (rows, summaries) = match &cap {
+        Capture::Single(rec) => (replay(rec, &variants, &topks)?, vec![]),
+        Capture::Layered(layered) => {
+            let r = replay_layered(layered, &variants, &topks)?;
+            (r.rows, r.summaries)
+        }
+    };
     if let Some(path) = &args.chart {
         let chart = dsa_recall::report::chart::overlap::OverlapChart {
             title: "Top-k kept under each precision, against fp32".into(),
             subtitle: format!(
-                "replayed tensors: {} query token(s), {} heads × {} dims, {} key rows",
-                rec.tokens, rec.heads, rec.dim, rec.rows
+                "replayed tensors: {}{} query token(s), {} heads × {} dims, {} key rows",
+                shape.layers.map_or(String::new(), |l| format!("{l} layers × ")),
+                shape.tokens,
+                shape.heads,
+                shape.dim,
+                shape.rows
             ),
             bars: dsa_recall::tensors::replay::overlap_bars(&rows),
         };
@@ -375,9 +387,19 @@ fn run_replay(args: &ReplayArgs) -> Result<(), Error> {
         for r in &rows {
             println!("{}", serde_json::to_string(r).unwrap_or_default());
         }
+        for s in &summaries {
+            println!("{}", serde_json::to_string(s).unwrap_or_default());
+        }
         return Ok(());
     }
-    println!("{} tokens × {} heads × {} dims against {} key rows; selection compared with fp32", rec.tokens, rec.heads, rec.dim, rec.rows);
+    if let Some(layers) = shape.layers {
+        print_layered_replay(layers, &shape, &rows, &summaries);
+        return Ok(());
+    }
+    println!(
+        "{} tokens × {} heads × {} dims against {} key rows; selection compared with fp32",
+        shape.tokens, shape.heads, shape.dim, shape.rows
+    );
     println!(
         "{:>6} {:>7} {:<14} {:>16} {:>9} {:>9} {:>12}",
         "token", "k", "precision", "recall@k vs fp32", "jaccard", "needle", "needle rank"
@@ -391,4 +413,68 @@ fn run_replay(args: &ReplayArgs) -> Result<(), Error> {
         );
     }
     Ok(())
+}
+
+/// The table of a per-layer replay: one line per layer × token × k ×
+/// variant, then the overlaps and the needle across layers.
+fn print_layered_replay(
+    layers: usize,
+    shape: &dsa_recall::tensors::replay::CaptureShape,
+    rows: &[dsa_recall::tensors::replay::ReplayRow],
+    summaries: &[dsa_recall::tensors::replay::Summary],
+) {
+    use dsa_recall::tensors::replay::Summary;
+    println!(
+        "{layers} layers × {} tokens × {} heads × {} dims against {} key rows per layer; selection compared with fp32",
+        shape.tokens, shape.heads, shape.dim, shape.rows
+    );
+    println!(
+        "{:>6} {:>6} {:>7} {:<14} {:>16} {:>9} {:>9} {:>12}",
+        "layer", "token", "k", "precision", "recall@k vs fp32", "jaccard", "needle", "needle rank"
+    );
+    for r in rows {
+        let needle = r.needle_survived.map_or("-", |s| if s { "kept" } else { "lost" });
+        let rank = r.needle_rank.map_or("-".to_string(), |x| x.to_string());
+        println!(
+            "{:>6} {:>6} {:>7} {:<14} {:>16.4} {:>9.4} {:>9} {:>12}",
+            r.layer.unwrap_or(0),
+            r.token,
+            r.topk,
+            r.precision,
+            r.selection_recall,
+            r.jaccard,
+            needle,
+            rank
+        );
+    }
+    let list = |xs: &[f64]| xs.iter().map(|x| format!("{x:.4}")).collect::<Vec<_>>().join(" ");
+    let mut heading = None;
+    for s in summaries {
+        let (title, columns, line) = match s {
+            Summary::AdjacentLayers { topk, mean, per_pair, .. } => (
+                "adjacent-layer overlap of the fp32 top-k: share of layer l's also in layer l+1's (mean over tokens)",
+                format!("{:>7} {:>7}  per pair (l, l+1) from l = 0", "k", "mean"),
+                format!("{topk:>7} {mean:>7.4}  {}", list(per_pair)),
+            ),
+            Summary::AdjacentTokens { topk, mean, per_layer, .. } => (
+                "adjacent-token overlap of the fp32 top-k: share of token t's also in token t+1's (mean over pairs)",
+                format!("{:>7} {:>7}  per layer from l = 0", "k", "mean"),
+                format!("{topk:>7} {mean:>7.4}  {}", list(per_layer)),
+            ),
+            Summary::NeedleLayers { topk, precision, layers, layers_reached, reached, .. } => (
+                "needle across layers: a layer reaches it when one of its tokens selects a needle row",
+                format!("{:>7} {:<14} {:>15} {:>22}", "k", "precision", "layers reached", "whole model (quorum 1)"),
+                format!(
+                    "{topk:>7} {precision:<14} {:>15} {:>22}",
+                    format!("{layers_reached} of {layers}"),
+                    if *reached { "reached" } else { "missed" }
+                ),
+            ),
+        };
+        if heading != Some(title) {
+            println!("\n{title}\n{columns}");
+            heading = Some(title);
+        }
+        println!("{line}");
+    }
 }

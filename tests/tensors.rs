@@ -211,3 +211,170 @@ fn a_dump_with_physics_agrees_with_the_trial_engine() {
         }
     }
 }
+
+/// A per-layer capture: queries [layers, tokens, heads, dim], keys
+/// [layers, rows, dim], weights [layers, heads]; layers 0 and 1 are the
+/// same, layer 2 is drawn afresh. Row 3 holds the needle.
+struct Capture {
+    shape: (usize, usize, usize, usize, usize),
+    queries: Vec<f32>,
+    keys: Vec<f32>,
+    weights: Vec<f32>,
+}
+
+fn capture() -> Capture {
+    use rand::Rng;
+    let (layers, tokens, heads, dim, rows) = (3, 2, 4, 128, 64);
+    let mut rng = dsa_recall::base::rng::stream(77, &[]);
+    let mut normal = |n: usize| (0..n).map(|_| rng.sample::<f32, _>(rand_distr::StandardNormal)).collect::<Vec<f32>>();
+    let (q, k, w) = (normal(tokens * heads * dim), normal(rows * dim), normal(heads));
+    let (q2, k2, w2) = (normal(tokens * heads * dim), normal(rows * dim), normal(heads));
+    let abs = |w: &[f32]| w.iter().map(|x| x.abs() + 0.1).collect::<Vec<f32>>();
+    Capture {
+        shape: (layers, tokens, heads, dim, rows),
+        queries: [q.clone(), q, q2].concat(),
+        keys: [k.clone(), k, k2].concat(),
+        weights: [abs(&w), abs(&w), abs(&w2)].concat(),
+    }
+}
+
+fn json_lines(out: &std::process::Output) -> Vec<serde_json::Value> {
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+}
+
+#[test]
+fn per_layer_captures_replay_the_same_from_safetensors_and_npy() {
+    let c = capture();
+    let (layers, tokens, heads, dim, rows) = c.shape;
+    let tmp = tempfile::tempdir().unwrap();
+    let path = |n: &str| tmp.path().join(n).to_str().unwrap().to_string();
+    // .npy: weights shared by the tokens of a layer; safetensors: one vector per token.
+    std::fs::write(path("q.npy"), write_npy(&[layers, tokens, heads, dim], &c.queries)).unwrap();
+    std::fs::write(path("k.npy"), write_npy(&[layers, rows, dim], &c.keys)).unwrap();
+    std::fs::write(path("w.npy"), write_npy(&[layers, heads], &c.weights)).unwrap();
+    let per_token: Vec<f32> = c.weights.chunks(heads).flat_map(|w| w.repeat(tokens)).collect();
+    let le = |x: &[f32]| x.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>();
+    let (qb, kb, wb, nb) = (le(&c.queries), le(&c.keys), le(&per_token), 3i64.to_le_bytes().to_vec());
+    use safetensors::{tensor::TensorView, Dtype};
+    let views = vec![
+        ("queries", TensorView::new(Dtype::F32, vec![layers, tokens, heads, dim], &qb).unwrap()),
+        ("keys", TensorView::new(Dtype::F32, vec![layers, rows, dim], &kb).unwrap()),
+        ("weights", TensorView::new(Dtype::F32, vec![layers, tokens, heads], &wb).unwrap()),
+        ("needle_rows", TensorView::new(Dtype::I64, vec![1], &nb).unwrap()),
+    ];
+    std::fs::write(path("cap.safetensors"), safetensors::serialize(views, None).unwrap()).unwrap();
+    let flags = ["--topk", "8,16", "--precisions", "bf16,fp4", "--json"];
+    let from_st = json_lines(&replay_cli(&[&[path("cap.safetensors").as_str()][..], &flags].concat()));
+    let npy = ["--q-npy", &path("q.npy"), "--k-npy", &path("k.npy"), "--weights-npy", &path("w.npy"), "--needle-rows", "3"];
+    let from_npy = json_lines(&replay_cli(&[&npy[..], &flags].concat()));
+    assert_eq!(from_st, from_npy);
+    // layers × tokens × k × variant rows, each with its layer, then the summaries.
+    let n_rows = layers * tokens * 2 * 2;
+    assert!(from_st[..n_rows].iter().all(|r| r["layer"].as_u64().unwrap() < layers as u64 && r.get("summary").is_none()));
+    let kinds: Vec<&str> = from_st[n_rows..].iter().map(|s| s["summary"].as_str().unwrap()).collect();
+    assert_eq!(
+        kinds,
+        [
+            "adjacent_layers",
+            "adjacent_layers",
+            "adjacent_tokens",
+            "adjacent_tokens",
+            "needle_layers",
+            "needle_layers",
+            "needle_layers",
+            "needle_layers"
+        ]
+    );
+    for s in &from_st[n_rows..n_rows + 2] {
+        // Layers 0 and 1 are copies: their top-k sets are the same.
+        assert_eq!(s["per_pair"][0].as_f64(), Some(1.0), "{s}");
+        assert!(s["per_pair"][1].as_f64().unwrap() < 1.0, "{s}");
+    }
+    for s in &from_st[n_rows + 4..] {
+        let reached: Vec<u64> = s["reached_layers"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap()).collect();
+        assert_eq!(s["layers_reached"].as_u64(), Some(reached.len() as u64));
+        assert_eq!(s["reached"].as_bool(), Some(!reached.is_empty()));
+        assert_eq!(s["layers"].as_u64(), Some(layers as u64));
+    }
+    // The table and the chart.
+    let chart = path("overlap.png");
+    let table = replay_cli(&[&npy[..], &["--topk", "8,16", "--precisions", "bf16,fp4", "--chart", &chart]].concat());
+    assert!(table.status.success(), "{}", String::from_utf8_lossy(&table.stderr));
+    let text = String::from_utf8_lossy(&table.stdout);
+    assert!(text.starts_with("3 layers × 2 tokens × 4 heads × 128 dims against 64 key rows per layer"), "{text}");
+    for heading in ["adjacent-layer overlap", "adjacent-token overlap", "needle across layers"] {
+        assert_eq!(text.matches(heading).count(), 1, "{text}");
+    }
+    // Under the adjacent-layer heading and its columns, k = 8: the first pair (layers 0 and 1) is 1.
+    let k8: Vec<&str> = text.split("adjacent-layer overlap").nth(1).unwrap().lines().nth(2).unwrap().split_whitespace().collect();
+    assert_eq!((k8[0], k8[2]), ("8", "1.0000"), "{text}");
+    assert_eq!(&std::fs::read(&chart).unwrap()[1..4], b"PNG");
+}
+
+#[test]
+fn per_layer_shape_mismatches_give_one_line_errors() {
+    let tmp = tempfile::tempdir().unwrap();
+    let npy = |name: &str, shape: &[usize]| {
+        let p = tmp.path().join(name);
+        std::fs::write(&p, write_npy(shape, &vec![0.5; shape.iter().product()])).unwrap();
+        p.to_str().unwrap().to_string()
+    };
+    let (q, k, w) = (npy("q.npy", &[2, 3, 4, 128]), npy("k.npy", &[2, 50, 128]), npy("w.npy", &[2, 3, 4]));
+    let chart = tmp.path().join("never.png");
+    let run = |q: &str, k: &str, w: &str, extra: &[&str]| {
+        let base = ["--q-npy", q, "--k-npy", k, "--weights-npy", w, "--topk", "8", "--chart", chart.to_str().unwrap()];
+        replay_cli(&[&base[..], extra].concat())
+    };
+    let cases = [
+        (
+            npy("q_layers.npy", &[3, 3, 4, 128]),
+            k.clone(),
+            w.clone(),
+            "queries have shape [3, 3, 4, 128] but keys have shape [2, 50, 128]: layers 3 against 2",
+        ),
+        (
+            npy("q_dim.npy", &[2, 3, 4, 64]),
+            k.clone(),
+            w.clone(),
+            "queries have shape [2, 3, 4, 64] but keys have shape [2, 50, 128]: dim 64 against 128",
+        ),
+        (
+            q.clone(),
+            k.clone(),
+            npy("w_tokens.npy", &[2, 5, 4]),
+            "weights have shape [2, 5, 4]: tokens 5 against 3; expected [2, 4] or [2, 3, 4] to match queries [2, 3, 4, 128]",
+        ),
+        (q.clone(), k.clone(), npy("w_heads.npy", &[2, 6]), "weights have shape [2, 6]: heads 6 against 4"),
+        (q.clone(), k.clone(), npy("w_layers.npy", &[1, 3, 4]), "weights have shape [1, 3, 4]: layers 1 against 2"),
+        (
+            q.clone(),
+            npy("k_flat.npy", &[50, 128]),
+            w.clone(),
+            "queries have shape [2, 3, 4, 128] (a layer axis) but keys have shape [50, 128]",
+        ),
+        (
+            npy("q_flat.npy", &[4, 128]),
+            k.clone(),
+            w.clone(),
+            "queries have shape [4, 128]; expected [layers, heads, dim] or [layers, tokens, heads, dim]",
+        ),
+    ];
+    for (q, k, w, message) in &cases {
+        one_line_error(&run(q, k, w, &[]), message);
+    }
+    one_line_error(&run(&q, &k, &w, &["--needle-rows", "50"]), "--needle-rows = 50: row indices below 50");
+    assert!(!chart.exists(), "no chart after an error");
+    // The same checks on a safetensors file.
+    let zeros = |n: usize| vec![0u8; 4 * n];
+    let (qb, kb, wb) = (zeros(2 * 3 * 4 * 128), zeros(2 * 50 * 128), zeros(2 * 5));
+    use safetensors::{tensor::TensorView, Dtype};
+    let views = vec![
+        ("queries", TensorView::new(Dtype::F32, vec![2, 3, 4, 128], &qb).unwrap()),
+        ("keys", TensorView::new(Dtype::F32, vec![2, 50, 128], &kb).unwrap()),
+        ("weights", TensorView::new(Dtype::F32, vec![2, 5], &wb).unwrap()),
+    ];
+    let st = tmp.path().join("bad.safetensors");
+    std::fs::write(&st, safetensors::serialize(views, None).unwrap()).unwrap();
+    one_line_error(&replay_cli(&[st.to_str().unwrap()]), "weights have shape [2, 5]: heads 5 against 4");
+}

@@ -147,7 +147,7 @@ fn stack_section(meta: &ReportMeta) -> String {
         w.token_correlation,
         escape(match w.fault_spread {
             FaultSpreadChoice::Catalogue => "as each hypothesis's catalogue entry says",
-            FaultSpreadChoice::Shared => "the same draw in every layer",
+            FaultSpreadChoice::Shared => "identically in every layer (correlated as the fault-free layers are)",
             FaultSpreadChoice::Independent => "afresh in each layer",
         })
     );

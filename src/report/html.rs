@@ -10,6 +10,7 @@
 
 use crate::error::Error;
 use crate::model::stack::{FaultSpreadChoice, HcaReading, LayerKind};
+use crate::report::chart::Reach;
 use crate::report::{Grid, ReportMeta};
 use crate::run::cell::CellResult;
 use crate::run::output::{row_label, tokens_label};
@@ -83,12 +84,8 @@ fn fmt_ci(v: Option<f64>, lo: Option<f64>, hi: Option<f64>) -> String {
     }
 }
 
-fn reach_label(effective: Option<u64>, held_at_longest: bool, shortest: u64) -> String {
-    match (effective, held_at_longest) {
-        (None, _) => format!("&lt; {}", tokens_label(shortest)),
-        (Some(c), true) => format!("≥ {}", tokens_label(c)),
-        (Some(c), false) => tokens_label(c),
-    }
+fn reach_label(reach: Reach, shortest: u64) -> String {
+    escape(&crate::report::effective_label(&reach, shortest))
 }
 
 /// One table per depth of a recall (`value`: recall and its Wilson
@@ -242,9 +239,9 @@ pub fn report_html(dir: &Path, meta: &ReportMeta, cells: &[CellResult], chart_fi
         h.push_str("<table><tr><th>k</th><th class=\"l\">precision</th><th>effective context</th><th>coverage limit k·c+W</th></tr>\n");
     }
     for e in &meta.effective {
-        let eff = reach_label(e.effective_context, e.held_at_longest, g.contexts[0]);
+        let eff = reach_label(Reach::from(e), g.contexts[0]);
         let model = if whole {
-            let m = e.model.map_or("–".to_string(), |m| reach_label(m.effective_context, m.held_at_longest, g.contexts[0]));
+            let m = e.model.map_or("–".to_string(), |m| reach_label(Reach::from(m), g.contexts[0]));
             format!("<td>{m}</td>")
         } else {
             String::new()

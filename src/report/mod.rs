@@ -184,11 +184,24 @@ fn find<'a>(cells: &'a [CellResult], depth: f64, context: u64, k: u64, p: &str) 
     cells.iter().find(|c| c.depth_percent == depth && c.context_tokens == context && c.topk == k && c.precision == p)
 }
 
-fn effective_label(e: &Reach, shortest: u64) -> String {
+/// "16K", "≥ 128K" or "< 1K", in the tables' token labels (`tokens_label`).
+pub(crate) fn effective_label(e: &Reach, shortest: u64) -> String {
     match (e.context_tokens, e.held_at_longest) {
         (None, _) => format!("< {}", tokens_label(shortest)),
         (Some(c), true) => format!("≥ {}", tokens_label(c)),
         (Some(c), false) => tokens_label(c),
+    }
+}
+
+impl From<crate::run::sweep::Reach> for Reach {
+    fn from(r: crate::run::sweep::Reach) -> Self {
+        Reach { context_tokens: r.effective_context, held_at_longest: r.held_at_longest }
+    }
+}
+
+impl From<&EffectiveContext> for Reach {
+    fn from(e: &EffectiveContext) -> Self {
+        Reach { context_tokens: e.effective_context, held_at_longest: e.held_at_longest }
     }
 }
 
@@ -264,7 +277,7 @@ pub fn recall_chart(meta: &ReportMeta, cells: &[CellResult], depth: f64) -> Reca
                 precision: e.precision.clone(),
                 context_tokens: e.effective_context,
                 held_at_longest: e.held_at_longest,
-                model: e.model.map(|m| Reach { context_tokens: m.effective_context, held_at_longest: m.held_at_longest }),
+                model: e.model.map(Reach::from),
             })
             .collect(),
     }
@@ -312,7 +325,7 @@ pub fn heatmap(meta: &ReportMeta, cells: &[CellResult]) -> Heatmap {
     let trials = cells.first().map_or(0, |c| c.trials);
     let title =
         format!("Per-layer selection recall by depth and context · {} · {} · {trials} trials per cell", meta.preset, meta.physics_label());
-    let layer = |e: &EffectiveContext| Some(Reach { context_tokens: e.effective_context, held_at_longest: e.held_at_longest });
+    let layer = |e: &EffectiveContext| Some(Reach::from(e));
     recall_heatmap(meta, cells, title, |c| Some(c.recall), layer)
 }
 
@@ -325,7 +338,7 @@ pub fn heatmap_model(meta: &ReportMeta, cells: &[CellResult]) -> Option<Heatmap>
     let trials = cells.first().map_or(0, |c| c.trials);
     // As long as the per-layer title: the stack is in the recall charts' subtitle.
     let title = format!("Whole-model recall by depth and context · {} · {} · {trials} trials per cell", meta.preset, meta.physics_label());
-    let model = |e: &EffectiveContext| e.model.map(|m| Reach { context_tokens: m.effective_context, held_at_longest: m.held_at_longest });
+    let model = |e: &EffectiveContext| e.model.map(Reach::from);
     Some(recall_heatmap(meta, cells, title, |c| c.model_recall, model))
 }
 

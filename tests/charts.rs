@@ -183,12 +183,18 @@ fn whole_model_recall_is_shown_beside_per_layer_recall() {
     let model_tables = &html[html.find("Whole-model recall per cell").unwrap()..];
     assert!(model_tables.contains("</span> ["), "whole-model cells without intervals");
 
-    // Tail sampling has no whole-model recall: the report reads as without a stack.
+    // Tail sampling reads the stack from each trial's survival probability.
     let tail = tmp.path().join("tail");
     small_sweep_with(&tail, &["--mode", "tail"]);
     let html = std::fs::read_to_string(tail.join("report.html")).unwrap();
+    assert!(html.contains("Whole-model recall per cell"));
+    assert!(tail.join("heatmap_model.png").exists());
+    // Without a stack the report reads as it did before whole-model recall.
+    let none = tmp.path().join("none");
+    small_sweep_with(&none, &["--compress-ratios", "none"]);
+    let html = std::fs::read_to_string(none.join("report.html")).unwrap();
     assert!(!html.to_lowercase().contains("whole-model"));
-    assert!(!tail.join("heatmap_model.png").exists());
+    assert!(!none.join("heatmap_model.png").exists());
 }
 
 fn plot_error(dir: &Path) -> String {

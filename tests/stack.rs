@@ -70,3 +70,16 @@ fn a_quorum_of_every_layer_is_at_most_the_layer_recall_and_one_layer_at_least() 
     assert!(one[0].model_survived.unwrap() >= one[0].survived, "{:?}", one[0]);
     assert!(all[0].model_survived < one[0].model_survived);
 }
+
+#[test]
+fn tail_sampling_reads_the_stack_like_full_simulation() {
+    // The same cells under both estimators: whole-model recall estimates the
+    // same quantity, so the two 99.9 % Wilson intervals must overlap.
+    let base = "[sweep]\ncontexts = \"32K\"\ntopk = \"512\"\nprecisions = \"bf16\"\ntrials = 200\nseed = 8\n";
+    let full = run_sweep(&scenario(base), &|| {}).unwrap().cells;
+    let tail = run_sweep(&scenario(&format!("[estimator]\nmode = \"tail\"\n{base}")), &|| {}).unwrap().cells;
+    let (f, t) = (&full[0], &tail[0]);
+    let (f_low, f_high) = wilson_interval(f.model_survived.unwrap(), f.trials, Z999);
+    let (t_low, t_high) = wilson_interval(t.model_survived.unwrap(), t.trials, Z999);
+    assert!(f_low <= t_high && t_low <= f_high, "full {:?} vs tail {:?}", f.model_recall, t.model_recall);
+}

@@ -191,6 +191,41 @@ impl Chain {
 /// Whole-model recall of every cell of `spec`, in
 /// [`TrialSpec::cell_index`] order, from the full simulation's trials.
 pub fn whole_model(spec: &TrialSpec<'_>, whole: &WholeModel, trials: &[TrialOutcome]) -> Vec<StackEstimate> {
+    let outcomes: Vec<(u64, Vec<bool>)> = trials.iter().map(|t| (t.seed, t.cells.iter().map(|c| c.survived).collect())).collect();
+    whole_model_of(spec, whole, &outcomes)
+}
+
+/// The same from sampling estimators' trials: (seed, per-cell survival
+/// probability). Each trial's outcome in a cell is drawn from its
+/// probability (a uniform keyed by the trial seed and the cell's values,
+/// shared by the variants), then read as a simulated one.
+pub fn whole_model_sampled(spec: &TrialSpec<'_>, whole: &WholeModel, trials: &[(u64, Vec<f64>)]) -> Vec<StackEstimate> {
+    let outcomes: Vec<(u64, Vec<bool>)> = trials
+        .iter()
+        .map(|(seed, survival)| {
+            let mut kept = vec![false; survival.len()];
+            for ci in 0..spec.contexts.len() {
+                for oi in 0..spec.needle_offsets.len() {
+                    for ki in 0..spec.topks.len() {
+                        let key = [spec.contexts[ci], spec.needle_offsets[oi].unwrap_or(u64::MAX), spec.topks[ki]];
+                        let u = ((rng::derive(*seed, &[tag::STACK, u64::MAX, key[0], key[1], key[2]]) >> 11) as f64 + 0.5)
+                            / (1u64 << 53) as f64;
+                        for v in 0..spec.variants.len() {
+                            let i = spec.cell_index(ci, oi, ki, v);
+                            kept[i] = u < survival[i];
+                        }
+                    }
+                }
+            }
+            (*seed, kept)
+        })
+        .collect();
+    whole_model_of(spec, whole, &outcomes)
+}
+
+/// Whole-model recall from each trial's (seed, per-cell outcome in the
+/// simulated layer).
+fn whole_model_of(spec: &TrialSpec<'_>, whole: &WholeModel, trials: &[(u64, Vec<bool>)]) -> Vec<StackEstimate> {
     let layers = whole.indexed_layers();
     let tokens = whole.query_tokens().max(1) as usize;
     let variants = spec.variants.len();
@@ -204,7 +239,7 @@ pub fn whole_model(spec: &TrialSpec<'_>, whole: &WholeModel, trials: &[TrialOutc
         for oi in 0..spec.needle_offsets.len() {
             for ki in 0..spec.topks.len() {
                 let index = |v: usize| spec.cell_index(ci, oi, ki, v);
-                let kept = |v: usize| trials.iter().filter(|t| t.cells[index(v)].survived).count();
+                let kept = |v: usize| trials.iter().filter(|t| t.1[index(v)]).count();
                 let share = |count: usize| if n == 0 { 0.0 } else { count as f64 / n as f64 };
                 let chains: Vec<Chain> = (0..variants)
                     .map(|v| {
@@ -214,7 +249,7 @@ pub fn whole_model(spec: &TrialSpec<'_>, whole: &WholeModel, trials: &[TrialOutc
                         // varies explains none of it; a variant that never
                         // varies has nothing to split (its chains give 0 or all).
                         let content = if spreads[v] == Some(FaultSpread::Independent) && p > 0.0 && p < 1.0 {
-                            let both = trials.iter().filter(|t| t.cells[index(v)].survived && t.cells[index(0)].survived).count();
+                            let both = trials.iter().filter(|t| t.1[index(v)] && t.1[index(0)]).count();
                             tetrachoric(share(both), share(kept(0)), p).map_or(0.0, |r| r.max(0.0))
                         } else {
                             1.0
@@ -234,10 +269,10 @@ pub fn whole_model(spec: &TrialSpec<'_>, whole: &WholeModel, trials: &[TrialOutc
                 // Keyed by the cell's values, not its place in this sweep's
                 // lists: the same cell draws the same chains in any sweep or shard.
                 let key = [spec.contexts[ci], spec.needle_offsets[oi].unwrap_or(u64::MAX), spec.topks[ki]];
-                for trial in trials {
-                    draws.fill(trial.seed, key);
+                for (seed, kept) in trials {
+                    draws.fill(*seed, key);
                     for (v, chain) in chains.iter().enumerate() {
-                        reached[v].push(chain.layers_reached(&draws, trial.cells[index(v)].survived) as f64);
+                        reached[v].push(chain.layers_reached(&draws, kept[index(v)]) as f64);
                     }
                 }
                 for (v, r) in reached.iter_mut().enumerate() {

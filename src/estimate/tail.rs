@@ -19,7 +19,7 @@ use crate::base::stats::mean_interval;
 use crate::error::SimError;
 use crate::estimate::sample::{models_variant, score_keys, stratified_rows, NEEDS_INDEPENDENT_ROWS};
 use crate::estimate::survival::{settled_survival, survival_with_noisy_p, tie_share, Exceedance};
-use crate::estimate::{grid, CellEstimate, Estimator};
+use crate::estimate::{grid, stack, CellEstimate, Estimator};
 use crate::model::haystack::TrialHaystack;
 use crate::model::physics::Physics;
 use crate::model::row_source::TrialRows;
@@ -305,14 +305,17 @@ pub struct Tail {
 }
 
 impl Estimator for Tail {
-    type Trial = Vec<f64>;
+    /// The trial's seed and each cell's survival probability.
+    type Trial = (u64, Vec<f64>);
     type Cell = CellEstimate;
 
-    fn trial(&self, spec: &TrialSpec<'_>, trial_seed: u64) -> Result<Vec<f64>, SimError> {
-        tail_trial(spec, trial_seed, self.rows)
+    fn trial(&self, spec: &TrialSpec<'_>, trial_seed: u64) -> Result<(u64, Vec<f64>), SimError> {
+        Ok((trial_seed, tail_trial(spec, trial_seed, self.rows)?))
     }
 
-    fn cells(&self, spec: &TrialSpec<'_>, per_trial: &[Vec<f64>]) -> Vec<CellEstimate> {
+    fn cells(&self, spec: &TrialSpec<'_>, seeded: &[(u64, Vec<f64>)]) -> Vec<CellEstimate> {
+        let mut whole_model = spec.stack.map(|w| stack::whole_model_sampled(spec, w, seeded));
+        let per_trial: Vec<&Vec<f64>> = seeded.iter().map(|(_, p)| p).collect();
         let trials = per_trial.len() as u64;
         grid::cells(spec)
             .map(|g| {
@@ -329,6 +332,7 @@ impl Estimator for Tail {
                     ci_high: high.min(1.0),
                     survived_via_window: if g.placement.in_window { trials } else { 0 },
                     recall_diff: (!g.is_baseline()).then_some(recall - base_recall),
+                    whole_model: whole_model.as_mut().map(|w| std::mem::take(&mut w[g.index])),
                     ..CellEstimate::default()
                 }
             })

@@ -3,7 +3,7 @@
 //! per-cell table of per-layer selection recall, the paired comparisons, the selection fidelity
 //! numbers and the resolved configuration. No external CSS, JS or fonts.
 //!
-//! When the cells carry whole-model recall (a `[stack]`, full simulation),
+//! When the cells carry whole-model recall (a scenario with a `[stack]`),
 //! the report also describes the stack and gives whole-model recall and its
 //! effective context beside the per-layer ones; without it the report reads
 //! as it did before whole-model recall existed.

@@ -330,7 +330,7 @@ pub fn heatmap(meta: &ReportMeta, cells: &[CellResult]) -> Heatmap {
 }
 
 /// Depth × context whole-model recall, one panel per (k, precision); None
-/// when no cell has it (no `[stack]`, or tail sampling).
+/// when no cell has it (no `[stack]`).
 pub fn heatmap_model(meta: &ReportMeta, cells: &[CellResult]) -> Option<Heatmap> {
     if cells.iter().all(|c| c.model_recall.is_none()) {
         return None;

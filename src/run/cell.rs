@@ -80,7 +80,7 @@ pub struct CellResult {
     /// Exact two-sided McNemar p-value of the discordant pairs.
     pub mcnemar_p: Option<f64>,
     /// Whole-model recall (docs/MODEL.md, "Whole-model recall"): absent
-    /// without a `[stack]` and under tail sampling. Indexer layers in the stack …
+    /// without a `[stack]`. Indexer layers in the stack …
     #[serde(default)]
     pub indexed_layers: Option<u64>,
     /// … trials in which at least `stack.quorum` of them select the needle

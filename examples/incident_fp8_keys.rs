@@ -27,6 +27,7 @@ use std::path::Path;
 
 #[path = "common/incident.rs"]
 mod incident;
+use incident::{Reading, READINGS};
 
 const HYPOTHESES: &[&str] = &[
     "",
@@ -43,27 +44,6 @@ const HYPOTHESES: &[&str] = &[
     "+scale-unwritten-zero+ties-highest",
     "+scale-unwritten-nan+ties-lowest",
 ];
-
-/// Which recall a verdict reads: per-layer selection recall, or whole-model
-/// recall with faults shared by every layer or striking each afresh.
-#[derive(Clone, Copy, PartialEq)]
-enum Reading {
-    Layer,
-    Shared,
-    Independent,
-}
-
-const READINGS: [Reading; 3] = [Reading::Layer, Reading::Shared, Reading::Independent];
-
-impl Reading {
-    fn label(self) -> &'static str {
-        match self {
-            Reading::Layer => "per-layer",
-            Reading::Shared => "model, shared",
-            Reading::Independent => "model, independent",
-        }
-    }
-}
 
 /// The two sweeps, identical but for `[stack] fault_layers`.
 struct Runs {

@@ -19,11 +19,11 @@
 //! `cargo run --release --example incident_rocm_collapse` (115 s on 2 cores shared with other work)
 
 use dsa_recall::report::{render_charts, PlotOptions, ReportMeta};
-use dsa_recall::run::cell::CellResult;
 use std::path::Path;
 
 #[path = "common/incident.rs"]
 mod incident;
+use incident::{Reading, READINGS};
 
 const VARIANTS: &[&str] = &[
     "bf16",
@@ -37,35 +37,6 @@ const VARIANTS: &[&str] = &[
     "fp8-fp32scale+scale-unwritten-zero+ties-lowest",
     "fp8-fp32scale+scale-unwritten-nan+nan-last",
 ];
-
-/// Which recall is read: per-layer selection recall, or whole-model recall
-/// with faults shared by every layer or striking each afresh.
-#[derive(Clone, Copy, PartialEq)]
-enum Reading {
-    Layer,
-    Shared,
-    Independent,
-}
-
-const READINGS: [Reading; 3] = [Reading::Layer, Reading::Shared, Reading::Independent];
-
-impl Reading {
-    fn label(self) -> &'static str {
-        match self {
-            Reading::Layer => "per-layer",
-            Reading::Shared => "model, shared",
-            Reading::Independent => "model, independent",
-        }
-    }
-
-    /// (recall, Wilson 95 % low, high) of a cell.
-    fn of(self, c: &CellResult) -> (f64, f64, f64) {
-        match self {
-            Reading::Layer => (c.recall, c.ci_low, c.ci_high),
-            _ => (c.model_recall.unwrap_or(f64::NAN), c.model_ci_low.unwrap_or(f64::NAN), c.model_ci_high.unwrap_or(f64::NAN)),
-        }
-    }
-}
 
 fn scenario_toml(spread: &str) -> String {
     format!(

@@ -2,6 +2,9 @@
 //! fault spreads (docs/MODEL.md, "Faults across layers"), with the checks
 //! that make the comparison valid.
 
+// Each program uses part of this module.
+#![allow(dead_code)]
+
 use dsa_recall::config::{self, params::parse_scenario_toml, Scenario};
 use dsa_recall::model::stack::FaultSpread;
 use dsa_recall::run::cell::CellResult;
@@ -43,5 +46,34 @@ fn check_same_per_layer(a: &[CellResult], b: &[CellResult]) -> Result<(), String
     match a.iter().zip(b).find(|(x, y)| key(x) != key(y)) {
         Some((x, y)) => Err(format!("per-layer recall differs between the spreads: {:?} vs {:?}", key(x), key(y))),
         None => Ok(()),
+    }
+}
+
+/// Which recall a verdict reads: per-layer selection recall, or whole-model
+/// recall with faults shared by every layer or striking each afresh.
+#[derive(Clone, Copy, PartialEq)]
+pub enum Reading {
+    Layer,
+    Shared,
+    Independent,
+}
+
+pub const READINGS: [Reading; 3] = [Reading::Layer, Reading::Shared, Reading::Independent];
+
+impl Reading {
+    pub fn label(self) -> &'static str {
+        match self {
+            Reading::Layer => "per-layer",
+            Reading::Shared => "model, shared",
+            Reading::Independent => "model, independent",
+        }
+    }
+
+    /// (recall, Wilson 95 % low, high) of a cell.
+    pub fn of(self, c: &CellResult) -> (f64, f64, f64) {
+        match self {
+            Reading::Layer => (c.recall, c.ci_low, c.ci_high),
+            _ => (c.model_recall.unwrap_or(f64::NAN), c.model_ci_low.unwrap_or(f64::NAN), c.model_ci_high.unwrap_or(f64::NAN)),
+        }
     }
 }

@@ -94,20 +94,7 @@ fn run(cli: Cli) -> Result<(), Error> {
                     print!("{}", config::preset_text(&name)?);
                     let s = config::check(config::resolve(ScenarioParams { preset: Some(name), ..Default::default() })?)?;
                     if let Some(stack) = &s.stack {
-                        // TOML comments, so that the output still parses as a scenario.
-                        println!("\n# The stack: {}", stack.describe().replace('\n', "\n#"));
-                        if let Some(share) = stack.dense_needle_share(s.needle_tokens, s.physics.needle_gate_boost) {
-                            println!(
-                                "# An HCA row pools its tokens by softmax gates: the needle's {} tokens carry {:.1} % of",
-                                s.needle_tokens,
-                                100.0 * share
-                            );
-                            println!(
-                                "# their row's gate weight (needle_gate_boost {}; stack.hca = {}).",
-                                s.physics.needle_gate_boost,
-                                stack.hca.name()
-                            );
-                        }
+                        print!("\n{}", stack.toml_comment(s.needle_tokens, s.physics.needle_gate_boost));
                     }
                 }
             }

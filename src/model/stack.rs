@@ -164,6 +164,21 @@ impl WholeModel {
         Some(boosted / (boosted + ratio as f64 - n))
     }
 
+    /// [`Self::describe`] and the needle's share of an HCA row as TOML
+    /// comments (what `presets show` appends: the output still parses).
+    pub fn toml_comment(&self, needle_tokens: u64, gate_boost: f64) -> String {
+        let mut out = format!("# The stack: {}\n", self.describe().replace('\n', "\n#"));
+        if let Some(share) = self.dense_needle_share(needle_tokens, gate_boost) {
+            out.push_str(&format!(
+                "# An HCA row pools its tokens by softmax gates: the needle's {needle_tokens} tokens carry {:.1} % of\n\
+                 # their row's gate weight (needle_gate_boost {gate_boost}; stack.hca = {}).\n",
+                100.0 * share,
+                self.hca.name()
+            ));
+        }
+        out
+    }
+
     /// One paragraph per kind of layer, with the layer numbers:
     /// `21 indexed (ratio 4): 2, 4, …, 42`.
     pub fn describe(&self) -> String {

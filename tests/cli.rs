@@ -865,3 +865,30 @@ fn presets_show_describes_the_stack() {
     let o = bin().args(["hypotheses", "show", "slot-shift"]).output().unwrap();
     assert!(stdout(&o).contains("across layers: shared"), "{}", stdout(&o));
 }
+
+#[test]
+fn precisions_all_expands_to_every_variant_once() {
+    let tmp = TempDir::new().unwrap();
+    let out = tmp.path().join("all");
+    let o = bin()
+        .arg("sweep")
+        .args(["--trials", "5", "--contexts", "1K", "--depths", "50", "--topk", "64", "--precisions", "bf16,all"])
+        .args(["--precision-def", "name=kfp8;q=bf16;k=e4m3fn/128/ue8m0/hadamard", "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let mut seen: Vec<String> = Vec::new();
+    for r in results(&out) {
+        let p = r["precision"].as_str().unwrap().to_string();
+        if !seen.contains(&p) {
+            seen.push(p);
+        }
+    }
+    // The baseline stays first; the built-ins follow in their order, then the custom one.
+    assert_eq!(seen, ["bf16", "fp32", "fp8", "fp8-fp32scale", "fp4", "mxfp4", "nvfp4", "kfp8"]);
+    // `run` simulates one cell: "all" is a list.
+    let o =
+        bin().args(["run", "--context", "1K", "--depth", "50", "--topk", "64", "--trials", "5", "--precision", "all"]).output().unwrap();
+    assert_one_line_error(&o, &["--precision"]);
+}

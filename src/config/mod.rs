@@ -521,6 +521,18 @@ fn check_precisions(
     let names = lists::parse_names(&field_name("sweep.precisions"), &precision_spec.to_text())?;
     let mut precisions: Vec<PrecisionVariant> = Vec::new();
     for name in names {
+        if name == "all" {
+            // Every built-in, then every custom variant, in definition order;
+            // those that cannot run at this head_dim are left out, not refused.
+            let every = PrecisionVariant::builtin_names().into_iter().map(String::from).chain(custom.iter().map(|v| v.name.clone()));
+            for name in every {
+                let v = precision::named_variant(&field_name("sweep.precisions"), &name, &custom)?;
+                if v.unsupported(head_dim).is_none() && !precisions.iter().any(|p| p.name == v.name) {
+                    precisions.push(v);
+                }
+            }
+            continue;
+        }
         let v = precision::named_variant(&field_name("sweep.precisions"), &name, &custom)?;
         if let Some(reason) = v.unsupported(head_dim) {
             return Err(ConfigError::new(

@@ -375,7 +375,11 @@ section! {
             "Needle offsets inside a row stride: 0,1,2,3, all, or natural (where the depth puts it)"
         ),
         topk: ListSpec = sweep_flag("--topk", "LIST", "Top-k values (default: the preset's index_topk and twice it)"),
-        precisions: ListSpec = sweep_flag("--precisions", "LIST", "Precision variants, e.g. fp32,bf16,fp8"),
+        precisions: ListSpec = sweep_flag(
+            "--precisions",
+            "LIST",
+            "Precision variants, e.g. fp32,bf16,fp8; all = every built-in and custom variant that fits head_dim"
+        ),
         trials: u64 = flag("--trials", "TRIALS", "Trials per cell"),
         seed: u64 = flag("--seed", "SEED", "Master seed"),
         threshold: f64 = flag("--threshold", "R", "Recall threshold for the effective context"),

@@ -188,6 +188,13 @@ impl Chain {
     }
 }
 
+/// What a cell's draws are keyed by: its values (context, needle offset,
+/// k), not its place in this sweep's lists, so that the same cell draws the
+/// same chains in any sweep, shard or resumed run.
+fn cell_key(spec: &TrialSpec<'_>, ci: usize, oi: usize, ki: usize) -> [u64; 3] {
+    [spec.contexts[ci], spec.needle_offsets[oi].unwrap_or(u64::MAX), spec.topks[ki]]
+}
+
 /// Whole-model recall of every cell of `spec`, in
 /// [`TrialSpec::cell_index`] order, from the full simulation's trials.
 pub fn whole_model(spec: &TrialSpec<'_>, whole: &WholeModel, trials: &[TrialOutcome]) -> Vec<StackEstimate> {
@@ -207,9 +214,9 @@ pub fn whole_model_sampled(spec: &TrialSpec<'_>, whole: &WholeModel, trials: &[(
             for ci in 0..spec.contexts.len() {
                 for oi in 0..spec.needle_offsets.len() {
                     for ki in 0..spec.topks.len() {
-                        let key = [spec.contexts[ci], spec.needle_offsets[oi].unwrap_or(u64::MAX), spec.topks[ki]];
-                        let u = ((rng::derive(*seed, &[tag::STACK, u64::MAX, key[0], key[1], key[2]]) >> 11) as f64 + 0.5)
-                            / (1u64 << 53) as f64;
+                        let [context, offset, topk] = cell_key(spec, ci, oi, ki);
+                        let u =
+                            ((rng::derive(*seed, &[tag::STACK, u64::MAX, context, offset, topk]) >> 11) as f64 + 0.5) / (1u64 << 53) as f64;
                         for v in 0..spec.variants.len() {
                             let i = spec.cell_index(ci, oi, ki, v);
                             kept[i] = u < survival[i];
@@ -266,9 +273,7 @@ fn whole_model_of(spec: &TrialSpec<'_>, whole: &WholeModel, trials: &[(u64, Vec<
                     })
                     .collect();
                 reached.iter_mut().for_each(Vec::clear);
-                // Keyed by the cell's values, not its place in this sweep's
-                // lists: the same cell draws the same chains in any sweep or shard.
-                let key = [spec.contexts[ci], spec.needle_offsets[oi].unwrap_or(u64::MAX), spec.topks[ki]];
+                let key = cell_key(spec, ci, oi, ki);
                 for (seed, kept) in trials {
                     draws.fill(*seed, key);
                     for (v, chain) in chains.iter().enumerate() {

@@ -184,13 +184,9 @@ fn find<'a>(cells: &'a [CellResult], depth: f64, context: u64, k: u64, p: &str) 
     cells.iter().find(|c| c.depth_percent == depth && c.context_tokens == context && c.topk == k && c.precision == p)
 }
 
-/// "16K", "≥ 128K" or "< 1K", in the tables' token labels (`tokens_label`).
+/// "16K", "≥ 128K" or "< 1K", in the tables' token labels.
 pub(crate) fn effective_label(e: &Reach, shortest: u64) -> String {
-    match (e.context_tokens, e.held_at_longest) {
-        (None, _) => format!("< {}", tokens_label(shortest)),
-        (Some(c), true) => format!("≥ {}", tokens_label(c)),
-        (Some(c), false) => tokens_label(c),
-    }
+    output::reach_label(e.context_tokens, e.held_at_longest, shortest)
 }
 
 impl From<crate::run::sweep::Reach> for Reach {

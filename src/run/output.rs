@@ -142,6 +142,16 @@ pub fn summary_csv(cells: &[CellResult]) -> String {
     out
 }
 
+/// An effective context as tables print it: "16K", "≥ 128K" (it held at
+/// the longest context tested) or "< 1K" (it failed at `shortest`).
+pub fn reach_label(effective: Option<u64>, held_at_longest: bool, shortest: u64) -> String {
+    match (effective, held_at_longest) {
+        (None, _) => format!("< {}", tokens_label(shortest)),
+        (Some(c), true) => format!("≥ {}", tokens_label(c)),
+        (Some(c), false) => tokens_label(c),
+    }
+}
+
 /// Token counts as people say them: 1024 → "1K", 1536 → "1.5K", 1048576 → "1M".
 pub fn tokens_label(n: u64) -> String {
     const K: u64 = 1024;
@@ -221,11 +231,7 @@ pub fn format_table(s: &Scenario, outcome: &SweepOutcome) -> String {
         }
     }
     let _ = writeln!(out, "\neffective context (longest context with recall ≥ {} at every depth and every shorter context)", s.threshold);
-    let reach = |effective: Option<u64>, held: bool| match (effective, held) {
-        (None, _) => format!("< {}", tokens_label(s.contexts[0])),
-        (Some(c), true) => format!("≥ {}", tokens_label(c)),
-        (Some(c), false) => tokens_label(c),
-    };
+    let reach = |effective: Option<u64>, held: bool| reach_label(effective, held, s.contexts[0]);
     let model_column = |text: &str| if whole { format!("  {text:>12}") } else { String::new() };
     let _ = writeln!(
         out,

@@ -65,6 +65,24 @@ pub fn mcnemar_exact_p(gained: u64, lost: u64) -> f64 {
     (2.0 * log_tail.exp()).min(1.0)
 }
 
+/// Holm–Bonferroni step-down adjustment of a family of p-values, in the
+/// input's order: sorted ascending, the i-th (from 0) becomes
+/// min(1, max over j ≤ i of (m − j)·p_(j)). Rejecting where the adjusted
+/// value is below α keeps the family-wise error rate at α. NaN inputs stay
+/// NaN and do not count toward m.
+pub fn holm_adjust(p: &[f64]) -> Vec<f64> {
+    let mut order: Vec<usize> = (0..p.len()).filter(|&i| !p[i].is_nan()).collect();
+    order.sort_by(|&a, &b| p[a].total_cmp(&p[b]).then(a.cmp(&b)));
+    let m = order.len();
+    let mut out = vec![f64::NAN; p.len()];
+    let mut running = 0.0f64;
+    for (j, &i) in order.iter().enumerate() {
+        running = running.max(((m - j) as f64 * p[i]).min(1.0));
+        out[i] = running;
+    }
+    out
+}
+
 /// Mean and normal-approximation 95 % interval (mean ± z·s/√n) from a sum
 /// and a sum of squares. None for n = 0; a zero-width interval for n = 1.
 pub fn mean_interval(sum: f64, sum_sq: f64, n: u64) -> Option<(f64, f64, f64)> {
@@ -99,6 +117,22 @@ pub fn quantiles(values: &mut [f64]) -> Option<[f64; 5]> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn holm_matches_a_hand_computed_family() {
+        // Sorted 0.01, 0.02, 0.03, 0.5 with m = 4: 0.04, 0.06, 0.06 (the
+        // running maximum over 2·0.03), 0.5; returned in input order.
+        let got = holm_adjust(&[0.03, 0.5, 0.01, 0.02]);
+        let want = [0.06, 0.5, 0.04, 0.06];
+        for (g, w) in got.iter().zip(want) {
+            assert!((g - w).abs() < 1e-12, "{got:?}");
+        }
+        assert!(holm_adjust(&[]).is_empty());
+        let with_nan = holm_adjust(&[f64::NAN, 0.4, 0.9]);
+        assert!(with_nan[0].is_nan());
+        assert_eq!(&with_nan[1..], &[0.8, 0.9]);
+        assert_eq!(holm_adjust(&[0.9, 0.9]), vec![1.0, 1.0]);
+    }
+
     use super::*;
 
     #[test]

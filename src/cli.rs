@@ -5,6 +5,7 @@
 use clap::{ArgMatches, Args, FromArgMatches, Parser, Subcommand};
 use dsa_recall::config::flags::Scope;
 use dsa_recall::config::params;
+use dsa_recall::config::vary::VaryAxis;
 use dsa_recall::config::{self, ListSpec, Overlay, ScenarioParams};
 use dsa_recall::ConfigError;
 use std::path::PathBuf;
@@ -216,7 +217,7 @@ pub struct ScenarioArgs {
 /// a flag read as text (reported after clap's own checks, as a config error).
 /// Boxed: a `ScenarioParams` is large and `Command` holds two.
 #[derive(Clone, Debug)]
-pub struct KnobFlags<const SWEEP: bool>(Box<Result<ScenarioParams, ConfigError>>);
+pub struct KnobFlags<const SWEEP: bool>(Box<Result<ScenarioParams, ConfigError>>, Option<String>);
 
 impl<const SWEEP: bool> KnobFlags<SWEEP> {
     const SCOPE: Scope = if SWEEP { Scope::Sweep } else { Scope::Scenario };
@@ -225,11 +226,30 @@ impl<const SWEEP: bool> KnobFlags<SWEEP> {
     pub fn params(&self) -> Result<ScenarioParams, ConfigError> {
         (*self.0).clone()
     }
+
+    /// `--needle-strength` given a list (`0.5,1,2,4`): a knob axis for
+    /// `sweep`, refused by the one-cell commands.
+    pub fn strength_list(&self) -> Option<&str> {
+        self.1.as_deref()
+    }
 }
+
+/// The knob a list on `--needle-strength` sweeps.
+const STRENGTH: &str = "needle.strength";
 
 impl<const SWEEP: bool> FromArgMatches for KnobFlags<SWEEP> {
     fn from_arg_matches(m: &ArgMatches) -> Result<Self, clap::Error> {
-        Ok(Self(Box::new(ScenarioParams::from_flags(m, Self::SCOPE))))
+        // A list on --needle-strength is taken out before the knob reads
+        // one number (see `strength_list`).
+        let listed = |t: &String| t.contains(',');
+        match m.try_get_one::<String>(STRENGTH).ok().flatten() {
+            Some(text) if Self::SCOPE == Scope::Scenario && listed(text) => {
+                let mut m = m.clone();
+                let list = m.remove_one::<String>(STRENGTH);
+                Ok(Self(Box::new(ScenarioParams::from_flags(&m, Self::SCOPE)), list))
+            }
+            _ => Ok(Self(Box::new(ScenarioParams::from_flags(m, Self::SCOPE)), None)),
+        }
     }
 
     fn update_from_arg_matches(&mut self, m: &ArgMatches) -> Result<(), clap::Error> {
@@ -270,6 +290,11 @@ pub struct SweepArgs {
     /// Context of the needle rank/margin chart (default: the longest).
     #[arg(long, allow_hyphen_values = true, allow_negative_numbers = true, value_name = "TOKENS")]
     pub detail_context: Option<String>,
+    /// Sweep a model knob too: FIELD=V1,V2,… with FIELD a numeric scenario knob as section.field, e.g.
+    /// needle.strength=0.5,1,2,4 (or give --needle-strength a list). Each value is a whole sweep on the
+    /// same seed, in its own subdirectory of --out; the top holds the combined results and a chart.
+    #[arg(long, value_name = "FIELD=LIST", allow_hyphen_values = true)]
+    pub vary: Option<String>,
 }
 
 #[derive(Args, Debug)]
@@ -314,7 +339,19 @@ fn text(v: &Option<String>) -> Option<ListSpec> {
 
 impl ScenarioArgs {
     /// The command line's values as an overlay (absent flags leave gaps).
+    /// A list on --needle-strength is `sweep`'s alone.
     pub fn overlay(&self) -> Result<ScenarioParams, ConfigError> {
+        if let Some(list) = self.knobs.strength_list() {
+            return Err(ConfigError::new(
+                config::field_name(STRENGTH),
+                format!("{list:?}"),
+                "one number ≥ 0: this command simulates one cell (`sweep` takes a list and runs once per value)",
+            ));
+        }
+        self.overlay_without_axis()
+    }
+
+    fn overlay_without_axis(&self) -> Result<ScenarioParams, ConfigError> {
         let mut p = self.knobs.params()?;
         p.preset = self.preset.clone();
         p.precision = self.precision_def.iter().map(|d| config::precision::parse_compact(d)).collect::<Result<_, _>>()?;
@@ -338,9 +375,23 @@ impl ScenarioArgs {
 
 impl SweepArgs {
     pub fn overlay(&self) -> Result<ScenarioParams, ConfigError> {
-        let mut p = self.scenario.overlay()?;
+        let mut p = self.scenario.overlay_without_axis()?;
         p.overlay(self.lists.params()?);
         Ok(p)
+    }
+
+    /// The knob axis: `--vary FIELD=LIST`, or a list on `--needle-strength`.
+    pub fn vary_axis(&self) -> Result<Option<VaryAxis>, ConfigError> {
+        match (&self.vary, self.scenario.knobs.strength_list()) {
+            (Some(v), Some(list)) => Err(ConfigError::new(
+                "--vary",
+                format!("{v:?}"),
+                format!("one knob axis per sweep, and --needle-strength {list} is one already"),
+            )),
+            (Some(v), None) => VaryAxis::parse(v).map(Some),
+            (None, Some(list)) => VaryAxis::new(STRENGTH, list).map(Some),
+            (None, None) => Ok(None),
+        }
     }
 }
 

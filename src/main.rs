@@ -105,12 +105,17 @@ fn run(cli: Cli) -> Result<(), Error> {
 
 /// Preset ← scenario file ← command line, then one validation.
 fn scenario(args: &ScenarioArgs, cli_overlay: ScenarioParams) -> Result<Scenario, Error> {
+    Ok(config::check(config::resolve(layered_params(args, cli_overlay)?)?)?)
+}
+
+/// The scenario file with the command line over it, unchecked.
+fn layered_params(args: &ScenarioArgs, cli_overlay: ScenarioParams) -> Result<ScenarioParams, Error> {
     let mut params = ScenarioParams::default();
     if let Some(path) = &args.config {
         params.overlay(config::load_scenario_file(path)?);
     }
     params.overlay(cli_overlay);
-    Ok(config::check(config::resolve(params)?)?)
+    Ok(params)
 }
 
 fn thread_pool(threads: Option<usize>) -> Result<rayon::ThreadPool, Error> {
@@ -132,15 +137,12 @@ fn progress_bar(total: u64) -> ProgressBar {
 }
 
 fn run_sweep(args: &SweepArgs) -> Result<(), Error> {
+    if let Some(axis) = args.vary_axis()? {
+        return run_vary(args, &axis);
+    }
     let s = scenario(&args.scenario, args.overlay()?)?;
     let shard = args.shard.as_deref().map(Shard::parse).transpose()?;
-    let plot = report::PlotOptions { detail_context: cli::detail_context(&args.detail_context)?, ..Default::default() };
-    if let Some(c) = plot.detail_context {
-        if !s.contexts.contains(&c) {
-            let list = s.contexts.iter().map(|&c| output::tokens_label(c)).collect::<Vec<_>>().join(", ");
-            return Err(dsa_recall::ConfigError::new("--detail-context", c, format!("one of the sweep's contexts: {list}")).into());
-        }
-    }
+    let plot = sweep_plot_options(args, &s)?;
     let pool = thread_pool(args.scenario.threads)?;
     store::check_memory(&s, pool.current_num_threads())?;
     let store_opts = StoreOptions { force: args.force, resume: args.resume, shard };
@@ -155,6 +157,40 @@ fn run_sweep(args: &SweepArgs) -> Result<(), Error> {
     }
     complete_sweep(&args.out, &s, &outcome, &plot)?;
     println!("\nwrote {}", args.out.display());
+    Ok(())
+}
+
+/// `sweep`'s chart options, the rank/margin chart's context checked
+/// against the sweep's.
+fn sweep_plot_options(args: &SweepArgs, s: &Scenario) -> Result<report::PlotOptions, Error> {
+    let plot = report::PlotOptions { detail_context: cli::detail_context(&args.detail_context)?, ..Default::default() };
+    if let Some(c) = plot.detail_context {
+        if !s.contexts.contains(&c) {
+            let list = s.contexts.iter().map(|&c| output::tokens_label(c)).collect::<Vec<_>>().join(", ");
+            return Err(dsa_recall::ConfigError::new("--detail-context", c, format!("one of the sweep's contexts: {list}")).into());
+        }
+    }
+    Ok(plot)
+}
+
+/// `sweep` over a knob's values: one sweep directory per value under --out,
+/// the combined results, chart and table at the top.
+fn run_vary(args: &SweepArgs, axis: &dsa_recall::config::vary::VaryAxis) -> Result<(), Error> {
+    use dsa_recall::run::vary;
+    let scenarios = axis.scenarios(&layered_params(&args.scenario, args.overlay()?)?)?;
+    let shard = args.shard.as_deref().map(Shard::parse).transpose()?;
+    let plot = sweep_plot_options(args, &scenarios[0])?;
+    let pool = thread_pool(args.scenario.threads)?;
+    store::check_memory(&scenarios[0], pool.current_num_threads())?;
+    let store_opts = StoreOptions { force: args.force, resume: args.resume, shard };
+    let bar = progress_bar(scenarios.iter().map(sweep::total_trials).sum());
+    let finish_value = |dir: &std::path::Path, s: &Scenario, o: &sweep::SweepOutcome| report::vary::complete_value(dir, s, o, &plot);
+    let outcome = pool.install(|| vary::sweep_vary(&args.out, axis, &scenarios, store_opts, &|| bar.inc(1), &finish_value))?;
+    bar.finish_and_clear();
+    let files = report::vary::write_vary(&args.out, &outcome, &plot)?;
+    vary::finish(&args.out, &outcome, &files)?;
+    print!("{}", vary::format_table(&outcome));
+    println!("\nwrote {} (one sweep per value in {}=…/)", args.out.display(), axis.field);
     Ok(())
 }
 

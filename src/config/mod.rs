@@ -7,6 +7,7 @@ pub mod lists;
 pub mod params;
 pub mod precision;
 pub mod preset;
+pub mod vary;
 
 pub use params::field_name;
 pub use params::{ListSpec, Overlay, ScenarioParams};

@@ -36,7 +36,7 @@ pub fn escape(text: &str) -> String {
     out
 }
 
-const STYLE: &str =
+pub(crate) const STYLE: &str =
     "body{font-family:'DejaVu Sans',Verdana,Arial,sans-serif;color:#222;max-width:1400px;margin:24px auto;padding:0 20px;line-height:1.4}\
 h1{font-size:26px;margin-bottom:4px}h2{font-size:20px;margin-top:36px;border-bottom:1px solid #ddd;padding-bottom:4px}\
 .meta{color:#555}table{border-collapse:collapse;margin:8px 0;font-size:13px}\

@@ -8,6 +8,7 @@
 
 pub mod chart;
 pub mod html;
+pub mod vary;
 
 use crate::config::Scenario;
 use crate::error::{ConfigError, Error};
@@ -600,6 +601,9 @@ pub fn plot_dir(dir: &Path, opts: &PlotOptions) -> Result<Vec<String>, Error> {
             location: dir.display().to_string(),
             message: "no such directory (give a sweep's output directory)".into(),
         });
+    }
+    if let Some(m) = crate::run::vary::VaryManifest::read(dir)? {
+        return vary::plot_vary(dir, &m, opts);
     }
     let read = |name: &str| {
         let path = dir.join(name);

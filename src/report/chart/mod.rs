@@ -19,6 +19,7 @@
 pub mod fidelity;
 pub mod font;
 pub mod heatmap;
+pub mod knob;
 pub mod overlap;
 pub mod rank_margin;
 pub mod recall_vs_context;

@@ -1,0 +1,228 @@
+//! Recall against a model knob's value (`sweep --vary`): one panel per
+//! context, one colour per (k, precision); whole-model recall as a solid
+//! line with its Wilson band, per-layer recall dashed, as on the recall
+//! chart. The x axis is logarithmic when every value is positive and they
+//! span a factor of 4 or more (needle strengths 0.5, 1, 2, 4).
+
+use std::path::Path;
+
+use plotters::coord::Shift;
+use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, VPos};
+
+use super::style::{dash_polyline, palette_color, text, text_at, ui_scale, Dash, GRID, INK, INK_SOFT};
+use super::{draw_err, render_atomically, ChartError, Painter};
+
+/// One line: a (k, precision) across the knob's values.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KnobSeries {
+    pub label: String,
+    /// Palette index (the same (k, precision) keeps its colour across panels).
+    pub color: usize,
+    /// (value, recall, Wilson low, high) in value order.
+    pub points: Vec<(f64, f64, f64, f64)>,
+    /// Whole-model recall (solid, banded) or per-layer recall (dashed).
+    pub whole_model: bool,
+}
+
+/// One context's panel.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KnobPanel {
+    pub title: String,
+    pub series: Vec<KnobSeries>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct KnobChart {
+    pub title: String,
+    pub subtitle: String,
+    /// The knob as the x axis names it.
+    pub x_label: String,
+    pub panels: Vec<KnobPanel>,
+}
+
+impl KnobChart {
+    fn values(&self) -> Vec<f64> {
+        let mut v: Vec<f64> = self.panels.iter().flat_map(|p| p.series.iter().flat_map(|s| s.points.iter().map(|q| q.0))).collect();
+        v.sort_by(f64::total_cmp);
+        v.dedup();
+        v
+    }
+
+    fn log_x(&self) -> bool {
+        let v = self.values();
+        matches!((v.first(), v.last()), (Some(&lo), Some(&hi)) if lo > 0.0 && hi / lo >= 4.0)
+    }
+}
+
+/// Renders `chart` to `path` (`.png` or `.svg`), atomically.
+pub fn render_knob(chart: &KnobChart, path: &Path, width: u32, height: u32) -> Result<(), ChartError> {
+    if chart.panels.is_empty() || chart.panels.iter().any(|p| p.series.is_empty()) {
+        return Err(ChartError::InvalidInput("knob chart has an empty panel".into()));
+    }
+    for s in chart.panels.iter().flat_map(|p| &p.series) {
+        for &(x, r, lo, hi) in &s.points {
+            if !x.is_finite() || [r, lo, hi].iter().any(|v| !v.is_finite() || !(0.0..=1.0).contains(v)) {
+                return Err(ChartError::InvalidInput(format!("{}: a point outside the chart ({x}, {r})", s.label)));
+            }
+        }
+    }
+    if chart.values().len() < 2 {
+        return Err(ChartError::InvalidInput("knob chart needs two or more values".into()));
+    }
+    render_atomically(chart, path, width, height)
+}
+
+/// Tick label of a knob value: the shortest text that reads back to it.
+fn value_label(v: f64) -> String {
+    let t = format!("{v:.3}");
+    t.trim_end_matches('0').trim_end_matches('.').to_string()
+}
+
+impl Painter for KnobChart {
+    fn paint<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<(), ChartError> {
+        let (w, h) = root.dim_in_pixel();
+        let s = ui_scale(w, h);
+        let px = |v: f64| (v * s).round() as i32;
+        root.fill(&WHITE).map_err(draw_err)?;
+        root.draw(&Text::new(self.title.clone(), (px(20.0), px(16.0)), text(26.0 * s, INK))).map_err(draw_err)?;
+        root.draw(&Text::new(self.subtitle.clone(), (px(20.0), px(52.0)), text(16.0 * s, INK_SOFT))).map_err(draw_err)?;
+        let log_x = self.log_x();
+        let values = self.values();
+        let fx = |v: f64| if log_x { v.log2() } else { v };
+        let (x_lo, x_hi) = (fx(values[0]), fx(values[values.len() - 1]));
+        let pad = (x_hi - x_lo) * 0.04;
+        // Legend: one entry per colour, then the two line styles.
+        let mut legend: Vec<(usize, &str)> = Vec::new();
+        for sr in self.panels.iter().flat_map(|p| &p.series) {
+            if !legend.iter().any(|(c, _)| *c == sr.color) {
+                legend.push((sr.color, &sr.label));
+            }
+        }
+        let legend_h = px(34.0);
+        let body = root.margin(px(90.0) as u32, legend_h as u32 + px(10.0) as u32, px(10.0) as u32, px(20.0) as u32);
+        let panels = body.split_evenly((1, self.panels.len()));
+        for (panel, area) in self.panels.iter().zip(&panels) {
+            let mut c = ChartBuilder::on(area)
+                .caption(&panel.title, text(20.0 * s, INK))
+                .margin(px(8.0) as u32)
+                .x_label_area_size(px(56.0) as u32)
+                .y_label_area_size(px(64.0) as u32)
+                .build_cartesian_2d((x_lo - pad)..(x_hi + pad), 0.0..1.02)
+                .map_err(draw_err)?;
+            let ticks = values.len().min(9);
+            let tick_values: Vec<f64> =
+                if values.len() <= 9 { values.clone() } else { (0..ticks).map(|i| values[i * (values.len() - 1) / (ticks - 1)]).collect() };
+            c.configure_mesh()
+                .x_labels(0)
+                .y_labels(6)
+                .y_label_formatter(&|y| format!("{y:.1}"))
+                .x_desc(self.x_label.clone())
+                .y_desc("recall")
+                .label_style(text(15.0 * s, INK))
+                .axis_desc_style(text(16.0 * s, INK))
+                .light_line_style(GRID.mix(0.0))
+                .bold_line_style(GRID)
+                .draw()
+                .map_err(draw_err)?;
+            // The knob's own values as ticks (log axes get no round numbers).
+            let (_, y0) = c.backend_coord(&(x_lo, 0.0));
+            for &v in &tick_values {
+                let (x, _) = c.backend_coord(&(fx(v), 0.0));
+                root.draw(&PathElement::new(vec![(x, y0), (x, y0 + px(6.0))], INK.stroke_width(1))).map_err(draw_err)?;
+                root.draw(&Text::new(value_label(v), (x, y0 + px(9.0)), text_at(14.0 * s, INK, HPos::Center, VPos::Top)))
+                    .map_err(draw_err)?;
+            }
+            for sr in &panel.series {
+                let color = palette_color(sr.color);
+                if sr.whole_model {
+                    let mut band: Vec<(f64, f64)> = sr.points.iter().map(|p| (fx(p.0), p.3)).collect();
+                    band.extend(sr.points.iter().rev().map(|p| (fx(p.0), p.2)));
+                    c.draw_series(std::iter::once(Polygon::new(band, color.mix(0.14).filled()))).map_err(draw_err)?;
+                }
+                let pts: Vec<(f64, f64)> = sr
+                    .points
+                    .iter()
+                    .map(|p| {
+                        let (x, y) = c.backend_coord(&(fx(p.0), p.1));
+                        (x as f64, y as f64)
+                    })
+                    .collect();
+                let (dash, width) = if sr.whole_model { (Dash::Solid, 3.0) } else { (Dash::Dashed, 2.0) };
+                for seg in dash_polyline(&pts, dash.pattern(), s) {
+                    if seg.len() >= 2 {
+                        root.draw(&PathElement::new(seg, color.stroke_width((width * s).round().max(1.0) as u32))).map_err(draw_err)?;
+                    }
+                }
+                for &(x, y) in &pts {
+                    let marker = (x.round() as i32, y.round() as i32);
+                    let r = px(if sr.whole_model { 4.5 } else { 3.0 });
+                    if sr.whole_model {
+                        root.draw(&Circle::new(marker, r, color.filled())).map_err(draw_err)?;
+                    } else {
+                        root.draw(&Circle::new(marker, r, color.stroke_width(2))).map_err(draw_err)?;
+                    }
+                }
+            }
+        }
+        // Legend along the bottom.
+        let y = h as i32 - legend_h;
+        let mut x = px(24.0);
+        for (color, label) in &legend {
+            root.draw(&Rectangle::new([(x, y + px(4.0)), (x + px(22.0), y + px(18.0))], palette_color(*color).filled()))
+                .map_err(draw_err)?;
+            root.draw(&Text::new(label.to_string(), (x + px(30.0), y + px(2.0)), text(15.0 * s, INK))).map_err(draw_err)?;
+            let (tw, _) = root.estimate_text_size(label, &text(15.0 * s, INK)).map_err(draw_err)?;
+            x += px(50.0) + tw as i32;
+        }
+        let whole = self.panels.iter().flat_map(|p| &p.series).any(|s| s.whole_model);
+        let key = if whole { "— whole model (95 % band)   - - per layer" } else { "- - per-layer selection recall" };
+        root.draw(&Text::new(key, (x + px(20.0), y + px(2.0)), text(15.0 * s, INK_SOFT))).map_err(draw_err)?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn chart(values: &[f64]) -> KnobChart {
+        let series = |whole: bool, shift: f64| KnobSeries {
+            label: "k=512 bf16".into(),
+            color: 0,
+            points: values.iter().enumerate().map(|(i, &v)| (v, (0.2 + 0.2 * i as f64 - shift).max(0.0), 0.0, 1.0)).collect(),
+            whole_model: whole,
+        };
+        KnobChart {
+            title: "t".into(),
+            subtitle: "s".into(),
+            x_label: "needle.strength".into(),
+            panels: vec![
+                KnobPanel { title: "8K".into(), series: vec![series(true, 0.0), series(false, 0.1)] },
+                KnobPanel { title: "32K".into(), series: vec![series(true, 0.1), series(false, 0.2)] },
+            ],
+        }
+    }
+
+    #[test]
+    fn axis_is_logarithmic_only_for_wide_positive_ranges() {
+        assert!(chart(&[0.5, 1.0, 2.0, 4.0]).log_x());
+        assert!(!chart(&[1.0, 2.0, 3.0]).log_x());
+        assert!(!chart(&[0.0, 1.0, 8.0]).log_x());
+    }
+
+    #[test]
+    fn renders_png_and_svg_and_refuses_bad_points() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = chart(&[0.5, 1.0, 2.0, 4.0]);
+        for name in ["k.png", "k.svg"] {
+            let path = dir.path().join(name);
+            render_knob(&c, &path, 1600, 900).unwrap();
+            assert!(std::fs::metadata(&path).unwrap().len() > 1000);
+        }
+        let mut bad = c.clone();
+        bad.panels[0].series[0].points[0].1 = 1.5;
+        assert!(render_knob(&bad, &dir.path().join("b.png"), 1600, 900).is_err());
+        assert!(render_knob(&chart(&[1.0]), &dir.path().join("one.png"), 1600, 900).is_err());
+    }
+}

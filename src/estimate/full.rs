@@ -30,6 +30,10 @@ pub struct CellTally {
     /// trials this variant kept and the baseline lost, and the reverse.
     pub gained_vs_baseline: u64,
     pub lost_vs_baseline: u64,
+    /// Paired with the same variant at the sweep's smallest k on the same
+    /// trials: trials kept at this k and lost at the smallest, and the reverse.
+    pub gained_vs_smallest_k: u64,
+    pub lost_vs_smallest_k: u64,
 }
 
 /// Running sum and sum of squares.
@@ -115,10 +119,14 @@ impl CellTally {
         self.jaccard.interval()
     }
 
-    fn add(&mut self, o: &NeedleOutcome, k_eff: u64, baseline: Option<&NeedleOutcome>) {
+    fn add(&mut self, o: &NeedleOutcome, k_eff: u64, baseline: Option<&NeedleOutcome>, smallest_k: Option<&NeedleOutcome>) {
         if let Some(b) = baseline {
             self.gained_vs_baseline += u64::from(o.survived && !b.survived);
             self.lost_vs_baseline += u64::from(!o.survived && b.survived);
+        }
+        if let Some(b) = smallest_k {
+            self.gained_vs_smallest_k += u64::from(o.survived && !b.survived);
+            self.lost_vs_smallest_k += u64::from(!o.survived && b.survived);
         }
         if let (Some(r), true) = (o.rank, k_eff > 0) {
             self.rank_shares.push(r.above as f64 / k_eff as f64);
@@ -144,14 +152,16 @@ impl CellTally {
 }
 
 /// Tallies every cell over trials, in trial order. Variants after the first
-/// are also paired with the first (the baseline) trial by trial.
+/// are also paired with the first (the baseline) trial by trial, and k
+/// above the smallest with the smallest.
 pub fn tally_cells(spec: &TrialSpec<'_>, outcomes: &[TrialOutcome]) -> Vec<CellTally> {
-    let grid: Vec<_> = grid::cells(spec).collect();
+    let grid: Vec<_> = grid::cells(spec).map(|g| (g.k_baseline_index(spec), g)).collect();
     let mut cells = vec![CellTally::default(); spec.cell_count()];
     for outcome in outcomes {
-        for g in &grid {
+        for (k_baseline, g) in &grid {
             let baseline = (!g.is_baseline()).then(|| &outcome.cells[g.baseline_index]);
-            cells[g.index].add(&outcome.cells[g.index], g.k_eff(), baseline);
+            let smallest_k = k_baseline.map(|i| &outcome.cells[i]);
+            cells[g.index].add(&outcome.cells[g.index], g.k_eff(), baseline, smallest_k);
         }
     }
     cells
@@ -173,9 +183,11 @@ impl Estimator for Full {
         let tallies = tally_cells(spec, trials);
         let reference = spec.fidelity_reference.map(|r| spec.variants[r].name.clone());
         let mut whole_model = spec.stack.map(|w| stack::whole_model(spec, w, trials));
+        let model_recall: Option<Vec<f64>> = whole_model.as_ref().map(|w| w.iter().map(|e| e.recall).collect());
         grid::cells(spec)
             .map(|g| {
                 let t = &tallies[g.index];
+                let k_baseline = g.k_baseline_index(spec);
                 let (ci_low, ci_high) = t.interval();
                 let selection_recall = t.selection_recall();
                 let paired = !g.is_baseline();
@@ -200,9 +212,49 @@ impl Estimator for Full {
                     jaccard: t.jaccard(),
                     recall_diff: paired.then(|| t.recall() - tallies[g.baseline_index].recall()),
                     discordant: paired.then_some((t.gained_vs_baseline, t.lost_vs_baseline)),
+                    k_recall_diff: k_baseline.map(|b| t.recall() - tallies[b].recall()),
+                    k_discordant: k_baseline.map(|_| (t.gained_vs_smallest_k, t.lost_vs_smallest_k)),
+                    k_model_recall_diff: k_baseline.and_then(|b| model_recall.as_ref().map(|m| m[g.index] - m[b])),
                     whole_model: whole_model.as_mut().map(|w| std::mem::take(&mut w[g.index])),
                 }
             })
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::estimate::driver::run_trials;
+
+    #[test]
+    fn k_pairs_match_a_hand_count_of_the_trials() {
+        // Issue 17, "what does k = 1024 buy over 512": the paired counts
+        // against the smallest k are those of the per-trial outcomes, and the
+        // difference is gained − lost over the trials.
+        let s = crate::config::check(crate::config::resolve(Default::default()).unwrap()).unwrap();
+        let s = crate::config::Scenario { contexts: vec![4096, 16384], topks: vec![32, 64, 256], trials: 40, ..s };
+        let spec = crate::run::sweep::spec_for(&s, 50.0);
+        let outcomes = run_trials(&Full, &spec, s.seed, s.trials, &|| {}).unwrap();
+        let cells = Full.cells(&spec, &outcomes);
+        let mut some_discordant = false;
+        for g in grid::cells(&spec) {
+            let e = &cells[g.index];
+            let Some(base) = g.k_baseline_index(&spec) else {
+                assert!(g.topk == 32 && e.k_recall_diff.is_none() && e.k_discordant.is_none());
+                continue;
+            };
+            let kept = |i: usize, o: &TrialOutcome| o.cells[i].survived;
+            let gained = outcomes.iter().filter(|o| kept(g.index, o) && !kept(base, o)).count() as u64;
+            let lost = outcomes.iter().filter(|o| !kept(g.index, o) && kept(base, o)).count() as u64;
+            assert_eq!(e.k_discordant, Some((gained, lost)), "{g:?}");
+            some_discordant |= gained + lost > 0;
+            let diff = e.k_recall_diff.unwrap();
+            assert!((diff * 40.0 - (gained as f64 - lost as f64)).abs() < 1e-9, "{diff} vs {gained}/{lost}");
+            assert_eq!(diff, e.recall - cells[base].recall);
+            let model = |c: &CellEstimate| c.whole_model.as_ref().unwrap().recall;
+            assert_eq!(e.k_model_recall_diff, Some(model(e) - model(&cells[base])));
+        }
+        assert!(some_discordant, "a grid where k changes some trial's outcome");
     }
 }

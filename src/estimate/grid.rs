@@ -37,6 +37,13 @@ impl GridCell<'_> {
     pub fn is_baseline(&self) -> bool {
         self.variant_index == 0
     }
+
+    /// Index of the same cell at the sweep's smallest k, which the other k
+    /// are paired with on the same trials; None at that k.
+    pub fn k_baseline_index(&self, spec: &TrialSpec<'_>) -> Option<usize> {
+        let smallest = (0..spec.topks.len()).min_by_key(|&i| spec.topks[i])?;
+        (self.topk_index != smallest).then(|| spec.cell_index(self.context_index, self.offset_index, smallest, self.variant_index))
+    }
 }
 
 /// Every cell of `spec`, in [`TrialSpec::cell_index`] order.

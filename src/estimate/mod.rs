@@ -82,6 +82,14 @@ pub struct CellEstimate {
     /// Trials this variant kept and the baseline lost, and the reverse, when
     /// the estimator sees each trial's outcome.
     pub discordant: Option<(u64, u64)>,
+    /// recall − the recall of the same variant at the sweep's smallest k on
+    /// the same trials (absent at that k) …
+    pub k_recall_diff: Option<f64>,
+    /// … trials kept at this k and lost at the smallest, and the reverse,
+    /// when the estimator sees each trial's outcome …
+    pub k_discordant: Option<(u64, u64)>,
+    /// … and the same difference of whole-model recall, when there is one.
+    pub k_model_recall_diff: Option<f64>,
     /// Whole-model recall (docs/MODEL.md, "Whole-model recall"), when the
     /// scenario has a stack and the estimator sees each trial's outcome.
     pub whole_model: Option<stack::StackEstimate>,

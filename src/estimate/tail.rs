@@ -317,13 +317,17 @@ impl Estimator for Tail {
         let mut whole_model = spec.stack.map(|w| stack::whole_model_sampled(spec, w, seeded));
         let per_trial: Vec<&Vec<f64>> = seeded.iter().map(|(_, p)| p).collect();
         let trials = per_trial.len() as u64;
+        let model_recall: Option<Vec<f64>> = whole_model.as_ref().map(|w| w.iter().map(|e| e.recall).collect());
+        let mean = |i: usize| per_trial.iter().map(|t| t[i]).sum::<f64>() / trials.max(1) as f64;
         grid::cells(spec)
             .map(|g| {
                 let i = g.index;
                 let (sum, sum_sq) = per_trial.iter().fold((0.0, 0.0), |(a, b), t| (a + t[i], b + t[i] * t[i]));
                 let (recall, low, high) = mean_interval(sum, sum_sq, trials).unwrap_or((0.0, 0.0, 1.0));
                 let base = g.baseline_index;
-                let base_recall = per_trial.iter().map(|t| t[base]).sum::<f64>() / trials.max(1) as f64;
+                let base_recall = mean(base);
+                // Paired with the smallest k: the difference of the means over the same trials.
+                let k_baseline = g.k_baseline_index(spec);
                 CellEstimate {
                     trials,
                     survived: sum.round() as u64,
@@ -332,6 +336,8 @@ impl Estimator for Tail {
                     ci_high: high.min(1.0),
                     survived_via_window: if g.placement.in_window { trials } else { 0 },
                     recall_diff: (!g.is_baseline()).then_some(recall - base_recall),
+                    k_recall_diff: k_baseline.map(|b| recall - mean(b)),
+                    k_model_recall_diff: k_baseline.and_then(|b| model_recall.as_ref().map(|m| m[i] - m[b])),
                     whole_model: whole_model.as_mut().map(|w| std::mem::take(&mut w[g.index])),
                     ..CellEstimate::default()
                 }

@@ -103,6 +103,26 @@ pub struct CellResult {
     pub layers_reached_ci_high: Option<f64>,
     #[serde(default)]
     pub layers_reached_quantiles: Option<[f64; 5]>,
+    /// Paired comparison with the same precision at the sweep's smallest k,
+    /// on the same haystacks (absent at that k, and in results written
+    /// before it existed): that k …
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub k_baseline: Option<u64>,
+    /// … recall − its recall (per-layer selection recall) …
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub k_recall_diff: Option<f64>,
+    /// … trials kept at this k and lost at that one, and the reverse (absent
+    /// for estimators without per-trial outcomes) …
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub k_discordant_gained: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub k_discordant_lost: Option<u64>,
+    /// … their exact two-sided McNemar p-value …
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub k_mcnemar_p: Option<f64>,
+    /// … and the whole-model recall difference, when there is a stack.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub k_model_recall_diff: Option<f64>,
 }
 
 impl CellResult {
@@ -160,15 +180,50 @@ impl CellResult {
             layers_reached_ci_low: e.whole_model.as_ref().and_then(|w| w.layers_reached).map(|r| r.1),
             layers_reached_ci_high: e.whole_model.as_ref().and_then(|w| w.layers_reached).map(|r| r.2),
             layers_reached_quantiles: e.whole_model.as_ref().and_then(|w| w.layers_reached_quantiles),
+            k_baseline: e.k_recall_diff.map(|_| spec.topks.iter().copied().min().unwrap_or(g.topk)),
+            k_recall_diff: e.k_recall_diff,
+            k_discordant_gained: e.k_discordant.map(|d| d.0),
+            k_discordant_lost: e.k_discordant.map(|d| d.1),
+            k_mcnemar_p: e.k_discordant.map(|(gained, lost)| mcnemar_exact_p(gained, lost)),
+            k_model_recall_diff: e.k_model_recall_diff,
         }
     }
 }
 
-/// Each cell's McNemar p adjusted by Holm–Bonferroni over the sweep's family
-/// of paired tests: every cell that has one. None where a cell has no test.
-/// A sweep of 40 comparisons finds about two unadjusted p < 0.05 by chance;
-/// the adjusted value below 0.05 keeps the chance of any false call at 5 %.
+/// The Holm–Bonferroni adjustment of every paired test of a sweep as one
+/// family (docs/MODEL.md, "Paired comparisons"): each cell's precision-paired
+/// `mcnemar_p` and its k-paired `k_mcnemar_p`. A sweep of 40 comparisons
+/// finds about two unadjusted p < 0.05 by chance; an adjusted value below
+/// 0.05 keeps the chance of any false call in the whole family at 5 %.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct HolmFamily {
+    /// Per cell: the adjusted value of its precision-paired test, if any.
+    pub precision: Vec<Option<f64>>,
+    /// Per cell: the adjusted value of its k-paired test, if any.
+    pub topk: Vec<Option<f64>>,
+    /// Tests in the family.
+    pub size: usize,
+}
+
+impl HolmFamily {
+    pub fn of(cells: &[CellResult]) -> Self {
+        let raw: Vec<f64> =
+            cells.iter().map(|c| c.mcnemar_p).chain(cells.iter().map(|c| c.k_mcnemar_p)).map(|p| p.unwrap_or(f64::NAN)).collect();
+        let size = raw.iter().filter(|p| !p.is_nan()).count();
+        let mut adjusted: Vec<Option<f64>> = holm_adjust(&raw).into_iter().map(|p| (!p.is_nan()).then_some(p)).collect();
+        let topk = adjusted.split_off(cells.len());
+        HolmFamily { precision: adjusted, topk, size }
+    }
+}
+
+/// Each cell's precision-paired McNemar p adjusted by Holm–Bonferroni over
+/// the sweep's whole family of paired tests ([`HolmFamily`]: precision- and
+/// k-paired). None where a cell has no precision-paired test.
 pub fn holm_adjusted_p(cells: &[CellResult]) -> Vec<Option<f64>> {
-    let raw: Vec<f64> = cells.iter().map(|c| c.mcnemar_p.unwrap_or(f64::NAN)).collect();
-    holm_adjust(&raw).into_iter().map(|p| (!p.is_nan()).then_some(p)).collect()
+    HolmFamily::of(cells).precision
+}
+
+/// The same for each cell's k-paired test (`k_mcnemar_p`), in the same family.
+pub fn holm_adjusted_k_p(cells: &[CellResult]) -> Vec<Option<f64>> {
+    HolmFamily::of(cells).topk
 }

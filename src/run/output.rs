@@ -6,7 +6,7 @@
 
 use crate::config::Scenario;
 use crate::error::Error;
-use crate::run::cell::CellResult;
+use crate::run::cell::{CellResult, HolmFamily};
 use crate::run::sweep::SweepOutcome;
 use std::fmt::Write as _;
 use std::fs;
@@ -75,18 +75,21 @@ pub fn summary_header() -> String {
          needle_in_window,survived_via_window,visible_rows,candidate_rows,k_eff,coverage_limit,{},{},\
          fidelity_reference,selection_recall,selection_recall_ci_low,selection_recall_ci_high,jaccard,jaccard_ci_low,jaccard_ci_high,\
          baseline,recall_diff,discordant_gained,discordant_lost,mcnemar_p,\
-         indexed_layers,model_survived,model_recall,model_ci_low,model_ci_high,layers_reached,layers_reached_ci_low,layers_reached_ci_high,{}",
+         indexed_layers,model_survived,model_recall,model_ci_low,model_ci_high,layers_reached,layers_reached_ci_low,layers_reached_ci_high,{},\
+         mcnemar_p_holm,k_baseline,k_recall_diff,k_discordant_gained,k_discordant_lost,k_mcnemar_p,k_mcnemar_p_holm,k_model_recall_diff",
         quantile_columns("rank_share"),
         quantile_columns("margin_sd"),
         quantile_columns("layers_reached")
     )
 }
 
-/// The same cells as a tidy CSV, one row each.
+/// The same cells as a tidy CSV, one row each. The Holm-adjusted p-values
+/// treat `cells` as the sweep's whole family of paired tests.
 pub fn summary_csv(cells: &[CellResult]) -> String {
     let mut out = summary_header();
     out.push('\n');
-    for c in cells {
+    let holm = HolmFamily::of(cells);
+    for (i, c) in cells.iter().enumerate() {
         let fields = [
             c.context_tokens.to_string(),
             c.depth_percent.to_string(),
@@ -135,6 +138,14 @@ pub fn summary_csv(cells: &[CellResult]) -> String {
             opt(c.layers_reached_ci_low),
             opt(c.layers_reached_ci_high),
             quantile_values(c.layers_reached_quantiles),
+            opt(holm.precision[i]),
+            opt(c.k_baseline),
+            opt(c.k_recall_diff),
+            opt(c.k_discordant_gained),
+            opt(c.k_discordant_lost),
+            opt(c.k_mcnemar_p),
+            opt(holm.topk[i]),
+            opt(c.k_model_recall_diff),
         ];
         out.push_str(&fields.join(","));
         out.push('\n');
@@ -313,7 +324,7 @@ mod tests {
         let outcome = crate::run::sweep::run_sweep(&s, &|| {}).unwrap();
         let csv = summary_csv(&outcome.cells);
         let columns = summary_header().split(',').count();
-        assert_eq!(columns, 59);
+        assert_eq!(columns, 67);
         for line in csv.lines() {
             assert_eq!(line.split(',').count(), columns, "{line}");
         }

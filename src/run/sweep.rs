@@ -195,6 +195,12 @@ mod tests {
             layers_reached_ci_low: None,
             layers_reached_ci_high: None,
             layers_reached_quantiles: None,
+            k_baseline: None,
+            k_recall_diff: None,
+            k_discordant_gained: None,
+            k_discordant_lost: None,
+            k_mcnemar_p: None,
+            k_model_recall_diff: None,
         }
     }
 

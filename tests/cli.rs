@@ -892,3 +892,99 @@ fn precisions_all_expands_to_every_variant_once() {
         bin().args(["run", "--context", "1K", "--depth", "50", "--topk", "64", "--trials", "5", "--precision", "all"]).output().unwrap();
     assert_one_line_error(&o, &["--precision"]);
 }
+
+/// summary.csv as rows of column name → text.
+fn csv_rows(dir: &Path) -> Vec<std::collections::HashMap<String, String>> {
+    let csv = read(&dir.join("summary.csv"));
+    let mut lines = csv.lines();
+    let header: Vec<String> = lines.next().unwrap().split(',').map(String::from).collect();
+    lines.map(|l| header.iter().cloned().zip(l.split(',').map(String::from)).collect()).collect()
+}
+
+/// The p-value as the tables print it (three decimals, or 1.2e-4 below 0.001).
+fn p_text(p: f64) -> String {
+    if p < 0.001 {
+        format!("{p:.1e}")
+    } else {
+        format!("{p:.3}")
+    }
+}
+
+#[test]
+fn one_context_prints_a_narrow_table_with_paired_k_and_holm_columns() {
+    // Issue 17, "compare all precisions (and k) at one context", "what does
+    // k = 1024 buy over 512" and "statistics that do not invite over-reading":
+    // one row per (k, precision) holding the CSV's values, a k-paired section
+    // consistent with the cells, and Holm-adjusted p ≥ raw p everywhere.
+    let dir = TempDir::new().unwrap();
+    let out = dir.path().join("one");
+    let o = bin()
+        .args([
+            "sweep",
+            "--trials",
+            "30",
+            "--contexts",
+            "4K",
+            "--depths",
+            "50",
+            "--topk",
+            "32,128",
+            "--precisions",
+            "fp32,bf16,fp4",
+            "--out",
+        ])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = stdout(&o);
+    assert!(text.contains("per-layer selection recall at 4K tokens, depth 50 %"), "{text}");
+    assert!(text.lines().filter(|l| l.contains(" [")).all(|l| l.chars().count() <= 130), "a row wider than the narrow layout: {text}");
+    let (table, k_section) = text.split_once("paired comparison with k=32 on the same haystacks").expect("k-paired section");
+    let cells = results(&out);
+    let csv = csv_rows(&out);
+    assert_eq!(csv.len(), 6);
+    let ci = |c: &Value, r: &str, lo: &str, hi: &str| {
+        format!("{:.3} [{:.3}, {:.3}]", c[r].as_f64().unwrap(), c[lo].as_f64().unwrap(), c[hi].as_f64().unwrap())
+    };
+    let mut family = 0;
+    for (c, row) in cells.iter().zip(&csv) {
+        let (k, p) = (c["topk"].as_u64().unwrap(), c["precision"].as_str().unwrap());
+        let line = table
+            .lines()
+            .find(|l| l.split_whitespace().take(2).eq([k.to_string().as_str(), p]))
+            .unwrap_or_else(|| panic!("no narrow row for k={k} {p}: {table}"));
+        assert!(line.contains(&ci(c, "recall", "ci_low", "ci_high")), "{line}");
+        assert!(line.contains(&ci(c, "model_recall", "model_ci_low", "model_ci_high")), "{line}");
+        if let Some(raw) = c["mcnemar_p"].as_f64() {
+            let holm: f64 = row["mcnemar_p_holm"].parse().unwrap();
+            assert!(holm >= raw && holm <= 1.0, "{holm} < {raw}");
+            assert!(line.trim_end().ends_with(&format!("{}  {:>8}", p_text(raw), p_text(holm))), "{line}");
+            family += 1;
+        } else {
+            assert_eq!(row["mcnemar_p_holm"], "");
+        }
+        // k pairs: against the same precision at k = 32.
+        let base = cells.iter().find(|b| b["topk"] == 32 && b["precision"] == c["precision"]).unwrap();
+        if k == 32 {
+            assert!(c.get("k_recall_diff").is_none() && row["k_mcnemar_p_holm"].is_empty());
+            continue;
+        }
+        family += 1;
+        assert_eq!(c["k_baseline"], 32);
+        let diff = c["k_recall_diff"].as_f64().unwrap();
+        assert!((diff - (c["recall"].as_f64().unwrap() - base["recall"].as_f64().unwrap())).abs() < 1e-12);
+        let (gained, lost) = (c["k_discordant_gained"].as_i64().unwrap(), c["k_discordant_lost"].as_i64().unwrap());
+        assert_eq!(gained - lost, (diff * 30.0).round() as i64);
+        let raw = c["k_mcnemar_p"].as_f64().unwrap();
+        let holm: f64 = row["k_mcnemar_p_holm"].parse().unwrap();
+        assert!(holm >= raw, "{holm} < {raw}");
+        let line = k_section.lines().find(|l| l.split_whitespace().nth(4) == Some(p)).unwrap_or_else(|| panic!("{k_section}"));
+        assert!(line.contains(&format!("{gained}/{lost}")) && line.trim_end().ends_with(&p_text(holm)), "{line}");
+        let model = c["k_model_recall_diff"].as_f64().unwrap();
+        assert!((model - (c["model_recall"].as_f64().unwrap() - base["model_recall"].as_f64().unwrap())).abs() < 1e-12);
+    }
+    assert_eq!(family, 4 + 3, "bf16 and fp4 at two k, and three precisions at the larger k");
+    let note = format!("{family} paired tests (precision and k pairs)");
+    assert_eq!(text.matches(&note).count(), 2, "one note under each paired table: {text}");
+}

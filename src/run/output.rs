@@ -190,6 +190,52 @@ pub fn row_label(context: u64, offset: Option<u64>, offsets: usize) -> String {
     }
 }
 
+/// Widest table the wide layout (contexts × (k, precision)) may print
+/// before the narrow layout, one row per (k, precision), takes over.
+pub const TABLE_WIDTH: usize = 120;
+
+/// Whether a sweep's recall tables are printed narrow: one row per
+/// (context, k, precision) instead of one column per (k, precision). A
+/// single row (one context and offset) reads better transposed, and a wide
+/// table over [`TABLE_WIDTH`] columns wraps in a terminal.
+pub fn narrow_layout(s: &Scenario) -> bool {
+    let rows = s.contexts.len() * s.needle_offsets.len();
+    let wide = 8 + 24 * s.topks.len() * s.precisions.len();
+    rows == 1 || wide > TABLE_WIDTH
+}
+
+/// A p-value as tables print it: three decimals, or two significant digits
+/// below 0.001 (`1.2e-4`).
+pub fn format_p(p: f64) -> String {
+    if p < 0.001 {
+        format!("{p:.1e}")
+    } else {
+        format!("{p:.3}")
+    }
+}
+
+/// The one-line note under a paired table: what a p-value of a family of
+/// `tests` paired tests means (docs/MODEL.md, "Paired comparisons").
+pub fn multiple_comparison_note(tests: usize) -> String {
+    format!(
+        "{tests} paired tests (precision and k pairs): about 1 in 20 has p < 0.05 by chance alone; \
+         Holm p < 0.05 keeps the risk of any false call among all {tests} at 5 %"
+    )
+}
+
+/// "3/0", or "-" for estimators without per-trial outcomes (tail sampling):
+/// not 0/0 beside a non-zero difference.
+fn pairs_text(gained: Option<u64>, lost: Option<u64>) -> String {
+    match (gained, lost) {
+        (Some(g), Some(l)) => format!("{g}/{l}"),
+        _ => "-".into(),
+    }
+}
+
+fn p_text(p: Option<f64>) -> String {
+    p.map_or_else(|| "-".into(), format_p)
+}
+
 /// The table printed on stdout after a sweep.
 pub fn format_table(s: &Scenario, outcome: &SweepOutcome) -> String {
     let mut out = String::new();
@@ -199,47 +245,27 @@ pub fn format_table(s: &Scenario, outcome: &SweepOutcome) -> String {
         s.preset, s.model.needle_strength, s.trials, s.seed
     );
     let whole = outcome.cells.iter().any(|c| c.model_recall.is_some());
+    let holm = HolmFamily::of(&outcome.cells);
+    let narrow = narrow_layout(s);
+    let model_title = match &s.stack {
+        Some(w) => format!("whole-model recall ({} of {} indexer layers, {} query tokens)", w.quorum, w.indexed_layers(), w.query_tokens()),
+        None => "whole-model recall".into(),
+    };
     for &depth in &s.depths {
+        if narrow {
+            narrow_table(&mut out, s, outcome, &holm, depth, whole.then_some(model_title.as_str()));
+            continue;
+        }
         recall_table(&mut out, s, outcome, depth, "per-layer selection recall", |c| Some((c.recall, c.ci_low, c.ci_high)));
         if whole {
-            let title = match &s.stack {
-                Some(w) => {
-                    format!("whole-model recall ({} of {} indexer layers, {} query tokens)", w.quorum, w.indexed_layers(), w.query_tokens())
-                }
-                None => "whole-model recall".into(),
-            };
-            recall_table(&mut out, s, outcome, depth, &title, |c| Some((c.model_recall?, c.model_ci_low?, c.model_ci_high?)));
+            recall_table(&mut out, s, outcome, depth, &model_title, |c| Some((c.model_recall?, c.model_ci_low?, c.model_ci_high?)));
         }
     }
-    if s.precisions.len() > 1 {
-        let _ = writeln!(
-            out,
-            "\npaired comparison with {} on the same haystacks (per-layer recall difference; trials kept only by the variant / only by {}; exact McNemar p)",
-            s.precisions[0].name, s.precisions[0].name
-        );
-        let _ = writeln!(
-            out,
-            "{:>8}  {:>7}  {:>6}  {:<14}  {:>8}  {:>11}  {:>9}",
-            "context", "depth", "k", "precision", "diff", "gained/lost", "p"
-        );
-        for c in outcome.cells.iter().filter(|c| c.baseline.is_some()) {
-            let _ = writeln!(
-                out,
-                "{:>8}  {:>7}  {:>6}  {:<14}  {:>+8.3}  {:>11}  {:>9}",
-                row_label(c.context_tokens, c.needle_offset, s.needle_offsets.len()),
-                format!("{} %", c.depth_percent),
-                c.topk,
-                c.precision,
-                c.recall_diff.unwrap_or(0.0),
-                // Estimators without per-trial outcomes (tail sampling) have no
-                // discordant pairs: say so rather than print 0/0 and p = 1.
-                match (c.discordant_gained, c.discordant_lost) {
-                    (Some(g), Some(l)) => format!("{g}/{l}"),
-                    _ => "-".into(),
-                },
-                c.mcnemar_p.map_or_else(|| "-".into(), |p| format!("{p:.3}"))
-            );
-        }
+    if s.precisions.len() > 1 && !narrow {
+        precision_pairs(&mut out, s, outcome, &holm);
+    }
+    if s.topks.len() > 1 {
+        k_pairs(&mut out, s, outcome, &holm, whole);
     }
     let _ = writeln!(out, "\neffective context (longest context with recall ≥ {} at every depth and every shorter context)", s.threshold);
     let reach = |effective: Option<u64>, held: bool| reach_label(effective, held, s.contexts[0]);
@@ -266,6 +292,156 @@ pub fn format_table(s: &Scenario, outcome: &SweepOutcome) -> String {
         );
     }
     out
+}
+
+/// The paired comparison of each precision with the first, on the same
+/// haystacks, with the Holm-adjusted p and the note on reading it.
+fn precision_pairs(out: &mut String, s: &Scenario, outcome: &SweepOutcome, holm: &HolmFamily) {
+    let base = &s.precisions[0].name;
+    let _ = writeln!(
+        out,
+        "\npaired comparison with {base} on the same haystacks: per-layer recall difference, trials kept only by the variant / only by {base},\n\
+         exact McNemar p and Holm-adjusted p"
+    );
+    let _ = writeln!(
+        out,
+        "{:>8}  {:>7}  {:>6}  {:<14}  {:>8}  {:>11}  {:>9}  {:>9}",
+        "context", "depth", "k", "precision", "diff", "gained/lost", "p", "Holm p"
+    );
+    for (i, c) in outcome.cells.iter().enumerate().filter(|(_, c)| c.baseline.is_some()) {
+        let _ = writeln!(
+            out,
+            "{:>8}  {:>7}  {:>6}  {:<14}  {:>+8.3}  {:>11}  {:>9}  {:>9}",
+            row_label(c.context_tokens, c.needle_offset, s.needle_offsets.len()),
+            format!("{} %", c.depth_percent),
+            c.topk,
+            c.precision,
+            c.recall_diff.unwrap_or(0.0),
+            pairs_text(c.discordant_gained, c.discordant_lost),
+            p_text(c.mcnemar_p),
+            p_text(holm.precision[i])
+        );
+    }
+    let _ = writeln!(out, "{}", multiple_comparison_note(holm.size));
+}
+
+/// The paired comparison of each k with the sweep's smallest, same
+/// context, depth, offset and precision, on the same haystacks.
+fn k_pairs(out: &mut String, s: &Scenario, outcome: &SweepOutcome, holm: &HolmFamily, whole: bool) {
+    let k0 = s.topks.iter().copied().min().unwrap_or(0);
+    let _ = writeln!(
+        out,
+        "\npaired comparison with k={k0} on the same haystacks: per-layer recall difference{}, trials kept only at the larger k / only at k={k0},\n\
+         exact McNemar p and Holm-adjusted p",
+        if whole { " (and whole-model)" } else { "" }
+    );
+    let model_column = |text: &str| if whole { format!("  {text:>10}") } else { String::new() };
+    let _ = writeln!(
+        out,
+        "{:>8}  {:>7}  {:>6}  {:<14}  {:>8}{}  {:>11}  {:>9}  {:>9}",
+        "context",
+        "depth",
+        "k",
+        "precision",
+        "diff",
+        model_column("model diff"),
+        "gained/lost",
+        "p",
+        "Holm p"
+    );
+    for (i, c) in outcome.cells.iter().enumerate().filter(|(_, c)| c.k_baseline.is_some()) {
+        let model = c.k_model_recall_diff.map_or_else(|| "-".into(), |d| format!("{d:+.3}"));
+        let _ = writeln!(
+            out,
+            "{:>8}  {:>7}  {:>6}  {:<14}  {:>+8.3}{}  {:>11}  {:>9}  {:>9}",
+            row_label(c.context_tokens, c.needle_offset, s.needle_offsets.len()),
+            format!("{} %", c.depth_percent),
+            c.topk,
+            c.precision,
+            c.k_recall_diff.unwrap_or(0.0),
+            model_column(&model),
+            pairs_text(c.k_discordant_gained, c.k_discordant_lost),
+            p_text(c.k_mcnemar_p),
+            p_text(holm.topk[i])
+        );
+    }
+    let _ = writeln!(out, "{}", multiple_comparison_note(holm.size));
+}
+
+/// The narrow layout of one depth's recall tables: one row per (context,
+/// k, precision) with per-layer recall, whole-model recall (`model_title`,
+/// when the cells have it), selection recall against the fidelity reference
+/// (when measured) and the paired comparison with the first precision.
+fn narrow_table(out: &mut String, s: &Scenario, outcome: &SweepOutcome, holm: &HolmFamily, depth: f64, model_title: Option<&str>) {
+    let cells: Vec<(usize, &CellResult)> = outcome.cells.iter().enumerate().filter(|(_, c)| c.depth_percent == depth).collect();
+    let one_row = s.contexts.len() * s.needle_offsets.len() == 1;
+    let reference = cells.iter().find_map(|(_, c)| c.fidelity_reference.clone());
+    let paired = s.precisions.len() > 1;
+    let name_width = s.precisions.iter().map(|p| p.name.chars().count()).max().unwrap_or(0).max(9);
+    let where_ = if one_row {
+        let c = cells.first().map_or(0, |(_, c)| c.context_tokens);
+        let offset = cells.first().and_then(|(_, c)| c.needle_offset).map_or_else(String::new, |o| format!(", needle offset {o}"));
+        format!("{} tokens{offset}, ", tokens_label(c))
+    } else {
+        String::new()
+    };
+    let _ = writeln!(out, "\nper-layer selection recall at {where_}depth {depth} % (95 % Wilson interval)");
+    if let Some(t) = model_title {
+        let _ = writeln!(out, "and {t}");
+    }
+    if paired {
+        let base = &s.precisions[0].name;
+        let _ =
+            writeln!(out, "paired with {base} on the same haystacks: recall difference, trials kept only by the variant / only by {base},");
+        let _ = writeln!(out, "exact McNemar p and Holm-adjusted p");
+    }
+    let mut header = String::new();
+    if !one_row {
+        let _ = write!(header, "{:>8}  ", "context");
+    }
+    let _ = write!(header, "{:>6}  {:<name_width$}  {:>22}", "k", "precision", "recall");
+    if model_title.is_some() {
+        let _ = write!(header, "  {:>22}", "whole model");
+    }
+    if let Some(r) = &reference {
+        let _ = write!(header, "  {:>12}", format!("sel. vs {r}"));
+    }
+    if paired {
+        let _ = write!(header, "  {:>7}  {:>11}  {:>8}  {:>8}", "diff", "gained/lost", "p", "Holm p");
+    }
+    let _ = writeln!(out, "{}", header.trim_end());
+    for (i, c) in cells {
+        let mut line = String::new();
+        if !one_row {
+            let _ = write!(line, "{:>8}  ", row_label(c.context_tokens, c.needle_offset, s.needle_offsets.len()));
+        }
+        let interval = |r: f64, lo: f64, hi: f64| format!("{r:.3} [{lo:.3}, {hi:.3}]");
+        let _ = write!(line, "{:>6}  {:<name_width$}  {:>22}", c.topk, c.precision, interval(c.recall, c.ci_low, c.ci_high));
+        if model_title.is_some() {
+            let model = match (c.model_recall, c.model_ci_low, c.model_ci_high) {
+                (Some(r), Some(lo), Some(hi)) => interval(r, lo, hi),
+                _ => "-".into(),
+            };
+            let _ = write!(line, "  {model:>22}");
+        }
+        if reference.is_some() {
+            let _ = write!(line, "  {:>12}", c.selection_recall.map_or_else(|| "-".into(), |x| format!("{x:.4}")));
+        }
+        if paired && c.baseline.is_some() {
+            let _ = write!(
+                line,
+                "  {:>+7.3}  {:>11}  {:>8}  {:>8}",
+                c.recall_diff.unwrap_or(0.0),
+                pairs_text(c.discordant_gained, c.discordant_lost),
+                p_text(c.mcnemar_p),
+                p_text(holm.precision[i])
+            );
+        }
+        let _ = writeln!(out, "{}", line.trim_end());
+    }
+    if paired {
+        let _ = writeln!(out, "{}", multiple_comparison_note(holm.size));
+    }
 }
 
 /// One table of a recall (`value`: recall and its interval) by context
@@ -333,6 +509,37 @@ mod tests {
             assert_eq!(c.indexed_layers, Some(21));
             assert!(c.model_survived.unwrap() >= c.survived, "{c:?}");
         }
+    }
+
+    #[test]
+    fn holm_family_holds_precision_and_k_pairs() {
+        // Issue 17, statistics: one Holm family of every paired test; the
+        // precision-paired values keep holm_adjusted_p's shape (one per cell).
+        use crate::run::cell::{holm_adjusted_k_p, holm_adjusted_p};
+        let s = crate::config::check(crate::config::resolve(Default::default()).unwrap()).unwrap();
+        let s = crate::config::Scenario {
+            contexts: vec![4096],
+            topks: vec![32, 128],
+            trials: 20,
+            precisions: ["fp32", "fp4"].map(|p| crate::score::variant::PrecisionVariant::builtin(p).unwrap()).to_vec(),
+            ..s
+        };
+        let cells = crate::run::sweep::run_sweep(&s, &|| {}).unwrap().cells;
+        let (by_precision, by_k) = (holm_adjusted_p(&cells), holm_adjusted_k_p(&cells));
+        assert_eq!((by_precision.len(), by_k.len()), (cells.len(), cells.len()));
+        let raw: Vec<f64> =
+            cells.iter().map(|c| c.mcnemar_p).chain(cells.iter().map(|c| c.k_mcnemar_p)).map(|p| p.unwrap_or(f64::NAN)).collect();
+        let want = crate::base::stats::holm_adjust(&raw);
+        for (i, c) in cells.iter().enumerate() {
+            assert_eq!(by_precision[i].is_some(), c.mcnemar_p.is_some());
+            assert_eq!(by_k[i].is_some(), c.k_mcnemar_p.is_some());
+            assert_eq!(by_precision[i].unwrap_or(f64::NAN).to_bits(), want[i].to_bits());
+            assert_eq!(by_k[i].unwrap_or(f64::NAN).to_bits(), want[cells.len() + i].to_bits());
+            assert!(by_precision[i].zip(c.mcnemar_p).is_none_or(|(h, p)| h >= p));
+        }
+        assert_eq!(HolmFamily::of(&cells).size, 2 + 2, "fp4 at two k, and two precisions at k = 128");
+        let table = format_table(&s, &crate::run::sweep::SweepOutcome { cells, effective: vec![] });
+        assert!(table.contains(&multiple_comparison_note(4)), "{table}");
     }
 
     #[test]

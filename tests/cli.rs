@@ -224,7 +224,7 @@ fn sweep_writes_all_outputs() {
     assert!(!stderr(&o).contains("panicked"));
     assert!(stdout(&o).contains("effective context"), "{}", stdout(&o));
 
-    for f in ["results.jsonl", "summary.csv", "manifest.json", "recall_vs_context.png"] {
+    for f in ["results.jsonl", "summary.csv", "effective_context.csv", "manifest.json", "recall_vs_context.png"] {
         assert!(out.join(f).is_file(), "missing {f}");
     }
     let png = fs::read(out.join("recall_vs_context.png")).unwrap();
@@ -987,4 +987,77 @@ fn one_context_prints_a_narrow_table_with_paired_k_and_holm_columns() {
     assert_eq!(family, 4 + 3, "bf16 and fp4 at two k, and three precisions at the larger k");
     let note = format!("{family} paired tests (precision and k pairs)");
     assert_eq!(text.matches(&note).count(), 2, "one note under each paired table: {text}");
+}
+
+#[test]
+fn effective_context_csv_and_the_reports_paired_k_tables() {
+    // Issue 17: the effective-context CSV (one row per k and precision, the
+    // manifest's values), and report.html's narrow table, k-paired table and
+    // Holm column when (k, precision) columns would not fit.
+    let dir = TempDir::new().unwrap();
+    let out = dir.path().join("wide");
+    let o = bin()
+        .args([
+            "sweep",
+            "--trials",
+            "20",
+            "--contexts",
+            "1K,4K",
+            "--depths",
+            "50",
+            "--topk",
+            "32,64",
+            "--precisions",
+            "fp32,bf16,fp4",
+            "--out",
+        ])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = stdout(&o);
+    // Six (k, precision) columns would pass 120 characters: narrow, with a context column.
+    assert!(text.lines().any(|l| l.split_whitespace().take(3).eq(["4K", "64", "fp4"])), "{text}");
+
+    let csv = read(&out.join("effective_context.csv"));
+    let m = manifest(&out);
+    assert!(m["files"].as_array().unwrap().iter().any(|f| f == "effective_context.csv"), "{}", m["files"]);
+    let effective = m["effective_context"].as_array().unwrap();
+    let mut lines = csv.lines();
+    assert_eq!(
+        lines.next(),
+        Some("topk,precision,threshold,effective_context,held_at_longest,model_effective_context,model_held_at_longest,coverage_limit")
+    );
+    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+    assert_eq!(rows.len(), 6);
+    let text_of = |v: &Value| if v.is_null() { String::new() } else { v.to_string() };
+    for (row, e) in rows.iter().zip(effective) {
+        let want = [
+            e["topk"].to_string(),
+            e["precision"].as_str().unwrap().to_string(),
+            e["threshold"].to_string(),
+            text_of(&e["effective_context"]),
+            e["held_at_longest"].to_string(),
+            text_of(&e["model"]["effective_context"]),
+            e["model"]["held_at_longest"].to_string(),
+            e["coverage_limit"].to_string(),
+        ];
+        assert_eq!(row, &want, "{csv}");
+    }
+
+    let html = read(&out.join("report.html"));
+    for needle in
+        ["<h2>Recall per cell</h2>", "<td>4K</td><td>64</td><td class=\"l\">fp4</td>", "Paired comparison with k=32", "<th>Holm p</th>"]
+    {
+        assert!(html.contains(needle), "report.html lacks {needle:?}");
+    }
+    let family =
+        csv_rows(&out).iter().map(|r| usize::from(!r["mcnemar_p"].is_empty()) + usize::from(!r["k_mcnemar_p"].is_empty())).sum::<usize>();
+    assert_eq!(family, 2 * 2 * 2 + 2 * 3);
+    assert_eq!(html.matches(&format!("{family} paired tests (precision and k pairs)")).count(), 2);
+
+    // `plot` redraws charts and the report; it leaves the data files as they are.
+    let before = fs::read(out.join("effective_context.csv")).unwrap();
+    bin().arg("plot").arg(&out).assert().success();
+    assert_eq!(fs::read(out.join("effective_context.csv")).unwrap(), before);
 }

@@ -6,9 +6,10 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-const FILES: [&str; 10] = [
+const FILES: [&str; 11] = [
     "results.jsonl",
     "summary.csv",
+    "effective_context.csv",
     "manifest.json",
     "recall_vs_context.png",
     "heatmap.png",

@@ -12,12 +12,12 @@ use crate::error::Error;
 use crate::model::stack::{FaultSpreadChoice, HcaReading, LayerKind};
 use crate::report::chart::Reach;
 use crate::report::{Grid, ReportMeta};
-use crate::run::cell::CellResult;
-use crate::run::output::{row_label, tokens_label};
+use crate::run::cell::{CellResult, HolmFamily};
+use crate::run::output::{is_narrow, multiple_comparison_note, row_label, tokens_label};
 use std::fmt::Write as _;
 use std::path::Path;
 
-/// Significance level highlighted in the paired-comparison table.
+/// Significance level of the Holm-adjusted p highlighted in the paired-comparison tables.
 pub const SIGNIFICANCE: f64 = 0.05;
 
 /// Escapes text for HTML element content and attribute values.
@@ -126,6 +126,67 @@ fn recall_tables(h: &mut String, g: &Grid, cells: &[CellResult], threshold: f64,
     }
 }
 
+/// The narrow layout of the per-cell tables (one context, or too many
+/// (k, precision) columns): per depth, one row per (context, k, precision)
+/// with per-layer recall, whole-model recall when present, selection recall
+/// against the fidelity reference when measured, and the difference from
+/// the baseline precision (its test is in the paired table below).
+fn narrow_tables(h: &mut String, g: &Grid, cells: &[CellResult], threshold: f64) {
+    let whole = cells.iter().any(|c| c.model_recall.is_some());
+    let reference = cells.iter().find_map(|c| c.fidelity_reference.clone());
+    let one_row = g.contexts.len() * g.offsets.len() == 1;
+    let recall = |r: f64, lo: f64, hi: f64| {
+        let class = if r >= threshold { "kept" } else { "lost" };
+        format!("<span class=\"{class}\">{r:.3}</span> [{lo:.3}, {hi:.3}]")
+    };
+    for &depth in &g.depths {
+        let at = if one_row { format!("{} tokens, ", tokens_label(g.contexts[0])) } else { String::new() };
+        let _ = write!(h, "<h3>{at}depth {depth} %</h3><div class=\"scroll\"><table><tr>");
+        if !one_row {
+            h.push_str(if g.offsets.len() > 1 { "<th>context @ needle offset</th>" } else { "<th>context</th>" });
+        }
+        h.push_str("<th>k</th><th class=\"l\">precision</th><th>per-layer recall</th>");
+        if whole {
+            h.push_str("<th>whole-model recall</th>");
+        }
+        if let Some(r) = &reference {
+            let _ = write!(h, "<th>selection recall vs {}</th>", escape(r));
+        }
+        if g.precisions.len() > 1 {
+            let _ = write!(h, "<th>difference vs {}</th>", escape(&g.precisions[0]));
+        }
+        h.push_str("</tr>\n");
+        for c in cells.iter().filter(|c| c.depth_percent == depth) {
+            h.push_str("<tr>");
+            if !one_row {
+                let _ = write!(h, "<td>{}</td>", row_label(c.context_tokens, c.needle_offset, g.offsets.len()));
+            }
+            let _ = write!(
+                h,
+                "<td>{}</td><td class=\"l\">{}</td><td>{}</td>",
+                c.topk,
+                escape(&c.precision),
+                recall(c.recall, c.ci_low, c.ci_high)
+            );
+            if whole {
+                let model = match (c.model_recall, c.model_ci_low, c.model_ci_high) {
+                    (Some(r), Some(lo), Some(hi)) => recall(r, lo, hi),
+                    _ => "–".into(),
+                };
+                let _ = write!(h, "<td>{model}</td>");
+            }
+            if reference.is_some() {
+                let _ = write!(h, "<td>{}</td>", fmt_ci(c.selection_recall, c.selection_recall_ci_low, c.selection_recall_ci_high));
+            }
+            if g.precisions.len() > 1 {
+                let _ = write!(h, "<td>{}</td>", c.recall_diff.map_or("–".to_string(), |d| format!("{d:+.3}")));
+            }
+            h.push_str("</tr>\n");
+        }
+        h.push_str("</table></div>\n");
+    }
+}
+
 /// What whole-model recall reads: the stack's layers, how its layers and
 /// query tokens are tied, and what an HCA layer's pooled row holds of the
 /// needle. Empty when the scenario has no stack.
@@ -172,11 +233,25 @@ fn stack_section(meta: &ReportMeta) -> String {
 }
 
 fn fmt_p(p: f64) -> String {
-    if p < 0.001 {
-        format!("{p:.1e}")
-    } else {
-        format!("{p:.3}")
+    crate::run::output::format_p(p)
+}
+
+/// "3/0" and the p-values, or "-" where the estimator has no per-trial
+/// outcomes (tail sampling: no discordant pairs, no McNemar test).
+fn test_cells(gained: Option<u64>, lost: Option<u64>, p: Option<f64>, holm: Option<f64>) -> (String, String, String) {
+    match (gained, lost, p) {
+        (Some(g), Some(l), Some(p)) => (format!("{g}/{l}"), fmt_p(p), holm.map_or("-".to_string(), fmt_p)),
+        _ => ("-".to_string(), "-".to_string(), "-".to_string()),
     }
+}
+
+/// The note under a paired table: the family, chance findings, and what
+/// the highlight means.
+fn holm_note(family: usize) -> String {
+    format!(
+        "<p class=\"meta\">{}. Highlighted: Holm-adjusted p &lt; {SIGNIFICANCE}. Family and adjustment: docs/MODEL.md, “Paired comparisons”.</p>\n",
+        escape(&multiple_comparison_note(family))
+    )
 }
 
 /// The report of a sweep directory whose charts `chart_files` (names in
@@ -277,9 +352,19 @@ pub fn report_html(dir: &Path, meta: &ReportMeta, cells: &[CellResult], chart_fi
     }
 
     // recall tables
-    let _ = writeln!(h, "<h2>Per-layer selection recall per cell</h2><p>Per-layer selection recall with its Wilson 95 % interval.</p>");
-    recall_tables(&mut h, &g, cells, meta.threshold, |x| Some((x.recall, x.ci_low, x.ci_high)));
-    if whole {
+    let narrow = is_narrow(g.contexts.len() * g.offsets.len(), g.topks.len() * g.precisions.len());
+    if narrow {
+        let stack = meta.stack_label().filter(|_| whole).map_or_else(String::new, |s| format!("; whole-model recall: {}", escape(&s)));
+        let _ = writeln!(
+            h,
+            "<h2>Recall per cell</h2><p>One row per (k, precision): recall with its Wilson 95 % interval{stack}; selection recall with its 95 % interval; the per-layer recall difference from the baseline precision on the same haystacks (tested below).</p>"
+        );
+        narrow_tables(&mut h, &g, cells, meta.threshold);
+    } else {
+        let _ = writeln!(h, "<h2>Per-layer selection recall per cell</h2><p>Per-layer selection recall with its Wilson 95 % interval.</p>");
+        recall_tables(&mut h, &g, cells, meta.threshold, |x| Some((x.recall, x.ci_low, x.ci_high)));
+    }
+    if whole && !narrow {
         let stack = meta.stack_label().map_or_else(String::new, |s| format!(" ({s})"));
         let _ = writeln!(
             h,
@@ -288,29 +373,24 @@ pub fn report_html(dir: &Path, meta: &ReportMeta, cells: &[CellResult], chart_fi
         recall_tables(&mut h, &g, cells, meta.threshold, |x| Some((x.model_recall?, x.model_ci_low?, x.model_ci_high?)));
     }
 
-    // paired comparisons
-    let paired: Vec<&CellResult> = cells.iter().filter(|c| c.baseline.is_some()).collect();
-    if !paired.is_empty() {
-        let base = paired[0].baseline.clone().unwrap_or_default();
+    // paired comparisons: one Holm family for both tables
+    let holm = HolmFamily::of(cells);
+    let sig = |p: Option<f64>| if p.is_some_and(|p| p < SIGNIFICANCE) { " class=\"sig\"" } else { "" };
+    let paired: Vec<(usize, &CellResult)> = cells.iter().enumerate().filter(|(_, c)| c.baseline.is_some()).collect();
+    if let Some((_, first)) = paired.first() {
+        let base = escape(first.baseline.as_deref().unwrap_or_default());
         let _ = writeln!(
             h,
-            "<h2>Paired comparison with {}</h2><p>Each variant against {} on the same haystacks: recall difference, trials kept only by the variant / only by {}, and the exact two-sided McNemar p-value. Rows with p &lt; {SIGNIFICANCE} are highlighted.</p>",
-            escape(&base),
-            escape(&base),
-            escape(&base)
+            "<h2>Paired comparison with {base}</h2><p>Each variant against {base} on the same haystacks: recall difference, trials kept only by the variant / only by {base}, the exact two-sided McNemar p-value, and the same adjusted by Holm over every paired test of the sweep.</p>"
         );
-        h.push_str("<div class=\"scroll\"><table><tr><th>context</th><th>depth</th><th>k</th><th class=\"l\">precision</th><th>recall</th><th>baseline recall</th><th>difference</th><th>gained/lost</th><th>McNemar p</th></tr>\n");
-        for c in &paired {
+        h.push_str("<div class=\"scroll\"><table><tr><th>context</th><th>depth</th><th>k</th><th class=\"l\">precision</th><th>recall</th><th>baseline recall</th><th>difference</th><th>gained/lost</th><th>McNemar p</th><th>Holm p</th></tr>\n");
+        for &(i, c) in &paired {
             let diff = c.recall_diff.unwrap_or(0.0);
-            // Tail sampling has no discordant pairs and no McNemar test.
-            let (pairs, p) = match (c.discordant_gained, c.discordant_lost, c.mcnemar_p) {
-                (Some(g), Some(l), Some(p)) => (format!("{g}/{l}"), fmt_p(p)),
-                _ => ("-".to_string(), "-".to_string()),
-            };
+            let (pairs, p, adjusted) = test_cells(c.discordant_gained, c.discordant_lost, c.mcnemar_p, holm.precision[i]);
             let _ = writeln!(
                 h,
-                "<tr{}><td>{}</td><td>{} %</td><td>{}</td><td class=\"l\">{}</td><td>{:.3}</td><td>{:.3}</td><td>{:+.3}</td><td>{}</td><td>{}</td></tr>",
-                if c.mcnemar_p.is_some_and(|p| p < SIGNIFICANCE) { " class=\"sig\"" } else { "" },
+                "<tr{}><td>{}</td><td>{} %</td><td>{}</td><td class=\"l\">{}</td><td>{:.3}</td><td>{:.3}</td><td>{:+.3}</td><td>{pairs}</td><td>{p}</td><td>{adjusted}</td></tr>",
+                sig(holm.precision[i]),
                 row_label(c.context_tokens, c.needle_offset, g.offsets.len()),
                 c.depth_percent,
                 c.topk,
@@ -318,11 +398,47 @@ pub fn report_html(dir: &Path, meta: &ReportMeta, cells: &[CellResult], chart_fi
                 c.recall,
                 c.recall - diff,
                 diff,
-                pairs,
-                p
             );
         }
         h.push_str("</table></div>\n");
+        h.push_str(&holm_note(holm.size));
+    }
+    let k_paired: Vec<(usize, &CellResult)> = cells.iter().enumerate().filter(|(_, c)| c.k_baseline.is_some()).collect();
+    if let Some((_, first)) = k_paired.first() {
+        let k0 = first.k_baseline.unwrap_or_default();
+        let model = if whole { " and of whole-model recall" } else { "" };
+        let _ = writeln!(
+            h,
+            "<h2 id=\"k-pairs\">Paired comparison with k={k0}</h2><p>What a larger k buys: each k against k={k0}, same context, depth and precision, on the same haystacks: difference of per-layer recall{model}, trials kept only at the larger k / only at k={k0}, the exact two-sided McNemar p-value, and the same adjusted by Holm over every paired test of the sweep.</p>"
+        );
+        let model_th = if whole { "<th>whole-model difference</th>" } else { "" };
+        let _ = writeln!(
+            h,
+            "<div class=\"scroll\"><table><tr><th>context</th><th>depth</th><th>k</th><th class=\"l\">precision</th><th>recall</th><th>recall at k={k0}</th><th>difference</th>{model_th}<th>gained/lost</th><th>McNemar p</th><th>Holm p</th></tr>"
+        );
+        for &(i, c) in &k_paired {
+            let diff = c.k_recall_diff.unwrap_or(0.0);
+            let (pairs, p, adjusted) = test_cells(c.k_discordant_gained, c.k_discordant_lost, c.k_mcnemar_p, holm.topk[i]);
+            let model = if whole {
+                format!("<td>{}</td>", c.k_model_recall_diff.map_or("–".to_string(), |d| format!("{d:+.3}")))
+            } else {
+                String::new()
+            };
+            let _ = writeln!(
+                h,
+                "<tr{}><td>{}</td><td>{} %</td><td>{}</td><td class=\"l\">{}</td><td>{:.3}</td><td>{:.3}</td><td>{:+.3}</td>{model}<td>{pairs}</td><td>{p}</td><td>{adjusted}</td></tr>",
+                sig(holm.topk[i]),
+                row_label(c.context_tokens, c.needle_offset, g.offsets.len()),
+                c.depth_percent,
+                c.topk,
+                escape(&c.precision),
+                c.recall,
+                c.recall - diff,
+                diff,
+            );
+        }
+        h.push_str("</table></div>\n");
+        h.push_str(&holm_note(holm.size));
     }
 
     // fidelity

@@ -570,8 +570,10 @@ pub fn render_all(dir: &Path, meta: &ReportMeta, cells: &[CellResult], opts: &Pl
 /// every file the directory holds, for the manifest's list.
 pub fn write_sweep(dir: &Path, s: &Scenario, outcome: &SweepOutcome, opts: &PlotOptions) -> Result<Vec<String>, Error> {
     write_atomic(&dir.join(SUMMARY_FILE), output::summary_csv(&outcome.cells).as_bytes())?;
+    write_atomic(&dir.join(output::EFFECTIVE_CONTEXT_FILE), output::effective_context_csv(&outcome.effective).as_bytes())?;
     let meta = ReportMeta::from_scenario(s, &outcome.effective);
-    let mut files = vec![RESULTS_FILE.to_string(), SUMMARY_FILE.to_string(), MANIFEST_FILE.to_string()];
+    let mut files =
+        vec![RESULTS_FILE.to_string(), SUMMARY_FILE.to_string(), output::EFFECTIVE_CONTEXT_FILE.to_string(), MANIFEST_FILE.to_string()];
     files.extend(render_all(dir, &meta, &outcome.cells, opts)?);
     Ok(files)
 }

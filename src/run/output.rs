@@ -7,7 +7,7 @@
 use crate::config::Scenario;
 use crate::error::Error;
 use crate::run::cell::{CellResult, HolmFamily};
-use crate::run::sweep::SweepOutcome;
+use crate::run::sweep::{EffectiveContext, SweepOutcome};
 use std::fmt::Write as _;
 use std::fs;
 use std::io::Write as _;
@@ -16,6 +16,7 @@ use std::path::Path;
 pub const RESULTS_FILE: &str = "results.jsonl";
 pub const SUMMARY_FILE: &str = "summary.csv";
 pub const MANIFEST_FILE: &str = "manifest.json";
+pub const EFFECTIVE_CONTEXT_FILE: &str = "effective_context.csv";
 pub const RECALL_CHART_FILE: &str = "recall_vs_context.png";
 
 /// Creates `dir`, refusing a non-empty existing one unless `force`.
@@ -153,6 +154,33 @@ pub fn summary_csv(cells: &[CellResult]) -> String {
     out
 }
 
+/// `effective_context.csv`: one row per (k, precision) with its effective
+/// context read from per-layer recall and, with a stack, from whole-model
+/// recall (docs/MODEL.md, "Effective context"). An empty context means
+/// recall was below the threshold already at the shortest context tested;
+/// `held_at_longest` true means it held at the longest, so the true value
+/// may be longer.
+pub fn effective_context_csv(effective: &[EffectiveContext]) -> String {
+    let mut out = String::from(
+        "topk,precision,threshold,effective_context,held_at_longest,model_effective_context,model_held_at_longest,coverage_limit\n",
+    );
+    for e in effective {
+        let fields = [
+            e.topk.to_string(),
+            e.precision.clone(),
+            e.threshold.to_string(),
+            opt(e.effective_context),
+            e.held_at_longest.to_string(),
+            opt(e.model.and_then(|m| m.effective_context)),
+            opt(e.model.map(|m| m.held_at_longest)),
+            e.coverage_limit.to_string(),
+        ];
+        out.push_str(&fields.join(","));
+        out.push('\n');
+    }
+    out
+}
+
 /// An effective context as tables print it: "16K", "≥ 128K" (it held at
 /// the longest context tested) or "< 1K" (it failed at `shortest`).
 pub fn reach_label(effective: Option<u64>, held_at_longest: bool, shortest: u64) -> String {
@@ -199,9 +227,13 @@ pub const TABLE_WIDTH: usize = 120;
 /// single row (one context and offset) reads better transposed, and a wide
 /// table over [`TABLE_WIDTH`] columns wraps in a terminal.
 pub fn narrow_layout(s: &Scenario) -> bool {
-    let rows = s.contexts.len() * s.needle_offsets.len();
-    let wide = 8 + 24 * s.topks.len() * s.precisions.len();
-    rows == 1 || wide > TABLE_WIDTH
+    is_narrow(s.contexts.len() * s.needle_offsets.len(), s.topks.len() * s.precisions.len())
+}
+
+/// [`narrow_layout`] of a table with `rows` rows (context, needle offset)
+/// and `series` (k, precision) columns per depth; report.html follows it too.
+pub fn is_narrow(rows: usize, series: usize) -> bool {
+    rows == 1 || 8 + 24 * series > TABLE_WIDTH
 }
 
 /// A p-value as tables print it: three decimals, or two significant digits

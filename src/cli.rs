@@ -14,11 +14,131 @@ use std::path::PathBuf;
 #[command(
     name = "dsa-recall",
     version,
-    about = "Simulates DeepSeek sparse attention's top-k selection and per-layer needle selection recall on a CPU"
+    about = "Simulates DeepSeek sparse attention's top-k selection and per-layer needle selection recall on a CPU",
+    after_help = EXAMPLES
 )]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
+}
+
+/// The top-level help's examples: one command per everyday question.
+const EXAMPLES: &str = "\
+Examples:
+  dsa-recall sweep --out results                      the preset's grid: recall vs context, charts, report.html
+  dsa-recall sweep --contexts 32K --precisions all --out cmp
+                                                      every precision and k at one context (narrow table)
+  dsa-recall sweep --contexts 8K..64K --topk 512,1024 --out k
+                                                      what k = 1024 buys over 512 (paired on the same haystacks)
+  dsa-recall sweep --needle-strength 0.5,1,2,4 --contexts 32K --out strength
+                                                      a model knob as a sweep axis
+  dsa-recall run --context 32K --depth 50 --topk 512 --precision fp4 --print-trials
+                                                      one cell, trial by trial
+  dsa-recall presets show deepseek-v4-pro             a preset's every setting, as TOML
+  dsa-recall plot results --format svg                redraw a sweep's charts without simulating";
+
+/// Every preset's value of a setting, as help text says it: "400 in each
+/// preset", or "512 for deepseek-v4-flash, 1024 for deepseek-v4-pro, …".
+/// Read from the embedded presets, so help follows them.
+fn preset_values(value: impl Fn(&ScenarioParams) -> Option<String>) -> Option<String> {
+    let values: Vec<(&str, String)> =
+        config::PRESETS.iter().filter_map(|(name, _)| Some((*name, value(&config::preset_params(name).ok()?)?))).collect();
+    let first = values.first()?.1.clone();
+    if values.len() == config::PRESETS.len() && values.iter().all(|(_, v)| *v == first) {
+        return Some(format!("{first} in each preset"));
+    }
+    Some(values.iter().map(|(name, v)| format!("{v} for {name}")).collect::<Vec<_>>().join(", "))
+}
+
+/// The default a knob flag takes from the preset, for its help line.
+fn preset_default(path: &str) -> Option<String> {
+    let list = |l: &Option<ListSpec>| l.as_ref().map(ListSpec::to_text);
+    let values = match path {
+        "sweep.trials" => preset_values(|p| p.sweep.trials.map(|v| v.to_string())),
+        "sweep.seed" => preset_values(|p| p.sweep.seed.map(|v| v.to_string())),
+        "sweep.threshold" => preset_values(|p| p.sweep.threshold.map(|v| v.to_string())),
+        "sweep.contexts" => preset_values(|p| list(&p.sweep.contexts)),
+        "sweep.depths" => preset_values(|p| list(&p.sweep.depths)),
+        "sweep.precisions" => preset_values(|p| list(&p.sweep.precisions)),
+        // check_grid's default: index_topk and twice it.
+        "sweep.topk" => {
+            let values = preset_values(|p| list(&p.sweep.topk).or(p.indexer.index_topk.map(|k| format!("{k},{}", 2 * k))))?;
+            return Some(format!("[default: the preset's index_topk and twice it: {values}]"));
+        }
+        _ => None,
+    }?;
+    Some(format!("[default: the preset's: {values}]"))
+}
+
+/// A knob flag's help with the preset's default appended.
+fn with_preset_default(arg: clap::Arg) -> clap::Arg {
+    match preset_default(arg.get_id().as_str()) {
+        Some(default) => {
+            // The table's own "(default: …)" in words gives way to the values.
+            let help = arg.get_help().map(|h| h.to_string()).unwrap_or_default();
+            let help = help.split(" (default:").next().unwrap_or_default().to_string();
+            arg.help(format!("{help} {default}"))
+        }
+        None => arg,
+    }
+}
+
+/// `--preset`'s help: the embedded presets by name.
+fn preset_help() -> String {
+    let names: Vec<String> = config::PRESETS
+        .iter()
+        .map(|(name, _)| if *name == config::DEFAULT_PRESET { format!("{name} (default)") } else { name.to_string() })
+        .collect();
+    format!("Preset to start from: {} (`dsa-recall presets` describes them)", names.join(", "))
+}
+
+/// Help of `run`'s and `trial`'s singular flags, with the preset's value.
+fn one_cell_help(what: &str, path: &str) -> String {
+    let value = match path {
+        "indexer.index_topk" => {
+            preset_values(|p| p.indexer.index_topk.map(|k| k.to_string())).map(|v| format!(" (the preset's index_topk: {v})"))
+        }
+        _ => preset_default(path).map(|d| format!(" {d}")),
+    };
+    format!("{what}{}", value.unwrap_or_default())
+}
+
+/// Knob flags `trial` takes no value from: it writes one trial's tensors,
+/// with no trial count, estimator, recall threshold or layer stack.
+const TRIAL_IGNORES: &[&str] = &["sweep.trials", "sweep.threshold", "estimator.", "stack."];
+/// `run` reports one cell: no effective context, so no threshold.
+const RUN_IGNORES: &[&str] = &["sweep.threshold"];
+
+fn ignored(list: &[&str], path: &str) -> bool {
+    list.iter().any(|p| if p.ends_with('.') { path.starts_with(p) } else { path == *p })
+}
+
+fn hide_in_trial(arg: clap::Arg) -> clap::Arg {
+    let hide = ignored(TRIAL_IGNORES, arg.get_id().as_str());
+    arg.hide(hide)
+}
+
+fn hide_in_run(arg: clap::Arg) -> clap::Arg {
+    let hide = ignored(RUN_IGNORES, arg.get_id().as_str());
+    arg.hide(hide)
+}
+
+/// Refuses a flag the command does not use (hidden from its help): a value
+/// that changes nothing would mislead.
+fn refuse_ignored(flags: &ScenarioParams, list: &[&str], command: &str, why: &str) -> Result<(), ConfigError> {
+    let given = serde_json::to_value(flags).unwrap_or_default();
+    for f in params::ScenarioParams::flags().filter(|f| ignored(list, f.path)) {
+        let Some((section, field)) = f.path.split_once('.') else { continue };
+        if let Some(v) = given.get(section).and_then(|s| s.get(field)) {
+            let value = v.as_str().map_or_else(|| v.to_string(), str::to_string);
+            return Err(ConfigError::new(
+                config::field_name(f.path),
+                value,
+                format!("no value: `{command}` does not use {} ({why})", f.long),
+            ));
+        }
+    }
+    Ok(())
 }
 
 #[derive(Subcommand, Debug)]
@@ -83,20 +203,19 @@ pub fn detail_context(text: &Option<String>) -> Result<Option<u64>, ConfigError>
 }
 
 #[derive(Args, Debug)]
+#[command(mut_args(hide_in_trial))]
 pub struct TrialArgs {
     #[command(flatten)]
     pub scenario: ScenarioArgs,
     /// Context length in tokens (K/M suffixes allowed).
     #[arg(long, allow_hyphen_values = true, value_name = "TOKENS")]
     pub context: Option<String>,
-    /// Needle depth in percent.
-    #[arg(long, allow_hyphen_values = true, value_name = "PERCENT")]
+    // Help texts with the presets' values.
+    #[arg(long, allow_hyphen_values = true, value_name = "PERCENT", help = one_cell_help("Needle depth in percent", "sweep.depths"))]
     pub depth: Option<String>,
-    /// Top-k.
-    #[arg(long, allow_hyphen_values = true, value_name = "K")]
+    #[arg(long, allow_hyphen_values = true, value_name = "K", help = one_cell_help("Top-k", "indexer.index_topk"))]
     pub topk: Option<String>,
-    /// Precision variants to dump (default: the preset's).
-    #[arg(long, allow_hyphen_values = true, value_name = "LIST")]
+    #[arg(long, allow_hyphen_values = true, value_name = "LIST", help = one_cell_help("Precision variants to dump", "sweep.precisions"))]
     pub precisions: Option<String>,
     /// Which trial of the cell (its seed is the sweep's trial seed).
     #[arg(long, default_value_t = 0)]
@@ -190,8 +309,8 @@ pub struct QuantizeArgs {
 /// Knobs shared by `sweep`, `run` and `trial`.
 #[derive(Args, Debug)]
 pub struct ScenarioArgs {
-    /// Preset to start from (see `dsa-recall presets`).
-    #[arg(long, allow_hyphen_values = true, allow_negative_numbers = true)]
+    // Help from the embedded presets' names.
+    #[arg(long, allow_hyphen_values = true, allow_negative_numbers = true, help = preset_help())]
     pub preset: Option<String>,
     /// TOML scenario file; its values override the preset's.
     #[arg(long, allow_negative_numbers = true, value_name = "FILE")]
@@ -260,7 +379,7 @@ impl<const SWEEP: bool> FromArgMatches for KnobFlags<SWEEP> {
 
 impl<const SWEEP: bool> Args for KnobFlags<SWEEP> {
     fn augment_args(cmd: clap::Command) -> clap::Command {
-        cmd.args(params::args(Self::SCOPE))
+        cmd.args(params::args(Self::SCOPE).map(with_preset_default))
     }
 
     fn augment_args_for_update(cmd: clap::Command) -> clap::Command {
@@ -298,17 +417,23 @@ pub struct SweepArgs {
 }
 
 #[derive(Args, Debug)]
+#[command(mut_args(hide_in_run))]
 pub struct RunArgs {
     #[command(flatten)]
     pub scenario: ScenarioArgs,
     /// Context length in tokens (K/M suffixes allowed).
     #[arg(long, allow_hyphen_values = true, allow_negative_numbers = true, value_name = "TOKENS")]
     pub context: Option<String>,
-    /// Needle depth in percent.
-    #[arg(long, allow_hyphen_values = true, value_name = "PERCENT", allow_negative_numbers = true)]
+    // Help texts with the presets' values.
+    #[arg(
+        long,
+        allow_hyphen_values = true,
+        value_name = "PERCENT",
+        allow_negative_numbers = true,
+        help = one_cell_help("Needle depth in percent", "sweep.depths")
+    )]
     pub depth: Option<String>,
-    /// Top-k.
-    #[arg(long, allow_hyphen_values = true, allow_negative_numbers = true, value_name = "K")]
+    #[arg(long, allow_hyphen_values = true, allow_negative_numbers = true, value_name = "K", help = one_cell_help("Top-k", "indexer.index_topk"))]
     pub topk: Option<String>,
     /// Precision variant.
     #[arg(long, allow_hyphen_values = true, allow_negative_numbers = true, value_name = "NAME")]
@@ -397,12 +522,14 @@ impl SweepArgs {
 
 impl TrialArgs {
     pub fn overlay(&self) -> Result<ScenarioParams, ConfigError> {
+        refuse_ignored(&self.scenario.knobs.params()?, TRIAL_IGNORES, "trial", "it writes the tensors of one trial, --trial")?;
         self.scenario.with_grid([&self.context, &self.depth, &self.topk, &self.precisions])
     }
 }
 
 impl RunArgs {
     pub fn overlay(&self) -> Result<ScenarioParams, ConfigError> {
+        refuse_ignored(&self.scenario.knobs.params()?, RUN_IGNORES, "run", "it reports one cell, not an effective context")?;
         self.scenario.with_grid([&self.context, &self.depth, &self.topk, &self.precision])
     }
 }

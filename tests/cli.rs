@@ -1061,3 +1061,73 @@ fn effective_context_csv_and_the_reports_paired_k_tables() {
     bin().arg("plot").arg(&out).assert().success();
     assert_eq!(fs::read(out.join("effective_context.csv")).unwrap(), before);
 }
+
+/// A command's `--help` text.
+fn help(args: &[&str]) -> String {
+    let o = bin().args(args).arg("--help").output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    stdout(&o)
+}
+
+/// The long flags a help text lists (hidden ones are absent).
+fn listed_flags(text: &str) -> Vec<String> {
+    text.lines().filter_map(|l| l.trim_start().strip_prefix("--")).map(|l| l.split([' ', '<']).next().unwrap().to_string()).collect()
+}
+
+#[test]
+fn help_shows_defaults_presets_examples_and_only_used_flags() {
+    // Issue 17, --help: the presets' defaults, the preset names, examples,
+    // and no flag a subcommand ignores.
+    let top = help(&[]);
+    assert!(top.contains("Examples:") && top.contains("dsa-recall sweep --contexts 32K --precisions all"), "{top}");
+    assert!(top.contains("--topk 512,1024"), "{top}");
+
+    let sweep = help(&["sweep"]);
+    // A flag's help, as one line whatever the wrapping: up to the next flag.
+    let line = |text: &str, flag: &str| {
+        let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
+        let at = flat.find(&format!("--{flag} ")).unwrap_or_else(|| panic!("no --{flag}: {text}"));
+        let rest = &flat[at + 2..];
+        rest[..rest.find(" --").unwrap_or(rest.len())].to_string()
+    };
+    // The shipped presets all run 400 trials from seed 42; k is index_topk and twice it.
+    assert!(line(&sweep, "trials").contains("[default: the preset's: 400 in each preset]"), "{}", line(&sweep, "trials"));
+    assert!(line(&sweep, "seed").contains("[default: the preset's: 42 in each preset]"));
+    assert!(line(&sweep, "topk").contains("512,1024 for deepseek-v4-flash, 1024,2048 for deepseek-v4-pro"), "{}", line(&sweep, "topk"));
+    let presets = stdout(&bin().arg("presets").output().unwrap());
+    let preset_line = line(&sweep, "preset");
+    for name in presets.lines().map(|l| l.split_whitespace().next().unwrap()) {
+        assert!(preset_line.contains(name), "--preset help lacks {name}: {preset_line}");
+    }
+    assert!(preset_line.contains("deepseek-v4-flash (default)"));
+    let sweep_flags = listed_flags(&sweep);
+    for f in ["trials", "threshold", "mode", "predict", "quorum"] {
+        assert!(sweep_flags.iter().any(|x| x == f), "sweep --help lacks --{f}");
+    }
+
+    // `run` reports one cell: no effective context, so no --threshold.
+    let run = listed_flags(&help(&["run"]));
+    assert!(run.iter().any(|f| f == "trials") && run.iter().any(|f| f == "mode") && run.iter().any(|f| f == "quorum"));
+    assert!(!run.iter().any(|f| f == "threshold"), "{run:?}");
+    // `trial` writes one trial: no trial count, estimator, threshold or stack.
+    let trial = listed_flags(&help(&["trial"]));
+    for f in ["trials", "threshold", "mode", "tail-rows", "predict", "quorum", "compress-ratios"] {
+        assert!(!trial.iter().any(|x| x == f), "trial --help lists --{f}");
+    }
+    assert!(trial.iter().any(|f| f == "seed") && trial.iter().any(|f| f == "rope"));
+
+    // Given anyway, they are refused in one line rather than ignored.
+    let tmp = TempDir::new().unwrap();
+    let dump = tmp.path().join("t.safetensors");
+    let cell = ["--context", "4K", "--depth", "50", "--topk", "64", "--precisions", "fp32", "--dump"];
+    let o = bin().arg("trial").args(["--trials", "5"]).args(cell).arg(&dump).output().unwrap();
+    assert_one_line_error(&o, &["sweep.trials (--trials) = 5", "`trial` does not use --trials"]);
+    let o = bin().arg("trial").args(["--quorum", "2"]).args(cell).arg(&dump).output().unwrap();
+    assert_one_line_error(&o, &["--quorum", "`trial` does not use"]);
+    assert!(!dump.exists());
+    let o = bin()
+        .args(["run", "--context", "4K", "--topk", "64", "--precision", "fp32", "--trials", "5", "--threshold", "0.5"])
+        .output()
+        .unwrap();
+    assert_one_line_error(&o, &["sweep.threshold (--threshold) = 0.5", "`run` does not use --threshold"]);
+}

@@ -161,12 +161,25 @@ fn results_are_byte_identical_across_thread_counts() {
 
 #[test]
 fn a_cell_does_not_depend_on_the_other_cells_of_its_sweep() {
-    // Same precisions (the paired and fidelity columns compare precisions by design).
+    // Same precisions (the paired and fidelity columns compare precisions by
+    // design); the k-paired columns compare with the sweep's smallest k, so
+    // they are compared apart: absent alone, and k = 64's among others.
     let alone = scenario("[sweep]\ncontexts = \"8K\"\ndepths = \"40\"\ntopk = \"256\"\nprecisions = \"fp32,bf16\"\ntrials = 50\n");
     let among =
         scenario("[sweep]\ncontexts = \"2K,8K,32K\"\ndepths = \"40,80\"\ntopk = \"64,256\"\nprecisions = \"fp32,bf16\"\ntrials = 50\n");
     let (a, b) = (sweep(&alone), sweep(&among));
-    assert_eq!(cell(&a, 8192, 40.0, 256, "bf16"), cell(&b, 8192, 40.0, 256, "bf16"));
+    let (a, b) = (cell(&a, 8192, 40.0, 256, "bf16"), cell(&b, 8192, 40.0, 256, "bf16"));
+    assert_eq!((a.k_baseline, b.k_baseline), (None, Some(64)));
+    let without_k_pairs = |c: &CellResult| CellResult {
+        k_baseline: None,
+        k_recall_diff: None,
+        k_discordant_gained: None,
+        k_discordant_lost: None,
+        k_mcnemar_p: None,
+        k_model_recall_diff: None,
+        ..c.clone()
+    };
+    assert_eq!(without_k_pairs(a), without_k_pairs(b));
 }
 
 #[test]

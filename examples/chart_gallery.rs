@@ -131,6 +131,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 })
                 .collect(),
             coverage_limit: Some(limit),
+            marked: Vec::new(),
         }
     };
     let panels = vec![panel(512, "bf16", 0.55), panel(512, "fp8", 0.7), panel(2048, "fp8", 0.6)];
@@ -139,6 +140,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         panels: panels.clone(),
         diverging: false,
         diverging_limit: None,
+        note: None,
     };
     render_heatmap(&hm, &dir.join("heatmap.png"), 1600, 1000)?;
 
@@ -148,12 +150,20 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         contexts: a.contexts.clone(),
         recall: a.recall.iter().zip(&b.recall).map(|(ra, rb)| ra.iter().zip(rb).map(|(x, y)| Some((*y)? - (*x)?)).collect()).collect(),
         coverage_limit: a.coverage_limit,
+        // demo marks: differences beyond 0.05 (a sweep marks Holm-adjusted p < 0.05)
+        marked: a
+            .recall
+            .iter()
+            .zip(&b.recall)
+            .map(|(ra, rb)| ra.iter().zip(rb).map(|(x, y)| matches!((x, y), (Some(x), Some(y)) if (y - x).abs() > 0.05)).collect())
+            .collect(),
     };
     let diff = Heatmap {
         title: "Selection recall difference fp8 − bf16 (synthetic demo data)".into(),
         panels: vec![diff_panel(&panels[0], &panels[1])],
         diverging: true,
-        diverging_limit: None,
+        diverging_limit: Some(0.25),
+        note: Some("ring: |difference| > 0.05 (demo rule; a sweep rings Holm-adjusted McNemar p < 0.05)".into()),
     };
     render_heatmap(&diff, &dir.join("heatmap_diff.png"), 1600, 1000)?;
 
@@ -162,6 +172,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         panels: [128u64, 256, 512, 1024, 2048].iter().map(|&k| panel(k, "fp8", 0.6)).collect(),
         diverging: false,
         diverging_limit: None,
+        note: None,
     };
     render_heatmap(&many, &dir.join("heatmap_grid.png"), 1600, 1000)?;
 

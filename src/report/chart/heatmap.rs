@@ -195,10 +195,16 @@ impl Painter for Heatmap {
         }
         let (vlo, vhi) = if self.diverging { (-self.limit(), self.limit()) } else { (0.0, 1.0) };
         let span = (bar_y1 - bar_y0).max(1);
+        // One rectangle per run of equal colour: the same pixels as one per
+        // row, far fewer SVG elements.
+        let row_color = |y: i32| self.color(vlo + (1.0 - (y - bar_y0) as f64 / span as f64) * (vhi - vlo));
+        let mut run_start = bar_y0;
         for y in bar_y0..bar_y1 {
-            let t = 1.0 - (y - bar_y0) as f64 / span as f64;
-            let v = vlo + t * (vhi - vlo);
-            root.draw(&Rectangle::new([(bar_x0, y), (bar_x1, y + 1)], self.color(v).filled())).map_err(draw_err)?;
+            let color = row_color(y);
+            if y + 1 == bar_y1 || row_color(y + 1) != color {
+                root.draw(&Rectangle::new([(bar_x0, run_start), (bar_x1, y + 1)], color.filled())).map_err(draw_err)?;
+                run_start = y + 1;
+            }
         }
         root.draw(&Rectangle::new([(bar_x0, bar_y0), (bar_x1, bar_y1)], INK_SOFT.stroke_width(1))).map_err(draw_err)?;
         let tick_style = text_at(15.0 * s, INK, HPos::Left, VPos::Center);

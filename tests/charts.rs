@@ -36,7 +36,7 @@ fn small_sweep_with(dir: &Path, extra: &[&str]) {
 const CHARTS: [(&str, Option<(u32, u32)>); 8] = [
     ("recall_vs_context.png", Some((1600, 1000))),
     ("recall_vs_context_depth100.png", Some((1600, 1000))),
-    ("compare.png", Some((1600, 700))),
+    ("compare.png", Some((1600, 480))),
     ("heatmap.png", None),
     ("heatmap_model.png", None),
     ("heatmap_diff.png", None),

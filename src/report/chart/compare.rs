@@ -56,7 +56,7 @@ impl CompareChart {
     /// Pixel height that gives each row room: header, rows, legend.
     pub fn height(&self) -> u32 {
         let groups = self.rows.iter().map(|r| r.topk).collect::<std::collections::BTreeSet<_>>().len();
-        (300 + 46 * (self.rows.len() + groups)).clamp(700, 6000) as u32
+        (300 + 46 * (self.rows.len() + groups)).clamp(480, 6000) as u32
     }
 
     fn whole(&self) -> bool {

@@ -6,7 +6,8 @@
 use std::path::PathBuf;
 
 use dsa_recall::report::chart::{
-    render_heatmap, render_recall_vs_context, EffectiveMark, Heatmap, HeatmapPanel, Reach, RecallChart, RecallPoint, RecallSeries,
+    render_compare, render_heatmap, render_recall_vs_context, render_recall_vs_depth, CompareChart, CompareRow, DepthChart, DepthPanel,
+    DepthPoint, DepthSeries, EffectiveMark, Estimate, Heatmap, HeatmapPanel, Reach, RecallChart, RecallPoint, RecallSeries,
 };
 
 /// Wilson score interval for `successes` out of `n` trials at z = 1.96.
@@ -131,6 +132,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 })
                 .collect(),
             coverage_limit: Some(limit),
+            marked: Vec::new(),
         }
     };
     let panels = vec![panel(512, "bf16", 0.55), panel(512, "fp8", 0.7), panel(2048, "fp8", 0.6)];
@@ -139,6 +141,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         panels: panels.clone(),
         diverging: false,
         diverging_limit: None,
+        note: None,
     };
     render_heatmap(&hm, &dir.join("heatmap.png"), 1600, 1000)?;
 
@@ -148,12 +151,20 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         contexts: a.contexts.clone(),
         recall: a.recall.iter().zip(&b.recall).map(|(ra, rb)| ra.iter().zip(rb).map(|(x, y)| Some((*y)? - (*x)?)).collect()).collect(),
         coverage_limit: a.coverage_limit,
+        // demo marks: differences beyond 0.05 (a sweep marks Holm-adjusted p < 0.05)
+        marked: a
+            .recall
+            .iter()
+            .zip(&b.recall)
+            .map(|(ra, rb)| ra.iter().zip(rb).map(|(x, y)| matches!((x, y), (Some(x), Some(y)) if (y - x).abs() > 0.05)).collect())
+            .collect(),
     };
     let diff = Heatmap {
         title: "Selection recall difference fp8 − bf16 (synthetic demo data)".into(),
         panels: vec![diff_panel(&panels[0], &panels[1])],
         diverging: true,
-        diverging_limit: None,
+        diverging_limit: Some(0.25),
+        note: Some("ring: |difference| > 0.05 (demo rule; a sweep rings Holm-adjusted McNemar p < 0.05)".into()),
     };
     render_heatmap(&diff, &dir.join("heatmap_diff.png"), 1600, 1000)?;
 
@@ -162,8 +173,63 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         panels: [128u64, 256, 512, 1024, 2048].iter().map(|&k| panel(k, "fp8", 0.6)).collect(),
         diverging: false,
         diverging_limit: None,
+        note: None,
     };
     render_heatmap(&many, &dir.join("heatmap_grid.png"), 1600, 1000)?;
+
+    // every precision and k at one context
+    let est = |hits: f64| {
+        let (low, high) = wilson(hits, 400.0);
+        Estimate { value: hits / 400.0, low, high }
+    };
+    let rows = [(512u32, 0.0), (1024, 60.0)]
+        .iter()
+        .flat_map(|&(k, boost)| {
+            [("fp32", 0.0), ("bf16", 2.0), ("fp8", 18.0), ("fp4", 70.0)].into_iter().map(move |(p, loss)| CompareRow {
+                topk: k,
+                precision: p.into(),
+                layer: est(180.0 + boost - loss),
+                model: Some(est(330.0 + boost / 2.0 - loss)),
+                selection: (p != "fp32").then(|| est(400.0 - loss / 2.0)),
+            })
+        })
+        .collect();
+    let cmp = CompareChart {
+        title: "Whole-model and per-layer selection recall by precision and k at 32K tokens (synthetic demo data)".into(),
+        subtitle: "needle depth 50 % · 400 trials per row".into(),
+        rows,
+        reference: Some("fp32".into()),
+        threshold: Some(0.9),
+    };
+    render_compare(&cmp, &dir.join("compare.png"), 1600, cmp.height())?;
+
+    // recall vs depth, four contexts
+    let depth_line = |level: f64| -> Vec<DepthPoint> {
+        depths
+            .iter()
+            .map(|&d| {
+                let hits = (400.0 * (level - 0.15 * (1.0 - ((d - 50.0) / 50.0).powi(2)))).clamp(0.0, 400.0).round();
+                let (lo, hi) = wilson(hits, 400.0);
+                DepthPoint { depth_percent: d, recall: hits / 400.0, ci_low: lo, ci_high: hi }
+            })
+            .collect()
+    };
+    let depth_chart = DepthChart {
+        title: "Per-layer selection recall vs needle depth (synthetic demo data)".into(),
+        subtitle: "the longest 4 of 6 contexts".into(),
+        panels: [(8, 0.95), (16, 0.85), (32, 0.7), (64, 0.5)]
+            .iter()
+            .map(|&(kt, level)| DepthPanel {
+                title: format!("{kt}K tokens"),
+                series: vec![
+                    DepthSeries { topk: 512, precision: "bf16".into(), points: depth_line(level), model: Vec::new() },
+                    DepthSeries { topk: 512, precision: "fp8".into(), points: depth_line(level - 0.08), model: Vec::new() },
+                ],
+            })
+            .collect(),
+        threshold: Some(0.9),
+    };
+    render_recall_vs_depth(&depth_chart, &dir.join("recall_vs_depth.png"), 1600, 1400)?;
 
     println!("wrote charts to {}", dir.display());
     Ok(())

@@ -183,12 +183,44 @@ pub struct PlotArgs {
     /// A sweep's output directory (holding results.jsonl and manifest.json).
     #[arg(value_name = "DIR")]
     pub dir: PathBuf,
-    /// Chart format.
-    #[arg(long, value_parser = ["png", "svg", "both"], default_value = "png")]
-    pub format: String,
+    #[command(flatten)]
+    pub chart: ChartArgs,
     /// Context of the needle rank/margin chart (default: the longest in the sweep).
     #[arg(long, allow_hyphen_values = true, allow_negative_numbers = true, value_name = "TOKENS")]
     pub detail_context: Option<String>,
+}
+
+/// Chart flags shared by `sweep` and `plot`.
+#[derive(Args, Debug)]
+pub struct ChartArgs {
+    /// Chart format.
+    #[arg(long, value_parser = ["png", "svg", "both"], default_value = "png")]
+    pub format: String,
+    /// Colour span of the difference heatmap: ±X (default: the largest
+    /// difference rounded up, at least 0.1).
+    #[arg(long, allow_hyphen_values = true, allow_negative_numbers = true, value_name = "X")]
+    pub diff_span: Option<String>,
+}
+
+impl ChartArgs {
+    /// The chart formats `--format` names.
+    pub fn formats(&self) -> Vec<dsa_recall::report::chart::ImageFormat> {
+        use dsa_recall::report::chart::ImageFormat;
+        match self.format.as_str() {
+            "svg" => vec![ImageFormat::Svg],
+            "both" => vec![ImageFormat::Png, ImageFormat::Svg],
+            _ => vec![ImageFormat::Png],
+        }
+    }
+
+    /// `--diff-span`: a number in (0, 1].
+    pub fn diff_span(&self) -> Result<Option<f64>, ConfigError> {
+        let Some(t) = &self.diff_span else { return Ok(None) };
+        match t.trim().parse::<f64>() {
+            Ok(v) if v > 0.0 && v <= 1.0 => Ok(Some(v)),
+            _ => Err(ConfigError::new("--diff-span", format!("{t:?}"), "a recall difference in (0, 1], e.g. 0.1")),
+        }
+    }
 }
 
 /// Parses `--detail-context` (K/M suffixes allowed).
@@ -414,6 +446,8 @@ pub struct SweepArgs {
     /// same seed, in its own subdirectory of --out; the top holds the combined results and a chart.
     #[arg(long, value_name = "FIELD=LIST", allow_hyphen_values = true)]
     pub vary: Option<String>,
+    #[command(flatten)]
+    pub chart: ChartArgs,
 }
 
 #[derive(Args, Debug)]

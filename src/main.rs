@@ -163,7 +163,11 @@ fn run_sweep(args: &SweepArgs) -> Result<(), Error> {
 /// `sweep`'s chart options, the rank/margin chart's context checked
 /// against the sweep's.
 fn sweep_plot_options(args: &SweepArgs, s: &Scenario) -> Result<report::PlotOptions, Error> {
-    let plot = report::PlotOptions { detail_context: cli::detail_context(&args.detail_context)?, ..Default::default() };
+    let plot = report::PlotOptions {
+        formats: args.chart.formats(),
+        detail_context: cli::detail_context(&args.detail_context)?,
+        diff_span: args.chart.diff_span()?,
+    };
     if let Some(c) = plot.detail_context {
         if !s.contexts.contains(&c) {
             let list = s.contexts.iter().map(|&c| output::tokens_label(c)).collect::<Vec<_>>().join(", ");
@@ -299,13 +303,11 @@ fn run_quantize(args: &QuantizeArgs) -> Result<(), Error> {
 }
 
 fn run_plot(args: &PlotArgs) -> Result<(), Error> {
-    use dsa_recall::report::chart::ImageFormat;
-    let formats = match args.format.as_str() {
-        "svg" => vec![ImageFormat::Svg],
-        "both" => vec![ImageFormat::Png, ImageFormat::Svg],
-        _ => vec![ImageFormat::Png],
+    let opts = report::PlotOptions {
+        formats: args.chart.formats(),
+        detail_context: cli::detail_context(&args.detail_context)?,
+        diff_span: args.chart.diff_span()?,
     };
-    let opts = report::PlotOptions { formats, detail_context: cli::detail_context(&args.detail_context)? };
     let files = report::plot_dir(&args.dir, &opts)?;
     println!("wrote {} files in {}: {}", files.len(), args.dir.display(), files.join(", "));
     Ok(())

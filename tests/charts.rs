@@ -33,9 +33,10 @@ fn small_sweep_with(dir: &Path, extra: &[&str]) {
         .success();
 }
 
-const CHARTS: [(&str, Option<(u32, u32)>); 7] = [
+const CHARTS: [(&str, Option<(u32, u32)>); 8] = [
     ("recall_vs_context.png", Some((1600, 1000))),
     ("recall_vs_context_depth100.png", Some((1600, 1000))),
+    ("compare.png", Some((1600, 480))),
     ("heatmap.png", None),
     ("heatmap_model.png", None),
     ("heatmap_diff.png", None),
@@ -256,4 +257,156 @@ fn one_trial_jaccard_matches_selection_recall_by_hand() {
         checked += 1;
     }
     assert_eq!(checked, 2);
+}
+
+/// Runs a sweep into `dir` with `args` (trials and threads small).
+fn sweep_args(dir: &Path, args: &[&str]) {
+    bin().args(["sweep", "--trials", "12", "--threads", "2", "--force"]).args(args).arg("--out").arg(dir).assert().success();
+}
+
+fn names(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn one_context_draws_the_comparison_instead_of_recall_vs_context() {
+    // Issue 17 ("compare all precisions at one context"): one context gives
+    // compare.png (every precision and k, selection recall against fp32),
+    // no single-column recall_vs_context, and no recall_vs_depth.
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("out");
+    sweep_args(&dir, &["--contexts", "4K", "--depths", "50", "--precisions", "fp32,bf16,fp8", "--topk", "64,128", "--format", "both"]);
+    let files = names(&dir);
+    for f in ["compare.png", "compare.svg", "rank_margin.png", "fidelity.png"] {
+        assert!(files.iter().any(|x| x == f), "{f} missing from {files:?}");
+    }
+    assert!(!files.iter().any(|f| f.starts_with("recall_vs_")), "{files:?}");
+    let svg = std::fs::read_to_string(dir.join("compare.svg")).unwrap();
+    for text in [
+        "by precision and k at 4K tokens",
+        "selection recall against the fp32 top-k",
+        "k = 128",
+        "fp8",
+        "whole-model recall, Wilson 95 % interval",
+    ] {
+        assert!(svg.contains(text), "compare.svg lacks {text:?}");
+    }
+    assert!(!svg.contains("--detail-context picks another"), "one context needs no detail-context note");
+    let html = std::fs::read_to_string(dir.join("report.html")).unwrap();
+    assert!(html.contains("<figure id=\"compare.png\">"), "report does not embed compare.png");
+    // Several contexts: compare at the detail context, beside recall_vs_context.
+    let two = tmp.path().join("two");
+    sweep_args(
+        &two,
+        &[
+            "--contexts",
+            "1K,4K",
+            "--depths",
+            "50",
+            "--precisions",
+            "fp32,bf16",
+            "--topk",
+            "64",
+            "--detail-context",
+            "1K",
+            "--format",
+            "svg",
+        ],
+    );
+    let svg = std::fs::read_to_string(two.join("compare.svg")).unwrap();
+    assert!(svg.contains("at 1K tokens") && svg.contains("--detail-context picks another"));
+    assert!(two.join("recall_vs_context.svg").exists());
+}
+
+#[test]
+fn many_depths_draw_recall_vs_depth_instead_of_one_chart_per_depth() {
+    // Issue 17 (recall vs depth): with ≥ 3 depths, one recall_vs_depth chart
+    // (the longest 4 contexts) and one recall_vs_context at the detail depth.
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("out");
+    sweep_args(&dir, &["--contexts", "1K..16K", "--depths", "0,50,100", "--precisions", "fp32", "--topk", "64", "--format", "both"]);
+    let files = names(&dir);
+    for f in ["recall_vs_depth.png", "recall_vs_depth.svg", "recall_vs_context.png", "compare.png", "heatmap.png"] {
+        assert!(files.iter().any(|x| x == f), "{f} missing from {files:?}");
+    }
+    assert!(!files.iter().any(|f| f.contains("_depth0") || f.contains("_depth50") || f.contains("_depth100")), "{files:?}");
+    let svg = std::fs::read_to_string(dir.join("recall_vs_depth.svg")).unwrap();
+    assert!(svg.contains("the longest 4 of 5 contexts"), "subtitle does not say which contexts");
+    for panel in ["2K tokens", "16K tokens"] {
+        assert!(svg.contains(panel), "no {panel} panel");
+    }
+    assert!(!svg.contains(">1K tokens<"), "the shortest context should be left out");
+    let rvc = std::fs::read_to_string(dir.join("recall_vs_context.svg")).unwrap();
+    assert!(rvc.contains("needle depth 50 %"), "recall_vs_context is not at the detail depth");
+    // plot re-renders every file byte-identically, PNG and SVG
+    let before: Vec<(String, Vec<u8>)> = files
+        .iter()
+        .filter(|f| f.ends_with(".png") || f.ends_with(".svg") || f.ends_with(".html"))
+        .map(|f| (f.clone(), std::fs::read(dir.join(f)).unwrap()))
+        .collect();
+    bin().arg("plot").arg(&dir).args(["--format", "both"]).assert().success();
+    for (f, bytes) in before {
+        assert!(std::fs::read(dir.join(&f)).unwrap() == bytes, "{f} differs after plot");
+    }
+}
+
+#[test]
+fn diff_span_sets_the_colour_scale_and_bad_spans_are_refused() {
+    // Issue 17 (statistics): ±0.02 noise does not saturate by default, the
+    // user can fix the span, and the heatmap says what its rings mean.
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("out");
+    small_sweep_with(&dir, &["--format", "both"]);
+    let default_png = std::fs::read(dir.join("heatmap_diff.png")).unwrap();
+    let svg = std::fs::read_to_string(dir.join("heatmap_diff.svg")).unwrap();
+    assert!(svg.contains("ring: McNemar p &lt; 0.05 after Holm adjustment"), "no note on the marks");
+    assert!(svg.contains("+0.10") && !svg.contains("(--diff-span)"), "default span is not ±0.1 here");
+    bin().arg("plot").arg(&dir).args(["--format", "both", "--diff-span", "0.5"]).assert().success();
+    let svg = std::fs::read_to_string(dir.join("heatmap_diff.svg")).unwrap();
+    assert!(svg.contains("+0.50") && svg.contains("±0.5 (--diff-span)"), "--diff-span 0.5 not applied");
+    assert!(std::fs::read(dir.join("heatmap_diff.png")).unwrap() != default_png, "the span did not change the colours");
+    for bad in ["0", "-0.1", "1.5", "abc", "nan"] {
+        for cmd in ["plot", "sweep"] {
+            let mut c = bin();
+            if cmd == "plot" {
+                c.arg("plot").arg(&dir);
+            } else {
+                c.args(["sweep", "--trials", "2", "--contexts", "1K", "--topk", "64", "--out"]).arg(tmp.path().join("never"));
+            }
+            let out = c.args(["--diff-span", bad]).assert().code(2).get_output().stderr.clone();
+            let err = String::from_utf8(out).unwrap();
+            assert_eq!(err.lines().count(), 1, "{cmd} --diff-span {bad}: {err}");
+            assert!(err.contains("--diff-span") && err.contains("(0, 1]"), "{err}");
+        }
+    }
+    assert!(!tmp.path().join("never").exists(), "a refused sweep wrote output");
+}
+
+#[test]
+fn svgs_embed_a_small_font_subset_and_sweep_writes_them() {
+    // Issue 17 (charts for papers): `sweep --format svg` writes SVGs only;
+    // each embeds a subset of the bundled font (not the 740 KB face) and
+    // names no system font.
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("out");
+    small_sweep_with(&dir, &["--format", "svg"]);
+    let files = names(&dir);
+    assert!(!files.iter().any(|f| f.ends_with(".png")), "svg-only sweep wrote PNGs: {files:?}");
+    let svgs: Vec<&String> = files.iter().filter(|f| f.ends_with(".svg")).collect();
+    assert_eq!(svgs.len(), CHARTS.len(), "{files:?}");
+    for f in svgs {
+        let svg = std::fs::read_to_string(dir.join(f)).unwrap();
+        assert!(svg.len() < 200_000, "{f}: {} bytes", svg.len());
+        assert_eq!(svg.matches("@font-face").count(), 1, "{f}");
+        assert!(svg.contains("src:url(data:font/ttf;base64,"), "{f}: font not embedded");
+        assert!(!svg.contains("local("), "{f} refers to a system font");
+        // every font-family named is the embedded one
+        for fam in svg.split("font-family=\"").skip(1) {
+            assert!(fam.starts_with("DejaVu Sans\""), "{f}: font-family {}", &fam[..fam.len().min(30)]);
+        }
+    }
+    let html = std::fs::read_to_string(dir.join("report.html")).unwrap();
+    assert_eq!(html.matches("src=\"data:image/svg+xml;base64,").count(), CHARTS.len());
 }

@@ -51,8 +51,16 @@ fn caption(file: &str, whole: bool) -> &'static str {
         "Whole-model recall (solid lines, Wilson 95 % bands) and per-layer selection recall (thin dashed lines, smaller markers) vs context (log2 axis), one colour per k, one marker per precision; dashed verticals mark the coverage limit k·c+W, the dotted grey line the recall threshold, dotted coloured lines the analytic prediction of per-layer recall; the legend gives each series' effective context read from both."
     } else if file.starts_with("recall_vs_context") {
         "Per-layer selection recall vs context (log2 axis), one line per (k, precision), Wilson 95 % bands; dashed verticals mark the coverage limit k·c+W, the dotted line the recall threshold; the legend gives each series' effective context."
+    } else if file.starts_with("recall_vs_depth") && whole {
+        "Whole-model recall (solid lines, Wilson 95 % bands) and per-layer selection recall (dashed) vs needle depth (0 % = start of the context), one panel per context (the longest four at most), one colour per k, one marker per precision; the dotted line is the recall threshold."
+    } else if file.starts_with("recall_vs_depth") {
+        "Per-layer selection recall vs needle depth (0 % = start of the context), one panel per context (the longest four at most), one line per (k, precision) with Wilson 95 % bands; the dotted line is the recall threshold."
+    } else if file.starts_with("compare") && whole {
+        "Every precision and k at one context and the detail depth: whole-model recall (large marker, thick line) and per-layer selection recall (small marker, thin line) with Wilson 95 % intervals, whole-model recall printed beside them; with a reference precision, the second panel is each selection's recall@k against the reference top-k; the dotted line is the recall threshold."
+    } else if file.starts_with("compare") {
+        "Every precision and k at one context and the detail depth: per-layer selection recall with its Wilson 95 % interval, printed beside it; with a reference precision, the second panel is each selection's recall@k against the reference top-k; the dotted line is the recall threshold."
     } else if file.starts_with("heatmap_diff") {
-        "Per-layer selection recall difference against the baseline precision on the same haystacks (blue: better than the baseline, red: worse)."
+        "Per-layer selection recall difference against the baseline precision on the same haystacks (blue: better than the baseline, red: worse); a ring marks a cell whose McNemar p, Holm-adjusted over every paired test of the sweep, is below 0.05; the colour span is ±the largest difference rounded up (at least 0.1) unless --diff-span sets it."
     } else if file.starts_with("heatmap_model") {
         "Whole-model recall by depth (0 % = start of the context, at the top) and context length; the dashed line marks the coverage limit k·c+W of the indexed layers."
     } else if file.starts_with("heatmap") {

@@ -18,10 +18,11 @@ use crate::estimate::settings::EstimatorMode;
 use crate::estimate::Estimator;
 use crate::model::stack::WholeModel;
 use crate::report::chart::{
-    render_fidelity, render_heatmap, render_rank_margin, render_recall_vs_context, DistributionRow, EffectiveMark, FidelityChart,
-    FidelityPoint, FidelitySeries, Heatmap, HeatmapPanel, ImageFormat, RankMarginChart, Reach, RecallChart, RecallPoint, RecallSeries,
+    render_compare, render_fidelity, render_heatmap, render_rank_margin, render_recall_vs_context, render_recall_vs_depth, CompareChart,
+    CompareRow, DepthChart, DepthPanel, DepthPoint, DepthSeries, DistributionRow, EffectiveMark, Estimate, FidelityChart, FidelityPoint,
+    FidelitySeries, Heatmap, HeatmapPanel, ImageFormat, RankMarginChart, Reach, RecallChart, RecallPoint, RecallSeries,
 };
-use crate::run::cell::CellResult;
+use crate::run::cell::{holm_adjusted_p, CellResult};
 use crate::run::output::{self, tokens_label, write_atomic, MANIFEST_FILE, RECALL_CHART_FILE, RESULTS_FILE, SUMMARY_FILE};
 use crate::run::sweep::{cell_results, effective_contexts, group_cells, spec_for, EffectiveContext, SweepOutcome};
 use std::fmt::Write as _;
@@ -35,20 +36,31 @@ pub const HEATMAP_MODEL_STEM: &str = "heatmap_model";
 pub const HEATMAP_DIFF_STEM: &str = "heatmap_diff";
 pub const FIDELITY_STEM: &str = "fidelity";
 pub const RANK_MARGIN_STEM: &str = "rank_margin";
+pub const COMPARE_STEM: &str = "compare";
+pub const RECALL_VS_DEPTH_STEM: &str = "recall_vs_depth";
+/// Depths from which a sweep draws recall vs depth (and one recall-vs-context
+/// chart, at the detail depth, instead of one per depth).
+pub const DEPTH_CHART_MIN_DEPTHS: usize = 3;
+/// Panels of the recall-vs-depth chart: the longest contexts.
+pub const DEPTH_CHART_MAX_PANELS: usize = 4;
 /// The engines' pass rule for top-k overlap, drawn on the fidelity chart.
 pub const FIDELITY_PASS_RULE: f64 = 0.99;
 
-/// How charts are drawn: formats, and the context of the rank/margin chart.
+/// How charts are drawn: formats, the context of the single-context charts
+/// and the difference heatmap's colour span.
 #[derive(Clone, Debug, PartialEq)]
 pub struct PlotOptions {
     pub formats: Vec<ImageFormat>,
-    /// Context of the rank/margin chart; None = the longest in the sweep.
+    /// Context of the rank/margin and comparison charts; None = the longest in the sweep.
     pub detail_context: Option<u64>,
+    /// The difference heatmap's colour span ±X, in (0, 1]; None = [`diff_scale`]
+    /// of the largest difference.
+    pub diff_span: Option<f64>,
 }
 
 impl Default for PlotOptions {
     fn default() -> Self {
-        PlotOptions { formats: vec![ImageFormat::Png], detail_context: None }
+        PlotOptions { formats: vec![ImageFormat::Png], detail_context: None, diff_span: None }
     }
 }
 
@@ -364,46 +376,71 @@ fn recall_heatmap(
                 contexts: g.contexts.clone(),
                 recall,
                 coverage_limit: cells.iter().find(|c| c.topk == k).map(|c| c.coverage_limit),
+                marked: Vec::new(),
             });
         }
     }
-    Heatmap { title, panels, diverging: false, diverging_limit: None }
+    Heatmap { title, panels, diverging: false, diverging_limit: None, note: None }
 }
 
-/// The diverging colour scale's half-width for differences up to `largest`:
-/// the smallest of 0.05, 0.1, 0.25, 0.5 and 1 that holds it.
+/// The diverging colour scale's default half-width for differences up to
+/// `largest`: the smallest of 0.1, 0.25, 0.5 and 1 that holds it. Never
+/// below 0.1, so that a few points of noise stay pale instead of saturated.
 pub fn diff_scale(largest: f64) -> f64 {
-    [0.05, 0.1, 0.25, 0.5].into_iter().find(|&l| largest <= l + 1e-12).unwrap_or(1.0)
+    [0.1, 0.25, 0.5].into_iter().find(|&l| largest <= l + 1e-12).unwrap_or(1.0)
 }
+
+/// Significance level of the difference heatmap's marks (Holm-adjusted).
+pub const DIFF_MARK_ALPHA: f64 = 0.05;
 
 /// Recall difference of every other precision against the baseline (the
-/// first precision), per k, on the same haystacks. None with one precision.
+/// first precision), per k, on the same haystacks, marked where the
+/// Holm-adjusted McNemar p over `cells` is below [`DIFF_MARK_ALPHA`], with
+/// the default colour span. None with one precision.
 pub fn heatmap_diff(meta: &ReportMeta, cells: &[CellResult]) -> Option<Heatmap> {
+    heatmap_diff_marked(meta, cells, &holm_adjusted_p(cells), None)
+}
+
+/// [`heatmap_diff`] with the adjusted p given and a colour span.
+/// `adjusted[i]` is `cells[i]`'s Holm-adjusted McNemar p
+/// ([`crate::run::cell::holm_adjusted_p`] over the whole sweep): cells below
+/// [`DIFF_MARK_ALPHA`] are marked. `span`: the colour span (None: [`diff_scale`]).
+pub fn heatmap_diff_marked(meta: &ReportMeta, cells: &[CellResult], adjusted: &[Option<f64>], span: Option<f64>) -> Option<Heatmap> {
     let g = Grid::of(cells);
     let baseline = g.precisions.first()?.clone();
+    let at = |d: f64, c: u64, k: u64, p: &str| {
+        cells.iter().position(|x| x.depth_percent == d && x.context_tokens == c && x.topk == k && x.precision == p)
+    };
+    let significant = |i: usize| adjusted.get(i).copied().flatten().is_some_and(|p| p < DIFF_MARK_ALPHA);
     let mut panels = Vec::new();
+    let mut tests = 0;
     for &k in &g.topks {
         for p in g.precisions.iter().skip(1) {
-            let recall = g
-                .depths
-                .iter()
-                .map(|&d| g.contexts.iter().map(|&c| find(cells, d, c, k, p).and_then(|x| x.recall_diff)).collect())
-                .collect();
+            let index: Vec<Vec<Option<usize>>> = g.depths.iter().map(|&d| g.contexts.iter().map(|&c| at(d, c, k, p)).collect()).collect();
+            tests += index.iter().flatten().flatten().filter(|&&i| adjusted.get(i).copied().flatten().is_some()).count();
             panels.push(HeatmapPanel {
                 title: format!("k={k}: {p} − {baseline}"),
                 depths_percent: g.depths.clone(),
                 contexts: g.contexts.clone(),
-                recall,
+                recall: index.iter().map(|r| r.iter().map(|i| i.and_then(|i| cells[i].recall_diff)).collect()).collect(),
                 coverage_limit: cells.iter().find(|c| c.topk == k).map(|c| c.coverage_limit),
+                marked: index.iter().map(|r| r.iter().map(|i| i.is_some_and(significant)).collect()).collect(),
             });
         }
     }
     let largest = panels.iter().flat_map(|p| p.recall.iter().flatten().flatten()).fold(0.0f64, |m, v| m.max(v.abs()));
+    let limit = span.unwrap_or_else(|| diff_scale(largest));
+    let family = adjusted.iter().flatten().count();
+    let note = format!(
+        "ring: McNemar p < {DIFF_MARK_ALPHA} after Holm adjustment over all {family} paired tests of the sweep ({tests} shown) · colour span ±{limit}{}",
+        if span.is_some() { " (--diff-span)" } else { "" }
+    );
     (!panels.is_empty()).then(|| Heatmap {
         title: format!("Per-layer selection recall difference against {baseline} on the same haystacks · {}", meta.preset),
         panels,
         diverging: true,
-        diverging_limit: Some(diff_scale(largest)),
+        diverging_limit: Some(limit),
+        note: Some(note),
     })
 }
 
@@ -496,6 +533,111 @@ pub fn rank_margin_chart(meta: &ReportMeta, cells: &[CellResult], context: u64) 
     }
 }
 
+fn estimate(value: f64, low: f64, high: f64) -> Estimate {
+    let value = value.clamp(0.0, 1.0);
+    Estimate { value, low: low.clamp(0.0, value), high: high.clamp(value, 1.0) }
+}
+
+/// Every (k, precision) at `context` and the detail depth: per-layer and
+/// whole-model recall, and selection recall against the reference.
+pub fn compare_chart(meta: &ReportMeta, cells: &[CellResult], context: u64) -> CompareChart {
+    let g = Grid::of(cells);
+    let depth = g.detail_depth();
+    let trials = cells.first().map_or(0, |c| c.trials);
+    let mut rows = Vec::new();
+    for &k in &g.topks {
+        for p in &g.precisions {
+            let Some(c) = find(cells, depth, context, k, p) else { continue };
+            let model = match (c.model_recall, c.model_ci_low, c.model_ci_high) {
+                (Some(v), Some(lo), Some(hi)) => Some(estimate(v, lo, hi)),
+                _ => None,
+            };
+            let selection = match (c.selection_recall, c.selection_recall_ci_low, c.selection_recall_ci_high) {
+                (Some(v), Some(lo), Some(hi)) => Some(estimate(v, lo, hi)),
+                _ => None,
+            };
+            rows.push(CompareRow {
+                topk: k as u32,
+                precision: p.clone(),
+                layer: estimate(c.recall, c.ci_low, c.ci_high),
+                model,
+                selection,
+            });
+        }
+    }
+    let whole = rows.iter().any(|r| r.model.is_some());
+    let what = if whole { "Whole-model and per-layer selection recall" } else { "Per-layer selection recall" };
+    let stack = meta.stack_label().filter(|_| whole).map_or_else(String::new, |s| format!(" · whole model: {s}"));
+    let chosen = if g.contexts.len() > 1 { " (detail context: --detail-context picks another)" } else { "" };
+    CompareChart {
+        title: format!("{what} by precision and k at {} tokens · {}", tokens_label(context), meta.preset),
+        subtitle: format!(
+            "{}{chosen} · needle depth {depth} %, strength {} sd · {trials} trials per row · seed {}{stack}",
+            meta.physics_label(),
+            meta.needle_strength,
+            meta.seed
+        ),
+        reference: cells.iter().find_map(|c| c.fidelity_reference.clone()),
+        rows,
+        threshold: Some(meta.threshold),
+    }
+}
+
+/// Recall vs depth, one panel per context (the longest
+/// [`DEPTH_CHART_MAX_PANELS`]), one line per (k, precision).
+pub fn recall_vs_depth_chart(meta: &ReportMeta, cells: &[CellResult]) -> DepthChart {
+    let g = Grid::of(cells);
+    let trials = cells.first().map_or(0, |c| c.trials);
+    let shown = &g.contexts[g.contexts.len().saturating_sub(DEPTH_CHART_MAX_PANELS)..];
+    let point = |d: f64, r: Option<f64>, lo: Option<f64>, hi: Option<f64>| {
+        let e = estimate(r?, lo?, hi?);
+        Some(DepthPoint { depth_percent: d, recall: e.value, ci_low: e.low, ci_high: e.high })
+    };
+    let panels = shown
+        .iter()
+        .map(|&ctx| {
+            let mut series = Vec::new();
+            for &k in &g.topks {
+                for p in &g.precisions {
+                    let mine: Vec<&CellResult> = g.depths.iter().filter_map(|&d| find(cells, d, ctx, k, p)).collect();
+                    let points: Vec<DepthPoint> =
+                        mine.iter().filter_map(|c| point(c.depth_percent, Some(c.recall), Some(c.ci_low), Some(c.ci_high))).collect();
+                    let model =
+                        mine.iter().filter_map(|c| point(c.depth_percent, c.model_recall, c.model_ci_low, c.model_ci_high)).collect();
+                    if !points.is_empty() {
+                        series.push(DepthSeries { topk: k as u32, precision: p.clone(), points, model });
+                    }
+                }
+            }
+            DepthPanel { title: format!("{} tokens", tokens_label(ctx)), series }
+        })
+        .collect::<Vec<_>>();
+    let whole = panels.iter().flat_map(|p| &p.series).any(|s| !s.model.is_empty());
+    let which = if shown.len() < g.contexts.len() {
+        format!("the longest {} of {} contexts", shown.len(), g.contexts.len())
+    } else {
+        "every context".to_string()
+    };
+    let title = if whole {
+        "Whole-model recall (solid) and per-layer selection recall (dashed) vs needle depth"
+    } else {
+        "Per-layer selection recall vs needle depth"
+    };
+    let stack = meta.stack_label().filter(|_| whole).map_or_else(String::new, |s| format!(" · whole model: {s}"));
+    DepthChart {
+        title: format!("{title} · {}", meta.preset),
+        subtitle: format!(
+            "{which} · {} · strength {} sd, {} tokens · {trials} trials per point · Wilson 95 % bands · seed {}{stack}",
+            meta.physics_label(),
+            meta.needle_strength,
+            meta.needle_tokens,
+            meta.seed
+        ),
+        panels,
+        threshold: Some(meta.threshold),
+    }
+}
+
 /// The needle offsets of the cells, ascending (`[None]` without that axis).
 fn needle_offsets(cells: &[CellResult]) -> Vec<Option<u64>> {
     let mut offsets: Vec<Option<u64>> = cells.iter().map(|c| c.needle_offset).collect();
@@ -507,22 +649,54 @@ fn needle_offsets(cells: &[CellResult]) -> Vec<Option<u64>> {
 /// Renders every chart into `dir` in each of `opts.formats`; returns the
 /// file names written, in a stable order. The recall charts draw a line per
 /// needle offset; the other charts show the first offset's cells.
+///
+/// Which charts: `recall_vs_context` with several contexts (one per depth
+/// with up to two depths, else one at the detail depth beside
+/// `recall_vs_depth`); `compare` always (at the single or detail context:
+/// with one context it replaces recall_vs_context, whose one x position
+/// would overlap every marker); heatmaps with ≥ 2 depths; `fidelity` with a
+/// reference; `rank_margin` always.
 pub fn render_charts(dir: &Path, meta: &ReportMeta, cells: &[CellResult], opts: &PlotOptions) -> Result<Vec<String>, Error> {
     if cells.is_empty() {
         return Err(Error::Chart("no cells to draw".into()));
     }
+    if let Some(x) = opts.diff_span {
+        if !(x > 0.0 && x <= 1.0) {
+            return Err(ConfigError::new("--diff-span", x, "a recall difference in (0, 1], e.g. 0.1").into());
+        }
+    }
     let all_cells = cells;
     let first_offset = needle_offsets(cells)[0];
-    let first: Vec<CellResult> = cells.iter().filter(|c| c.needle_offset == first_offset).cloned().collect();
+    // The Holm family is every paired test of the sweep, all offsets included.
+    let holm = holm_adjusted_p(all_cells);
+    let (first, adjusted): (Vec<CellResult>, Vec<Option<f64>>) =
+        cells.iter().zip(holm).filter(|(c, _)| c.needle_offset == first_offset).map(|(c, p)| (c.clone(), p)).unzip();
     let cells = &first[..];
     let g = Grid::of(cells);
     let context = detail_context(cells, opts.detail_context)?;
+    let by_depth = g.depths.len() >= DEPTH_CHART_MIN_DEPTHS;
     let name = |p: &Path| p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let mut files = Vec::new();
     for &format in &opts.formats {
         let ext = format.extension();
         let recall_first = dir.join(RECALL_CHART_FILE).with_extension(ext);
-        files.extend(render_recall_charts(meta, all_cells, &recall_first)?.iter().map(|p| name(p)));
+        if g.contexts.len() > 1 && by_depth {
+            render_recall_vs_context(&recall_chart(meta, all_cells, g.detail_depth()), &recall_first, 1600, 1000)?;
+            files.push(name(&recall_first));
+        } else if g.contexts.len() > 1 {
+            files.extend(render_recall_charts(meta, all_cells, &recall_first)?.iter().map(|p| name(p)));
+        }
+        let cmp = compare_chart(meta, cells, context);
+        let path = dir.join(format!("{COMPARE_STEM}.{ext}"));
+        render_compare(&cmp, &path, 1600, cmp.height())?;
+        files.push(name(&path));
+        if by_depth {
+            let path = dir.join(format!("{RECALL_VS_DEPTH_STEM}.{ext}"));
+            let chart = recall_vs_depth_chart(meta, cells);
+            let h = if chart.panels.len() > 3 { 1400 } else { 1000 };
+            render_recall_vs_depth(&chart, &path, 1600, h)?;
+            files.push(name(&path));
+        }
         if g.depths.len() >= 2 {
             let hm = heatmap(meta, cells);
             let (w, h) = heatmap_size(hm.panels.len(), g.depths.len(), g.contexts.len());
@@ -534,7 +708,7 @@ pub fn render_charts(dir: &Path, meta: &ReportMeta, cells: &[CellResult], opts: 
                 render_heatmap(&model, &path, w, h)?;
                 files.push(name(&path));
             }
-            if let Some(diff) = heatmap_diff(meta, cells) {
+            if let Some(diff) = heatmap_diff_marked(meta, cells, &adjusted, opts.diff_span) {
                 let (w, h) = heatmap_size(diff.panels.len(), g.depths.len(), g.contexts.len());
                 let path = dir.join(format!("{HEATMAP_DIFF_STEM}.{ext}"));
                 render_heatmap(&diff, &path, w, h)?;
@@ -738,10 +912,62 @@ mod tests {
     }
 
     #[test]
+    fn difference_heatmap_marks_holm_significant_cells_and_takes_a_span() {
+        // Issue 17 (statistics): a ring on exactly the cells whose adjusted p
+        // is below 0.05; the span option sets the colour scale.
+        let (_, meta, cells) = tiny_sweep();
+        let first = cells[0].precision.clone();
+        let alt: Vec<CellResult> = cells
+            .iter()
+            .filter(|c| c.precision == first)
+            .map(|c| CellResult { precision: "alt".into(), recall_diff: Some(0.02), mcnemar_p: Some(0.5), ..c.clone() })
+            .collect();
+        let all: Vec<CellResult> = cells.iter().cloned().chain(alt).collect();
+        let target = cells.len() + 1; // the second "alt" cell
+        let adjusted: Vec<Option<f64>> =
+            (0..all.len()).map(|i| (i >= cells.len()).then_some(if i == target { 0.01 } else { 0.3 })).collect();
+        let hm = heatmap_diff_marked(&meta, &all, &adjusted, None).unwrap();
+        assert_eq!(hm.diverging_limit, Some(0.1), "±0.02 differences get the 0.1 floor");
+        let note = hm.note.clone().unwrap();
+        assert!(note.contains("Holm") && note.contains(&format!("all {} paired tests", all.len() - cells.len())), "{note}");
+        let panel = hm.panels.iter().find(|p| p.title.contains("alt")).unwrap();
+        let g = Grid::of(&all);
+        let t = &all[target];
+        let (di, ci) =
+            (g.depths.iter().position(|&d| d == t.depth_percent).unwrap(), g.contexts.iter().position(|&c| c == t.context_tokens).unwrap());
+        let marked: Vec<(usize, usize)> =
+            (0..g.depths.len()).flat_map(|d| (0..g.contexts.len()).map(move |c| (d, c))).filter(|&(d, c)| panel.marked[d][c]).collect();
+        assert_eq!(marked, vec![(di, ci)]);
+        let wide = heatmap_diff_marked(&meta, &all, &adjusted, Some(0.5)).unwrap();
+        assert_eq!(wide.diverging_limit, Some(0.5));
+        assert!(wide.note.unwrap().contains("±0.5 (--diff-span)"));
+    }
+
+    #[test]
+    fn compare_and_depth_charts_read_the_detail_cells() {
+        // Issue 17 (compare, recall vs depth): one row per (k, precision) at
+        // the context and detail depth; one depth panel per context.
+        let (_, meta, cells) = tiny_sweep();
+        let g = Grid::of(&cells);
+        let cmp = compare_chart(&meta, &cells, 8192);
+        assert_eq!(cmp.rows.len(), g.topks.len() * g.precisions.len());
+        let c = find(&cells, g.detail_depth(), 8192, g.topks[0], &g.precisions[0]).unwrap();
+        assert_eq!(cmp.rows[0].layer.value, c.recall);
+        assert_eq!(cmp.rows[0].model.map(|m| m.value), c.model_recall);
+        assert!(cmp.subtitle.contains("--detail-context"));
+        let depth = recall_vs_depth_chart(&meta, &cells);
+        assert_eq!(depth.panels.len(), 2);
+        assert_eq!(depth.panels[1].series[0].points.len(), g.depths.len());
+        assert!(depth.subtitle.starts_with("every context"));
+    }
+
+    #[test]
     fn difference_scale_holds_the_largest_difference() {
-        assert_eq!(diff_scale(0.0), 0.05);
-        assert_eq!(diff_scale(0.05), 0.05);
+        // Issue 17 (colour span): never below 0.1, so ±0.02 noise stays pale.
+        assert_eq!(diff_scale(0.0), 0.1);
+        assert_eq!(diff_scale(0.02), 0.1);
         assert_eq!(diff_scale(0.06), 0.1);
+        assert_eq!(diff_scale(0.11), 0.25);
         assert_eq!(diff_scale(0.3), 0.5);
         assert_eq!(diff_scale(0.9), 1.0);
     }

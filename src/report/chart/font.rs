@@ -33,15 +33,15 @@ pub fn ensure_font_registered() -> Result<(), ChartError> {
 }
 
 /// `<defs><style>` block embedding the font as a base64 `@font-face`, so SVG
-/// output renders with DejaVu Sans even where it is not installed.
-pub(crate) fn svg_font_defs() -> &'static str {
-    static DEFS: OnceLock<String> = OnceLock::new();
-    DEFS.get_or_init(|| {
-        format!(
-            "<defs><style>@font-face{{font-family:\"{FONT_FAMILY}\";src:url(data:font/ttf;base64,{});}}</style></defs>",
-            base64(DEJAVU_SANS_TTF)
-        )
-    })
+/// output renders with DejaVu Sans even where it is not installed: only the
+/// glyphs of `chars` (see [`super::subset`]), the whole face if the subsetter
+/// cannot read it.
+pub(crate) fn svg_font_defs(chars: &std::collections::BTreeSet<char>) -> String {
+    let font = super::subset::subset(DEJAVU_SANS_TTF, chars);
+    format!(
+        "<defs><style>@font-face{{font-family:\"{FONT_FAMILY}\";src:url(data:font/ttf;base64,{});}}</style></defs>",
+        base64(font.as_deref().unwrap_or(DEJAVU_SANS_TTF))
+    )
 }
 
 /// Standard base64 (RFC 4648, with padding).

@@ -28,6 +28,10 @@ pub struct HeatmapPanel {
     pub recall: Vec<Vec<Option<f64>>>,
     /// k·c+W tokens: a vertical line is drawn where the columns cross it.
     pub coverage_limit: Option<u64>,
+    /// `marked[depth][context]`: cells drawn with a significance mark (a
+    /// ring around the value; empty = none marked). What the mark means is
+    /// the heatmap's `note`.
+    pub marked: Vec<Vec<bool>>,
 }
 
 /// A set of panels drawn side by side (grid when more than three).
@@ -41,6 +45,8 @@ pub struct Heatmap {
     /// (values beyond it take the end colours); None = ±1. A small limit
     /// makes differences of a few points visible.
     pub diverging_limit: Option<f64>,
+    /// A line under the title (e.g. what the marks mean); None = none.
+    pub note: Option<String>,
 }
 
 impl Heatmap {
@@ -151,10 +157,15 @@ impl Painter for Heatmap {
         let title_style = text_at(30.0 * s, INK, HPos::Left, VPos::Top);
         let title_h = root.estimate_text_size("Ag", &title_style).map_err(draw_err)?.1 as i32;
         root.draw(&Text::new(self.title.clone(), (margin, margin), title_style)).map_err(draw_err)?;
+        let mut top = margin + title_h + px(16.0);
+        if let Some(note) = &self.note {
+            let note_style = text_at(18.0 * s, INK_SOFT, HPos::Left, VPos::Top);
+            root.draw(&Text::new(note.clone(), (margin, top - px(6.0)), note_style.clone())).map_err(draw_err)?;
+            top += root.estimate_text_size("Ag", &note_style).map_err(draw_err)?.1 as i32 + px(8.0);
+        }
 
         // ---- regions
         let bar_col_w = px(120.0);
-        let top = margin + title_h + px(16.0);
         // room for the rotated "needle depth" label left of the first column
         let (left, right, bottom) = (margin + px(26.0), w as i32 - margin - bar_col_w, h as i32 - margin);
         let (grid_rows, grid_cols) = grid_shape(self.panels.len());
@@ -184,10 +195,16 @@ impl Painter for Heatmap {
         }
         let (vlo, vhi) = if self.diverging { (-self.limit(), self.limit()) } else { (0.0, 1.0) };
         let span = (bar_y1 - bar_y0).max(1);
+        // One rectangle per run of equal colour: the same pixels as one per
+        // row, far fewer SVG elements.
+        let row_color = |y: i32| self.color(vlo + (1.0 - (y - bar_y0) as f64 / span as f64) * (vhi - vlo));
+        let mut run_start = bar_y0;
         for y in bar_y0..bar_y1 {
-            let t = 1.0 - (y - bar_y0) as f64 / span as f64;
-            let v = vlo + t * (vhi - vlo);
-            root.draw(&Rectangle::new([(bar_x0, y), (bar_x1, y + 1)], self.color(v).filled())).map_err(draw_err)?;
+            let color = row_color(y);
+            if y + 1 == bar_y1 || row_color(y + 1) != color {
+                root.draw(&Rectangle::new([(bar_x0, run_start), (bar_x1, y + 1)], color.filled())).map_err(draw_err)?;
+                run_start = y + 1;
+            }
         }
         root.draw(&Rectangle::new([(bar_x0, bar_y0), (bar_x1, bar_y1)], INK_SOFT.stroke_width(1))).map_err(draw_err)?;
         let tick_style = text_at(15.0 * s, INK, HPos::Left, VPos::Center);
@@ -251,6 +268,12 @@ impl Heatmap {
                 let fill = v.map(|v| self.color(v)).unwrap_or(MISSING_CELL);
                 root.draw(&Rectangle::new([(cx0, cy0), (cx1, cy1)], fill.filled())).map_err(draw_err)?;
                 root.draw(&Rectangle::new([(cx0, cy0), (cx1, cy1)], WHITE.stroke_width(1))).map_err(draw_err)?;
+                if p.marked.get(i).and_then(|r| r.get(j)).copied().unwrap_or(false) {
+                    // A ring inside the cell, in the text's colour: visible on any fill.
+                    let r = ((cx1 - cx0).min(cy1 - cy0) as f64 * 0.42).max(3.0) as i32;
+                    let ring = contrast_text_color(fill).stroke_width((2.0 * s).round().max(1.0) as u32);
+                    root.draw(&Circle::new(((cx0 + cx1) / 2, (cy0 + cy1) / 2), r, ring)).map_err(draw_err)?;
+                }
                 if ann_size >= 7.0 {
                     let txt = match v {
                         Some(v) => self.format_value(*v),
@@ -355,9 +378,10 @@ mod tests {
                     })
                     .collect(),
                 coverage_limit: Some(2176),
+                marked: vec![vec![true; contexts.len()]; 2],
             })
             .collect();
-        Heatmap { title: "t".into(), panels, diverging, diverging_limit: None }
+        Heatmap { title: "t".into(), panels, diverging, diverging_limit: None, note: diverging.then(|| "ring: significant".into()) }
     }
 
     #[test]

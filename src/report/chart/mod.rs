@@ -4,6 +4,9 @@
 //! * [`render_recall_vs_context`]: recall against context length (log2 axis)
 //!   per (top-k, precision) series, with Wilson bands and coverage limits;
 //!   whole-model recall, when present, as the main line.
+//! * [`render_compare`]: every (top-k, precision) at one context as dots
+//!   with intervals, beside selection recall against the reference.
+//! * [`render_recall_vs_depth`]: recall against needle depth, a panel per context.
 //! * [`render_heatmap`]: needle depth × context length recall grids.
 //! * [`render_fidelity`]: recall@k and Jaccard overlap of the quantized top-k
 //!   with the exact one, against context length.
@@ -14,8 +17,11 @@
 //! are written atomically: the chart is rendered into a hidden temporary
 //! file in the destination directory and renamed into place, so a failure
 //! never leaves a half-written chart behind. All text uses the embedded
-//! DejaVu Sans font (see [`font`]).
+//! DejaVu Sans font (see [`font`]); an SVG embeds only the glyphs it uses
+//! (see [`subset`]).
 
+pub mod compare;
+pub mod depth;
 pub mod fidelity;
 pub mod font;
 pub mod heatmap;
@@ -24,12 +30,15 @@ pub mod overlap;
 pub mod rank_margin;
 pub mod recall_vs_context;
 pub mod style;
+pub mod subset;
 
 use std::path::{Path, PathBuf};
 
 use plotters::coord::Shift;
 use plotters::prelude::{BitMapBackend, DrawingArea, DrawingBackend, IntoDrawingArea, SVGBackend};
 
+pub use compare::{render_compare, CompareChart, CompareRow, Estimate};
+pub use depth::{render_recall_vs_depth, DepthChart, DepthPanel, DepthPoint, DepthSeries};
 pub use fidelity::{render_fidelity, FidelityChart, FidelityPoint, FidelitySeries};
 pub use font::{ensure_font_registered, FONT_FAMILY};
 pub use heatmap::{render_heatmap, Heatmap, HeatmapPanel};
@@ -154,7 +163,7 @@ pub(crate) fn render_atomically<P: Painter>(painter: &P, path: &Path, width: u32
     result
 }
 
-/// Inserts the embedded font's `@font-face` right after the `<svg …>` tag.
+/// Inserts the embedded font's `@font-face` (the glyphs the SVG's text uses) right after the `<svg …>` tag.
 fn embed_svg_font(svg_path: &Path) -> Result<(), ChartError> {
     let io = |source| ChartError::Io { path: svg_path.to_path_buf(), source };
     let svg = std::fs::read_to_string(svg_path).map_err(io)?;
@@ -162,10 +171,11 @@ fn embed_svg_font(svg_path: &Path) -> Result<(), ChartError> {
         .find("<svg")
         .and_then(|start| svg[start..].find('>').map(|end| start + end + 1))
         .ok_or_else(|| ChartError::Draw("SVG backend wrote no <svg> element".into()))?;
-    let mut out = String::with_capacity(svg.len() + font::svg_font_defs().len() + 1);
+    let defs = font::svg_font_defs(&subset::svg_text_chars(&svg));
+    let mut out = String::with_capacity(svg.len() + defs.len() + 1);
     out.push_str(&svg[..insert_at]);
     out.push('\n');
-    out.push_str(font::svg_font_defs());
+    out.push_str(&defs);
     out.push_str(&svg[insert_at..]);
     std::fs::write(svg_path, out).map_err(io)
 }

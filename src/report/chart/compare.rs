@@ -1,0 +1,333 @@
+//! Dot-and-interval comparison of every (top-k, precision) at one context
+//! and depth: per-layer selection recall and, when present, whole-model
+//! recall with their Wilson intervals; and in a second panel the selection
+//! recall against the reference top-k (fp32) when the sweep has one.
+//!
+//! One row per precision, grouped by k (a header row per k). Colour is the
+//! k (as on the recall chart), marker shape the precision; whole-model
+//! recall is the large marker on the thick interval, per-layer recall the
+//! small one below it.
+
+use std::path::Path;
+
+use plotters::coord::Shift;
+use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, VPos};
+
+use super::recall_vs_context::{draw_dashed, draw_marker, text_color, Encoding};
+use super::style::{text_at, ui_scale, Dash, Marker, GRID, INK, INK_SOFT};
+use super::{draw_err, render_atomically, ChartError, Painter};
+
+/// A share with its 95 % interval.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Estimate {
+    pub value: f64,
+    pub low: f64,
+    pub high: f64,
+}
+
+/// One (top-k, precision) row.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CompareRow {
+    pub topk: u32,
+    pub precision: String,
+    /// Per-layer selection recall.
+    pub layer: Estimate,
+    /// Whole-model recall (None: no stack).
+    pub model: Option<Estimate>,
+    /// Selection recall against the reference top-k (None: no reference).
+    pub selection: Option<Estimate>,
+}
+
+/// Everything drawn on the comparison chart.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CompareChart {
+    pub title: String,
+    pub subtitle: String,
+    /// Rows in drawing order (grouped by k: a header is drawn where k changes).
+    pub rows: Vec<CompareRow>,
+    /// Name of the selection panel's reference (e.g. "fp32").
+    pub reference: Option<String>,
+    /// Recall threshold, drawn as a dotted vertical line in the recall panel.
+    pub threshold: Option<f64>,
+}
+
+impl CompareChart {
+    /// Pixel height that gives each row room: header, rows, legend.
+    pub fn height(&self) -> u32 {
+        let groups = self.rows.iter().map(|r| r.topk).collect::<std::collections::BTreeSet<_>>().len();
+        (300 + 46 * (self.rows.len() + groups)).clamp(480, 6000) as u32
+    }
+
+    fn whole(&self) -> bool {
+        self.rows.iter().any(|r| r.model.is_some())
+    }
+
+    fn selection(&self) -> bool {
+        self.rows.iter().any(|r| r.selection.is_some())
+    }
+}
+
+/// Renders `chart` to `path` (`.png` or `.svg`), atomically.
+pub fn render_compare(chart: &CompareChart, path: &Path, width: u32, height: u32) -> Result<(), ChartError> {
+    validate(chart)?;
+    render_atomically(chart, path, width, height)
+}
+
+fn validate(chart: &CompareChart) -> Result<(), ChartError> {
+    if chart.rows.is_empty() {
+        return Err(ChartError::InvalidInput("comparison chart has no rows".into()));
+    }
+    for r in &chart.rows {
+        for e in [Some(r.layer), r.model, r.selection].into_iter().flatten() {
+            let ok = [e.value, e.low, e.high].iter().all(|v| v.is_finite() && (-1e-9..=1.0 + 1e-9).contains(v))
+                && e.low <= e.value + 1e-9
+                && e.value <= e.high + 1e-9;
+            if !ok {
+                return Err(ChartError::InvalidInput(format!(
+                    "row k={} {}: estimate {} [{}, {}] is not a share inside its interval",
+                    r.topk, r.precision, e.value, e.low, e.high
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The selection panel's lower bound: the lowest interval end, rounded
+/// down to a tenth, so selections near 1 are not squeezed against the edge.
+fn selection_floor(rows: &[CompareRow]) -> f64 {
+    let lo = rows.iter().filter_map(|r| r.selection.map(|e| e.low)).fold(1.0f64, f64::min);
+    ((lo * 10.0).floor() / 10.0).clamp(0.0, 0.9)
+}
+
+impl Painter for CompareChart {
+    fn paint<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<(), ChartError> {
+        let (w, h) = root.dim_in_pixel();
+        let s = ui_scale(w, 1000);
+        let px = |v: f64| (v * s).round() as i32;
+        root.fill(&WHITE).map_err(draw_err)?;
+        let enc = Encoding::from_pairs(self.rows.iter().map(|r| (r.topk, r.precision.as_str())), &[]);
+        let whole = self.whole();
+
+        let title_style = text_at(30.0 * s, INK, HPos::Left, VPos::Top);
+        let subtitle_style = text_at(18.0 * s, INK_SOFT, HPos::Left, VPos::Top);
+        let label_style = text_at(17.0 * s, INK, HPos::Right, VPos::Center);
+        let head_style = text_at(17.0 * s, INK_SOFT, HPos::Left, VPos::Center);
+        let tick_style = text_at(15.0 * s, INK, HPos::Center, VPos::Top);
+        let axis_style = text_at(18.0 * s, INK, HPos::Center, VPos::Top);
+        let value_style = text_at(15.0 * s, INK_SOFT, HPos::Left, VPos::Center);
+
+        let margin = px(24.0);
+        let title_h = root.estimate_text_size("Ag", &title_style).map_err(draw_err)?.1 as i32;
+        root.draw(&Text::new(self.title.clone(), (margin, margin), title_style)).map_err(draw_err)?;
+        root.draw(&Text::new(self.subtitle.clone(), (margin, margin + title_h + px(10.0)), subtitle_style)).map_err(draw_err)?;
+
+        // ---- columns: labels | recall panel | values | selection panel
+        let mut label_w = 0;
+        for r in &self.rows {
+            label_w = label_w.max(root.estimate_text_size(&r.precision, &label_style).map_err(draw_err)?.0 as i32);
+        }
+        let value_w = root.estimate_text_size("0.000 [0.000, 0.000]", &value_style).map_err(draw_err)?.0 as i32 + px(20.0);
+        let x_labels = margin + px(40.0) + label_w;
+        let right = w as i32 - margin;
+        let panels = if self.selection() { 2 } else { 1 };
+        let gap = px(40.0);
+        let panel_w = (right - x_labels - px(16.0) - panels * value_w - (panels - 1) * gap) / panels;
+        let a0 = x_labels + px(16.0);
+        let a1 = a0 + panel_w;
+        let b0 = a1 + value_w + gap;
+        let b1 = b0 + panel_w;
+
+        let top = margin + title_h + px(80.0);
+        let legend_h = px(70.0);
+        let bottom = h as i32 - margin - legend_h - px(56.0);
+        let mut lines = 0;
+        let mut prev = None;
+        for r in &self.rows {
+            lines += 1 + (prev != Some(r.topk)) as i32;
+            prev = Some(r.topk);
+        }
+        let row_h = ((bottom - top) / lines.max(1)).max(4);
+
+        // row shading (every other row) under the grid
+        let mut y = top;
+        let mut prev = None;
+        for (i, r) in self.rows.iter().enumerate() {
+            y += row_h * (prev != Some(r.topk)) as i32;
+            prev = Some(r.topk);
+            if i % 2 == 0 {
+                root.draw(&Rectangle::new([(x_labels + px(4.0), y), (right, y + row_h)], RGBColor(246, 246, 246).filled()))
+                    .map_err(draw_err)?;
+            }
+            y += row_h;
+        }
+
+        // panel headers and axes
+        let sel_lo = selection_floor(&self.rows);
+        let panel_defs: Vec<(i32, i32, f64, String)> = {
+            let mut v = vec![(
+                a0,
+                a1,
+                0.0,
+                if whole { "recall (large: whole model, small: per layer)".into() } else { "per-layer selection recall".into() },
+            )];
+            if panels == 2 {
+                let reference = self.reference.clone().unwrap_or_else(|| "the reference".into());
+                v.push((b0, b1, sel_lo, format!("selection recall against the {reference} top-k")));
+            }
+            v
+        };
+        let to_x = |x0: i32, x1: i32, lo: f64, v: f64| x0 + (((v - lo) / (1.0 - lo)).clamp(0.0, 1.0) * (x1 - x0) as f64).round() as i32;
+        let axis_y = top + lines * row_h;
+        for (x0, x1, lo, name) in &panel_defs {
+            for i in 0..=5 {
+                let v = lo + (1.0 - lo) * i as f64 / 5.0;
+                let x = to_x(*x0, *x1, *lo, v);
+                root.draw(&PathElement::new(vec![(x, top - px(6.0)), (x, axis_y)], GRID.stroke_width(1))).map_err(draw_err)?;
+                let d = if (1.0 - lo) < 0.5 { 2 } else { 1 };
+                root.draw(&Text::new(format!("{v:.d$}"), (x, axis_y + px(6.0)), tick_style.clone())).map_err(draw_err)?;
+            }
+            root.draw(&PathElement::new(vec![(*x0, axis_y), (*x1, axis_y)], INK_SOFT.stroke_width(1))).map_err(draw_err)?;
+            root.draw(&Text::new(name.clone(), ((x0 + x1) / 2, axis_y + px(30.0)), axis_style.clone())).map_err(draw_err)?;
+        }
+        if let Some(t) = self.threshold {
+            let x = to_x(a0, a1, 0.0, t) as f64;
+            draw_dashed(
+                root,
+                &[(x, (top - px(6.0)) as f64), (x, axis_y as f64)],
+                Dash::Dotted,
+                s * 1.2,
+                INK_SOFT.stroke_width((2.0 * s).round().max(1.0) as u32),
+            )?;
+        }
+
+        // ---- rows
+        let big = 6.5 * s;
+        let small = 4.2 * s;
+        let thick = (3.0 * s).round().max(1.0) as u32;
+        let thin = (1.6 * s).round().max(1.0) as u32;
+        let mut y = top;
+        let mut prev = None;
+        for r in &self.rows {
+            let look = enc.look_of(r.topk, &r.precision);
+            if prev != Some(r.topk) {
+                let yc = y + row_h / 2;
+                root.draw(&Text::new(format!("k = {}", r.topk), (margin, yc), head_style.clone().color(&text_color(look.color))))
+                    .map_err(draw_err)?;
+                y += row_h;
+                prev = Some(r.topk);
+            }
+            let yc = y + row_h / 2;
+            root.draw(&Text::new(r.precision.clone(), (x_labels, yc), label_style.clone())).map_err(draw_err)?;
+            let off = if whole { (row_h as f64 * 0.17).round() as i32 } else { 0 };
+            let interval = |x0: i32, x1: i32, lo: f64, e: Estimate, yy: i32, width: u32, r: f64, m: Marker| {
+                root.draw(&PathElement::new(
+                    vec![(to_x(x0, x1, lo, e.low), yy), (to_x(x0, x1, lo, e.high), yy)],
+                    look.color.stroke_width(width),
+                ))
+                .map_err(draw_err)?;
+                draw_marker(root, m, (to_x(x0, x1, lo, e.value), yy), r, look.color, s)
+            };
+            // recall panel: whole model above (large), per layer below (small)
+            if let Some(m) = r.model {
+                interval(a0, a1, 0.0, m, yc - off, thick, big, look.marker)?;
+                interval(a0, a1, 0.0, r.layer, yc + off, thin, small, look.marker)?;
+            } else {
+                interval(a0, a1, 0.0, r.layer, yc, thick, big, look.marker)?;
+            }
+            let main = r.model.unwrap_or(r.layer);
+            let txt = format!("{:.3} [{:.3}, {:.3}]", main.value, main.low, main.high);
+            root.draw(&Text::new(txt, (a1 + px(12.0), yc), value_style.clone())).map_err(draw_err)?;
+            if panels == 2 {
+                if let Some(e) = r.selection {
+                    interval(b0, b1, sel_lo, e, yc, thick, big, look.marker)?;
+                    let txt = format!("{:.3} [{:.3}, {:.3}]", e.value, e.low, e.high);
+                    root.draw(&Text::new(txt, (b1 + px(12.0), yc), value_style.clone())).map_err(draw_err)?;
+                }
+            }
+            y += row_h;
+        }
+
+        // ---- legend
+        let ly = h as i32 - margin - legend_h / 2;
+        let mut lx = margin;
+        let key_style = text_at(16.0 * s, INK, HPos::Left, VPos::Center);
+        let key = |lx: &mut i32, text: String, draw: &dyn Fn(i32) -> Result<(), ChartError>| -> Result<(), ChartError> {
+            draw(*lx)?;
+            root.draw(&Text::new(text.clone(), (*lx + px(50.0), ly), key_style.clone())).map_err(draw_err)?;
+            *lx += px(50.0) + root.estimate_text_size(&text, &key_style).map_err(draw_err)?.0 as i32 + px(36.0);
+            Ok(())
+        };
+        let seg = |x: i32, width: u32, r: f64| -> Result<(), ChartError> {
+            root.draw(&PathElement::new(vec![(x, ly), (x + px(40.0), ly)], INK_SOFT.stroke_width(width))).map_err(draw_err)?;
+            draw_marker(root, Marker::Circle, (x + px(20.0), ly), r, INK_SOFT, s)
+        };
+        if whole {
+            key(&mut lx, "whole-model recall, Wilson 95 % interval".into(), &|x| seg(x, thick, big))?;
+            key(&mut lx, "per-layer selection recall, Wilson 95 % interval".into(), &|x| seg(x, thin, small))?;
+        } else {
+            key(&mut lx, "per-layer selection recall, Wilson 95 % interval".into(), &|x| seg(x, thick, big))?;
+        }
+        if panels == 2 {
+            key(&mut lx, "selection recall: mean and 95 % interval over trials".into(), &|_| Ok(()))?;
+        }
+        if let Some(t) = self.threshold {
+            key(&mut lx, format!("recall threshold {t:.2}"), &|x| {
+                draw_dashed(
+                    root,
+                    &[(x as f64, (ly - px(11.0)) as f64), (x as f64, (ly + px(11.0)) as f64)],
+                    Dash::Dotted,
+                    s * 1.2,
+                    INK_SOFT.stroke_width((2.0 * s).round().max(1.0) as u32),
+                )
+            })?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn e(v: f64) -> Estimate {
+        Estimate { value: v, low: (v - 0.05).max(0.0), high: (v + 0.05).min(1.0) }
+    }
+
+    fn demo() -> CompareChart {
+        let rows = [(512, "fp32", 0.8), (512, "fp8", 0.7), (1024, "fp32", 0.9), (1024, "fp8", 0.85)]
+            .iter()
+            .map(|&(k, p, v)| CompareRow {
+                topk: k,
+                precision: p.into(),
+                layer: e(v),
+                model: Some(e(v * 0.9)),
+                selection: (p != "fp32").then(|| e(0.97)),
+            })
+            .collect();
+        CompareChart { title: "t".into(), subtitle: "s".into(), rows, reference: Some("fp32".into()), threshold: Some(0.9) }
+    }
+
+    #[test]
+    fn renders_and_refuses_bad_rows() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = demo();
+        render_compare(&c, &dir.path().join("c.png"), 1600, c.height()).unwrap();
+        render_compare(&c, &dir.path().join("c.svg"), 1600, c.height()).unwrap();
+        let mut bad = demo();
+        bad.rows[1].layer.value = 0.99; // outside its interval
+        assert!(matches!(render_compare(&bad, &dir.path().join("b.png"), 1600, 900), Err(ChartError::InvalidInput(_))));
+        bad.rows.clear();
+        assert!(render_compare(&bad, &dir.path().join("b.png"), 1600, 900).is_err());
+        assert!(!dir.path().join("b.png").exists());
+    }
+
+    #[test]
+    fn selection_floor_rounds_down_to_a_tenth() {
+        let mut c = demo();
+        assert_eq!(selection_floor(&c.rows), 0.9);
+        c.rows[1].selection = Some(e(0.4));
+        assert_eq!(selection_floor(&c.rows), 0.3);
+    }
+}

@@ -22,7 +22,7 @@ use crate::report::chart::{
     CompareRow, DepthChart, DepthPanel, DepthPoint, DepthSeries, DistributionRow, EffectiveMark, Estimate, FidelityChart, FidelityPoint,
     FidelitySeries, Heatmap, HeatmapPanel, ImageFormat, RankMarginChart, Reach, RecallChart, RecallPoint, RecallSeries,
 };
-use crate::run::cell::{holm_adjusted_p, CellResult};
+use crate::run::cell::{CellResult, HolmFamily};
 use crate::run::output::{self, tokens_label, write_atomic, MANIFEST_FILE, RECALL_CHART_FILE, RESULTS_FILE, SUMMARY_FILE};
 use crate::run::sweep::{cell_results, effective_contexts, group_cells, spec_for, EffectiveContext, SweepOutcome};
 use std::fmt::Write as _;
@@ -398,14 +398,22 @@ pub const DIFF_MARK_ALPHA: f64 = 0.05;
 /// Holm-adjusted McNemar p over `cells` is below [`DIFF_MARK_ALPHA`], with
 /// the default colour span. None with one precision.
 pub fn heatmap_diff(meta: &ReportMeta, cells: &[CellResult]) -> Option<Heatmap> {
-    heatmap_diff_marked(meta, cells, &holm_adjusted_p(cells), None)
+    let holm = HolmFamily::of(cells);
+    heatmap_diff_marked(meta, cells, &holm.precision, holm.size, None)
 }
 
 /// [`heatmap_diff`] with the adjusted p given and a colour span.
-/// `adjusted[i]` is `cells[i]`'s Holm-adjusted McNemar p
-/// ([`crate::run::cell::holm_adjusted_p`] over the whole sweep): cells below
-/// [`DIFF_MARK_ALPHA`] are marked. `span`: the colour span (None: [`diff_scale`]).
-pub fn heatmap_diff_marked(meta: &ReportMeta, cells: &[CellResult], adjusted: &[Option<f64>], span: Option<f64>) -> Option<Heatmap> {
+/// `adjusted[i]` is `cells[i]`'s Holm-adjusted McNemar p over the sweep's
+/// `family` paired tests ([`HolmFamily`], precision and k pairs): cells
+/// below [`DIFF_MARK_ALPHA`] are marked. `span`: the colour span (None:
+/// [`diff_scale`]).
+pub fn heatmap_diff_marked(
+    meta: &ReportMeta,
+    cells: &[CellResult],
+    adjusted: &[Option<f64>],
+    family: usize,
+    span: Option<f64>,
+) -> Option<Heatmap> {
     let g = Grid::of(cells);
     let baseline = g.precisions.first()?.clone();
     let at = |d: f64, c: u64, k: u64, p: &str| {
@@ -430,7 +438,6 @@ pub fn heatmap_diff_marked(meta: &ReportMeta, cells: &[CellResult], adjusted: &[
     }
     let largest = panels.iter().flat_map(|p| p.recall.iter().flatten().flatten()).fold(0.0f64, |m, v| m.max(v.abs()));
     let limit = span.unwrap_or_else(|| diff_scale(largest));
-    let family = adjusted.iter().flatten().count();
     let note = format!(
         "ring: McNemar p < {DIFF_MARK_ALPHA} after Holm adjustment over all {family} paired tests of the sweep ({tests} shown) · colour span ±{limit}{}",
         if span.is_some() { " (--diff-span)" } else { "" }
@@ -668,7 +675,8 @@ pub fn render_charts(dir: &Path, meta: &ReportMeta, cells: &[CellResult], opts: 
     let all_cells = cells;
     let first_offset = needle_offsets(cells)[0];
     // The Holm family is every paired test of the sweep, all offsets included.
-    let holm = holm_adjusted_p(all_cells);
+    let family = HolmFamily::of(all_cells);
+    let holm = family.precision;
     let (first, adjusted): (Vec<CellResult>, Vec<Option<f64>>) =
         cells.iter().zip(holm).filter(|(c, _)| c.needle_offset == first_offset).map(|(c, p)| (c.clone(), p)).unzip();
     let cells = &first[..];
@@ -708,7 +716,7 @@ pub fn render_charts(dir: &Path, meta: &ReportMeta, cells: &[CellResult], opts: 
                 render_heatmap(&model, &path, w, h)?;
                 files.push(name(&path));
             }
-            if let Some(diff) = heatmap_diff_marked(meta, cells, &adjusted, opts.diff_span) {
+            if let Some(diff) = heatmap_diff_marked(meta, cells, &adjusted, family.size, opts.diff_span) {
                 let (w, h) = heatmap_size(diff.panels.len(), g.depths.len(), g.contexts.len());
                 let path = dir.join(format!("{HEATMAP_DIFF_STEM}.{ext}"));
                 render_heatmap(&diff, &path, w, h)?;
@@ -926,10 +934,10 @@ mod tests {
         let target = cells.len() + 1; // the second "alt" cell
         let adjusted: Vec<Option<f64>> =
             (0..all.len()).map(|i| (i >= cells.len()).then_some(if i == target { 0.01 } else { 0.3 })).collect();
-        let hm = heatmap_diff_marked(&meta, &all, &adjusted, None).unwrap();
+        let hm = heatmap_diff_marked(&meta, &all, &adjusted, 7, None).unwrap();
         assert_eq!(hm.diverging_limit, Some(0.1), "±0.02 differences get the 0.1 floor");
         let note = hm.note.clone().unwrap();
-        assert!(note.contains("Holm") && note.contains(&format!("all {} paired tests", all.len() - cells.len())), "{note}");
+        assert!(note.contains("Holm") && note.contains("all 7 paired tests"), "{note}");
         let panel = hm.panels.iter().find(|p| p.title.contains("alt")).unwrap();
         let g = Grid::of(&all);
         let t = &all[target];
@@ -938,7 +946,7 @@ mod tests {
         let marked: Vec<(usize, usize)> =
             (0..g.depths.len()).flat_map(|d| (0..g.contexts.len()).map(move |c| (d, c))).filter(|&(d, c)| panel.marked[d][c]).collect();
         assert_eq!(marked, vec![(di, ci)]);
-        let wide = heatmap_diff_marked(&meta, &all, &adjusted, Some(0.5)).unwrap();
+        let wide = heatmap_diff_marked(&meta, &all, &adjusted, 7, Some(0.5)).unwrap();
         assert_eq!(wide.diverging_limit, Some(0.5));
         assert!(wide.note.unwrap().contains("±0.5 (--diff-span)"));
     }

@@ -157,8 +157,9 @@ fn read_results(path: &Path) -> Result<StoredCells, Error> {
     Ok(stored)
 }
 
+/// Cells of one (depth, context) unit: every needle offset, k and precision.
 fn cells_per_unit(s: &Scenario) -> usize {
-    s.topks.len() * s.precisions.len()
+    s.needle_offsets.len() * s.topks.len() * s.precisions.len()
 }
 
 /// Rewrites `results.jsonl` atomically from whole lines (kept byte for byte).
@@ -308,14 +309,17 @@ pub fn order_cells(s: &Scenario, lines: Vec<String>, cells: Vec<CellResult>) -> 
     let key = |c: &CellResult| {
         let d = s.depths.iter().position(|&x| x == c.depth_percent);
         let ctx = s.contexts.iter().position(|&x| x == c.context_tokens);
+        let o = s.needle_offsets.iter().position(|&x| x == c.needle_offset);
         let k = s.topks.iter().position(|&x| x == c.topk);
         let p = s.precisions.iter().position(|x| x.name == c.precision);
-        match (d, ctx, k, p) {
-            (Some(d), Some(ctx), Some(k), Some(p)) => Some(((d * s.contexts.len() + ctx) * s.topks.len() + k) * s.precisions.len() + p),
+        match (d, ctx, o, k, p) {
+            (Some(d), Some(ctx), Some(o), Some(k), Some(p)) => {
+                Some((((d * s.contexts.len() + ctx) * s.needle_offsets.len() + o) * s.topks.len() + k) * s.precisions.len() + p)
+            }
             _ => None,
         }
     };
-    let total = s.depths.len() * s.contexts.len() * s.topks.len() * s.precisions.len();
+    let total = s.depths.len() * s.contexts.len() * cells_per_unit(s);
     let mut slots: Vec<Option<(String, CellResult)>> = vec![None; total];
     for (line, cell) in lines.into_iter().zip(cells) {
         let i = key(&cell).ok_or_else(|| Error::Mismatch(format!("a shard holds a cell outside the grid: {line}")))?;
@@ -325,11 +329,11 @@ pub fn order_cells(s: &Scenario, lines: Vec<String>, cells: Vec<CellResult>) -> 
         slots[i] = Some((line, cell));
     }
     if let Some(i) = slots.iter().position(Option::is_none) {
-        let per_depth = s.contexts.len() * s.topks.len() * s.precisions.len();
+        let per_depth = s.contexts.len() * cells_per_unit(s);
         return Err(Error::Mismatch(format!(
             "the shards miss cells (the first at depth {} %, context {})",
             s.depths[i / per_depth],
-            s.contexts[(i % per_depth) / (s.topks.len() * s.precisions.len())]
+            s.contexts[(i % per_depth) / cells_per_unit(s)]
         )));
     }
     Ok(slots.into_iter().flatten().unzip())

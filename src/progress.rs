@@ -75,7 +75,8 @@ impl Progress {
         let every = plain_every()?;
         let bar = std::io::stderr().is_terminal().then(|| {
             let bar = ProgressBar::new(0);
-            let template = "{spinner} {bar:40} {pos}/{len} trials{msg} · {elapsed} elapsed · ETA {eta}";
+            // The bar takes what the text leaves of the terminal's width, so the line never wraps.
+            let template = "{spinner} {pos}/{len} trials{msg} · {elapsed} elapsed · ETA {eta} {wide_bar}";
             if let Ok(style) = ProgressStyle::with_template(template) {
                 bar.set_style(style);
             }
@@ -125,9 +126,9 @@ impl Progress {
         self.cells_done.store(s.cells_done, Ordering::Relaxed);
         self.cells_total.store(s.cells_total, Ordering::Relaxed);
         if let Some(bar) = &self.bar {
+            bar.set_message(self.cells_label(" · "));
             bar.set_length(s.trials_total);
             bar.set_position(s.trials_done);
-            bar.set_message(self.cells_label(" · "));
             // Trials done before this run must not count in its rate.
             bar.reset_eta();
             bar.enable_steady_tick(Duration::from_millis(200));

@@ -137,7 +137,7 @@ pub fn predictions(
 }
 
 /// Name of the prediction's trials in a checkpoint.
-pub const PREDICT_LOG_NAME: &str = "predict";
+const PREDICT_LOG_NAME: &str = "predict";
 
 /// [`predictions`] in checkpointed chunks; its trials count in `on_trial`
 /// too (the prediction costs about as much as the simulation).

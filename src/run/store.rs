@@ -221,8 +221,11 @@ fn read_checkpoint(path: &Path) -> Result<Vec<ChunkRecord>, Error> {
 
 /// Trials of `group` the records hold, without double counting overlaps.
 fn trials_held(records: &[ChunkRecord], group: &GroupKey, trials: u64) -> u64 {
+    let mut names: Vec<&str> = records.iter().map(|r| r.estimator.as_str()).collect();
+    names.sort_unstable();
+    names.dedup();
     let mut held = 0;
-    for name in ["full", "tail", crate::estimate::PREDICT_LOG_NAME] {
+    for name in names {
         let mut seen = vec![false; trials as usize];
         for r in records.iter().filter(|r| r.estimator == name && r.group == *group) {
             for slot in seen.iter_mut().skip(r.first as usize).take(r.count as usize) {

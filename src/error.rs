@@ -33,6 +33,12 @@ pub enum SimError {
     /// normally refuses it first).
     #[error("hypothesis: {0}")]
     Hypothesis(String),
+    /// The caller asked the run to stop (a signal); finished work is saved.
+    #[error("interrupted")]
+    Interrupted,
+    /// Finished trials could not be saved to the checkpoint file.
+    #[error("{0}")]
+    Checkpoint(String),
 }
 
 /// Everything the library can fail with.

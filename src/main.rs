@@ -3,6 +3,7 @@
 //! (2 for bad usage or configuration, 1 for a run that failed).
 
 mod cli;
+mod progress;
 
 use clap::error::ErrorKind;
 use clap::Parser;
@@ -15,7 +16,7 @@ use dsa_recall::error::Error;
 use dsa_recall::report;
 use dsa_recall::run::store::{self, Shard, StoreOptions};
 use dsa_recall::run::{output, sweep};
-use indicatif::{ProgressBar, ProgressStyle};
+use progress::{Interrupt, Progress, Steps};
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
@@ -43,6 +44,10 @@ fn main() -> ExitCode {
     };
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
+        Err(Error::Sim(dsa_recall::SimError::Interrupted)) => {
+            eprintln!("interrupted: rerun with --resume ({})", resume_command());
+            ExitCode::from(Interrupt::exit_code())
+        }
         Err(e) => {
             eprintln!("error: {e}");
             ExitCode::from(if e.is_usage() { 2 } else { 1 })
@@ -128,12 +133,21 @@ fn thread_pool(threads: Option<usize>) -> Result<rayon::ThreadPool, Error> {
         .map_err(|e| Error::io("starting worker threads", std::io::Error::other(e.to_string())))
 }
 
-fn progress_bar(total: u64) -> ProgressBar {
-    let bar = ProgressBar::new(total);
-    if let Ok(style) = ProgressStyle::with_template("{spinner} {bar:40} {pos}/{len} trials · {elapsed} elapsed · ETA {eta}") {
-        bar.set_style(style);
+/// The command line that resumes an interrupted sweep: this one without
+/// `--force` and with `--resume`, quoted for a POSIX shell where needed.
+fn resume_command() -> String {
+    let quote = |a: String| {
+        if !a.is_empty() && a.chars().all(|c| c.is_ascii_alphanumeric() || "-_./=,:+@%".contains(c)) {
+            a
+        } else {
+            format!("'{}'", a.replace('\'', "'\\''"))
+        }
+    };
+    let mut args: Vec<String> = std::env::args().filter(|a| a != "--force").collect();
+    if !args.iter().any(|a| a == "--resume") {
+        args.push("--resume".into());
     }
-    bar
+    args.into_iter().map(quote).collect::<Vec<_>>().join(" ")
 }
 
 fn run_sweep(args: &SweepArgs) -> Result<(), Error> {
@@ -145,10 +159,17 @@ fn run_sweep(args: &SweepArgs) -> Result<(), Error> {
     let plot = sweep_plot_options(args, &s)?;
     let pool = thread_pool(args.scenario.threads)?;
     store::check_memory(&s, pool.current_num_threads())?;
-    let store_opts = StoreOptions { force: args.force, resume: args.resume, shard };
-    let bar = progress_bar(sweep::total_trials(&s));
-    let outcome = pool.install(|| store::sweep_into(&args.out, &s, store_opts, &|| bar.inc(1)))?;
-    bar.finish_and_clear();
+    let store_opts = StoreOptions { force: args.force, resume: args.resume, shard, chunk_trials: progress::chunk_trials_knob()? };
+    let interrupt = Interrupt::catch();
+    let display = Progress::new(true, args.resume)?.stopped_by(interrupt);
+    let outcome = pool.install(|| store::sweep_into(&args.out, &s, store_opts, &display));
+    display.finish();
+    let outcome = outcome?;
+    if interrupt.requested() {
+        // The signal came after the last chunk: every cell is on disk, and
+        // a resume writes the tables and charts.
+        return Err(dsa_recall::SimError::Interrupted.into());
+    }
     if shard.is_some() {
         // A shard's table and charts would describe a fragment: `merge` makes them.
         store::finish(&args.out, &s, shard, &outcome, &[output::MANIFEST_FILE.to_string(), output::RESULTS_FILE.to_string()])?;
@@ -269,7 +290,10 @@ fn run_cell(args: &RunArgs) -> Result<(), Error> {
     let s = scenario(&args.scenario, args.overlay()?).map_err(with_run_flags)?;
     one_cell(&s, "run", true, [args.context.is_some(), args.depth.is_some(), args.topk.is_some(), args.precision.is_some()])?;
     let pool = thread_pool(args.scenario.threads)?;
-    let cell = pool.install(|| report::run_single_cell(&s, args.print_trials))?;
+    let display = Progress::of_trials(sweep::group_trial_runs(&s))?;
+    let cell = pool.install(|| report::run_single_cell(&s, args.print_trials, &|| display.inc()));
+    display.finish();
+    let cell = cell?;
     if args.json {
         println!("{}", serde_json::to_string(&cell.result).unwrap_or_default());
     } else {
@@ -316,7 +340,10 @@ fn run_plot(args: &PlotArgs) -> Result<(), Error> {
 fn run_trial_dump(args: &TrialArgs) -> Result<(), Error> {
     let s = scenario(&args.scenario, args.overlay()?).map_err(with_run_flags)?;
     one_cell(&s, "trial", false, [args.context.is_some(), args.depth.is_some(), args.topk.is_some(), args.precisions.is_some()])?;
-    let summary = dsa_recall::tensors::dump::dump_trial(&s, args.trial, &args.dump)?;
+    let steps = Steps::new()?;
+    let summary = dsa_recall::tensors::dump::dump_trial(&s, args.trial, &args.dump, &|what| steps.step(what));
+    steps.finish();
+    let summary = summary?;
     println!(
         "trial {} of {} tokens, depth {} %, k={} (k_eff {} of {} rows) → {}",
         args.trial,

@@ -157,3 +157,196 @@ fn validation_refuses_impossible_runs_before_writing_anything() {
     one_line_error(&s(&["--trials", "10000000"]), "GiB");
     assert!(!out.exists());
 }
+
+// ---- Issue 17, bug 5: a kill loses at most a chunk of trials ----
+
+/// One haystack group (one depth), so before the checkpoint the whole sweep
+/// was one unit of work and a kill lost all of it.
+fn one_depth() -> Vec<String> {
+    "--contexts 8K,32K --depths 50 --topk 64,256 --precisions bf16,fp32 --trials 240 --threads 1".split(' ').map(String::from).collect()
+}
+
+/// Checkpoint chunks of 6 trials (a testing knob), so that a sweep can be
+/// caught between chunks.
+const CHUNK: (&str, &str) = ("DSA_RECALL_CHUNK_TRIALS", "6");
+
+fn spawn_sweep(args: &[String], out: &Path, extra_env: &[(&str, &str)]) -> std::process::Child {
+    Command::new(cargo_bin("dsa-recall"))
+        .arg("sweep")
+        .args(args)
+        .args(["--out", out.to_str().unwrap()])
+        .envs([CHUNK].iter().chain(extra_env).copied())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// Waits until the checkpoint holds a whole chunk line.
+fn wait_for_checkpoint(dir: &Path) {
+    let start = Instant::now();
+    let chunk_line = |t: String| t.split_inclusive('\n').any(|l| l.starts_with("{\"group\"") && l.ends_with('\n'));
+    while !std::fs::read_to_string(dir.join("checkpoint.jsonl")).is_ok_and(chunk_line) {
+        assert!(start.elapsed() < Duration::from_secs(120), "no checkpoint chunk within 2 minutes");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Every file of `a` is in `b` with the same bytes, and `b` has no others.
+fn same_dirs(a: &Path, b: &Path) {
+    let names = |d: &Path| {
+        let mut v: Vec<String> = std::fs::read_dir(d).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+        v.sort();
+        v
+    };
+    assert_eq!(names(a), names(b));
+    for f in names(a) {
+        assert!(std::fs::read(a.join(&f)).unwrap() == std::fs::read(b.join(&f)).unwrap(), "{f} differs");
+    }
+}
+
+fn resuming_line(stderr: &str) -> (u64, u64) {
+    let line = stderr.lines().find(|l| l.starts_with("resuming: ")).unwrap_or_else(|| panic!("no resuming line: {stderr}"));
+    let words: Vec<&str> = line.split(' ').collect();
+    assert_eq!(words[2], "of", "{line}");
+    (words[1].parse().unwrap(), words[3].parse().unwrap())
+}
+
+#[test]
+fn a_one_depth_sweep_killed_mid_group_resumes_from_its_checkpoint() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (full, killed) = (tmp.path().join("full"), tmp.path().join("killed"));
+    let args = one_depth();
+    ok(sweep(&args, &["--out", full.to_str().unwrap()]));
+    assert!(!full.join("checkpoint.jsonl").exists(), "a finished sweep leaves no checkpoint");
+
+    let mut child = spawn_sweep(&args, &killed, &[]);
+    wait_for_checkpoint(&killed);
+    child.kill().unwrap(); // SIGKILL: no chance to clean up
+    child.wait().unwrap();
+    assert_eq!(lines(&killed.join("results.jsonl")), 0, "the group was still running");
+    // A torn last line (a write cut short) is dropped.
+    let mut f = std::fs::OpenOptions::new().append(true).open(killed.join("checkpoint.jsonl")).unwrap();
+    std::io::Write::write_all(&mut f, b"{\"group\":{\"depth_percent\":50.0,\"contex").unwrap();
+    drop(f);
+
+    // A checkpoint of another configuration is refused with the manifest,
+    // and left as it was.
+    let before = std::fs::read(killed.join("checkpoint.jsonl")).unwrap();
+    let mut other = one_depth();
+    other.extend(["--seed", "7"].map(String::from));
+    one_line_error(&sweep(&other, &["--out", killed.to_str().unwrap(), "--resume"]), "seed (42 vs 7)");
+    assert!(std::fs::read(killed.join("checkpoint.jsonl")).unwrap() == before);
+
+    // The resume takes the checkpointed trials back and simulates only the
+    // rest: with a progress line per trial (period 0, one worker), it prints
+    // one line per trial it runs and a last one.
+    let out = Command::new(cargo_bin("dsa-recall"))
+        .arg("sweep")
+        .args(&args)
+        .args(["--out", killed.to_str().unwrap(), "--resume"])
+        .env("DSA_RECALL_PROGRESS_EVERY", "0")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{err}");
+    let (done, total) = resuming_line(&err);
+    assert_eq!(total, 240);
+    assert!(done >= 6 && done % 6 == 0 && done < total, "{err}");
+    assert!(err.contains(&format!("resuming: {done} of 240 trials done (0 of 8 cells complete)")), "{err}");
+    let progress_lines = err.lines().filter(|l| l.starts_with("progress: ")).count() as u64;
+    assert_eq!(progress_lines, total - done + 1, "only the missing trials ran");
+    same_dirs(&full, &killed);
+}
+
+#[test]
+fn sigint_and_sigterm_stop_cleanly_and_say_how_to_resume() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (full, dir) = (tmp.path().join("full"), tmp.path().join("dir"));
+    let args = one_depth();
+    ok(sweep(&args, &["--out", full.to_str().unwrap()]));
+    let quiet = [("DSA_RECALL_PROGRESS_EVERY", "1000")];
+    for (signal, code, force) in [("-INT", 130, false), ("-TERM", 143, true)] {
+        // The second run starts over with --force in a directory whose
+        // checkpoint is garbage: a fresh run must remove it, or the resume
+        // below would refuse it.
+        let mut a = args.clone();
+        if force {
+            std::fs::write(dir.join("checkpoint.jsonl"), "not a checkpoint line\n").unwrap();
+            a.push("--force".into());
+        }
+        let child = spawn_sweep(&a, &dir, &quiet);
+        wait_for_checkpoint(&dir);
+        let sent = Command::new("kill").args([signal, &child.id().to_string()]).status().unwrap();
+        assert!(sent.success());
+        let out = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(code), "{err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+        let line = err.lines().next().unwrap();
+        assert!(line.starts_with("interrupted: rerun with --resume ("), "{err}");
+        assert!(line.ends_with(&format!("--out {} --resume)", dir.display())) && !line.contains("--force"), "{err}");
+        assert!(std::fs::read_to_string(dir.join("manifest.json")).unwrap().contains("\"running\""));
+        assert!(lines(&dir.join("checkpoint.jsonl")) >= 1);
+    }
+    let out = sweep(&args, &["--out", dir.to_str().unwrap(), "--resume"]);
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{err}");
+    assert!(resuming_line(&err).0 > 0, "{err}");
+    same_dirs(&full, &dir);
+}
+
+#[test]
+fn progress_is_plain_lines_when_stderr_is_not_a_terminal() {
+    // Issue 17, progress: no escape codes in logs, and cells counted.
+    let tmp = tempfile::tempdir().unwrap();
+    let out = Command::new(cargo_bin("dsa-recall"))
+        .args(["sweep", "--contexts", "1K,2K", "--depths", "0,100", "--topk", "64", "--trials", "10", "--threads", "1", "--out"])
+        .arg(tmp.path().join("s"))
+        .env("DSA_RECALL_PROGRESS_EVERY", "0")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{err}");
+    assert!(!err.contains('\x1b') && !err.contains('\r'), "escape codes in {err:?}");
+    let progress: Vec<&str> = err.lines().filter(|l| l.starts_with("progress: ")).collect();
+    assert_eq!(progress.len(), 21, "one line per trial and a last one: {err}");
+    assert!(progress[4].starts_with("progress: 25 % (5/20 trials, 0/"), "{err}");
+    assert!(progress[14].contains("(15/20 trials, 4/8 cells) · "), "cells of the first depth are done: {err}");
+    assert!(progress[20].starts_with("progress: 100 % (20/20 trials, 8/8 cells) · ") && progress[20].contains(" elapsed · ETA "), "{err}");
+
+    // `run` shows its trials too (a long run no longer sits silent).
+    let out = Command::new(cargo_bin("dsa-recall"))
+        .args(["run", "--context", "4K", "--depth", "50", "--topk", "64", "--precision", "bf16", "--trials", "8", "--threads", "1"])
+        .env("DSA_RECALL_PROGRESS_EVERY", "0")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{err}");
+    assert!(err.lines().any(|l| l.starts_with("progress: 50 % (4/8 trials) · ")), "{err}");
+    // Without the knob, short runs print nothing on stderr.
+    let out = Command::new(cargo_bin("dsa-recall"))
+        .args(["run", "--context", "4K", "--depth", "50", "--topk", "64", "--precision", "bf16", "--trials", "8"])
+        .output()
+        .unwrap();
+    assert!(out.status.success() && out.stderr.is_empty(), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+#[test]
+fn shards_and_resume_keep_every_needle_offset() {
+    // With several needle offsets a unit holds offsets × k × precisions
+    // cells; resume and merge counted k × precisions only.
+    let tmp = tempfile::tempdir().unwrap();
+    let d = |n: &str| tmp.path().join(n);
+    let args: Vec<String> =
+        "--contexts 1K,4K --depths 0,100 --topk 64 --needle-offsets all --trials 10".split(' ').map(String::from).collect();
+    ok(sweep(&args, &["--out", d("full").to_str().unwrap()]));
+    let before = std::fs::read(d("full").join("results.jsonl")).unwrap();
+    ok(sweep(&args, &["--out", d("full").to_str().unwrap(), "--resume"]));
+    assert!(std::fs::read(d("full").join("results.jsonl")).unwrap() == before, "resuming a finished sweep changes nothing");
+    for i in 1..=2 {
+        ok(sweep(&args, &["--shard", &format!("{i}/2"), "--out", d(&format!("s{i}")).to_str().unwrap()]));
+    }
+    ok(Command::new(cargo_bin("dsa-recall")).arg("merge").args([d("s2"), d("s1")]).arg("--out").arg(d("merged")).output().unwrap());
+    same_dirs(&d("full"), &d("merged"));
+}

@@ -1,12 +1,19 @@
 //! The one loop that runs an estimator's trials: seeds derived per trial,
 //! trials in parallel with rayon, results kept in trial order so every
 //! reduction is identical whatever the thread count.
+//!
+//! A durable sweep runs the trials in chunks ([`run_logged`]): each finished
+//! chunk goes to a [`TrialLog`] (the output directory's checkpoint), so an
+//! interruption loses at most the chunk in flight, and a resumed run takes
+//! the saved trials back instead of simulating them again. A trial depends
+//! only on its index, so chunk sizes cannot change a result.
 
 use crate::base::rng::{self, tag};
 use crate::error::SimError;
 use crate::estimate::Estimator;
 use crate::score::trial::TrialSpec;
 use rayon::prelude::*;
+use std::time::{Duration, Instant};
 
 /// Seed of trial `trial` of the haystack group at `depth_percent`. Depends on
 /// the depth's value (not its position in a list), so a cell's result does
@@ -24,7 +31,17 @@ pub fn run_trials<E: Estimator>(
     trials: u64,
     on_trial: &(dyn Fn() + Sync),
 ) -> Result<Vec<E::Trial>, SimError> {
-    (0..trials)
+    run_range(estimator, spec, seed, 0..trials, on_trial)
+}
+
+fn run_range<E: Estimator>(
+    estimator: &E,
+    spec: &TrialSpec<'_>,
+    seed: u64,
+    range: std::ops::Range<u64>,
+    on_trial: &(dyn Fn() + Sync),
+) -> Result<Vec<E::Trial>, SimError> {
+    range
         .into_par_iter()
         .map(|t| {
             let out = estimator.trial(spec, trial_seed(seed, spec.depth_percent, t));
@@ -44,4 +61,186 @@ pub fn estimate<E: Estimator>(
     on_trial: &(dyn Fn() + Sync),
 ) -> Result<Vec<E::Cell>, SimError> {
     Ok(estimator.cells(spec, &run_trials(estimator, spec, seed, trials, on_trial)?))
+}
+
+/// Where finished trials of one haystack group are kept across
+/// interruptions, and whether to stop. Trials travel as JSON arrays.
+pub trait TrialLog: Sync {
+    /// Trials saved earlier by estimator `name`: (first trial index, the
+    /// trials from there on as a JSON array), in any order.
+    fn saved(&self, name: &str) -> Vec<(u64, &str)>;
+    /// Keeps `trials` (a JSON array of `count` trials from `first` on) of
+    /// estimator `name` durably before returning.
+    fn save(&self, name: &str, first: u64, count: u64, trials: &str) -> Result<(), SimError>;
+    /// Whether to stop before the next chunk.
+    fn stop_requested(&self) -> bool;
+    /// A fixed number of trials per chunk (a testing knob); None adapts the
+    /// size to [`CHUNK_TARGET`].
+    fn chunk_trials(&self) -> Option<u64>;
+}
+
+/// What one chunk of trials should take: long enough that the pause between
+/// chunks (workers waiting for the last trial, the checkpoint write) costs
+/// little, short enough that a kill loses little.
+pub const CHUNK_TARGET: Duration = Duration::from_millis(1500);
+
+/// Chunk sizes: a few trials per worker first, then sized from the measured
+/// time per trial to take about [`CHUNK_TARGET`], a multiple of the worker
+/// count so that every worker is busy until the chunk's end.
+struct Pacer {
+    fixed: Option<u64>,
+    workers: u64,
+    size: u64,
+}
+
+impl Pacer {
+    fn new(fixed: Option<u64>) -> Self {
+        let workers = rayon::current_num_threads().max(1) as u64;
+        Pacer { fixed, workers, size: 2 * workers }
+    }
+
+    fn size(&self) -> u64 {
+        self.fixed.unwrap_or(self.size).max(1)
+    }
+
+    fn record(&mut self, trials: u64, took: Duration) {
+        let per_trial = took.as_secs_f64() / trials.max(1) as f64;
+        let wanted = if per_trial > 0.0 { CHUNK_TARGET.as_secs_f64() / per_trial } else { f64::INFINITY };
+        // Grow at most fourfold per chunk: one fast chunk is weak evidence.
+        let wanted = wanted.min(4.0 * self.size as f64).max(1.0) as u64;
+        self.size = wanted.div_ceil(self.workers).max(1) * self.workers;
+    }
+}
+
+/// Runs trials `0..trials` of one haystack group in chunks, taking back the
+/// trials `log` saved earlier for estimator `name` and saving each finished
+/// chunk. Returns the trials in trial order, or [`SimError::Interrupted`]
+/// when the log asks to stop (everything finished is saved by then).
+pub fn run_logged<E: Estimator>(
+    estimator: &E,
+    name: &str,
+    spec: &TrialSpec<'_>,
+    seed: u64,
+    trials: u64,
+    on_trial: &(dyn Fn() + Sync),
+    log: &dyn TrialLog,
+) -> Result<Vec<E::Trial>, SimError> {
+    let mut slots: Vec<Option<E::Trial>> = (0..trials).map(|_| None).collect();
+    for (first, text) in log.saved(name) {
+        // A piece that does not parse as this estimator's trials is simulated again.
+        let Ok(pieces) = serde_json::from_str::<Vec<E::Trial>>(text) else { continue };
+        for (t, trial) in (first..).zip(pieces) {
+            if let Some(slot @ None) = slots.get_mut(t as usize) {
+                *slot = Some(trial);
+            }
+        }
+    }
+    let mut pacer = Pacer::new(log.chunk_trials());
+    let mut t = 0u64;
+    while t < trials {
+        if slots[t as usize].is_some() {
+            t += 1;
+            continue;
+        }
+        if log.stop_requested() {
+            return Err(SimError::Interrupted);
+        }
+        let gap_end = (t..trials).find(|&u| slots[u as usize].is_some()).unwrap_or(trials);
+        let end = gap_end.min(t + pacer.size());
+        let started = Instant::now();
+        let chunk = run_range(estimator, spec, seed, t..end, on_trial)?;
+        pacer.record(end - t, started.elapsed());
+        // Save only what reads back bit for bit (a NaN would come back as
+        // null); a chunk that does not is simply not kept.
+        if let Ok(text) = serde_json::to_string(&chunk) {
+            if serde_json::from_str::<Vec<E::Trial>>(&text).is_ok_and(|back| back == chunk) {
+                log.save(name, t, end - t, &text)?;
+            }
+        }
+        for (slot, trial) in slots[t as usize..end as usize].iter_mut().zip(chunk) {
+            *slot = Some(trial);
+        }
+        t = end;
+    }
+    Ok(slots.into_iter().flatten().collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Mutex;
+
+    /// A trial is its seed and a float derived from it: cheap, and enough to
+    /// see which trial landed where.
+    struct Seeds;
+    impl Estimator for Seeds {
+        type Trial = (u64, f64);
+        type Cell = (u64, f64);
+        fn trial(&self, _: &TrialSpec<'_>, seed: u64) -> Result<(u64, f64), SimError> {
+            Ok((seed, (seed % 1000) as f64 / 7.0))
+        }
+        fn cells(&self, _: &TrialSpec<'_>, trials: &[(u64, f64)]) -> Vec<(u64, f64)> {
+            trials.to_vec()
+        }
+    }
+
+    /// Saved pieces of an earlier run, and what this run saves.
+    struct MemoryLog {
+        earlier: Vec<(u64, String)>,
+        saved: Mutex<Vec<(u64, u64, String)>>,
+        chunk: u64,
+        stop_after: usize,
+    }
+    impl TrialLog for MemoryLog {
+        fn saved(&self, _: &str) -> Vec<(u64, &str)> {
+            self.earlier.iter().map(|(f, t)| (*f, t.as_str())).collect()
+        }
+        fn save(&self, _: &str, first: u64, count: u64, trials: &str) -> Result<(), SimError> {
+            self.saved.lock().unwrap().push((first, count, trials.to_string()));
+            Ok(())
+        }
+        fn stop_requested(&self) -> bool {
+            self.saved.lock().unwrap().len() >= self.stop_after
+        }
+        fn chunk_trials(&self) -> Option<u64> {
+            Some(self.chunk)
+        }
+    }
+
+    fn spec_of(s: &crate::config::Scenario) -> TrialSpec<'_> {
+        crate::run::sweep::spec_for(s, 50.0)
+    }
+
+    // Issue 17, bug 5: an interrupted group resumes from its saved chunks and
+    // gives the trials of an uninterrupted run, in trial order.
+    #[test]
+    fn chunked_runs_resume_to_the_same_trials() {
+        let s = crate::config::check(crate::config::resolve(Default::default()).unwrap()).unwrap();
+        let spec = spec_of(&s);
+        let whole = run_trials(&Seeds, &spec, 9, 23, &|| {}).unwrap();
+        let log = MemoryLog { earlier: Vec::new(), saved: Mutex::new(Vec::new()), chunk: 5, stop_after: 2 };
+        let stopped = run_logged(&Seeds, "seeds", &spec, 9, 23, &|| {}, &log);
+        assert!(matches!(stopped, Err(SimError::Interrupted)));
+        let saved = log.saved.into_inner().unwrap();
+        let ranges: Vec<(u64, u64)> = saved.iter().map(|(f, c, _)| (*f, *c)).collect();
+        assert_eq!(ranges, vec![(0, 5), (5, 5)]);
+        // Resume: only trials 10..23 run (counted by on_trial).
+        let ran = std::sync::atomic::AtomicU64::new(0);
+        let earlier = saved.into_iter().map(|(f, _, t)| (f, t)).collect();
+        let log = MemoryLog { earlier, saved: Mutex::new(Vec::new()), chunk: 5, stop_after: usize::MAX };
+        let resumed = run_logged(&Seeds, "seeds", &spec, 9, 23, &|| _ = ran.fetch_add(1, std::sync::atomic::Ordering::Relaxed), &log);
+        assert_eq!(resumed.unwrap(), whole);
+        assert_eq!(ran.into_inner(), 13);
+    }
+
+    #[test]
+    fn the_pacer_aims_at_the_target_in_whole_rounds_of_workers() {
+        let mut p = Pacer { fixed: None, workers: 4, size: 8 };
+        p.record(8, Duration::from_millis(100));
+        assert_eq!(p.size(), 32, "growth is capped at 4× per chunk");
+        p.record(32, Duration::from_millis(32 * 150));
+        assert_eq!(p.size(), 12, "1.5 s / 150 ms = 10 trials, rounded up to 3 rounds of 4");
+        p.record(12, Duration::from_secs(60));
+        assert_eq!(p.size(), 4, "never below one trial per worker");
+    }
 }

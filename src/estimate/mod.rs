@@ -32,8 +32,9 @@ use settings::{EstimatorMode, EstimatorSettings};
 /// An estimator: what one trial yields for every cell of a haystack group,
 /// and how the trials (in trial order) reduce to one result per cell.
 pub trait Estimator: Sync {
-    /// One trial's result for every cell of the group.
-    type Trial: Send;
+    /// One trial's result for every cell of the group. Serializable so that
+    /// a sweep can checkpoint finished trials ([`driver::run_logged`]).
+    type Trial: Send + PartialEq + serde::Serialize + serde::de::DeserializeOwned;
     /// One cell's result over all trials.
     type Cell;
 
@@ -110,6 +111,24 @@ pub fn recall_estimates(
     }
 }
 
+/// [`recall_estimates`] in checkpointed chunks ([`driver::run_logged`]).
+pub fn recall_estimates_logged(
+    settings: &EstimatorSettings,
+    spec: &TrialSpec<'_>,
+    seed: u64,
+    trials: u64,
+    on_trial: &(dyn Fn() + Sync),
+    log: &dyn driver::TrialLog,
+) -> Result<Vec<CellEstimate>, SimError> {
+    match settings.mode {
+        EstimatorMode::Full => Ok(full::Full.cells(spec, &driver::run_logged(&full::Full, "full", spec, seed, trials, on_trial, log)?)),
+        EstimatorMode::Tail => {
+            let tail = tail::Tail { rows: settings.tail_rows };
+            Ok(tail.cells(spec, &driver::run_logged(&tail, "tail", spec, seed, trials, on_trial, log)?))
+        }
+    }
+}
+
 /// Every cell's predicted recall when the prediction is switched on (None
 /// where it does not model the cell's variant).
 pub fn predictions(
@@ -117,11 +136,32 @@ pub fn predictions(
     spec: &TrialSpec<'_>,
     seed: u64,
     trials: u64,
+    on_trial: &(dyn Fn() + Sync),
 ) -> Result<Option<Vec<Option<predict::CellPrediction>>>, SimError> {
     if !settings.predict {
         return Ok(None);
     }
-    driver::estimate(&predict::Predict, spec, seed, trials, &|| {}).map(Some)
+    driver::estimate(&predict::Predict, spec, seed, trials, on_trial).map(Some)
+}
+
+/// Name of the prediction's trials in a checkpoint.
+const PREDICT_LOG_NAME: &str = "predict";
+
+/// [`predictions`] in checkpointed chunks; its trials count in `on_trial`
+/// too (the prediction costs about as much as the simulation).
+pub fn predictions_logged(
+    settings: &EstimatorSettings,
+    spec: &TrialSpec<'_>,
+    seed: u64,
+    trials: u64,
+    on_trial: &(dyn Fn() + Sync),
+    log: &dyn driver::TrialLog,
+) -> Result<Option<Vec<Option<predict::CellPrediction>>>, SimError> {
+    if !settings.predict {
+        return Ok(None);
+    }
+    let per_trial = driver::run_logged(&predict::Predict, PREDICT_LOG_NAME, spec, seed, trials, on_trial, log)?;
+    Ok(Some(predict::Predict.cells(spec, &per_trial)))
 }
 
 /// Why the estimator settings cannot serve a scenario, for a one-line error.

@@ -59,7 +59,7 @@ pub fn survival_with_noisy_p(n: u64, k: u64, e: Exceedance) -> f64 {
 
 /// P(survive) for one cell of one trial, and the variance of that estimate
 /// from the needle-score sample.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct SurvivalEstimate {
     pub probability: f64,
     pub variance: f64,

@@ -809,15 +809,17 @@ pub struct SingleCell {
 }
 
 /// Runs the one cell of `s` (one context, depth, k and precision).
-pub fn run_single_cell(s: &Scenario, print_trials: bool) -> Result<SingleCell, Error> {
+/// `on_trial` is called per finished trial (the prediction's too), for a
+/// progress bar.
+pub fn run_single_cell(s: &Scenario, print_trials: bool, on_trial: &(dyn Fn() + Sync)) -> Result<SingleCell, Error> {
     let depth = s.depths.first().copied().unwrap_or(50.0);
     let spec = spec_for(s, depth);
     // Tail sampling has no per-trial outcomes to print.
     let (outcomes, cells) = match s.estimator.mode {
-        EstimatorMode::Tail => (Vec::new(), group_cells(s, &spec, &|| {})?),
+        EstimatorMode::Tail => (Vec::new(), group_cells(s, &spec, on_trial)?),
         EstimatorMode::Full => {
-            let outcomes = run_trials(&Full, &spec, s.seed, s.trials, &|| {})?;
-            let cells = cell_results(s, &spec, &Full.cells(&spec, &outcomes))?;
+            let outcomes = run_trials(&Full, &spec, s.seed, s.trials, on_trial)?;
+            let cells = cell_results(s, &spec, &Full.cells(&spec, &outcomes), on_trial)?;
             (outcomes, cells)
         }
     };

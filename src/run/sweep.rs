@@ -4,8 +4,10 @@
 
 use crate::config::Scenario;
 use crate::error::SimError;
+use crate::estimate::driver::TrialLog;
 use crate::estimate::grid;
-use crate::estimate::{predictions, recall_estimates, CellEstimate};
+use crate::estimate::predict::CellPrediction;
+use crate::estimate::{predictions, predictions_logged, recall_estimates, recall_estimates_logged, CellEstimate};
 use crate::run::cell::CellResult;
 use crate::score::trial::TrialSpec;
 use serde::{Deserialize, Serialize};
@@ -66,9 +68,15 @@ pub struct SweepOutcome {
     pub effective: Vec<EffectiveContext>,
 }
 
-/// Number of trials a sweep runs (for progress bars).
+/// Trials a haystack group runs: the scenario's trials, twice when the
+/// prediction is on (it runs its own pass over the same trial seeds).
+pub fn group_trial_runs(s: &Scenario) -> u64 {
+    s.trials * (1 + u64::from(s.estimator.predict))
+}
+
+/// Trials a sweep runs (for progress bars), counted as in [`group_trial_runs`].
 pub fn total_trials(s: &Scenario) -> u64 {
-    s.trials * s.depths.len() as u64
+    group_trial_runs(s) * s.depths.len() as u64
 }
 
 /// The trial specification of the haystack group at `depth`.
@@ -92,19 +100,42 @@ pub fn spec_for(s: &Scenario, depth: f64) -> TrialSpec<'_> {
 /// The cells of one haystack group under the scenario's estimator, with the
 /// prediction beside them when it is switched on.
 pub fn group_cells(s: &Scenario, spec: &TrialSpec<'_>, on_trial: &(dyn Fn() + Sync)) -> Result<Vec<CellResult>, SimError> {
-    cell_results(s, spec, &recall_estimates(&s.estimator, spec, s.seed, s.trials, on_trial)?)
+    cell_results(s, spec, &recall_estimates(&s.estimator, spec, s.seed, s.trials, on_trial)?, on_trial)
 }
 
 /// Cell results of one haystack group from its estimates (in
-/// [`TrialSpec::cell_index`] order), with the prediction when it is on.
-pub fn cell_results(s: &Scenario, spec: &TrialSpec<'_>, estimates: &[CellEstimate]) -> Result<Vec<CellResult>, SimError> {
-    let predicted = predictions(&s.estimator, spec, s.seed, s.trials)?;
-    Ok(grid::cells(spec)
+/// [`TrialSpec::cell_index`] order), with the prediction when it is on
+/// (its trials count in `on_trial`).
+pub fn cell_results(
+    s: &Scenario,
+    spec: &TrialSpec<'_>,
+    estimates: &[CellEstimate],
+    on_trial: &(dyn Fn() + Sync),
+) -> Result<Vec<CellResult>, SimError> {
+    Ok(combine(spec, estimates, predictions(&s.estimator, spec, s.seed, s.trials, on_trial)?.as_deref()))
+}
+
+/// [`group_cells`] with its trials run in chunks that `log` keeps across
+/// interruptions (the durable sweep of [`crate::run::store`]); the
+/// prediction's trials count in `on_trial` too.
+pub fn group_cells_logged(
+    s: &Scenario,
+    spec: &TrialSpec<'_>,
+    on_trial: &(dyn Fn() + Sync),
+    log: &dyn TrialLog,
+) -> Result<Vec<CellResult>, SimError> {
+    let estimates = recall_estimates_logged(&s.estimator, spec, s.seed, s.trials, on_trial, log)?;
+    let predicted = predictions_logged(&s.estimator, spec, s.seed, s.trials, on_trial, log)?;
+    Ok(combine(spec, &estimates, predicted.as_deref()))
+}
+
+fn combine(spec: &TrialSpec<'_>, estimates: &[CellEstimate], predicted: Option<&[Option<CellPrediction>]>) -> Vec<CellResult> {
+    grid::cells(spec)
         .map(|g| {
-            let prediction = predicted.as_ref().and_then(|p| p[g.index]).map(|p| p.recall);
+            let prediction = predicted.and_then(|p| p[g.index]).map(|p| p.recall);
             CellResult::new(spec, &g, &estimates[g.index], prediction)
         })
-        .collect())
+        .collect()
 }
 
 /// Runs every cell of the scenario. Cells come out ordered by depth,

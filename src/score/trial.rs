@@ -19,7 +19,7 @@ use crate::score::indexer::IndexerQuery;
 use crate::score::selection::{kth_largest_many_with, selection_overlap_with, tally_with, tie_key, tied_ahead, NeedleRank, TieRule};
 use crate::score::variant::PrecisionVariant;
 use rayon::prelude::*;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Rows generated, quantized and scored together: small enough to stay in
 /// L2 cache (256 rows × 128 dims × 4 bytes = 128 KiB).
@@ -49,7 +49,7 @@ pub struct TrialSpec<'a> {
 }
 
 /// The needle's fate in one cell of one trial.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct NeedleOutcome {
     pub survived: bool,
     /// Survived because the whole needle lies in the raw window.
@@ -81,7 +81,7 @@ impl NeedleOutcome {
 }
 
 /// Outcomes of one trial, indexed by [`TrialSpec::cell_index`].
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TrialOutcome {
     pub cells: Vec<NeedleOutcome>,
     /// The trial's seed (whole-model recall draws its chains from it).

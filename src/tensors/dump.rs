@@ -132,14 +132,17 @@ pub struct DumpSummary {
 
 /// Writes trial `trial` of the scenario's single cell (its first context,
 /// depth and k) to `path`, with every precision variant of the scenario.
-pub fn dump_trial(s: &Scenario, trial: u64, path: &Path) -> Result<DumpSummary, Error> {
+/// `on_step` names each step as it starts (for a progress display).
+pub fn dump_trial(s: &Scenario, trial: u64, path: &Path, on_step: &dyn Fn(&str)) -> Result<DumpSummary, Error> {
     let (context, depth, k) = (s.contexts[0], s.depths[0], s.topks[0]);
     let d = s.model.shape.head_dim;
     let seed = trial_seed(s.seed, depth, trial);
+    on_step("drawing the haystack");
     let hay = TrialHaystack::draw(&s.model, seed)?;
     let placement = s.geometry.place_needle_at(context, s.needle_tokens, depth, s.needle_offsets[0]);
     let rows = s.geometry.candidate_rows(context) as usize;
     let k_eff = (k as usize).min(rows);
+    on_step(&format!("generating {rows} key rows"));
     // Keys and query as scored: with the scenario's physics (RoPE, pooling,
     // distractors) when it has any, else exactly the null model's rows.
     let (keys, queries) =
@@ -151,10 +154,12 @@ pub fn dump_trial(s: &Scenario, trial: u64, path: &Path) -> Result<DumpSummary, 
         ("keys".into(), f32s(&keys, vec![rows, d])),
         ("needle_rows".into(), i64s(&placement.rows.clone().collect::<Vec<_>>(), vec![placement.rows.clone().count()])),
     ];
+    on_step("scoring fp32 (the reference)");
     let exact = PrecisionVariant::builtin("fp32").ok_or_else(|| bad_file(path, "fp32 variant missing"))?;
     let reference = select_top_k(&variant_logits(&exact, &queries, &hay.weights, &keys, d)?, k_eff, s.tie_rule, Some(seed));
     let mut summary = DumpSummary { rows, k_eff, variants: Vec::new() };
     for v in &s.precisions {
+        on_step(&format!("scoring {}", v.name));
         let q = encode_side(&v.query, &queries, d)?;
         let kk = encode_side(&v.key, &keys, d)?;
         let logits = variant_logits(v, &queries, &hay.weights, &keys, d)?;
@@ -191,6 +196,7 @@ pub fn dump_trial(s: &Scenario, trial: u64, path: &Path) -> Result<DumpSummary, 
     };
     let info: HashMap<String, String> =
         [("dsa_recall".to_string(), serde_json::to_string(&meta).unwrap_or_default())].into_iter().collect();
+    on_step(&format!("writing {}", path.display()));
     let bytes = safetensors::serialize(tensors.iter().map(|(n, t)| (n.clone(), t)), Some(info))
         .map_err(|e| bad_file(path, format!("cannot serialize: {e}")))?;
     crate::run::output::write_atomic(path, &bytes)?;

@@ -207,11 +207,16 @@ fn run_vary(args: &SweepArgs, axis: &dsa_recall::config::vary::VaryAxis) -> Resu
     let plot = sweep_plot_options(args, &scenarios[0])?;
     let pool = thread_pool(args.scenario.threads)?;
     store::check_memory(&scenarios[0], pool.current_num_threads())?;
-    let store_opts = StoreOptions { force: args.force, resume: args.resume, shard };
-    let bar = progress_bar(scenarios.iter().map(sweep::total_trials).sum());
+    let store_opts = StoreOptions { force: args.force, resume: args.resume, shard, chunk_trials: progress::chunk_trials_knob()? };
+    let interrupt = Interrupt::catch();
+    let display = Progress::new(true, args.resume)?.stopped_by(interrupt);
     let finish_value = |dir: &std::path::Path, s: &Scenario, o: &sweep::SweepOutcome| report::vary::complete_value(dir, s, o, &plot);
-    let outcome = pool.install(|| vary::sweep_vary(&args.out, axis, &scenarios, store_opts, &|| bar.inc(1), &finish_value))?;
-    bar.finish_and_clear();
+    let outcome = pool.install(|| vary::sweep_vary(&args.out, axis, &scenarios, store_opts, &display, &finish_value));
+    display.finish();
+    let outcome = outcome?;
+    if interrupt.requested() {
+        return Err(dsa_recall::SimError::Interrupted.into());
+    }
     let files = report::vary::write_vary(&args.out, &outcome, &plot)?;
     vary::finish(&args.out, &outcome, &files)?;
     print!("{}", vary::format_table(&outcome));

@@ -14,7 +14,7 @@ use crate::config::Scenario;
 use crate::error::{ConfigError, Error};
 use crate::run::cell::CellResult;
 use crate::run::output::{self, reach_label, row_label, write_atomic, MANIFEST_FILE, RESULTS_FILE, SUMMARY_FILE};
-use crate::run::store::{self, StoreOptions};
+use crate::run::store::{self, Observer, StoreOptions};
 use crate::run::sweep::SweepOutcome;
 use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
@@ -81,13 +81,14 @@ pub struct VaryOutcome {
 /// value's directory gets its charts and report from `finish_value` (the
 /// report layer) as soon as its sweep is done, so an interruption keeps the
 /// values already finished whole. `--shard` is refused: shard one value's
-/// sweep at a time (`--needle-strength X --shard I/N`).
+/// sweep at a time (`--needle-strength X --shard I/N`). `observer` sees each
+/// value's sweep in turn (its progress starts over at each value).
 pub fn sweep_vary(
     dir: &Path,
     axis: &VaryAxis,
     scenarios: &[Scenario],
     opts: StoreOptions,
-    on_trial: &(dyn Fn() + Sync),
+    observer: &dyn Observer,
     finish_value: &dyn Fn(&Path, &Scenario, &SweepOutcome) -> Result<(), Error>,
 ) -> Result<VaryOutcome, Error> {
     if opts.shard.is_some() {
@@ -129,8 +130,8 @@ pub fn sweep_vary(
         let sub = dir.join(axis.dir_name(i));
         // A value never started (or killed before its manifest) starts afresh.
         let resume = opts.resume && sub.join(MANIFEST_FILE).exists();
-        let sub_opts = StoreOptions { force: opts.force || opts.resume, resume, shard: None };
-        let outcome = store::sweep_into(&sub, s, sub_opts, on_trial)?;
+        let sub_opts = StoreOptions { force: opts.force || opts.resume, resume, shard: None, chunk_trials: opts.chunk_trials };
+        let outcome = store::sweep_into(&sub, s, sub_opts, observer)?;
         finish_value(&sub, s, &outcome)?;
         sweeps.push((s.clone(), outcome));
     }

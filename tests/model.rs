@@ -197,3 +197,35 @@ fn bf16_logits_make_ties_visible() {
     assert!(fp4.mean_rank_ties.unwrap() > fp4.mean_rank.unwrap());
     assert_eq!(cell(&o, 32768, 50.0, 512, "fp32").trials_with_ties, 0);
 }
+
+#[test]
+fn k_pairs_match_a_hand_count_of_the_trials() {
+    // Issue 17, "what does k = 1024 buy over 512": the paired counts
+    // against the smallest k are those of the per-trial outcomes, and the
+    // difference is gained − lost over the trials.
+    let s = config::check(config::resolve(Default::default()).unwrap()).unwrap();
+    let s = Scenario { contexts: vec![4096, 16384], topks: vec![32, 64, 256], trials: 40, ..s };
+    let spec = dsa_recall::run::sweep::spec_for(&s, 50.0);
+    use dsa_recall::estimate::{full::Full, Estimator};
+    let outcomes = dsa_recall::estimate::driver::run_trials(&Full, &spec, s.seed, s.trials, &|| {}).unwrap();
+    let cells = Full.cells(&spec, &outcomes);
+    let mut some_discordant = false;
+    for g in dsa_recall::estimate::grid::cells(&spec) {
+        let e = &cells[g.index];
+        let Some(base) = g.k_baseline_index(&spec) else {
+            assert!(g.topk == 32 && e.k_recall_diff.is_none() && e.k_discordant.is_none());
+            continue;
+        };
+        let kept = |i: usize, o: &dsa_recall::score::trial::TrialOutcome| o.cells[i].survived;
+        let gained = outcomes.iter().filter(|o| kept(g.index, o) && !kept(base, o)).count() as u64;
+        let lost = outcomes.iter().filter(|o| !kept(g.index, o) && kept(base, o)).count() as u64;
+        assert_eq!(e.k_discordant, Some((gained, lost)), "{g:?}");
+        some_discordant |= gained + lost > 0;
+        let diff = e.k_recall_diff.unwrap();
+        assert!((diff * 40.0 - (gained as f64 - lost as f64)).abs() < 1e-9, "{diff} vs {gained}/{lost}");
+        assert_eq!(diff, e.recall - cells[base].recall);
+        let model = |c: &dsa_recall::estimate::CellEstimate| c.whole_model.as_ref().unwrap().recall;
+        assert_eq!(e.k_model_recall_diff, Some(model(e) - model(&cells[base])));
+    }
+    assert!(some_discordant, "a grid where k changes some trial's outcome");
+}

@@ -207,16 +207,12 @@ mod tests {
         }
     }
 
-    fn spec_of(s: &crate::config::Scenario) -> TrialSpec<'_> {
-        crate::run::sweep::spec_for(s, 50.0)
-    }
-
     // Issue 17, bug 5: an interrupted group resumes from its saved chunks and
     // gives the trials of an uninterrupted run, in trial order.
     #[test]
     fn chunked_runs_resume_to_the_same_trials() {
-        let s = crate::config::check(crate::config::resolve(Default::default()).unwrap()).unwrap();
-        let spec = spec_of(&s);
+        let tiny = crate::estimate::grid::fixture::Tiny::new();
+        let spec = tiny.spec();
         let whole = run_trials(&Seeds, &spec, 9, 23, &|| {}).unwrap();
         let log = MemoryLog { earlier: Vec::new(), saved: Mutex::new(Vec::new()), chunk: 5, stop_after: 2 };
         let stopped = run_logged(&Seeds, "seeds", &spec, 9, 23, &|| {}, &log);

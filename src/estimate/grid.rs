@@ -73,45 +73,73 @@ pub fn cells<'a>(spec: &'a TrialSpec<'a>) -> impl Iterator<Item = GridCell<'a>> 
     })
 }
 
+/// A small null-model grid for unit tests of the estimate layer, built
+/// without the configuration (which sits above this layer).
+#[cfg(test)]
+pub(crate) mod fixture {
+    use crate::model::geometry::CompressionGeometry;
+    use crate::model::haystack::{GenerativeModel, IndexerShape, NeedleGeometry};
+    use crate::model::physics::Physics;
+    use crate::score::selection::TieRule;
+    use crate::score::trial::TrialSpec;
+    use crate::score::variant::PrecisionVariant;
+
+    /// The owned parts a [`TrialSpec`] borrows.
+    pub(crate) struct Tiny {
+        pub model: GenerativeModel,
+        pub variants: Vec<PrecisionVariant>,
+        pub offsets: Vec<Option<u64>>,
+    }
+
+    impl Tiny {
+        pub(crate) fn new() -> Tiny {
+            Tiny {
+                model: GenerativeModel {
+                    shape: IndexerShape { heads: 4, head_dim: 16 },
+                    key_common: 0.5,
+                    outlier_channels: 0,
+                    outlier_scale: 1.0,
+                    weight_mean: 0.0,
+                    weight_std: 1.0,
+                    needle_strength: 1.0,
+                    needle_heads: 2,
+                    needle_geometry: NeedleGeometry::Isotropic,
+                    head_coherence: 0.0,
+                    structure: Default::default(),
+                },
+                variants: ["fp32", "bf16", "fp8"].map(|n| PrecisionVariant::builtin(n).unwrap()).to_vec(),
+                offsets: vec![Some(0), Some(3)],
+            }
+        }
+
+        pub(crate) fn spec(&self) -> TrialSpec<'_> {
+            TrialSpec {
+                model: &self.model,
+                physics: &Physics::NULL,
+                geometry: CompressionGeometry { ratio: 4, overlap: true, window: 128, window_rows_compete: true },
+                contexts: &[512, 1024, 4096],
+                depth_percent: 50.0,
+                needle_offsets: &self.offsets,
+                needle_tokens: 8,
+                topks: &[64, 128],
+                variants: &self.variants,
+                tie_rule: TieRule::LowestIndex,
+                fidelity_reference: Some(0),
+                stack: None,
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn cells_come_in_index_order_and_cover_the_grid() {
-        use crate::model::geometry::CompressionGeometry;
-        use crate::model::haystack::{GenerativeModel, IndexerShape};
-        use crate::model::physics::Physics;
-        use crate::score::selection::TieRule;
-        let model = GenerativeModel {
-            shape: IndexerShape { heads: 4, head_dim: 16 },
-            key_common: 0.5,
-            outlier_channels: 0,
-            outlier_scale: 1.0,
-            weight_mean: 0.0,
-            weight_std: 1.0,
-            needle_strength: 1.0,
-            needle_heads: 2,
-            needle_geometry: crate::model::haystack::NeedleGeometry::Isotropic,
-            head_coherence: 0.0,
-            structure: Default::default(),
-        };
-        let variants = ["fp32", "bf16", "fp8"].map(|n| PrecisionVariant::builtin(n).unwrap());
-        let offsets = [Some(0), Some(3)];
-        let spec = TrialSpec {
-            model: &model,
-            physics: &Physics::NULL,
-            geometry: CompressionGeometry { ratio: 4, overlap: true, window: 128, window_rows_compete: true },
-            contexts: &[512, 1024, 4096],
-            depth_percent: 50.0,
-            needle_offsets: &offsets,
-            needle_tokens: 8,
-            topks: &[64, 128],
-            variants: &variants,
-            tie_rule: TieRule::LowestIndex,
-            fidelity_reference: Some(0),
-            stack: None,
-        };
+        let tiny = fixture::Tiny::new();
+        let spec = tiny.spec();
+        let offsets = &tiny.offsets;
         let all: Vec<_> = cells(&spec).collect();
         assert_eq!(all.len(), spec.cell_count());
         for (i, c) in all.iter().enumerate() {

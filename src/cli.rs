@@ -185,7 +185,7 @@ pub struct PlotArgs {
     pub dir: PathBuf,
     #[command(flatten)]
     pub chart: ChartArgs,
-    /// Context of the needle rank/margin chart (default: the longest in the sweep).
+    /// Context of the rank/margin and comparison charts (default: the longest in the sweep).
     #[arg(long, allow_hyphen_values = true, allow_negative_numbers = true, value_name = "TOKENS")]
     pub detail_context: Option<String>,
 }
@@ -438,7 +438,7 @@ pub struct SweepArgs {
     /// Run only the I-th of N disjoint parts of the grid (combine them with `merge`).
     #[arg(long, value_name = "I/N", allow_hyphen_values = true)]
     pub shard: Option<String>,
-    /// Context of the needle rank/margin chart (default: the longest).
+    /// Context of the rank/margin and comparison charts (default: the longest).
     #[arg(long, allow_hyphen_values = true, allow_negative_numbers = true, value_name = "TOKENS")]
     pub detail_context: Option<String>,
     /// Sweep a model knob too: FIELD=V1,V2,… with FIELD a numeric scenario knob as section.field, e.g.

@@ -6,6 +6,7 @@
 use super::checkpoint::Checkpoint;
 use crate::config;
 use crate::error::Error;
+use rayon::prelude::*;
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
@@ -155,18 +156,35 @@ fn norm(xs: &[f32]) -> f64 {
 /// mean cos on rope-free dims, per-head rope energy shares).
 fn head_geometry(w: &[f32], heads: usize, r: usize, rope: std::ops::Range<usize>) -> (f64, f64, f64, Vec<f64>) {
     let d = HEAD_DIM;
-    // Gram matrices of the heads' blocks, split into rope and rope-free rows.
+    // Gram matrices of the heads' blocks, split into rope and rope-free
+    // rows; one head's row of each per task (each sum in a fixed order, so
+    // the result does not depend on the thread count).
+    let block = |h: usize, i: usize| &w[(h * d + i) * r..(h * d + i + 1) * r];
+    let rows: Vec<Vec<(f64, f64)>> = (0..heads)
+        .into_par_iter()
+        .map(|h| {
+            (h..heads)
+                .map(|k| {
+                    let (mut rp, mut np) = (0.0f64, 0.0f64);
+                    for i in 0..d {
+                        let dot: f64 = block(h, i).iter().zip(block(k, i)).map(|(x, y)| *x as f64 * *y as f64).sum();
+                        if rope.contains(&i) {
+                            rp += dot;
+                        } else {
+                            np += dot;
+                        }
+                    }
+                    (rp, np)
+                })
+                .collect()
+        })
+        .collect();
     let mut g_rope = vec![0.0f64; heads * heads];
     let mut g_nope = vec![0.0f64; heads * heads];
-    for i in 0..d {
-        let g = if rope.contains(&i) { &mut g_rope } else { &mut g_nope };
-        for h in 0..heads {
-            let a = &w[(h * d + i) * r..(h * d + i + 1) * r];
-            for k in h..heads {
-                let b = &w[(k * d + i) * r..(k * d + i + 1) * r];
-                let dot: f64 = a.iter().zip(b).map(|(x, y)| *x as f64 * *y as f64).sum();
-                g[h * heads + k] += dot;
-            }
+    for (h, row) in rows.iter().enumerate() {
+        for (j, (rp, np)) in row.iter().enumerate() {
+            g_rope[h * heads + h + j] = *rp;
+            g_nope[h * heads + h + j] = *np;
         }
     }
     let (mut cos, mut abs, mut nope, mut pairs) = (0.0f64, 0.0f64, 0.0f64, 0.0f64);

@@ -289,3 +289,53 @@ impl Checkpoint {
         Ok((w, r, c))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shard(dir: &Path, header: &str, data: &[u8]) -> PathBuf {
+        let path = dir.join("s.safetensors");
+        let mut bytes = (header.len() as u64).to_le_bytes().to_vec();
+        bytes.extend_from_slice(header.as_bytes());
+        bytes.extend_from_slice(data);
+        std::fs::write(&path, bytes).unwrap();
+        path
+    }
+
+    #[test]
+    fn reads_one_tensor_and_decodes_ue8m0() {
+        let dir = tempfile::TempDir::new().unwrap();
+        let h = r#"{"__metadata__":{},"s":{"dtype":"F8_E8M0","shape":[1,3],"data_offsets":[0,3]},"b":{"dtype":"BF16","shape":[2],"data_offsets":[3,7]}}"#;
+        // ue8m0 127 = 1, 130 = 8, 120 = 2^-7; bf16 0x3fc0 = 1.5, 0xc000 = -2.
+        let p = shard(dir.path(), h, &[127, 130, 120, 0xc0, 0x3f, 0x00, 0xc0]);
+        let ck = Checkpoint::open(&[p]).unwrap();
+        assert_eq!(ck.read_raw("s", &[Some(1), None]).unwrap().0, vec![1.0, 8.0, 1.0 / 128.0]);
+        assert_eq!(ck.read_raw("b", &[Some(2)]).unwrap().0, vec![1.5, -2.0]);
+        assert!(ck.read_raw("b", &[Some(3)]).is_err());
+        assert!(ck.read_raw("nope", &[Some(3)]).is_err());
+    }
+
+    #[test]
+    fn malformed_headers_are_errors_not_panics() {
+        let dir = tempfile::TempDir::new().unwrap();
+        for (h, data) in [
+            ("{", &[][..]),
+            ("[]", &[]),
+            (r#"{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}"#, &[0u8; 4][..]),
+            (r#"{"a":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}}"#, &[0u8; 8]),
+            (r#"{"a":{"dtype":"F32","shape":[-1],"data_offsets":[0,8]}}"#, &[0u8; 8]),
+            (r#"{"a":{"dtype":"F32","shape":[2],"data_offsets":[8,0]}}"#, &[0u8; 8]),
+            (r#"{"a":{"dtype":"F32","shape":[18446744073709551615,2],"data_offsets":[0,8]}}"#, &[0u8; 8]),
+            (r#"{"a":{"shape":[2],"data_offsets":[0,8]}}"#, &[0u8; 8]),
+        ] {
+            let p = shard(dir.path(), h, data);
+            assert!(Checkpoint::open(&[p]).is_err(), "{h}");
+        }
+        let p = dir.path().join("short.safetensors");
+        std::fs::write(&p, [1u8, 2, 3]).unwrap();
+        assert!(Checkpoint::open(std::slice::from_ref(&p)).is_err());
+        std::fs::write(&p, u64::MAX.to_le_bytes()).unwrap();
+        assert!(Checkpoint::open(&[p]).is_err());
+    }
+}

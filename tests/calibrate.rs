@@ -6,8 +6,9 @@
 //! computed here from the planted tensors, and against the planted spreads.
 
 use assert_cmd::Command;
+use dsa_recall::config;
 use dsa_recall::numerics::format::{ElementFormat, Overflow};
-use dsa_recall::tensors::calibrate::{calibrate_checkpoint, Family};
+use dsa_recall::tensors::calibrate::{calibrate_checkpoint, run_calibrate, Family};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use rand_distr::StandardNormal;
@@ -218,7 +219,7 @@ fn close(a: f64, b: f64, tol: f64, what: &str) {
 fn v4_two_shards_with_index_and_fp8_scales() {
     let tmp = TempDir::new().unwrap();
     let (index, e) = v4_checkpoint(tmp.path());
-    let c = calibrate_checkpoint(&[index], None).unwrap();
+    let c = calibrate_checkpoint(std::slice::from_ref(&index), None).unwrap();
     assert_eq!(c.family, Family::V4);
     assert_eq!(c.layers.iter().map(|(i, _)| *i).collect::<Vec<_>>(), vec![2, 4, 6]);
     assert_eq!((c.heads, c.q_lora_rank), (H, RANK));
@@ -236,6 +237,13 @@ fn v4_two_shards_with_index_and_fp8_scales() {
     close(c.rope_energy_share.value, mean(&e.rope_share), 1e-9, "rope share vs direct");
     let planted = (ROPE_SCALE * ROPE_SCALE) as f64 / (1.0 + (ROPE_SCALE * ROPE_SCALE) as f64);
     close(c.rope_energy_share.value, planted, 0.02, "rope share vs planted");
+
+    // The written scenario loads through the same path as --config.
+    let out = tmp.path().join("v4.toml");
+    run_calibrate(&[index], None, &out).unwrap();
+    let s = config::check(config::resolve(config::load_scenario_file(&out).unwrap()).unwrap()).unwrap();
+    assert_eq!(s.preset, "deepseek-v4-flash");
+    assert_eq!(s.physics.gate_bias_std, (gate * 1e4).round() / 1e4);
 }
 
 #[test]

@@ -161,6 +161,22 @@ pub enum Command {
     Plot(PlotArgs),
     /// List the failure hypotheses usable as VARIANT+NAME in --precisions, or show one in full.
     Hypotheses(HypothesesArgs),
+    /// Write a scenario TOML whose knobs come from real data: a checkpoint's indexer weights.
+    Calibrate(CalibrateArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct CalibrateArgs {
+    /// Checkpoint inputs: safetensors shards, a model.safetensors.index.json, or a checkpoint directory.
+    /// Only the indexer's tensors are read (docs/CALIBRATION.md "Calibrating from a checkpoint").
+    #[arg(long, value_name = "FILE", num_args = 1..)]
+    pub checkpoint: Vec<PathBuf>,
+    /// Preset the scenario starts from [default: inferred from the checkpoint].
+    #[arg(long, value_name = "NAME")]
+    pub preset: Option<String>,
+    /// Where to write the scenario TOML (loadable with --config).
+    #[arg(long, value_name = "FILE")]
+    pub out: PathBuf,
 }
 
 #[derive(Args, Debug)]

@@ -8,8 +8,8 @@ mod progress;
 use clap::error::ErrorKind;
 use clap::Parser;
 use cli::{
-    Cli, Command, HypothesesAction, MergeArgs, PlotArgs, PresetsAction, QuantizeArgs, ReplayArgs, RunArgs, ScenarioArgs, SweepArgs,
-    TrialArgs,
+    CalibrateArgs, Cli, Command, HypothesesAction, MergeArgs, PlotArgs, PresetsAction, QuantizeArgs, ReplayArgs, RunArgs, ScenarioArgs,
+    SweepArgs, TrialArgs,
 };
 use dsa_recall::config::{self, Overlay, Scenario, ScenarioParams};
 use dsa_recall::error::Error;
@@ -64,6 +64,7 @@ fn run(cli: Cli) -> Result<(), Error> {
         Command::Replay(args) => run_replay(&args),
         Command::Quantize(args) => run_quantize(&args),
         Command::Plot(args) => run_plot(&args),
+        Command::Calibrate(args) => run_calibrate(&args),
         Command::Hypotheses(args) => match (args.action, args.long) {
             (Some(HypothesesAction::Show { name }), _) => {
                 let h = dsa_recall::score::hypothesis::info(&name).ok_or_else(|| {
@@ -339,6 +340,26 @@ fn run_plot(args: &PlotArgs) -> Result<(), Error> {
     };
     let files = report::plot_dir(&args.dir, &opts)?;
     println!("wrote {} files in {}: {}", files.len(), args.dir.display(), files.join(", "));
+    Ok(())
+}
+
+/// `calibrate`: reads the sources given and writes the scenario; the
+/// checkpoint is the only source for now (`--observations` is planned).
+fn run_calibrate(args: &CalibrateArgs) -> Result<(), Error> {
+    if args.checkpoint.is_empty() {
+        return Err(dsa_recall::ConfigError::new(
+            "calibrate",
+            "(no source)",
+            "--checkpoint FILE… (a checkpoint's shards, index JSON or directory)",
+        )
+        .into());
+    }
+    if let Some(p) = &args.preset {
+        config::preset_params(p)?;
+    }
+    let text = dsa_recall::tensors::calibrate::run_calibrate(&args.checkpoint, args.preset.as_deref(), &args.out)?;
+    print!("{text}");
+    println!("# → {}", args.out.display());
     Ok(())
 }
 

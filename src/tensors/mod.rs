@@ -2,6 +2,8 @@
 //! replay recorded indexer tensors (safetensors or .npy) through every
 //! precision variant. Layouts are documented in docs/TENSORS.md.
 
+pub mod calibrate;
+pub mod checkpoint;
 pub mod dump;
 pub mod npy;
 pub mod replay;

@@ -22,6 +22,11 @@ pub const HEALTHY: &str = "healthy";
 /// orders, since a tie rule decides what they select (docs/OBSERVATIONS.md).
 pub const TIE_MAKERS: &[&str] = &["scale-unwritten-zero", "scale-unwritten-nan", "e4m3fn-read", "logits-bf16"];
 
+/// The next experiment is sought among candidates with at least this
+/// posterior, the best `LIVE_MAX` of them (at least the best two).
+pub const LIVE_POSTERIOR: f64 = 1e-3;
+pub const LIVE_MAX: usize = 8;
+
 /// Which simulated recall a row without a `layer` is compared with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -370,8 +375,9 @@ fn next_experiment(
             }
         }
     }
-    // Only candidates with some posterior weight are worth simulating again.
-    let live: Vec<&Ranked> = ranking.iter().filter(|r| r.posterior >= 1e-6).collect();
+    // Only candidates with weight are worth simulating again: the others
+    // change the information of a cell by less than their weight.
+    let live: Vec<&Ranked> = ranking.iter().filter(|r| r.posterior >= LIVE_POSTERIOR).take(LIVE_MAX).collect();
     let live = if live.len() >= 2 { live } else { ranking.iter().take(2).collect() };
     let plan_of = |h: &str| plan.iter().find(|(n, _)| n == h).map(|(_, m)| m);
     let mut variants: Vec<String> = Vec::new();
@@ -451,7 +457,12 @@ pub fn format_table(d: &Diagnosis) -> String {
     if !d.not_applicable.is_empty() {
         out.push_str(&format!("not applicable to any observed configuration (same as healthy): {}\n", d.not_applicable.join(", ")));
     }
-    if let Some(n) = &d.next {
+    if let Some(n) = d.next.as_ref().filter(|n| n.information_per_prompt < 1e-6) {
+        out.push_str(&format!(
+            "next experiment: none in the grid: {} and {} predict the same recall in every cell simulated\n",
+            n.leaders[0], n.leaders[1]
+        ));
+    } else if let Some(n) = &d.next {
         out.push_str(&format!(
             "next experiment: {} tokens, depth {} %, k {}, {}: {:.3} nats per prompt; {} {:.3} vs {} {:.3}, {}\n",
             n.context_tokens,

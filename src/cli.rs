@@ -163,6 +163,8 @@ pub enum Command {
     Hypotheses(HypothesesArgs),
     /// Write a scenario TOML whose knobs come from real data: a checkpoint's indexer weights.
     Calibrate(CalibrateArgs),
+    /// Rank the failure hypotheses on an observation file (docs/OBSERVATIONS.md) and pick the next experiment.
+    Diagnose(DiagnoseArgs),
 }
 
 #[derive(Args, Debug)]
@@ -177,6 +179,27 @@ pub struct CalibrateArgs {
     /// Where to write the scenario TOML (loadable with --config).
     #[arg(long, value_name = "FILE")]
     pub out: PathBuf,
+}
+
+#[derive(Args, Debug)]
+pub struct DiagnoseArgs {
+    #[command(flatten)]
+    pub scenario: ScenarioArgs,
+    /// Observation file: CSV, one row per measured configuration (docs/OBSERVATIONS.md).
+    #[arg(long, allow_negative_numbers = true, value_name = "FILE")]
+    pub observations: PathBuf,
+    /// Candidate hypotheses: all, or a list of NAME or NAME+NAME (healthy is always one).
+    #[arg(long, allow_hyphen_values = true, value_name = "LIST", default_value = "all")]
+    pub hypotheses: String,
+    /// Recall a row without a layer is compared with: model (whole-model, what a needle test measures) or layer.
+    #[arg(long, allow_hyphen_values = true, value_name = "model|layer", default_value = "model")]
+    pub recall: String,
+    /// Skip the search for the next experiment (it simulates a second, small grid).
+    #[arg(long)]
+    pub no_next: bool,
+    /// Print the diagnosis as JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Args, Debug)]

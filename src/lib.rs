@@ -9,6 +9,7 @@
 //! - [`estimate`]: estimators of a cell's recall (full, tail, predicted).
 //! - [`config`]: presets, scenario files and their validation.
 //! - [`run`]: the sweep, its durable store, its output files.
+//! - [`diagnose`]: observations in, hypotheses ranked, the next experiment out.
 //! - [`report`]: tables, charts and the HTML report.
 //! - [`tensors`]: tensor dumps and replay of recorded tensors.
 //!
@@ -21,6 +22,7 @@
 
 pub mod base;
 pub mod config;
+pub mod diagnose;
 pub mod error;
 pub mod estimate;
 pub mod model;

@@ -8,8 +8,8 @@ mod progress;
 use clap::error::ErrorKind;
 use clap::Parser;
 use cli::{
-    CalibrateArgs, Cli, Command, HypothesesAction, MergeArgs, PlotArgs, PresetsAction, QuantizeArgs, ReplayArgs, RunArgs, ScenarioArgs,
-    SweepArgs, TrialArgs,
+    CalibrateArgs, Cli, Command, DiagnoseArgs, HypothesesAction, MergeArgs, PlotArgs, PresetsAction, QuantizeArgs, ReplayArgs, RunArgs,
+    ScenarioArgs, SweepArgs, TrialArgs,
 };
 use dsa_recall::config::{self, Overlay, Scenario, ScenarioParams};
 use dsa_recall::error::Error;
@@ -65,6 +65,7 @@ fn run(cli: Cli) -> Result<(), Error> {
         Command::Quantize(args) => run_quantize(&args),
         Command::Plot(args) => run_plot(&args),
         Command::Calibrate(args) => run_calibrate(&args),
+        Command::Diagnose(args) => run_diagnose(&args),
         Command::Hypotheses(args) => match (args.action, args.long) {
             (Some(HypothesesAction::Show { name }), _) => {
                 let h = dsa_recall::score::hypothesis::info(&name).ok_or_else(|| {
@@ -304,6 +305,31 @@ fn run_cell(args: &RunArgs) -> Result<(), Error> {
         println!("{}", serde_json::to_string(&cell.result).unwrap_or_default());
     } else {
         print!("{}", cell.text);
+    }
+    Ok(())
+}
+
+/// `diagnose`: 200 trials per cell and no prediction unless the scenario
+/// or the command line says otherwise; nothing is written but stdout.
+fn run_diagnose(args: &DiagnoseArgs) -> Result<(), Error> {
+    use dsa_recall::diagnose;
+    let mut defaults = ScenarioParams::default();
+    defaults.sweep.trials = Some(200);
+    defaults.estimator.predict = Some(false);
+    let mut params = defaults;
+    params.overlay(layered_params(&args.scenario, args.scenario.overlay()?)?);
+    let params = config::resolve(params)?;
+    config::check(params.clone())?;
+    let reading = diagnose::Reading::parse(&args.recall)?;
+    let hypotheses = diagnose::candidates(&args.hypotheses)?;
+    let obs = diagnose::observations::read(&args.observations, &|v| diagnose::variant_ok(&params, v))?;
+    let pool = thread_pool(args.scenario.threads)?;
+    let opts = diagnose::Options { hypotheses, reading, next: !args.no_next, on_trial: &|| {} };
+    let d = pool.install(|| diagnose::diagnose(&params, &obs, &opts))?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&d).unwrap_or_default());
+    } else {
+        print!("{}", diagnose::format_table(&d));
     }
     Ok(())
 }

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Import graph of src/: cycles between files and edges that go up the layer
-order (base < model, numerics < score < estimate < config < run < report <
+order (base < model, numerics < score < estimate < config < run < diagnose < report <
 tensors). Test modules count unless --no-tests is given. Prints the cycles,
 the folder-level edges and every upward edge; exits 1 when there is a file
 cycle or an upward edge.
@@ -68,7 +68,7 @@ for a,ds in edges.items():
         if top(a)!=top(d): fe.setdefault(top(a),set()).add(top(d))
 for a in sorted(fe): print(' ',a,'->',' '.join(sorted(fe[a])))
 print('folder cycles:',[(a,b) for a in fe for b in fe[a] if a<b and a in fe.get(b,())])
-order=['base','model','numerics','score','estimate','config','run','report','tensors']
+order=['base','model','numerics','score','estimate','config','run','diagnose','report','tensors']
 for a,ds in sorted(edges.items()):
     for d in ds:
         ta,td=top(a),top(d)

@@ -1,0 +1,539 @@
+//! Diagnose an incident: for every candidate hypothesis of the catalogue,
+//! the likelihood of the observed counts under the recall the simulator
+//! gives each observed configuration, the posterior ranking, and the next
+//! experiment that best tells the leaders apart. Definitions and the format
+//! of the observation file: docs/OBSERVATIONS.md.
+
+pub mod observations;
+
+use crate::config::{self, ListSpec, Scenario, ScenarioParams};
+use crate::error::{ConfigError, Error};
+use crate::run::cell::CellResult;
+use crate::run::sweep::run_sweep;
+use crate::score::hypothesis::{Hypothesis, CATALOGUE};
+use observations::Observation;
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+/// The name of the no-fault candidate.
+pub const HEALTHY: &str = "healthy";
+
+/// Hypotheses that make logits tie; `all` adds each with both index tie
+/// orders, since a tie rule decides what they select (docs/OBSERVATIONS.md).
+pub const TIE_MAKERS: &[&str] = &["scale-unwritten-zero", "scale-unwritten-nan", "e4m3fn-read", "logits-bf16"];
+
+/// The next experiment is sought among candidates with at least this
+/// posterior, the best `LIVE_MAX` of them (at least the best two).
+pub const LIVE_POSTERIOR: f64 = 1e-3;
+pub const LIVE_MAX: usize = 8;
+
+/// Which simulated recall a row without a `layer` is compared with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Reading {
+    /// Whole-model recall (`model_recall`): what a needle test measures.
+    Model,
+    /// Per-layer selection recall (`recall`).
+    Layer,
+}
+
+impl Reading {
+    pub fn parse(text: &str) -> Result<Reading, ConfigError> {
+        match text {
+            "model" => Ok(Reading::Model),
+            "layer" => Ok(Reading::Layer),
+            _ => Err(ConfigError::new("--recall", format!("{text:?}"), "model (whole-model recall, the default) or layer")),
+        }
+    }
+}
+
+/// The candidate hypotheses `list` names: `all` (every catalogue entry
+/// without a parameter, and each tie maker with `ties-lowest` and
+/// `ties-highest`), or a comma-separated list of `H` or `H1+H2` (parametrized
+/// ones with their value: `topk=1024`). "healthy" is always a candidate.
+pub fn candidates(list: &str) -> Result<Vec<String>, ConfigError> {
+    let mut out = vec![HEALTHY.to_string()];
+    if list.trim() == "all" {
+        for h in CATALOGUE.iter().filter(|h| !h.name.contains('=')) {
+            out.push(h.name.to_string());
+        }
+        for t in TIE_MAKERS {
+            out.push(format!("{t}+ties-lowest"));
+            out.push(format!("{t}+ties-highest"));
+        }
+        return Ok(out);
+    }
+    for item in list.split(',').map(str::trim) {
+        if item.is_empty() || item == HEALTHY {
+            continue;
+        }
+        for part in item.split('+') {
+            Hypothesis::parse(part.trim()).map_err(|why| ConfigError::new("--hypotheses", format!("{item:?}"), why))?;
+        }
+        if !out.iter().any(|o| o == item) {
+            out.push(item.to_string());
+        }
+    }
+    Ok(out)
+}
+
+/// log P(found | total, p) for a binomial.
+pub fn log_binomial(found: u64, total: u64, p: f64) -> f64 {
+    let (k, n) = (found as f64, total as f64);
+    let choose =
+        crate::base::special::ln_gamma(n + 1.0) - crate::base::special::ln_gamma(k + 1.0) - crate::base::special::ln_gamma(n - k + 1.0);
+    let mut ll = choose;
+    if found > 0 {
+        ll += k * p.ln();
+    }
+    if found < total {
+        ll += (n - k) * (1.0 - p).ln();
+    }
+    ll
+}
+
+/// A simulated recall from `n_sim` trials kept inside [1/(2n), 1 − 1/(2n)]:
+/// 0 of n simulated cannot prove a probability of exactly 0.
+pub fn clamped(p: f64, n_sim: u64) -> f64 {
+    let e = 0.5 / n_sim.max(1) as f64;
+    p.clamp(e, 1.0 - e)
+}
+
+/// A simulated cell's recall, and the trials behind it.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct Simulated {
+    pub layer: f64,
+    pub model: Option<f64>,
+    pub trials: u64,
+}
+
+type CellKey = (u64, u64, u64, String);
+
+fn key(context: u64, depth: f64, k: u64, variant: &str) -> CellKey {
+    (context, depth.to_bits(), k, variant.to_string())
+}
+
+/// The base scenario with the sweep lists replaced, validated.
+fn scenario_with(
+    params: &ScenarioParams,
+    contexts: &[u64],
+    depth: f64,
+    topks: &[u64],
+    variants: &[String],
+) -> Result<Scenario, ConfigError> {
+    let mut p = params.clone();
+    let list = |v: Vec<String>| Some(ListSpec::Text(v.join(",")));
+    p.sweep.contexts = list(contexts.iter().map(u64::to_string).collect());
+    p.sweep.depths = list(vec![format!("{depth}")]);
+    p.sweep.topk = list(topks.iter().map(u64::to_string).collect());
+    p.sweep.precisions = list(variants.to_vec());
+    p.sweep.length_mods = None;
+    config::check(p)
+}
+
+/// Whether the scenario `params` can simulate variant `name`, or why not.
+pub fn variant_ok(params: &ScenarioParams, name: &str) -> Result<(), String> {
+    let mut p = params.clone();
+    p.sweep.precisions = Some(ListSpec::Text(name.to_string()));
+    config::check(p).map(|_| ()).map_err(|e| e.allowed)
+}
+
+/// Simulates every (context, depth, k) of `cells` under every variant of
+/// `variants`, one sweep per depth, and returns the recalls by cell (mean
+/// over the scenario's needle offsets when it has several).
+pub fn simulate(
+    params: &ScenarioParams,
+    cells: &[(u64, f64, u64)],
+    variants: &[String],
+    on_trial: &(dyn Fn() + Sync),
+) -> Result<BTreeMap<CellKey, Simulated>, Error> {
+    let mut by_depth: BTreeMap<u64, (Vec<u64>, Vec<u64>)> = BTreeMap::new();
+    for &(c, d, k) in cells {
+        let e = by_depth.entry(d.to_bits()).or_default();
+        e.0.push(c);
+        e.1.push(k);
+    }
+    let mut out = BTreeMap::new();
+    for (bits, (mut contexts, mut topks)) in by_depth {
+        contexts.sort_unstable();
+        contexts.dedup();
+        topks.sort_unstable();
+        topks.dedup();
+        let s = scenario_with(params, &contexts, f64::from_bits(bits), &topks, variants)?;
+        let outcome = run_sweep(&s, on_trial)?;
+        let mut sums: BTreeMap<CellKey, Vec<&CellResult>> = BTreeMap::new();
+        for c in &outcome.cells {
+            sums.entry(key(c.context_tokens, f64::from_bits(bits), c.topk, &c.precision)).or_default().push(c);
+        }
+        for (k, cs) in sums {
+            let n = cs.len() as f64;
+            let layer = cs.iter().map(|c| c.recall).sum::<f64>() / n;
+            let model = cs.iter().map(|c| c.model_recall).sum::<Option<f64>>().map(|m| m / n);
+            let trials = cs.iter().map(|c| c.trials).sum();
+            out.insert(k, Simulated { layer, model, trials });
+        }
+    }
+    Ok(out)
+}
+
+/// The variant that simulates configuration `config` under hypothesis `h`:
+/// `config+h`, or `config` itself where the hypothesis cannot act on it
+/// (`bf16` has no key scales to lose); None for "healthy".
+fn variant_under(params: &ScenarioParams, config: &str, h: &str, ok: &mut BTreeMap<String, bool>) -> Option<String> {
+    if h == HEALTHY {
+        return None;
+    }
+    let name = format!("{config}+{h}");
+    let applies = *ok.entry(name.clone()).or_insert_with(|| variant_ok(params, &name).is_ok());
+    applies.then_some(name)
+}
+
+/// One candidate's standing.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Ranked {
+    pub hypothesis: String,
+    pub log_likelihood: f64,
+    /// Under a uniform prior over the candidates.
+    pub posterior: f64,
+    /// log10 of the Bayes factor against the best candidate (≤ 0).
+    pub log10_bayes_factor: f64,
+    /// Observation rows whose configuration it changes.
+    pub rows_changed: usize,
+    /// The simulated recall (unclamped) it gives each observation row.
+    pub recalls: Vec<f64>,
+}
+
+/// The next experiment: one cell of the candidate grid.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct NextExperiment {
+    pub context_tokens: u64,
+    pub depth_percent: f64,
+    pub topk: u64,
+    pub config: String,
+    /// Mutual information (nats) between the posterior and one prompt's outcome.
+    pub information_per_prompt: f64,
+    /// The two leading hypotheses and their simulated recall in this cell.
+    pub leaders: [String; 2],
+    pub leader_recalls: [f64; 2],
+    /// Prompts for the leader's expected log Bayes factor against the
+    /// runner-up to reach log 20; None when this cell cannot tell them apart.
+    pub prompts_for_20_to_1: Option<u64>,
+}
+
+/// The full answer.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Diagnosis {
+    pub observations: String,
+    pub reading: Reading,
+    pub trials: u64,
+    pub ranking: Vec<Ranked>,
+    /// Candidates that change no observed configuration (the same as healthy): left out.
+    pub not_applicable: Vec<String>,
+    pub next: Option<NextExperiment>,
+}
+
+/// Sorts candidates by log-likelihood (stable: ties keep the candidate
+/// order) and fills in posteriors and Bayes factors.
+pub fn rank(mut ranked: Vec<Ranked>) -> Vec<Ranked> {
+    ranked.sort_by(|a, b| b.log_likelihood.total_cmp(&a.log_likelihood));
+    let best = ranked.first().map_or(0.0, |r| r.log_likelihood);
+    let z: f64 = ranked.iter().map(|r| (r.log_likelihood - best).exp()).sum();
+    for r in &mut ranked {
+        r.posterior = (r.log_likelihood - best).exp() / z;
+        r.log10_bayes_factor = (r.log_likelihood - best) / std::f64::consts::LN_10;
+    }
+    ranked
+}
+
+/// Binary entropy in nats.
+fn entropy(p: f64) -> f64 {
+    let h = |x: f64| if x > 0.0 { -x * x.ln() } else { 0.0 };
+    h(p) + h(1.0 - p)
+}
+
+/// Mutual information (nats) between a hypothesis drawn from `weights` and
+/// one prompt's outcome, found with probability `recalls[i]` under hypothesis i.
+pub fn information(weights: &[f64], recalls: &[f64]) -> f64 {
+    let mix: f64 = weights.iter().zip(recalls).map(|(w, p)| w * p).sum();
+    entropy(mix) - weights.iter().zip(recalls).map(|(w, p)| w * entropy(*p)).sum::<f64>()
+}
+
+/// Prompts for the expected log Bayes factor of hypothesis a (recall `pa`,
+/// true) against b (`pb`) to reach log 20: ⌈log 20 / KL(a‖b)⌉.
+pub fn prompts_for_odds(pa: f64, pb: f64) -> Option<u64> {
+    let kl = pa * (pa / pb).ln() + (1.0 - pa) * ((1.0 - pa) / (1.0 - pb)).ln();
+    (kl > 1e-9).then(|| (20f64.ln() / kl).ceil() as u64)
+}
+
+/// Settings of one diagnosis.
+pub struct Options<'a> {
+    pub hypotheses: Vec<String>,
+    pub reading: Reading,
+    /// Also pick the next experiment (one more simulation over a small grid).
+    pub next: bool,
+    pub on_trial: &'a (dyn Fn() + Sync),
+}
+
+/// Ranks `opts.hypotheses` on the observations, simulated with scenario
+/// `params` (resolved, unchecked).
+pub fn diagnose(params: &ScenarioParams, obs: &observations::Observations, opts: &Options<'_>) -> Result<Diagnosis, Error> {
+    let rows = &obs.rows;
+    let mut ok = BTreeMap::new();
+    let configs: Vec<String> = {
+        let mut c: Vec<String> = rows.iter().map(|r| r.config.clone()).collect();
+        c.sort();
+        c.dedup();
+        c
+    };
+    // Variant each candidate simulates for each configuration.
+    let plan: Vec<(String, BTreeMap<String, String>)> = opts
+        .hypotheses
+        .iter()
+        .map(|h| {
+            let m = configs.iter().map(|c| (c.clone(), variant_under(params, c, h, &mut ok).unwrap_or_else(|| c.clone()))).collect();
+            (h.clone(), m)
+        })
+        .collect();
+    let (plan, not_applicable): (Vec<_>, Vec<_>) = plan.into_iter().partition(|(h, m)| h == HEALTHY || m.iter().any(|(c, v)| c != v));
+    let not_applicable: Vec<String> = not_applicable.into_iter().map(|(h, _)| h).collect();
+    let mut variants: Vec<String> = configs.clone();
+    for (_, m) in &plan {
+        for v in m.values() {
+            if !variants.contains(v) {
+                variants.push(v.clone());
+            }
+        }
+    }
+    let cells: Vec<(u64, f64, u64)> = rows.iter().map(|r| (r.context_tokens, r.depth_percent, r.topk)).collect();
+    let sim = simulate(params, &cells, &variants, opts.on_trial)?;
+    let read = |r: &Observation, v: &str| -> Result<(f64, u64), Error> {
+        let s = sim.get(&key(r.context_tokens, r.depth_percent, r.topk, v)).ok_or_else(|| Error::Input {
+            location: format!("{}:{}", obs.path, r.line),
+            message: format!("no simulated cell for {v} here"),
+        })?;
+        let p = match (r.layer, opts.reading) {
+            (Some(_), _) | (None, Reading::Layer) => s.layer,
+            (None, Reading::Model) => s.model.ok_or_else(|| {
+                Error::Config(ConfigError::new(
+                    "--recall",
+                    "model",
+                    "whole-model recall needs a [stack] in the scenario; give one or use --recall layer",
+                ))
+            })?,
+        };
+        Ok((p, s.trials))
+    };
+    let mut ranked = Vec::new();
+    let mut trials = 0;
+    for (h, m) in &plan {
+        let mut ll = 0.0;
+        let mut recalls = Vec::new();
+        let mut changed = 0;
+        for r in rows {
+            let v = &m[&r.config];
+            changed += usize::from(*v != r.config);
+            let (p, n) = read(r, v)?;
+            trials = n;
+            ll += log_binomial(r.found, r.total, clamped(p, n));
+            recalls.push(p);
+        }
+        ranked.push(Ranked {
+            hypothesis: h.clone(),
+            log_likelihood: ll,
+            posterior: 0.0,
+            log10_bayes_factor: 0.0,
+            rows_changed: changed,
+            recalls,
+        });
+    }
+    let ranking = rank(ranked);
+    let next = if opts.next && ranking.len() >= 2 { next_experiment(params, rows, &plan, &ranking, opts)? } else { None };
+    Ok(Diagnosis { observations: obs.path.clone(), reading: opts.reading, trials, ranking, not_applicable, next })
+}
+
+/// The cell of a small grid (the observed contexts' least, greatest and
+/// geometric middle × depths 10, 50, 90 × the observed k and twice the
+/// least × the observed configurations) where one prompt's outcome carries
+/// the most information about the posterior; the leaders are the two best.
+fn next_experiment(
+    params: &ScenarioParams,
+    rows: &[Observation],
+    plan: &[(String, BTreeMap<String, String>)],
+    ranking: &[Ranked],
+    opts: &Options<'_>,
+) -> Result<Option<NextExperiment>, Error> {
+    let (lo, hi) = rows.iter().fold((u64::MAX, 0), |(lo, hi), r| (lo.min(r.context_tokens), hi.max(r.context_tokens)));
+    let mut contexts = vec![lo, ((lo as f64 * hi as f64).sqrt().round() as u64), hi];
+    contexts.dedup();
+    let k0 = rows.iter().map(|r| r.topk).min().unwrap_or(1);
+    let topks = vec![k0, 2 * k0];
+    let mut cells = Vec::new();
+    for &d in &[10.0, 50.0, 90.0] {
+        for &c in &contexts {
+            for &k in &topks {
+                cells.push((c, d, k));
+            }
+        }
+    }
+    // Only candidates with weight are worth simulating again: the others
+    // change the information of a cell by less than their weight.
+    let live: Vec<&Ranked> = ranking.iter().filter(|r| r.posterior >= LIVE_POSTERIOR).take(LIVE_MAX).collect();
+    let live = if live.len() >= 2 { live } else { ranking.iter().take(2).collect() };
+    let plan_of = |h: &str| plan.iter().find(|(n, _)| n == h).map(|(_, m)| m);
+    let mut variants: Vec<String> = Vec::new();
+    for r in &live {
+        for v in plan_of(&r.hypothesis).into_iter().flat_map(|m| m.values()) {
+            if !variants.contains(v) {
+                variants.push(v.clone());
+            }
+        }
+    }
+    let sim = simulate(params, &cells, &variants, opts.on_trial)?;
+    let weights: Vec<f64> = {
+        let z: f64 = live.iter().map(|r| r.posterior).sum();
+        live.iter().map(|r| r.posterior / z).collect()
+    };
+    let mut best: Option<NextExperiment> = None;
+    let configs: Vec<&String> = plan.first().map(|(_, m)| m.keys().collect()).unwrap_or_default();
+    for &(c, d, k) in &cells {
+        for config in &configs {
+            let mut recalls = Vec::new();
+            for r in &live {
+                let v = &plan_of(&r.hypothesis).expect("planned")[config.as_str()];
+                let s = sim.get(&key(c, d, k, v)).copied();
+                let p = match (s, opts.reading) {
+                    (Some(s), Reading::Model) => s.model.unwrap_or(s.layer),
+                    (Some(s), Reading::Layer) => s.layer,
+                    (None, _) => f64::NAN,
+                };
+                recalls.push(clamped(p, s.map_or(1, |s| s.trials)));
+            }
+            if recalls.iter().any(|p| p.is_nan()) {
+                continue;
+            }
+            let info = information(&weights, &recalls);
+            if best.as_ref().is_none_or(|b| info > b.information_per_prompt + 1e-12) {
+                best = Some(NextExperiment {
+                    context_tokens: c,
+                    depth_percent: d,
+                    topk: k,
+                    config: (*config).clone(),
+                    information_per_prompt: info,
+                    leaders: [live[0].hypothesis.clone(), live[1].hypothesis.clone()],
+                    leader_recalls: [recalls[0], recalls[1]],
+                    prompts_for_20_to_1: prompts_for_odds(recalls[0], recalls[1]),
+                });
+            }
+        }
+    }
+    Ok(best)
+}
+
+/// The ranking as a table, the next experiment under it.
+pub fn format_table(d: &Diagnosis) -> String {
+    let mut out = format!(
+        "{} rows of {} against {} candidates ({} recall, {} simulated trials per cell)\n",
+        d.ranking.first().map_or(0, |r| r.recalls.len()),
+        d.observations,
+        d.ranking.len(),
+        if d.reading == Reading::Model { "whole-model" } else { "per-layer" },
+        d.trials
+    );
+    out.push_str(&format!(
+        "{:>4}  {:<40} {:>12} {:>10} {:>12} {:>8}\n",
+        "rank", "hypothesis", "log-lik", "posterior", "log10 BF", "changes"
+    ));
+    for (i, r) in d.ranking.iter().enumerate() {
+        out.push_str(&format!(
+            "{:>4}  {:<40} {:>12.3} {:>10.4} {:>12.2} {:>8}\n",
+            i + 1,
+            r.hypothesis,
+            r.log_likelihood,
+            r.posterior,
+            r.log10_bayes_factor,
+            format!("{} rows", r.rows_changed)
+        ));
+    }
+    if !d.not_applicable.is_empty() {
+        out.push_str(&format!("not applicable to any observed configuration (same as healthy): {}\n", d.not_applicable.join(", ")));
+    }
+    if let Some(n) = d.next.as_ref().filter(|n| n.information_per_prompt < 1e-6) {
+        out.push_str(&format!(
+            "next experiment: none in the grid: {} and {} predict the same recall in every cell simulated\n",
+            n.leaders[0], n.leaders[1]
+        ));
+    } else if let Some(n) = &d.next {
+        out.push_str(&format!(
+            "next experiment: {} tokens, depth {} %, k {}, {}: {:.3} nats per prompt; {} {:.3} vs {} {:.3}, {}\n",
+            n.context_tokens,
+            n.depth_percent,
+            n.topk,
+            n.config,
+            n.information_per_prompt,
+            n.leaders[0],
+            n.leader_recalls[0],
+            n.leaders[1],
+            n.leader_recalls[1],
+            match n.prompts_for_20_to_1 {
+                Some(p) => format!("{p} prompt(s) for 20:1 odds between them"),
+                None => "this cell does not tell them apart".into(),
+            }
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Issue 18, item 4: the likelihood of a 2-row file, by hand.
+    #[test]
+    fn likelihood_of_two_rows_by_hand() {
+        // 2 of 3 at p = 0.5: C(3,2)·0.5³ = 0.375; 0 of 4 at p = 0.1: 0.9⁴ = 0.6561.
+        let ll = log_binomial(2, 3, 0.5) + log_binomial(0, 4, 0.1);
+        assert!((ll - (0.375f64 * 0.6561).ln()).abs() < 1e-12, "{ll}");
+        // A simulated recall of 0 from 200 trials is read as 1/400, not 0.
+        assert_eq!(clamped(0.0, 200), 1.0 / 400.0);
+        assert_eq!(clamped(1.0, 200), 1.0 - 1.0 / 400.0);
+        assert!(log_binomial(3, 3, clamped(0.0, 200)).is_finite());
+    }
+
+    #[test]
+    fn ranking_posteriors_and_bayes_factors() {
+        let r = |h: &str, ll: f64| Ranked {
+            hypothesis: h.into(),
+            log_likelihood: ll,
+            posterior: 0.0,
+            log10_bayes_factor: 0.0,
+            rows_changed: 0,
+            recalls: vec![],
+        };
+        let ranked = rank(vec![r("a", -3.0), r("b", -3.0 + 20f64.ln()), r("c", f64::NEG_INFINITY)]);
+        assert_eq!(ranked[0].hypothesis, "b");
+        assert!((ranked[0].posterior - 20.0 / 21.0).abs() < 1e-12);
+        assert!((ranked[1].log10_bayes_factor + 20f64.log10()).abs() < 1e-12);
+        assert_eq!(ranked[2].posterior, 0.0);
+    }
+
+    #[test]
+    fn information_and_prompts() {
+        // Two equally likely hypotheses that answer 1 and 0: one prompt settles it (log 2 nats).
+        assert!((information(&[0.5, 0.5], &[1.0, 0.0]) - 2f64.ln()).abs() < 1e-12);
+        assert_eq!(information(&[0.5, 0.5], &[0.3, 0.3]), 0.0);
+        assert_eq!(prompts_for_odds(0.3, 0.3), None);
+        // KL(0.9‖0.5) = 0.368 nats: log 20 = 3.0 nats needs 9 prompts.
+        assert_eq!(prompts_for_odds(0.9, 0.5), Some(9));
+    }
+
+    #[test]
+    fn candidate_lists() {
+        let all = candidates("all").unwrap();
+        assert_eq!(all[0], HEALTHY);
+        assert!(all.iter().any(|h| h == "scale-unwritten-zero+ties-lowest"));
+        assert!(!all.iter().any(|h| h.contains('=')));
+        assert_eq!(candidates("slot-shift, topk=1024").unwrap(), ["healthy", "slot-shift", "topk=1024"]);
+        let err = candidates("slot-shift,nope").unwrap_err().to_string();
+        assert!(err.contains("--hypotheses") && err.contains("nope"), "{err}");
+    }
+}

@@ -1,0 +1,244 @@
+//! The observation file: what a deployment was measured to do, one row per
+//! measured configuration (format: docs/OBSERVATIONS.md). The reader checks
+//! syntax, counts and contradictions; whether a configuration label names a
+//! variant is for the caller to say (custom variants live in the scenario).
+
+use crate::base::units::parse_size;
+use crate::error::Error;
+
+/// One measured configuration (after summing agreeing duplicates).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Observation {
+    /// 1-based line of the file where the row (its first occurrence) is.
+    pub line: usize,
+    pub context_tokens: u64,
+    pub depth_percent: f64,
+    pub topk: u64,
+    /// The label as written in the file.
+    pub label: String,
+    /// The precision variant it stands for (`# map` applied), as `--precisions` takes it.
+    pub config: String,
+    pub found: u64,
+    pub total: u64,
+    /// An indexer layer: the row counts one layer's selections (a capture).
+    pub layer: Option<u64>,
+    /// Recorded; the simulator models the decoding query at the end.
+    pub query_position: Option<u64>,
+    /// Marked as a healthy configuration (for calibration); None when not given.
+    pub healthy: Option<bool>,
+}
+
+/// A parsed observation file.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Observations {
+    pub path: String,
+    pub rows: Vec<Observation>,
+}
+
+const REQUIRED: [&str; 6] = ["context_tokens", "depth_percent", "topk", "config", "found", "total"];
+const OPTIONAL: [&str; 3] = ["layer", "query_position", "healthy"];
+
+fn bad(path: &str, line: usize, message: String) -> Error {
+    Error::Input { location: format!("{path}:{line}"), message }
+}
+
+/// Reads and checks the file at `path`; `known` says whether a variant
+/// name (after `# map`) is one the scenario can simulate, or why not.
+pub fn read(path: &std::path::Path, known: &dyn Fn(&str) -> Result<(), String>) -> Result<Observations, Error> {
+    let text = std::fs::read_to_string(path).map_err(|e| Error::Input { location: path.display().to_string(), message: e.to_string() })?;
+    parse(&path.display().to_string(), &text, known)
+}
+
+/// [`read`] on text already in memory; `path` names it in errors.
+pub fn parse(path: &str, text: &str, known: &dyn Fn(&str) -> Result<(), String>) -> Result<Observations, Error> {
+    let mut maps: Vec<(String, String)> = Vec::new();
+    let mut header: Option<Vec<String>> = None;
+    let mut rows: Vec<Observation> = Vec::new();
+    for (i, raw) in text.lines().enumerate() {
+        let line = i + 1;
+        let t = raw.trim();
+        if t.is_empty() {
+            continue;
+        }
+        if let Some(comment) = t.strip_prefix('#') {
+            if let Some(m) = comment.trim().strip_prefix("map ") {
+                let (label, variant) = m
+                    .split_once('=')
+                    .map(|(a, b)| (a.trim().to_string(), b.trim().to_string()))
+                    .filter(|(a, b)| !a.is_empty() && !b.is_empty())
+                    .ok_or_else(|| bad(path, line, format!("map {m:?}: write `# map LABEL = VARIANT`")))?;
+                if header.is_some() {
+                    return Err(bad(path, line, format!("map {label:?}: put every `# map` line before the header")));
+                }
+                if let Some((_, earlier)) = maps.iter().find(|(l, _)| *l == label) {
+                    if *earlier != variant {
+                        return Err(bad(path, line, format!("map {label:?} = {variant:?} contradicts an earlier map to {earlier:?}")));
+                    }
+                }
+                known(&variant).map_err(|why| bad(path, line, format!("map {label:?} = {variant:?}: {why}")))?;
+                maps.push((label, variant));
+            }
+            continue;
+        }
+        let fields: Vec<&str> = t.split(',').map(str::trim).collect();
+        let Some(names) = &header else {
+            let names: Vec<String> = fields.iter().map(|f| f.to_ascii_lowercase()).collect();
+            for n in &names {
+                if !REQUIRED.contains(&n.as_str()) && !OPTIONAL.contains(&n.as_str()) {
+                    return Err(bad(
+                        path,
+                        line,
+                        format!(
+                            "header column {n:?} is not known: columns are {} (optional: {})",
+                            REQUIRED.join(", "),
+                            OPTIONAL.join(", ")
+                        ),
+                    ));
+                }
+                if names.iter().filter(|m| *m == n).count() > 1 {
+                    return Err(bad(path, line, format!("header column {n:?} appears twice")));
+                }
+            }
+            if let Some(missing) = REQUIRED.iter().find(|r| !names.iter().any(|n| n == *r)) {
+                return Err(bad(path, line, format!("header lacks the column {missing:?}: required are {}", REQUIRED.join(", "))));
+            }
+            header = Some(names);
+            continue;
+        };
+        if fields.len() != names.len() {
+            return Err(bad(path, line, format!("{} fields where the header has {}", fields.len(), names.len())));
+        }
+        let get = |name: &str| names.iter().position(|n| n == name).map(|i| fields[i]).filter(|v| !v.is_empty());
+        let need = |name: &str| get(name).ok_or_else(|| bad(path, line, format!("{name} is empty: a value is required")));
+        let count = |name: &str| -> Result<u64, Error> {
+            let v = need(name)?;
+            v.parse::<u64>().map_err(|_| bad(path, line, format!("{name} = {v:?}: a whole number ≥ 0")))
+        };
+        let context = need("context_tokens")?;
+        let context_tokens = parse_size(context)
+            .filter(|&n| n > 0)
+            .ok_or_else(|| bad(path, line, format!("context_tokens = {context:?}: a positive number of tokens (K/M suffixes allowed)")))?;
+        let depth = need("depth_percent")?;
+        let depth_percent = depth
+            .parse::<f64>()
+            .ok()
+            .filter(|d| (0.0..=100.0).contains(d))
+            .ok_or_else(|| bad(path, line, format!("depth_percent = {depth:?}: a number from 0 to 100")))?;
+        let k = need("topk")?;
+        let topk = parse_size(k).filter(|&n| n > 0).ok_or_else(|| bad(path, line, format!("topk = {k:?}: a positive whole number")))?;
+        let (found, total) = (count("found")?, count("total")?);
+        if total == 0 {
+            return Err(bad(path, line, "total = 0: at least one prompt".into()));
+        }
+        if found > total {
+            return Err(bad(path, line, format!("found = {found}: at most total ({total})")));
+        }
+        let label = need("config")?.to_string();
+        let config = maps.iter().find(|(l, _)| *l == label).map(|(_, v)| v.clone()).unwrap_or_else(|| label.clone());
+        if config == label {
+            known(&config).map_err(|why| bad(path, line, format!("config = {label:?}: {why} (or map it: `# map {label} = VARIANT`)")))?;
+        }
+        let optional_count = |name: &str| -> Result<Option<u64>, Error> {
+            get(name).map(|v| v.parse::<u64>().map_err(|_| bad(path, line, format!("{name} = {v:?}: a whole number ≥ 0")))).transpose()
+        };
+        let layer = optional_count("layer")?;
+        let query_position = optional_count("query_position")?;
+        if let Some(q) = query_position.filter(|&q| q >= context_tokens) {
+            return Err(bad(path, line, format!("query_position = {q}: below context_tokens ({context_tokens})")));
+        }
+        let healthy = get("healthy")
+            .map(|v| match v.to_ascii_lowercase().as_str() {
+                "true" | "yes" | "1" => Ok(true),
+                "false" | "no" | "0" => Ok(false),
+                _ => Err(bad(path, line, format!("healthy = {v:?}: true or false"))),
+            })
+            .transpose()?;
+        let row = Observation { line, context_tokens, depth_percent, topk, label, config, found, total, layer, query_position, healthy };
+        // Two rows of the same cell are more prompts of one experiment: their
+        // counts add up, unless they disagree on whether it is healthy.
+        let same = |o: &Observation| {
+            (o.context_tokens, o.depth_percent.to_bits(), o.topk, &o.config, o.layer, o.query_position)
+                == (row.context_tokens, row.depth_percent.to_bits(), row.topk, &row.config, row.layer, row.query_position)
+        };
+        match rows.iter_mut().find(|o| same(o)) {
+            Some(o) if o.healthy != row.healthy => {
+                return Err(bad(
+                    path,
+                    line,
+                    format!("healthy = {:?} contradicts line {} for the same configuration ({:?})", row.healthy, o.line, o.healthy),
+                ));
+            }
+            Some(o) => {
+                o.found += row.found;
+                o.total += row.total;
+            }
+            None => rows.push(row),
+        }
+    }
+    if header.is_none() {
+        return Err(bad(
+            path,
+            text.lines().count().max(1),
+            format!("no header: the first row names the columns ({})", REQUIRED.join(", ")),
+        ));
+    }
+    if rows.is_empty() {
+        return Err(bad(path, text.lines().count().max(1), "no observation rows after the header".into()));
+    }
+    Ok(Observations { path: path.to_string(), rows })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn any(_: &str) -> Result<(), String> {
+        Ok(())
+    }
+
+    fn only_fp8(v: &str) -> Result<(), String> {
+        if v.starts_with("fp8") || v == "bf16" {
+            Ok(())
+        } else {
+            Err("unknown precision variant".into())
+        }
+    }
+
+    // Issue 18, items 2 and 6: the format reads, and each bad input is one line naming file, line and field.
+    #[test]
+    fn reads_rows_maps_suffixes_and_sums_agreeing_duplicates() {
+        let text = "# source: test\n# map cache = fp8-fp32scale\ncontext_tokens,depth_percent,topk,config,found,total,healthy\n\
+                    4K,50,512,cache,2,3,false\n2048,10,512,bf16,3,3,true\n4096,50,512,cache,1,2,false\n";
+        let o = parse("x.csv", text, &only_fp8).unwrap();
+        assert_eq!(o.rows.len(), 2);
+        let r = &o.rows[0];
+        assert_eq!((r.context_tokens, r.topk, r.config.as_str(), r.label.as_str()), (4096, 512, "fp8-fp32scale", "cache"));
+        assert_eq!((r.found, r.total, r.line, r.healthy), (3, 5, 4, Some(false)));
+        assert_eq!(o.rows[1].healthy, Some(true));
+    }
+
+    #[test]
+    fn bad_inputs_name_file_line_and_field() {
+        let h = "context_tokens,depth_percent,topk,config,found,total,healthy\n";
+        for (text, needle) in [
+            (format!("{h}4K,50,512,fp8,x,3,\n"), "x.csv:2: found = \"x\""),
+            (format!("{h}4K,50,512,fp8,4,3,\n"), "x.csv:2: found = 4: at most total (3)"),
+            (format!("{h}4K,50,512,fp8,0,0,\n"), "x.csv:2: total = 0"),
+            (format!("{h}4K,50,512,fp9,1,3,\n"), "x.csv:2: config = \"fp9\""),
+            (format!("{h}4K,150,512,fp8,1,3,\n"), "depth_percent = \"150\""),
+            (format!("{h}4Q,50,512,fp8,1,3,\n"), "context_tokens = \"4Q\""),
+            (format!("{h}4K,50,512,fp8,1,3,maybe\n"), "healthy = \"maybe\""),
+            (format!("{h}4K,50,512,fp8,1,3\n"), "6 fields where the header has 7"),
+            (format!("{h}4K,50,512,fp8,1,3,true\n4K,50,512,fp8,1,3,false\n"), "x.csv:3: healthy"),
+            ("context_tokens,depth_percent,topk,config,found\n4K,50,512,fp8,1\n".to_string(), "x.csv:1: header lacks the column \"total\""),
+            ("context_tokens,depth,topk,config,found,total\n".to_string(), "header column \"depth\""),
+            (format!("# map a = fp8\n# map a = bf16\n{h}"), "x.csv:2: map \"a\""),
+            (h.to_string(), "no observation rows"),
+            ("# only a comment\n".to_string(), "no header"),
+        ] {
+            let err = parse("x.csv", &text, &only_fp8).unwrap_err().to_string();
+            assert!(err.contains(needle) && !err.contains('\n'), "{text:?}: {err}");
+        }
+        assert!(parse("x.csv", &format!("{h}4K,50,512,anything,1,3,\n"), &any).is_ok());
+    }
+}

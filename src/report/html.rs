@@ -12,7 +12,7 @@ use crate::error::Error;
 use crate::model::stack::{FaultSpreadChoice, HcaReading, LayerKind};
 use crate::report::chart::Reach;
 use crate::report::{Grid, ReportMeta};
-use crate::run::cell::{CellResult, HolmFamily};
+use crate::run::cell::{CellResult, HolmFamily, PairedTest, Pairing};
 use crate::run::output::{is_narrow, multiple_comparison_note, row_label, tokens_label};
 use std::fmt::Write as _;
 use std::path::Path;
@@ -262,6 +262,41 @@ fn holm_note(family: usize) -> String {
     )
 }
 
+/// A paired table: one row per test (highlighted where Holm p is below
+/// [`SIGNIFICANCE`]), the baseline's recall under `baseline_th`, the
+/// whole-model difference when `model_column`, then the note on the family.
+fn paired_table(h: &mut String, g: &Grid, tests: &[PairedTest], baseline_th: &str, model_column: bool, family: usize) {
+    let model_th = if model_column { "<th>whole-model difference</th>" } else { "" };
+    let _ = writeln!(
+        h,
+        "<div class=\"scroll\"><table><tr><th>context</th><th>depth</th><th>k</th><th class=\"l\">precision</th><th>recall</th><th>{}</th><th>difference</th>{model_th}<th>gained/lost</th><th>McNemar p</th><th>Holm p</th></tr>",
+        escape(baseline_th)
+    );
+    for t in tests {
+        let c = t.cell;
+        let (pairs, p, adjusted) = test_cells(t.gained, t.lost, t.p, t.holm);
+        let model = if model_column {
+            format!("<td>{}</td>", t.model_diff.map_or("–".to_string(), |d| format!("{d:+.3}")))
+        } else {
+            String::new()
+        };
+        let _ = writeln!(
+            h,
+            "<tr{}><td>{}</td><td>{} %</td><td>{}</td><td class=\"l\">{}</td><td>{:.3}</td><td>{:.3}</td><td>{:+.3}</td>{model}<td>{pairs}</td><td>{p}</td><td>{adjusted}</td></tr>",
+            if t.holm.is_some_and(|p| p < SIGNIFICANCE) { " class=\"sig\"" } else { "" },
+            row_label(c.context_tokens, c.needle_offset, g.offsets.len()),
+            c.depth_percent,
+            c.topk,
+            escape(&c.precision),
+            c.recall,
+            c.recall - t.diff,
+            t.diff,
+        );
+    }
+    h.push_str("</table></div>\n");
+    h.push_str(&holm_note(family));
+}
+
 /// The report of a sweep directory whose charts `chart_files` (names in
 /// `dir`) were just written. PNGs are embedded; an SVG is embedded only when
 /// no PNG of the same chart exists.
@@ -383,70 +418,24 @@ pub fn report_html(dir: &Path, meta: &ReportMeta, cells: &[CellResult], chart_fi
 
     // paired comparisons: one Holm family for both tables
     let holm = HolmFamily::of(cells);
-    let sig = |p: Option<f64>| if p.is_some_and(|p| p < SIGNIFICANCE) { " class=\"sig\"" } else { "" };
-    let paired: Vec<(usize, &CellResult)> = cells.iter().enumerate().filter(|(_, c)| c.baseline.is_some()).collect();
-    if let Some((_, first)) = paired.first() {
-        let base = escape(first.baseline.as_deref().unwrap_or_default());
+    let paired = holm.tests(cells, Pairing::Precision);
+    if let Some(first) = paired.first() {
+        let base = escape(first.cell.baseline.as_deref().unwrap_or_default());
         let _ = writeln!(
             h,
             "<h2>Paired comparison with {base}</h2><p>Each variant against {base} on the same haystacks: recall difference, trials kept only by the variant / only by {base}, the exact two-sided McNemar p-value, and the same adjusted by Holm over every paired test of the sweep.</p>"
         );
-        h.push_str("<div class=\"scroll\"><table><tr><th>context</th><th>depth</th><th>k</th><th class=\"l\">precision</th><th>recall</th><th>baseline recall</th><th>difference</th><th>gained/lost</th><th>McNemar p</th><th>Holm p</th></tr>\n");
-        for &(i, c) in &paired {
-            let diff = c.recall_diff.unwrap_or(0.0);
-            let (pairs, p, adjusted) = test_cells(c.discordant_gained, c.discordant_lost, c.mcnemar_p, holm.precision[i]);
-            let _ = writeln!(
-                h,
-                "<tr{}><td>{}</td><td>{} %</td><td>{}</td><td class=\"l\">{}</td><td>{:.3}</td><td>{:.3}</td><td>{:+.3}</td><td>{pairs}</td><td>{p}</td><td>{adjusted}</td></tr>",
-                sig(holm.precision[i]),
-                row_label(c.context_tokens, c.needle_offset, g.offsets.len()),
-                c.depth_percent,
-                c.topk,
-                escape(&c.precision),
-                c.recall,
-                c.recall - diff,
-                diff,
-            );
-        }
-        h.push_str("</table></div>\n");
-        h.push_str(&holm_note(holm.size));
+        paired_table(&mut h, &g, &paired, "baseline recall", false, holm.size);
     }
-    let k_paired: Vec<(usize, &CellResult)> = cells.iter().enumerate().filter(|(_, c)| c.k_baseline.is_some()).collect();
-    if let Some((_, first)) = k_paired.first() {
-        let k0 = first.k_baseline.unwrap_or_default();
+    let k_paired = holm.tests(cells, Pairing::TopK);
+    if let Some(first) = k_paired.first() {
+        let k0 = first.cell.k_baseline.unwrap_or_default();
         let model = if whole { " and of whole-model recall" } else { "" };
         let _ = writeln!(
             h,
             "<h2 id=\"k-pairs\">Paired comparison with k={k0}</h2><p>What a larger k buys: each k against k={k0}, same context, depth and precision, on the same haystacks: difference of per-layer recall{model}, trials kept only at the larger k / only at k={k0}, the exact two-sided McNemar p-value, and the same adjusted by Holm over every paired test of the sweep.</p>"
         );
-        let model_th = if whole { "<th>whole-model difference</th>" } else { "" };
-        let _ = writeln!(
-            h,
-            "<div class=\"scroll\"><table><tr><th>context</th><th>depth</th><th>k</th><th class=\"l\">precision</th><th>recall</th><th>recall at k={k0}</th><th>difference</th>{model_th}<th>gained/lost</th><th>McNemar p</th><th>Holm p</th></tr>"
-        );
-        for &(i, c) in &k_paired {
-            let diff = c.k_recall_diff.unwrap_or(0.0);
-            let (pairs, p, adjusted) = test_cells(c.k_discordant_gained, c.k_discordant_lost, c.k_mcnemar_p, holm.topk[i]);
-            let model = if whole {
-                format!("<td>{}</td>", c.k_model_recall_diff.map_or("–".to_string(), |d| format!("{d:+.3}")))
-            } else {
-                String::new()
-            };
-            let _ = writeln!(
-                h,
-                "<tr{}><td>{}</td><td>{} %</td><td>{}</td><td class=\"l\">{}</td><td>{:.3}</td><td>{:.3}</td><td>{:+.3}</td>{model}<td>{pairs}</td><td>{p}</td><td>{adjusted}</td></tr>",
-                sig(holm.topk[i]),
-                row_label(c.context_tokens, c.needle_offset, g.offsets.len()),
-                c.depth_percent,
-                c.topk,
-                escape(&c.precision),
-                c.recall,
-                c.recall - diff,
-                diff,
-            );
-        }
-        h.push_str("</table></div>\n");
-        h.push_str(&holm_note(holm.size));
+        paired_table(&mut h, &g, &k_paired, &format!("recall at k={k0}"), whole, holm.size);
     }
 
     // fidelity

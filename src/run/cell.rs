@@ -216,6 +216,60 @@ impl HolmFamily {
     }
 }
 
+/// Which baseline a cell is paired with: the sweep's first precision, or its
+/// smallest k (same context, depth, offset and precision).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Pairing {
+    Precision,
+    TopK,
+}
+
+/// One cell's paired comparison with its baseline, as the tables show it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PairedTest<'a> {
+    pub cell: &'a CellResult,
+    /// Per-layer recall minus the baseline's.
+    pub diff: f64,
+    /// Whole-model recall minus the baseline's (k pairs only; untested).
+    pub model_diff: Option<f64>,
+    pub gained: Option<u64>,
+    pub lost: Option<u64>,
+    pub p: Option<f64>,
+    /// `p` adjusted over the whole family.
+    pub holm: Option<f64>,
+}
+
+impl HolmFamily {
+    /// The paired comparisons of `cells` (the cells this family was made
+    /// of) under `pairing`, in cell order; cells without one are left out.
+    pub fn tests<'a>(&self, cells: &'a [CellResult], pairing: Pairing) -> Vec<PairedTest<'a>> {
+        cells
+            .iter()
+            .enumerate()
+            .filter_map(|(i, c)| match pairing {
+                Pairing::Precision => c.baseline.as_ref().map(|_| PairedTest {
+                    cell: c,
+                    diff: c.recall_diff.unwrap_or(0.0),
+                    model_diff: None,
+                    gained: c.discordant_gained,
+                    lost: c.discordant_lost,
+                    p: c.mcnemar_p,
+                    holm: self.precision[i],
+                }),
+                Pairing::TopK => c.k_baseline.map(|_| PairedTest {
+                    cell: c,
+                    diff: c.k_recall_diff.unwrap_or(0.0),
+                    model_diff: c.k_model_recall_diff,
+                    gained: c.k_discordant_gained,
+                    lost: c.k_discordant_lost,
+                    p: c.k_mcnemar_p,
+                    holm: self.topk[i],
+                }),
+            })
+            .collect()
+    }
+}
+
 /// Each cell's precision-paired McNemar p adjusted by Holm–Bonferroni over
 /// the sweep's whole family of paired tests ([`HolmFamily`]: precision- and
 /// k-paired). None where a cell has no precision-paired test.

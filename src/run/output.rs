@@ -6,7 +6,7 @@
 
 use crate::config::Scenario;
 use crate::error::Error;
-use crate::run::cell::{CellResult, HolmFamily};
+use crate::run::cell::{CellResult, HolmFamily, PairedTest, Pairing};
 use crate::run::sweep::{EffectiveContext, SweepOutcome};
 use std::fmt::Write as _;
 use std::fs;
@@ -330,44 +330,30 @@ pub fn format_table(s: &Scenario, outcome: &SweepOutcome) -> String {
 /// haystacks, with the Holm-adjusted p and the note on reading it.
 fn precision_pairs(out: &mut String, s: &Scenario, outcome: &SweepOutcome, holm: &HolmFamily) {
     let base = &s.precisions[0].name;
-    let _ = writeln!(
-        out,
+    let heading = format!(
         "\npaired comparison with {base} on the same haystacks: per-layer recall difference, trials kept only by the variant / only by {base},\n\
          exact McNemar p and Holm-adjusted p"
     );
-    let _ = writeln!(
-        out,
-        "{:>8}  {:>7}  {:>6}  {:<14}  {:>8}  {:>11}  {:>9}  {:>9}",
-        "context", "depth", "k", "precision", "diff", "gained/lost", "p", "Holm p"
-    );
-    for (i, c) in outcome.cells.iter().enumerate().filter(|(_, c)| c.baseline.is_some()) {
-        let _ = writeln!(
-            out,
-            "{:>8}  {:>7}  {:>6}  {:<14}  {:>+8.3}  {:>11}  {:>9}  {:>9}",
-            row_label(c.context_tokens, c.needle_offset, s.needle_offsets.len()),
-            format!("{} %", c.depth_percent),
-            c.topk,
-            c.precision,
-            c.recall_diff.unwrap_or(0.0),
-            pairs_text(c.discordant_gained, c.discordant_lost),
-            p_text(c.mcnemar_p),
-            p_text(holm.precision[i])
-        );
-    }
-    let _ = writeln!(out, "{}", multiple_comparison_note(holm.size));
+    paired_table(out, s, &holm.tests(&outcome.cells, Pairing::Precision), &heading, false, holm.size);
 }
 
 /// The paired comparison of each k with the sweep's smallest, same
 /// context, depth, offset and precision, on the same haystacks.
 fn k_pairs(out: &mut String, s: &Scenario, outcome: &SweepOutcome, holm: &HolmFamily, whole: bool) {
     let k0 = s.topks.iter().copied().min().unwrap_or(0);
-    let _ = writeln!(
-        out,
+    let heading = format!(
         "\npaired comparison with k={k0} on the same haystacks: per-layer recall difference{}, trials kept only at the larger k / only at k={k0},\n\
          exact McNemar p and Holm-adjusted p",
         if whole { " (and whole-model)" } else { "" }
     );
-    let model_column = |text: &str| if whole { format!("  {text:>10}") } else { String::new() };
+    paired_table(out, s, &holm.tests(&outcome.cells, Pairing::TopK), &heading, whole, holm.size);
+}
+
+/// A paired table under `heading`: one row per test, the whole-model
+/// difference as a column when `model_column`, then the note on the family.
+fn paired_table(out: &mut String, s: &Scenario, tests: &[PairedTest], heading: &str, model_column: bool, family: usize) {
+    let _ = writeln!(out, "{heading}");
+    let model = |text: &str| if model_column { format!("  {text:>10}") } else { String::new() };
     let _ = writeln!(
         out,
         "{:>8}  {:>7}  {:>6}  {:<14}  {:>8}{}  {:>11}  {:>9}  {:>9}",
@@ -376,13 +362,14 @@ fn k_pairs(out: &mut String, s: &Scenario, outcome: &SweepOutcome, holm: &HolmFa
         "k",
         "precision",
         "diff",
-        model_column("model diff"),
+        model("model diff"),
         "gained/lost",
         "p",
         "Holm p"
     );
-    for (i, c) in outcome.cells.iter().enumerate().filter(|(_, c)| c.k_baseline.is_some()) {
-        let model = c.k_model_recall_diff.map_or_else(|| "-".into(), |d| format!("{d:+.3}"));
+    for t in tests {
+        let c = t.cell;
+        let model_diff = t.model_diff.map_or_else(|| "-".into(), |d| format!("{d:+.3}"));
         let _ = writeln!(
             out,
             "{:>8}  {:>7}  {:>6}  {:<14}  {:>+8.3}{}  {:>11}  {:>9}  {:>9}",
@@ -390,14 +377,14 @@ fn k_pairs(out: &mut String, s: &Scenario, outcome: &SweepOutcome, holm: &HolmFa
             format!("{} %", c.depth_percent),
             c.topk,
             c.precision,
-            c.k_recall_diff.unwrap_or(0.0),
-            model_column(&model),
-            pairs_text(c.k_discordant_gained, c.k_discordant_lost),
-            p_text(c.k_mcnemar_p),
-            p_text(holm.topk[i])
+            t.diff,
+            model(&model_diff),
+            pairs_text(t.gained, t.lost),
+            p_text(t.p),
+            p_text(t.holm)
         );
     }
-    let _ = writeln!(out, "{}", multiple_comparison_note(holm.size));
+    let _ = writeln!(out, "{}", multiple_comparison_note(family));
 }
 
 /// The narrow layout of one depth's recall tables: one row per (context,

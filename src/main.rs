@@ -112,17 +112,12 @@ fn run(cli: Cli) -> Result<(), Error> {
 
 /// Preset ← scenario file ← command line, then one validation.
 fn scenario(args: &ScenarioArgs, cli_overlay: ScenarioParams) -> Result<Scenario, Error> {
-    Ok(config::check(config::resolve(layered_params(args, cli_overlay)?)?)?)
+    config::layered_scenario(args.config.as_deref(), cli_overlay)
 }
 
 /// The scenario file with the command line over it, unchecked.
 fn layered_params(args: &ScenarioArgs, cli_overlay: ScenarioParams) -> Result<ScenarioParams, Error> {
-    let mut params = ScenarioParams::default();
-    if let Some(path) = &args.config {
-        params.overlay(config::load_scenario_file(path)?);
-    }
-    params.overlay(cli_overlay);
-    Ok(params)
+    config::layered_params(args.config.as_deref(), cli_overlay)
 }
 
 fn thread_pool(threads: Option<usize>) -> Result<rayon::ThreadPool, Error> {

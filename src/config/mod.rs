@@ -634,6 +634,24 @@ pub fn load_scenario_file(path: &std::path::Path) -> Result<ScenarioParams, Erro
     params::parse_scenario_toml(&text).map_err(|message| Error::ScenarioFile { path: path.display().to_string(), message })
 }
 
+/// A scenario as every scenario command builds it: the preset (named in
+/// `overlay`, or the default) ← the scenario file, if any ← `overlay`, then
+/// one validation. `sweep` on the command line and the Python binding's
+/// `sweep` both come through here, so the same inputs give the same scenario.
+pub fn layered_scenario(file: Option<&std::path::Path>, overlay: ScenarioParams) -> Result<Scenario, Error> {
+    Ok(check(resolve(layered_params(file, overlay)?)?)?)
+}
+
+/// The scenario file with `overlay` over it, unchecked and unresolved.
+pub fn layered_params(file: Option<&std::path::Path>, overlay: ScenarioParams) -> Result<ScenarioParams, Error> {
+    let mut params = ScenarioParams::default();
+    if let Some(path) = file {
+        params.overlay(load_scenario_file(path)?);
+    }
+    params.overlay(overlay);
+    Ok(params)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

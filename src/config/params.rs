@@ -582,6 +582,43 @@ pub fn field_name(path: &str) -> String {
     }
 }
 
+/// Knob flags given as (name, value) pairs instead of a command line (the
+/// Python binding's keyword arguments): `name` is a flag of `sweep` without
+/// its dashes (`gate-noise-std`, `contexts`), `value` its text as typed.
+/// Read exactly as `sweep` reads its command line, so values get the same
+/// parsing and, later in [`super::check`], the same errors.
+pub fn overlay_from_flags(pairs: &[(String, String)]) -> Result<ScenarioParams, ConfigError> {
+    let mut argv = Vec::with_capacity(pairs.len());
+    for (name, value) in pairs {
+        let long = format!("--{name}");
+        let Some(f) = ScenarioParams::flags().find(|f| f.long == long) else {
+            let mut names: Vec<&str> = ScenarioParams::flags().map(|f| f.long.trim_start_matches('-')).collect();
+            names.sort_unstable();
+            return Err(ConfigError::new("knob", format!("{name:?}"), format!("one of {}", names.join(", "))));
+        };
+        argv.push(format!("{}={value}", f.long));
+    }
+    let cmd = clap::Command::new("dsa-recall").no_binary_name(true).args(args(Scope::Scenario)).args(args(Scope::Sweep));
+    let m = cmd.try_get_matches_from(&argv).map_err(|e| {
+        // Which pair clap refused: the one its message quotes.
+        let text = e.to_string();
+        let bad = pairs.iter().find(|(n, _)| text.contains(&format!("--{n} "))).or(pairs.first());
+        let detail = text.lines().next().unwrap_or("").trim_start_matches("error: ");
+        let detail = detail.rsplit_once(": ").map_or(detail, |(_, why)| why).to_string();
+        match bad {
+            Some((n, v)) => ConfigError::new(
+                ScenarioParams::flags().find(|f| f.long == format!("--{n}")).map_or(n.clone(), |f| field_name(f.path)),
+                format!("{v:?}"),
+                detail,
+            ),
+            None => ConfigError::new("knob", "(none)", detail),
+        }
+    })?;
+    let mut p = ScenarioParams::from_flags(&m, Scope::Scenario)?;
+    p.overlay(ScenarioParams::from_flags(&m, Scope::Sweep)?);
+    Ok(p)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -656,5 +693,23 @@ mod tests {
         assert_eq!(err, "invalid needle.strength (--needle-strength) = \"abc\": a finite number ≥ 0");
         let err = cmd().try_get_matches_from(["--trials", "-1"]).unwrap_err().to_string();
         assert!(err.starts_with("error: invalid value '-1' for '--trials <TRIALS>'"), "{err}");
+    }
+
+    /// Issue 19: the binding's keyword arguments read like the command line.
+    #[test]
+    fn flag_pairs_read_like_the_command_line() {
+        let pair = |n: &str, v: &str| (n.to_string(), v.to_string());
+        let p = overlay_from_flags(&[pair("gate-noise-std", "0.5"), pair("contexts", "1K,4K"), pair("predict", "on")]).unwrap();
+        assert_eq!(p.physics.gate_noise_std, Some(0.5));
+        assert_eq!(p.sweep.contexts, Some(ListSpec::Text("1K,4K".into())));
+        assert_eq!(p.estimator.predict, Some(true));
+        let p = overlay_from_flags(&[pair("depths", "-5")]).unwrap();
+        assert_eq!(p.sweep.depths, Some(ListSpec::Text("-5".into())));
+        let err = overlay_from_flags(&[pair("gate-nois-std", "1")]).unwrap_err().to_string();
+        assert!(err.starts_with("invalid knob = \"gate-nois-std\": one of "), "{err}");
+        let err = overlay_from_flags(&[pair("trials", "-1")]).unwrap_err().to_string();
+        assert!(err.starts_with("invalid sweep.trials (--trials) = \"-1\": "), "{err}");
+        let err = overlay_from_flags(&[pair("needle-strength", "abc")]).unwrap_err().to_string();
+        assert_eq!(err, "invalid needle.strength (--needle-strength) = \"abc\": a finite number ≥ 0");
     }
 }

@@ -47,6 +47,15 @@ pub struct QuantizeSpec {
     pub amax_floor: Option<f32>,
 }
 
+/// What [`QuantizeSpec::quantize_blocks`] gives: per input its dequantized
+/// value and code, and the scale of each block.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Quantized {
+    pub values: Vec<f32>,
+    pub codes: Vec<u32>,
+    pub scales: Vec<f32>,
+}
+
 /// A bad `quantize` invocation or input. One line each.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
 pub enum QuantizeError {
@@ -102,15 +111,18 @@ impl QuantizeSpec {
     /// shorter); values are clamped to ±max before the cast, as the
     /// reference does, so `saturate` changes nothing there.
     pub fn quantize(&self, inputs: &[f32]) -> Vec<(f32, u32)> {
+        let q = self.quantize_blocks(inputs);
+        q.values.into_iter().zip(q.codes).collect()
+    }
+
+    /// [`Self::quantize`] with the block scales kept: one per run of `block`
+    /// inputs (none for a plain cast). The Python binding returns all three.
+    pub fn quantize_blocks(&self, inputs: &[f32]) -> Quantized {
         let ScaleRule::Scaled(scale) = self.scale else {
             let overflow = if self.saturate { Overflow::Saturate } else { Overflow::Cast };
-            return inputs
-                .iter()
-                .map(|&x| {
-                    let code = self.format.encode(x, overflow);
-                    (self.format.decode(code), code)
-                })
-                .collect();
+            let codes: Vec<u32> = inputs.iter().map(|&x| self.format.encode(x, overflow)).collect();
+            let values = codes.iter().map(|&c| self.format.decode(c)).collect();
+            return Quantized { values, codes, scales: Vec::new() };
         };
         let scaling = BlockScaling {
             shape: BlockShape::Row,
@@ -118,14 +130,16 @@ impl QuantizeSpec {
             amax_floor: self.amax_floor.unwrap_or_else(|| default_amax_floor(self.format, scale)),
         };
         let group = self.block.unwrap_or(inputs.len()).max(1);
-        let mut out = Vec::with_capacity(inputs.len());
+        let mut out = Quantized { values: Vec::with_capacity(inputs.len()), codes: Vec::with_capacity(inputs.len()), scales: Vec::new() };
         let mut blocks = QuantizedBlocks::default();
         for chunk in inputs.chunks(group) {
             let mut values = chunk.to_vec();
             // One row per group: cannot fail (positive length, valid floor).
             let len = values.len();
             if quantize_dequantize(&mut values, len, self.format, &scaling, Some(&mut blocks)).is_ok() {
-                out.extend(values.into_iter().zip(blocks.codes.iter().copied()));
+                out.values.extend(values);
+                out.codes.extend(blocks.codes.iter().copied());
+                out.scales.extend(blocks.scales.iter().copied());
             }
         }
         out
@@ -195,5 +209,12 @@ mod tests {
         assert_eq!(values[2..4], [3.0 / 16.0, 1.5 / 16.0]);
         // The last, shorter block has its own scale: amax 5 → scale 1; 5 ties between 4 and 6 → even 4.
         assert_eq!(values[4], 4.0);
+        // One scale per block, the shorter last one included (issue 19: the
+        // binding returns them beside codes and values).
+        let q = spec.quantize_blocks(&[12.0, 1.0, 0.2, 0.1, 5.0]);
+        assert_eq!(q.scales, [2.0, 1.0 / 16.0, 1.0]);
+        assert!(spec.quantize_blocks(&[]).scales.is_empty());
+        let cast = QuantizeSpec::from_flags("bf16", None, None, false, None).unwrap();
+        assert!(cast.quantize_blocks(&[1.0, 2.0]).scales.is_empty());
     }
 }

@@ -434,6 +434,54 @@ pub fn sweep_into(dir: &Path, s: &Scenario, opts: StoreOptions, observer: &dyn O
     Ok(SweepOutcome { cells, effective })
 }
 
+/// A trial log that keeps nothing: the trials of an in-memory sweep, with
+/// the observer's word on stopping.
+struct NoLog<'a> {
+    observer: &'a dyn Observer,
+}
+
+impl TrialLog for NoLog<'_> {
+    fn saved(&self, _name: &str) -> Vec<(u64, &str)> {
+        Vec::new()
+    }
+    fn save(&self, _name: &str, _first: u64, _count: u64, _trials: &str) -> Result<(), SimError> {
+        Ok(())
+    }
+    fn stop_requested(&self) -> bool {
+        self.observer.stop_requested()
+    }
+    fn chunk_trials(&self) -> Option<u64> {
+        None
+    }
+}
+
+/// [`sweep_into`] without a directory (the Python binding's `sweep`): the
+/// same haystack groups, trial chunks and observer calls, nothing written.
+/// Gives the same cells as [`sweep_into`] and [`sweep::run_sweep`], bit for
+/// bit; when `observer` asks to stop, returns [`SimError::Interrupted`] and
+/// the finished trials are lost.
+pub fn sweep_in_memory(s: &Scenario, observer: &dyn Observer) -> Result<SweepOutcome, Error> {
+    let groups = haystack_groups(&work_units(s));
+    let runs = sweep::group_trial_runs(s);
+    let per_unit = cells_per_unit(s);
+    observer.start(&Standing {
+        trials_done: 0,
+        trials_total: groups.len() as u64 * runs,
+        cells_done: 0,
+        cells_total: groups.iter().map(|g| g.contexts.len()).sum::<usize>() * per_unit,
+    });
+    let log = NoLog { observer };
+    let mut cells = Vec::new();
+    for key in &groups {
+        let part = Scenario { contexts: key.contexts.clone(), depths: vec![key.depth_percent], ..s.clone() };
+        let spec = sweep::spec_for(&part, key.depth_percent);
+        cells.extend(sweep::group_cells_logged(&part, &spec, &|| observer.trial(), &log)?);
+        observer.cells_written(cells.len());
+    }
+    let effective = sweep::effective_contexts(s, &cells);
+    Ok(SweepOutcome { cells, effective })
+}
+
 /// Marks a directory complete: its manifest gets the effective contexts and
 /// the list of files written.
 pub fn finish(dir: &Path, s: &Scenario, shard: Option<Shard>, outcome: &SweepOutcome, files: &[String]) -> Result<(), Error> {

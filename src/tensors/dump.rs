@@ -68,10 +68,32 @@ pub fn select_top_k(logits: &[f32], k: usize, rule: TieRule, seed: Option<u64>) 
 }
 
 /// A tensor to write: dtype, shape and little-endian bytes.
-pub(crate) struct OwnedTensor {
+pub struct OwnedTensor {
     dtype: Dtype,
     shape: Vec<usize>,
     bytes: Vec<u8>,
+}
+
+impl OwnedTensor {
+    pub fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+
+    /// The values, little-endian, row-major.
+    pub fn bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+
+    /// The dtype as NumPy spells it (`<f4`, `<i8`, `|u1`, `<u2`, `<u4`).
+    pub fn numpy_dtype(&self) -> &'static str {
+        match self.dtype {
+            Dtype::F32 => "<f4",
+            Dtype::I64 => "<i8",
+            Dtype::U8 => "|u1",
+            Dtype::U16 => "<u2",
+            _ => "<u4",
+        }
+    }
 }
 
 impl View for &OwnedTensor {
@@ -130,10 +152,19 @@ pub struct DumpSummary {
     pub variants: Vec<(String, bool, Option<u64>, f64)>,
 }
 
-/// Writes trial `trial` of the scenario's single cell (its first context,
-/// depth and k) to `path`, with every precision variant of the scenario.
+/// One trial in memory: the tensors `trial --dump` writes, in file order,
+/// the JSON of its metadata (key `dsa_recall`) and the summary.
+pub struct TrialTensors {
+    pub tensors: Vec<(String, OwnedTensor)>,
+    pub metadata: String,
+    pub summary: DumpSummary,
+}
+
+/// Trial `trial` of the scenario's single cell (its first context, depth
+/// and k) with every precision variant of the scenario, in memory: what
+/// [`dump_trial`] writes, and the Python binding's `trial` returns.
 /// `on_step` names each step as it starts (for a progress display).
-pub fn dump_trial(s: &Scenario, trial: u64, path: &Path, on_step: &dyn Fn(&str)) -> Result<DumpSummary, Error> {
+pub fn trial_tensors(s: &Scenario, trial: u64, on_step: &dyn Fn(&str)) -> Result<TrialTensors, Error> {
     let (context, depth, k) = (s.contexts[0], s.depths[0], s.topks[0]);
     let d = s.model.shape.head_dim;
     let seed = trial_seed(s.seed, depth, trial);
@@ -155,7 +186,7 @@ pub fn dump_trial(s: &Scenario, trial: u64, path: &Path, on_step: &dyn Fn(&str))
         ("needle_rows".into(), i64s(&placement.rows.clone().collect::<Vec<_>>(), vec![placement.rows.clone().count()])),
     ];
     on_step("scoring fp32 (the reference)");
-    let exact = PrecisionVariant::builtin("fp32").ok_or_else(|| bad_file(path, "fp32 variant missing"))?;
+    let exact = PrecisionVariant::builtin("fp32").ok_or_else(|| bad_file(Path::new("fp32"), "variant missing"))?;
     let reference = select_top_k(&variant_logits(&exact, &queries, &hay.weights, &keys, d)?, k_eff, s.tie_rule, Some(seed));
     let mut summary = DumpSummary { rows, k_eff, variants: Vec::new() };
     for v in &s.precisions {
@@ -194,8 +225,16 @@ pub fn dump_trial(s: &Scenario, trial: u64, path: &Path, on_step: &dyn Fn(&str))
         tie_rule: s.tie_rule,
         variants: &s.precisions,
     };
-    let info: HashMap<String, String> =
-        [("dsa_recall".to_string(), serde_json::to_string(&meta).unwrap_or_default())].into_iter().collect();
+    let metadata = serde_json::to_string(&meta).unwrap_or_default();
+    Ok(TrialTensors { tensors, metadata, summary })
+}
+
+/// Writes trial `trial` of the scenario's single cell (its first context,
+/// depth and k) to `path`, with every precision variant of the scenario.
+/// `on_step` names each step as it starts (for a progress display).
+pub fn dump_trial(s: &Scenario, trial: u64, path: &Path, on_step: &dyn Fn(&str)) -> Result<DumpSummary, Error> {
+    let TrialTensors { tensors, metadata, summary } = trial_tensors(s, trial, on_step)?;
+    let info: HashMap<String, String> = [("dsa_recall".to_string(), metadata)].into_iter().collect();
     on_step(&format!("writing {}", path.display()));
     let bytes = safetensors::serialize(tensors.iter().map(|(n, t)| (n.clone(), t)), Some(info))
         .map_err(|e| bad_file(path, format!("cannot serialize: {e}")))?;

@@ -287,6 +287,24 @@ pub fn load_capture_safetensors(path: &Path, names: &TensorNames) -> Result<Capt
     Ok(cap)
 }
 
+/// Recorded tensors handed over in memory (the Python binding's arrays),
+/// each as (shape, values in row-major order), checked as a file's would be;
+/// errors name `location`.
+pub fn capture_from_arrays(
+    location: &str,
+    queries: (Vec<usize>, Vec<f32>),
+    keys: (Vec<usize>, Vec<f32>),
+    weights: (Vec<usize>, Vec<f32>),
+) -> Result<Capture, Error> {
+    let path = Path::new(location);
+    for (name, (shape, data)) in [("queries", &queries), ("keys", &keys), ("weights", &weights)] {
+        if shape.iter().product::<usize>() != data.len() {
+            return Err(bad_file(path, format!("{name} have shape {shape:?} but {} values", data.len())));
+        }
+    }
+    assemble_capture(path, queries, keys, weights)
+}
+
 /// Reads recorded tensors from three `.npy` files (one layer).
 pub fn load_npy(q: &Path, k: &Path, w: &Path) -> Result<Recorded, Error> {
     load_capture_npy(q, k, w)?.single(k)

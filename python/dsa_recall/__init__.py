@@ -1,0 +1,673 @@
+"""dsa_recall: DeepSeek sparse attention's lightning indexer, simulated, from Python.
+
+NumPy in, NumPy out. The functions:
+
+- ``quantize(x, spec)``: element casts and block scaling (codes, scales,
+  dequantized values), bit-identical to ``dsa-recall quantize`` and ml_dtypes;
+- ``score(q, k, w, variant)`` and ``select(logits, k)``: the indexer's logits
+  and its top-k rows;
+- ``replay(q, k, w, ...)``: recorded tensors through precision variants,
+  against the exact fp32 selection (``dsa-recall replay``);
+- ``sweep(preset, **knobs)``: a sweep's cells, the columns of summary.csv;
+- ``trial(...)``: one trial's tensors, named as ``trial --dump`` names them;
+- ``plot(...)`` / ``plot_matplotlib(...)``: the sweep's charts;
+- ``presets()``, ``hypotheses()``, ``variants()``, ``knobs()``: catalogues.
+
+Tables are pandas DataFrames when pandas is installed, else ``Columns`` (a
+dict of NumPy arrays). Errors are ``ConfigError`` and ``InputError`` (both
+``ValueError``) and ``SimulationError`` (``RuntimeError``), with the command
+line's one-line messages. docs/PYTHON.md in the repository has the details.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import sys
+import tempfile
+import time
+from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Sequence, Union
+
+import numpy as np
+
+from . import _native
+from ._native import ConfigError, InputError, SimulationError
+
+__version__: str = _native.__version__
+
+__all__ = [
+    "ConfigError",
+    "InputError",
+    "SimulationError",
+    "Quantized",
+    "Columns",
+    "TrialTensors",
+    "Preset",
+    "Hypothesis",
+    "Variant",
+    "quantize",
+    "score",
+    "select",
+    "replay",
+    "sweep",
+    "trial",
+    "plot",
+    "plot_matplotlib",
+    "presets",
+    "hypotheses",
+    "variants",
+    "variant",
+    "knobs",
+    "scenario",
+]
+
+#: Element formats ``quantize`` casts to (anything else is a variant name).
+ELEMENT_FORMATS = ("bf16", "fp16", "f16", "e4m3fn", "e5m2", "e2m1")
+
+#: ``replay``'s variants when none are given (as ``dsa-recall replay``).
+DEFAULT_REPLAY_VARIANTS = ("bf16", "fp8", "fp8-fp32scale", "fp4", "mxfp4", "nvfp4")
+
+# ml_dtypes' floating types: NumPy reports their kind as 'V', so they are
+# recognised by name.
+_ML_DTYPES_FLOATS = {
+    "bfloat16",
+    "float8_e3m4",
+    "float8_e4m3",
+    "float8_e4m3fn",
+    "float8_e4m3fnuz",
+    "float8_e4m3b11fnuz",
+    "float8_e5m2",
+    "float8_e5m2fnuz",
+    "float8_e8m0fnu",
+    "float6_e2m3fn",
+    "float6_e3m2fn",
+    "float4_e2m1fn",
+}
+
+
+# ---------------------------------------------------------------- arrays in
+
+
+def _from_foreign(x: Any, name: str) -> np.ndarray:
+    """A NumPy array from a torch tensor or other DLPack producer, else np.asarray."""
+    if hasattr(x, "__dlpack__"):
+        try:
+            return np.from_dlpack(x)
+        except (TypeError, BufferError, RuntimeError, ValueError):
+            # DLPack refused (a tensor needing grad, on a GPU, or bf16, which
+            # NumPy's DLPack does not take): go through torch itself.
+            if hasattr(x, "detach") and hasattr(x, "float"):
+                t = x.detach()
+                if not t.is_floating_point():
+                    raise InputError(f"{name}: dtype {t.dtype} is not a float dtype") from None
+                return t.float().cpu().numpy()
+            raise
+    if hasattr(x, "numpy") and callable(x.numpy):
+        return np.asarray(x.numpy())
+    return np.asarray(x)
+
+
+def _as_f32(x: Any, name: str, allow_nonfinite: bool = False) -> np.ndarray:
+    """x as a C-contiguous float32 array: the array itself when it already
+    is one (zero-copy), else one conversion (exact for float16, bfloat16 and
+    the float8/float4 types; float64 rounds to nearest even, as the CLI
+    reads F64 tensors)."""
+    a = x if isinstance(x, np.ndarray) else _from_foreign(x, name)
+    dt = a.dtype
+    if not (dt.kind == "f" or dt.name in _ML_DTYPES_FLOATS):
+        raise InputError(
+            f"{name}: dtype {dt} is not a float dtype; give float16, float32, float64 "
+            "or an ml_dtypes float (bfloat16, float8_e4m3fn, …)"
+        )
+    a = np.ascontiguousarray(a, dtype=np.float32)
+    if not allow_nonfinite and a.size and not np.isfinite(a).all():
+        i = int(np.flatnonzero(~np.isfinite(a.reshape(-1)))[0])
+        raise InputError(f"{name} holds NaN or infinite values (first at flat index {i}, {a.reshape(-1)[i]})")
+    return a
+
+
+def _shape_error(message: str) -> InputError:
+    return InputError(message)
+
+
+# --------------------------------------------------------------- tables out
+
+
+class Columns(dict):
+    """A table without pandas: column name → NumPy array, plus ``attrs``
+    (what a DataFrame's ``attrs`` would hold)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.attrs: Dict[str, Any] = {}
+
+    def __repr__(self) -> str:
+        rows = len(next(iter(self.values()))) if self else 0
+        return f"Columns({rows} rows: {', '.join(self.keys())})"
+
+
+def _pandas():
+    try:
+        import pandas
+
+        return pandas
+    except ImportError:
+        return None
+
+
+def _column(values: List[Optional[str]]) -> np.ndarray:
+    """One CSV column as the narrowest of int64, float64, bool or str
+    (empty fields: NaN in numbers, None in text)."""
+    present = [v for v in values if v != ""]
+    for kind in (int, float):
+        try:
+            parsed = [kind(v) for v in present]
+        except ValueError:
+            continue
+        if kind is int and len(present) == len(values):
+            return np.array(parsed, dtype=np.int64)
+        return np.array([float(v) if v != "" else np.nan for v in values], dtype=np.float64)
+    if present and all(v in ("true", "false") for v in present) and len(present) == len(values):
+        return np.array([v == "true" for v in values], dtype=bool)
+    return np.array([v if v != "" else None for v in values], dtype=object)
+
+
+def _table_from_csv(text: str, attrs: Dict[str, Any]):
+    pd = _pandas()
+    if pd is not None:
+        df = pd.read_csv(io.StringIO(text))
+        df.attrs.update(attrs)
+        return df
+    rows = list(csv.reader(io.StringIO(text)))
+    header, body = rows[0], rows[1:]
+    out = Columns({name: _column([r[i] for r in body]) for i, name in enumerate(header)})
+    out.attrs.update(attrs)
+    return out
+
+
+def _table_from_records(records: List[Dict[str, Any]], columns: Sequence[str], attrs: Dict[str, Any]):
+    pd = _pandas()
+    if pd is not None:
+        df = pd.DataFrame.from_records(records, columns=list(columns))
+        df.attrs.update(attrs)
+        return df
+    out = Columns()
+    for c in columns:
+        vals = [r.get(c) for r in records]
+        if all(isinstance(v, bool) for v in vals):
+            out[c] = np.array(vals, dtype=bool)
+        elif all(isinstance(v, int) and not isinstance(v, bool) for v in vals):
+            out[c] = np.array(vals, dtype=np.int64)
+        elif all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in vals):
+            out[c] = np.array(vals, dtype=np.float64)
+        else:
+            out[c] = np.array(vals, dtype=object)
+    out.attrs.update(attrs)
+    return out
+
+
+# ---------------------------------------------------------------- numerics
+
+
+class Quantized(NamedTuple):
+    """What ``quantize`` gives: dequantized values (float32, the input's
+    shape; for a variant, after its rotation, as the indexer scores them),
+    codes (the bit patterns, uint8 for 8 bits or fewer, else uint16; the
+    input's shape) and scales (float32, one per block; empty for a plain cast)."""
+
+    values: np.ndarray
+    codes: np.ndarray
+    scales: np.ndarray
+
+
+def _narrow_codes(codes: np.ndarray, bits: int) -> np.ndarray:
+    return codes.astype(np.uint8 if bits <= 8 else np.uint16 if bits <= 16 else np.uint32)
+
+
+def quantize(
+    x: Any,
+    spec: str = "e4m3fn",
+    *,
+    block: Optional[int] = None,
+    scale: Optional[str] = None,
+    saturate: bool = False,
+    amax_floor: Optional[float] = None,
+    side: str = "key",
+) -> Quantized:
+    """Quantize ``x`` and return ``Quantized(values, codes, scales)``.
+
+    ``spec`` is either an element format (``bf16``, ``fp16``, ``e4m3fn``,
+    ``e5m2``, ``e2m1``): exactly ``dsa-recall quantize --format SPEC`` on
+    ``x`` flattened in C order, with ``block`` values per scale and ``scale``
+    one of ``none``, ``fp32``, ``ue8m0``, ``ue8m0-floor``, ``e4m3`` (the
+    flags of the same names; no ``scale``: a plain cast, which matches
+    ``x.astype(ml_dtypes.<format>)`` bit for bit) — or a precision variant
+    (``fp8``, ``fp4``, ``nvfp4``, ``fp8+no-hadamard``, or a definition
+    ``name=N;q=SIDE;k=SIDE``): that variant's ``side`` (``key`` or
+    ``query``) pipeline applied to rows of ``x.shape[-1]`` values, as a
+    sweep stores them. NaN and infinities are quantized, not refused.
+
+    >>> import numpy as np, dsa_recall
+    >>> dsa_recall.quantize(np.array([1.0, 500.0], np.float32), "e4m3fn", saturate=True).values
+    array([  1., 448.], dtype=float32)
+    """
+    a = _as_f32(x, "x", allow_nonfinite=True)
+    if spec.strip().lower() in ELEMENT_FORMATS:
+        values, codes, scales, bits = _native.quantize_spec(a.reshape(-1), spec, block, scale, saturate, amax_floor)
+        return Quantized(values.reshape(a.shape), _narrow_codes(codes, bits).reshape(a.shape), scales)
+    if block is not None or scale is not None or saturate or amax_floor is not None:
+        raise ConfigError(
+            f"invalid spec = {spec!r}: block, scale, saturate and amax_floor go with an element format "
+            f"({', '.join(ELEMENT_FORMATS)}); a variant brings its own"
+        )
+    if a.ndim == 0 or a.shape[-1] == 0:
+        raise InputError(f"x has shape {a.shape}; a variant quantizes rows: give [..., dim]")
+    values, codes, scales, block_len, bits = _native.quantize_variant(a.reshape(-1), spec, side, a.shape[-1])
+    if block_len and scales.size * block_len == a.size and a.shape[-1] % block_len == 0:
+        scales = scales.reshape(a.shape[:-1] + (a.shape[-1] // block_len,))
+    return Quantized(values.reshape(a.shape), _narrow_codes(codes, bits).reshape(a.shape), scales)
+
+
+def _queries(q: np.ndarray, w: np.ndarray, k: np.ndarray):
+    """(tokens, heads, dim, rows, weights as [tokens, heads]) after shape checks."""
+    if q.ndim == 2:
+        tokens, (heads, dim) = 1, q.shape
+    elif q.ndim == 3:
+        tokens, heads, dim = q.shape
+    else:
+        raise _shape_error(f"q has shape {q.shape}; expected [heads, dim] or [tokens, heads, dim]")
+    if k.ndim != 2 or k.shape[1] != dim:
+        raise _shape_error(f"k has shape {k.shape}; expected [rows, {dim}] to match q {q.shape}")
+    if w.shape == (heads,):
+        w = np.ascontiguousarray(np.broadcast_to(w, (tokens, heads)))
+    elif w.shape != (tokens, heads) or q.ndim == 2:
+        allowed = f"[{heads}]" if q.ndim == 2 else f"[{heads}] or [{tokens}, {heads}]"
+        raise _shape_error(f"w has shape {w.shape}; expected {allowed} to match q {q.shape}")
+    if 0 in (tokens, heads, dim, k.shape[0]):
+        raise _shape_error(f"empty tensors: q {q.shape}, k {k.shape}")
+    return tokens, heads, dim, k.shape[0], w
+
+
+def score(q: Any, k: Any, w: Any, variant: str = "fp32") -> np.ndarray:
+    """The lightning indexer's logits Σ_h w_h·ReLU(q_h·k) of every key row.
+
+    ``q`` is ``[heads, dim]`` (one query token) or ``[tokens, heads, dim]``,
+    ``k`` is ``[rows, dim]``, ``w`` is ``[heads]`` or ``[tokens, heads]`` (the
+    raw head weights). Returns float32 ``[rows]`` or ``[tokens, rows]``, as a
+    sweep scores them under ``variant`` (its quantization of q and k, its
+    weight and logit precision). Any float dtype is accepted (bf16 and
+    float8 through ml_dtypes, torch tensors through DLPack); NaN or infinite
+    inputs raise ``InputError``.
+    """
+    qa, ka, wa = _as_f32(q, "q"), _as_f32(k, "k"), _as_f32(w, "w")
+    tokens, heads, dim, rows, wa = _queries(qa, wa, ka)
+    out = _native.score(qa.reshape(-1), ka.reshape(-1), wa.reshape(-1), tokens, heads, dim, variant)
+    return out if qa.ndim == 2 else out.reshape(tokens, rows)
+
+
+def select(logits: Any, k: int, tie_rule: str = "lowest-index", seed: Optional[int] = None) -> np.ndarray:
+    """Indices (int64, ascending) of the top ``k`` rows of ``logits`` (``[rows]``
+    or ``[tokens, rows]``; ``min(k, rows)`` of them per token), as the
+    indexer's kernel selects them. Equal scores are ordered by ``tie_rule``:
+    ``lowest-index`` (the lower row first), ``highest-index`` or ``random``
+    (a seeded order; ``seed`` as in a ``trial --dump`` file's ``trial_seed``).
+    NaN logits raise ``InputError``.
+    """
+    la = _as_f32(logits, "logits", allow_nonfinite=True)
+    if la.ndim not in (1, 2) or la.shape[-1] == 0:
+        raise _shape_error(f"logits have shape {la.shape}; expected [rows] or [tokens, rows]")
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+        raise ConfigError(f"invalid k = {k!r}: a positive number of rows")
+    tokens = 1 if la.ndim == 1 else la.shape[0]
+    if tokens == 0:
+        return np.zeros((0, 0), dtype=np.int64)
+    out = _native.select(la.reshape(-1), tokens, int(k), tie_rule, seed)
+    return out if la.ndim == 1 else out.reshape(tokens, -1)
+
+
+_REPLAY_COLUMNS = ("token", "topk", "k_eff", "precision", "selection_recall", "jaccard", "needle_survived", "needle_rank")
+
+
+def replay(
+    q: Any,
+    k: Any,
+    w: Any,
+    needle_rows: Optional[Iterable[int]] = None,
+    topk: Union[int, Sequence[int]] = 512,
+    variants: Union[str, Sequence[str]] = DEFAULT_REPLAY_VARIANTS,
+):
+    """Recorded indexer tensors through precision variants, each selection
+    compared with the exact fp32 one: ``dsa-recall replay`` on arrays.
+
+    Shapes as in ``score``, or with a leading layer axis on all three
+    (``q [layers, tokens, heads, dim]`` or ``[layers, heads, dim]``,
+    ``k [layers, rows, dim]``, ``w [layers, heads]`` or ``[layers, tokens,
+    heads]``). One row per (layer,) token, k and variant: ``selection_recall``
+    (share of the fp32 top-k also selected), ``jaccard``, and with
+    ``needle_rows`` whether a needle row was selected and the best one's rank.
+    Per-layer summaries (``replay --json``'s ``summary`` lines) are in
+    ``.attrs["summaries"]``. Returns a DataFrame (``Columns`` without pandas).
+    """
+    qa, ka, wa = _as_f32(q, "q"), _as_f32(k, "k"), _as_f32(w, "w")
+    topks = [int(topk)] if isinstance(topk, (int, np.integer)) else [int(t) for t in topk]
+    names = [variants] if isinstance(variants, str) else list(variants)
+    rows = None if needle_rows is None else [int(r) for r in needle_rows]
+    if rows is not None and any(r < 0 for r in rows):
+        raise ConfigError(f"invalid needle_rows = {rows}: row indices ≥ 0")
+    lines, summaries = _native.replay(
+        qa.reshape(-1), list(qa.shape), ka.reshape(-1), list(ka.shape), wa.reshape(-1), list(wa.shape), rows, topks, names
+    )
+    records = [json.loads(line) for line in lines]
+    columns = (("layer",) if ka.ndim == 3 else ()) + _REPLAY_COLUMNS
+    return _table_from_records(records, columns, {"summaries": [json.loads(s) for s in summaries], "json_lines": lines})
+
+
+# ---------------------------------------------------------------- simulator
+
+
+def _knob_text(name: str, value: Any) -> str:
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if isinstance(value, (list, tuple, range, np.ndarray)):
+        return ",".join(_knob_text(name, v) for v in value)
+    if isinstance(value, (float, np.floating)):
+        return repr(float(value))
+    return str(value)
+
+
+def _knob_pairs(knobs: Dict[str, Any]) -> List[tuple]:
+    return [(name.replace("_", "-"), _knob_text(name, v)) for name, v in knobs.items() if v is not None]
+
+
+def _path(p: Any) -> Optional[str]:
+    return None if p is None else os.fspath(p)
+
+
+def scenario(preset: Optional[str] = None, *, config: Any = None, precision_defs: Sequence[str] = (), **knobs: Any) -> Dict[str, Any]:
+    """The resolved, checked scenario (a dict, as in a sweep's manifest.json)
+    that ``sweep`` with the same arguments would run."""
+    return json.loads(_native.scenario_json(preset, _path(config), _knob_pairs(knobs), list(precision_defs)))
+
+
+class _Progress:
+    """A progress bar fed by the sweep: tqdm (tqdm.auto, so it draws in a
+    notebook) when installed, else one line on stderr rewritten in place."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self.bar = None
+        self.last = 0.0
+        if enabled:
+            try:
+                from tqdm.auto import tqdm
+
+                self.bar = tqdm(total=0, unit="trial", desc="sweep")
+            except ImportError:
+                self.bar = None
+
+    def __call__(self, done: int, total: int) -> None:
+        if not self.enabled:
+            return
+        if self.bar is not None:
+            if self.bar.total != total:
+                self.bar.total = total
+            self.bar.n = done
+            self.bar.refresh()
+            return
+        now = time.monotonic()
+        if now - self.last >= 0.5 or done == total:
+            self.last = now
+            pct = 100.0 * done / total if total else 100.0
+            sys.stderr.write(f"\rsweep: {done}/{total} trials ({pct:.0f} %)")
+            sys.stderr.flush()
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+        elif self.enabled:
+            sys.stderr.write("\n")
+            sys.stderr.flush()
+
+
+def sweep(
+    preset: Optional[str] = None,
+    *,
+    config: Any = None,
+    progress: bool = True,
+    threads: Optional[int] = None,
+    out: Any = None,
+    force: bool = False,
+    resume: bool = False,
+    precision_defs: Sequence[str] = (),
+    **knobs: Any,
+):
+    """Run a sweep and return its cells: one row per context × depth × needle
+    offset × k × precision, the columns of summary.csv, the same values as
+    ``dsa-recall sweep`` for the same preset, knobs and seed.
+
+    ``preset``: a name from ``presets()`` (default deepseek-v4-flash);
+    ``config``: a TOML scenario file over it. Every ``sweep`` flag is a
+    keyword, with ``_`` for ``-``: ``contexts="1K..32K"`` or ``[1024, 4096]``,
+    ``depths=[0, 50, 100]``, ``topk=512``, ``precisions=["fp32", "fp8"]``,
+    ``trials=200``, ``seed=7``, ``needle_strength=2.0``, ``rope="v4"``,
+    ``predict=True`` … (``knobs()`` lists them with their help).
+    ``precision_defs``: custom variants as ``--precision-def`` takes them.
+    ``threads``: worker threads (default all cores; results do not depend on it).
+    ``progress``: a bar (tqdm when installed, notebooks included).
+    ``out``: also write the command line's output directory there (results,
+    summary, charts, report.html); with ``force``/``resume`` as the flags.
+
+    Ctrl-C (KeyboardInterrupt) stops the sweep within a chunk of trials
+    (about 1.5 s). Bad settings raise ``ConfigError`` with the CLI's message.
+    The DataFrame's ``attrs`` hold ``scenario`` (dict), ``summary_csv``,
+    ``results_jsonl`` and ``effective_context`` (text of those files).
+    """
+    bar = _Progress(progress)
+    try:
+        csv_text, jsonl, effective, scen = _native.run_sweep(
+            preset,
+            _path(config),
+            _knob_pairs(knobs),
+            list(precision_defs),
+            threads,
+            bar if progress else None,
+            _path(out),
+            force,
+            resume,
+        )
+    finally:
+        bar.close()
+    attrs = {"scenario": json.loads(scen), "summary_csv": csv_text, "results_jsonl": jsonl, "effective_context": effective}
+    return _table_from_csv(csv_text, attrs)
+
+
+class TrialTensors(dict):
+    """One trial's tensors, name → NumPy array, named as ``trial --dump``
+    names them (``queries``, ``weights``, ``keys``, ``needle_rows``, then per
+    variant ``V.q_codes``, ``V.q_scales``, ``V.k_codes``, ``V.k_scales``,
+    ``V.logits``, ``V.selected``). ``meta`` is the file's ``dsa_recall``
+    metadata; ``summary`` per variant (survived, best needle rank, overlap
+    with the fp32 selection)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.meta: Dict[str, Any] = {}
+        self.summary: Dict[str, Dict[str, Any]] = {}
+
+    def __repr__(self) -> str:
+        return f"TrialTensors({', '.join(f'{k}{list(v.shape)}' for k, v in self.items())})"
+
+
+def trial(
+    preset: Optional[str] = None,
+    *,
+    context: Union[int, str],
+    depth: float,
+    topk: Optional[int] = None,
+    precisions: Union[str, Sequence[str], None] = None,
+    trial: int = 0,
+    config: Any = None,
+    precision_defs: Sequence[str] = (),
+    **knobs: Any,
+) -> TrialTensors:
+    """Trial ``trial`` of one cell (``context`` tokens, needle at ``depth``
+    percent, ``topk``) under each of ``precisions``: the tensors
+    ``dsa-recall trial --dump`` writes, bit for bit, as NumPy arrays."""
+    knobs = dict(knobs, contexts=context, depths=depth, topk=topk, precisions=precisions)
+    tensors, meta, summary = _native.run_trial(preset, _path(config), _knob_pairs(knobs), list(precision_defs), int(trial))
+    out = TrialTensors({name: np.frombuffer(data, dtype=np.dtype(dt)).reshape(shape) for name, dt, shape, data in tensors})
+    out.meta = json.loads(meta)
+    out.summary = {n: {"survived": s, "needle_rank": r, "overlap": o} for n, s, r, o in summary}
+    return out
+
+
+def _sweep_inputs(data: Any):
+    """(scenario JSON, results.jsonl text) of a sweep table or directory."""
+    if isinstance(data, (str, os.PathLike)):
+        d = os.fspath(data)
+        try:
+            with open(os.path.join(d, "manifest.json"), encoding="utf-8") as f:
+                manifest = json.load(f)
+            with open(os.path.join(d, "results.jsonl"), encoding="utf-8") as f:
+                results = f.read()
+        except OSError as e:
+            raise InputError(f"{d}: not a sweep's output directory ({e})") from None
+        return json.dumps(manifest["scenario"]), results
+    attrs = getattr(data, "attrs", None) or {}
+    if "scenario" not in attrs or "results_jsonl" not in attrs:
+        raise InputError("plot takes what sweep() returned, or a sweep's output directory")
+    return json.dumps(attrs["scenario"]), attrs["results_jsonl"]
+
+
+def plot(data: Any, kind: str = "recall_vs_context", *, path: Any = None) -> bytes:
+    """A chart of a sweep as PNG bytes: the charts ``dsa-recall sweep``
+    draws (``kind`` is the file name without ``.png``: ``recall_vs_context``,
+    ``heatmap``, ``rank_margin``, …; an unknown kind lists those available).
+    ``data`` is what ``sweep()`` returned or a sweep's output directory.
+    With ``path``, the PNG is also written there. In a notebook,
+    ``IPython.display.Image(dsa_recall.plot(df))`` shows it."""
+    scen, results = _sweep_inputs(data)
+    with tempfile.TemporaryDirectory(prefix="dsa-recall-plot-") as tmp:
+        files = _native.render_charts(scen, results, tmp)
+        pngs = sorted(f[:-4] for f in files if f.endswith(".png"))
+        if kind not in pngs:
+            raise ConfigError(f"invalid kind = {kind!r}: one of {', '.join(pngs)}")
+        with open(os.path.join(tmp, kind + ".png"), "rb") as f:
+            png = f.read()
+    if path is not None:
+        with open(os.fspath(path), "wb") as f:
+            f.write(png)
+    return png
+
+
+def plot_matplotlib(df: Any, ax: Any = None, *, depth: Optional[float] = None, model: bool = False):
+    """Recall against context with matplotlib, one line per (k, precision),
+    from what ``sweep()`` returned; ``depth`` picks one needle depth (default:
+    the mean over depths), ``model`` plots whole-model recall. Returns the axes."""
+    import matplotlib.pyplot as plt
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(8, 4.5))
+    col = "model_recall" if model else "recall"
+    ctx, k, prec, dep, rec = (np.asarray(df[c]) for c in ("context_tokens", "topk", "precision", "depth_percent", col))
+    keep = np.ones(len(ctx), dtype=bool) if depth is None else dep == depth
+    for kk in sorted(set(k[keep].tolist())):
+        for p in dict.fromkeys(prec[keep].tolist()):
+            sel = keep & (k == kk) & (prec == p)
+            xs = sorted(set(ctx[sel].tolist()))
+            ys = [float(np.nanmean(rec[sel & (ctx == x)].astype(float))) for x in xs]
+            ax.plot(xs, ys, marker="o", label=f"k={kk} {p}")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("context (tokens)")
+    ax.set_ylabel("whole-model recall" if model else "needle recall")
+    ax.set_ylim(-0.02, 1.02)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize="small")
+    return ax
+
+
+# ---------------------------------------------------------------- catalogues
+
+
+class Preset(NamedTuple):
+    """An embedded preset: its name, one-line description and TOML text."""
+
+    name: str
+    description: str
+    toml: str
+
+    def __repr__(self) -> str:
+        return f"Preset({self.name!r}: {self.description})"
+
+    def scenario(self) -> Dict[str, Any]:
+        """The preset resolved and checked (as a sweep's manifest holds it)."""
+        return scenario(self.name)
+
+
+class Hypothesis(NamedTuple):
+    """A catalogue hypothesis (``dsa-recall hypotheses``): use as ``fp8+NAME``."""
+
+    name: str
+    group: str
+    summary: str
+    changes: str
+    stands_for: str
+    expected: str
+    requires: Optional[str]
+    layers: str
+    text: str
+
+    def __repr__(self) -> str:
+        return f"Hypothesis({self.name!r}, {self.group}: {self.summary})"
+
+
+class Variant(NamedTuple):
+    """A precision variant: name, description and its definition (query and
+    key pipelines, scoring numerics, hypotheses applied) as a dict."""
+
+    name: str
+    description: str
+    definition: Dict[str, Any]
+
+    def __repr__(self) -> str:
+        def side(p: Dict[str, Any]) -> str:
+            s = p.get("element", "?")
+            sc = p.get("scaling")
+            if sc:
+                s += f"/{sc.get('shape', '')}/{sc.get('scale', '')}"
+            if p.get("rotation") not in (None, "None", "none"):
+                s += f"/{p.get('rotation')}"
+            return str(s)
+
+        d = self.definition
+        return f"Variant({self.name!r}: q {side(d.get('query', {}))}, k {side(d.get('key', {}))}, scoring {d.get('scoring')})"
+
+
+def presets() -> List[Preset]:
+    """The embedded presets (``dsa-recall presets``)."""
+    return [Preset(*p) for p in _native.presets()]
+
+
+def hypotheses() -> List[Hypothesis]:
+    """The hypothesis catalogue (``dsa-recall hypotheses``)."""
+    return [Hypothesis(*h) for h in _native.hypotheses()]
+
+
+def variants() -> List[Variant]:
+    """The built-in precision variants."""
+    return [Variant(n, d, json.loads(j)) for n, d, j in _native.variants(None, 128)]
+
+
+def variant(spec: str, dim: int = 128) -> Variant:
+    """One variant: a built-in name, ``BASE+HYPOTHESIS…``, or a definition
+    ``name=N;q=SIDE;k=SIDE;logits=…;weights=…`` (as ``--precision-def``),
+    checked for vectors of ``dim``."""
+    (n, d, j) = _native.variants(spec, dim)[0]
+    return Variant(n, d, json.loads(j))
+
+
+def knobs() -> List[tuple]:
+    """Every keyword ``sweep`` takes besides its own: (keyword, TOML path, help)."""
+    return [(name.replace("-", "_"), path, help) for name, path, help in _native.knobs()]

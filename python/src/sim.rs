@@ -1,0 +1,293 @@
+//! The simulator: sweeps, single trials, charts, and the catalogues
+//! (presets, hypotheses, built-in variants).
+
+use crate::{config_err, to_py};
+use dsa_recall::config::params::overlay_from_flags;
+use dsa_recall::config::{self, precision::parse_compact, Scenario, ScenarioParams};
+use dsa_recall::run::output;
+use dsa_recall::run::store::{self, Observer, Standing, StoreOptions};
+use dsa_recall::run::sweep::{self, SweepOutcome};
+use dsa_recall::ConfigError;
+use pyo3::prelude::*;
+use pyo3::types::PyBytes;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc;
+use std::time::Duration;
+
+pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(scenario_json, m)?)?;
+    m.add_function(wrap_pyfunction!(run_sweep, m)?)?;
+    m.add_function(wrap_pyfunction!(run_trial, m)?)?;
+    m.add_function(wrap_pyfunction!(render_charts, m)?)?;
+    m.add_function(wrap_pyfunction!(presets, m)?)?;
+    m.add_function(wrap_pyfunction!(hypotheses, m)?)?;
+    m.add_function(wrap_pyfunction!(variants, m)?)?;
+    m.add_function(wrap_pyfunction!(knobs, m)?)?;
+    Ok(())
+}
+
+/// Preset ← scenario file ← knobs (flag name without dashes, value as
+/// typed) ← custom variant definitions, checked: exactly what `sweep`
+/// builds from the same command line.
+fn build_scenario(preset: Option<String>, config: Option<PathBuf>, knobs: &[(String, String)], defs: &[String]) -> PyResult<Scenario> {
+    let mut overlay: ScenarioParams = overlay_from_flags(knobs).map_err(config_err)?;
+    overlay.preset = preset;
+    overlay.precision = defs.iter().map(|d| parse_compact(d)).collect::<Result<_, _>>().map_err(config_err)?;
+    config::layered_scenario(config.as_deref(), overlay).map_err(to_py)
+}
+
+/// The scenario as JSON, as a manifest holds it (through `serde_json::Value`,
+/// so that f32 fields print as the manifest prints them).
+fn scenario_text(s: &Scenario) -> String {
+    serde_json::to_value(s).map(|v| v.to_string()).unwrap_or_default()
+}
+
+fn thread_pool(threads: Option<usize>) -> PyResult<rayon::ThreadPool> {
+    if threads == Some(0) {
+        return Err(config_err(ConfigError::new("--threads", 0, "at least 1 (leave it out to use every core)")));
+    }
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(threads.unwrap_or(0))
+        .build()
+        .map_err(|e| to_py(dsa_recall::Error::io("starting worker threads", std::io::Error::other(e.to_string()))))
+}
+
+/// The resolved scenario as JSON (what a sweep's manifest holds).
+#[pyfunction]
+#[pyo3(signature = (preset=None, config=None, knobs=vec![], precision_defs=vec![]))]
+fn scenario_json(
+    preset: Option<String>,
+    config: Option<PathBuf>,
+    knobs: Vec<(String, String)>,
+    precision_defs: Vec<String>,
+) -> PyResult<String> {
+    let s = build_scenario(preset, config, &knobs, &precision_defs)?;
+    Ok(scenario_text(&s))
+}
+
+/// Progress and stopping between the Python thread and the sweep's.
+#[derive(Default)]
+struct Shared {
+    done: AtomicU64,
+    total: AtomicU64,
+    stop: AtomicBool,
+}
+
+impl Observer for Shared {
+    fn start(&self, standing: &Standing) {
+        self.done.store(standing.trials_done, Ordering::Relaxed);
+        self.total.store(standing.trials_total, Ordering::Relaxed);
+    }
+    fn trial(&self) {
+        self.done.fetch_add(1, Ordering::Relaxed);
+    }
+    fn stop_requested(&self) -> bool {
+        self.stop.load(Ordering::Relaxed)
+    }
+}
+
+/// Runs `work` on a thread of its own while this (the calling Python)
+/// thread, without the GIL, wakes every 100 ms to call `progress(done,
+/// total)` and check for signals: Python runs signal handlers on its main
+/// thread only, so Ctrl-C reaches a sweep through here. An exception from
+/// either asks the sweep to stop and is raised once it has.
+fn run_watched<T: Send>(
+    py: Python<'_>,
+    shared: &Shared,
+    progress: Option<&Py<PyAny>>,
+    work: impl FnOnce() -> Result<T, dsa_recall::Error> + Send,
+) -> PyResult<T> {
+    let report = |py: Python<'_>| -> PyResult<()> {
+        py.check_signals()?;
+        if let Some(cb) = progress {
+            cb.call1(py, (shared.done.load(Ordering::Relaxed), shared.total.load(Ordering::Relaxed)))?;
+        }
+        Ok(())
+    };
+    let (result, pending) = py.detach(|| {
+        std::thread::scope(|scope| {
+            let (tx, rx) = mpsc::channel();
+            scope.spawn(move || {
+                let _ = tx.send(work());
+            });
+            let mut pending: Option<PyErr> = None;
+            loop {
+                match rx.recv_timeout(Duration::from_millis(100)) {
+                    Ok(result) => return (Some(result), pending),
+                    Err(mpsc::RecvTimeoutError::Disconnected) => return (None, pending),
+                    Err(mpsc::RecvTimeoutError::Timeout) => {
+                        if pending.is_none() {
+                            if let Err(e) = Python::attach(report) {
+                                shared.stop.store(true, Ordering::Relaxed);
+                                pending = Some(e);
+                            }
+                        }
+                    }
+                }
+            }
+        })
+    });
+    if let Some(e) = pending {
+        return Err(e);
+    }
+    let result = result.ok_or_else(|| crate::SimulationError::new_err("the sweep's thread ended without a result"))?;
+    let value = result.map_err(to_py)?;
+    // The final count, so that a bar ends full.
+    report(py)?;
+    Ok(value)
+}
+
+/// A sweep: (summary.csv text, results.jsonl text, effective_context.csv
+/// text, scenario JSON). With `out`, the sweep is the command line's durable
+/// one into that directory, every file and chart written.
+#[pyfunction]
+#[pyo3(signature = (preset=None, config=None, knobs=vec![], precision_defs=vec![], threads=None, progress=None, out=None, force=false, resume=false))]
+#[allow(clippy::too_many_arguments)]
+fn run_sweep(
+    py: Python<'_>,
+    preset: Option<String>,
+    config: Option<PathBuf>,
+    knobs: Vec<(String, String)>,
+    precision_defs: Vec<String>,
+    threads: Option<usize>,
+    progress: Option<Py<PyAny>>,
+    out: Option<PathBuf>,
+    force: bool,
+    resume: bool,
+) -> PyResult<(String, String, String, String)> {
+    let s = build_scenario(preset, config, &knobs, &precision_defs)?;
+    let pool = thread_pool(threads)?;
+    store::check_memory(&s, pool.current_num_threads()).map_err(to_py)?;
+    let shared = Shared::default();
+    let outcome: SweepOutcome = match &out {
+        None => run_watched(py, &shared, progress.as_ref(), || pool.install(|| store::sweep_in_memory(&s, &shared)))?,
+        Some(dir) => {
+            let opts = StoreOptions { force, resume, shard: None, chunk_trials: None };
+            let work = || {
+                pool.install(|| {
+                    let outcome = store::sweep_into(dir, &s, opts, &shared)?;
+                    let files = dsa_recall::report::write_sweep(dir, &s, &outcome, &dsa_recall::report::PlotOptions::default())?;
+                    store::finish(dir, &s, None, &outcome, &files)?;
+                    Ok(outcome)
+                })
+            };
+            run_watched(py, &shared, progress.as_ref(), work)?
+        }
+    };
+    Ok((
+        output::summary_csv(&outcome.cells),
+        output::results_jsonl(&outcome.cells),
+        output::effective_context_csv(&outcome.effective),
+        scenario_text(&s),
+    ))
+}
+
+/// One tensor of a trial: (name, NumPy dtype, shape, little-endian bytes).
+type Tensor<'py> = (String, &'static str, Vec<usize>, Bound<'py, PyBytes>);
+
+/// One trial's tensors as `trial --dump` writes them, its metadata JSON
+/// and per variant (name, survived, best needle rank, overlap with fp32).
+#[pyfunction]
+#[pyo3(signature = (preset=None, config=None, knobs=vec![], precision_defs=vec![], trial=0))]
+#[allow(clippy::type_complexity)]
+fn run_trial<'py>(
+    py: Python<'py>,
+    preset: Option<String>,
+    config: Option<PathBuf>,
+    knobs: Vec<(String, String)>,
+    precision_defs: Vec<String>,
+    trial: u64,
+) -> PyResult<(Vec<Tensor<'py>>, String, Vec<(String, bool, Option<u64>, f64)>)> {
+    let s = build_scenario(preset, config, &knobs, &precision_defs)?;
+    // `trial` simulates one cell, as on the command line.
+    for (n, field) in
+        [(s.contexts.len(), "context"), (s.depths.len(), "depth"), (s.topks.len(), "topk"), (s.needle_offsets.len(), "needle_offsets")]
+    {
+        if n != 1 {
+            return Err(config_err(ConfigError::new(field, format!("{n} values"), "`trial` simulates one cell: give one value")));
+        }
+    }
+    let t = py.detach(|| dsa_recall::tensors::dump::trial_tensors(&s, trial, &|_| {})).map_err(to_py)?;
+    let tensors =
+        t.tensors.iter().map(|(name, x)| (name.clone(), x.numpy_dtype(), x.shape().to_vec(), PyBytes::new(py, x.bytes()))).collect();
+    Ok((tensors, t.metadata, t.summary.variants))
+}
+
+/// Writes a sweep's charts (PNG) into `dir` from its scenario JSON and
+/// results.jsonl text; returns the file names.
+#[pyfunction]
+fn render_charts(py: Python<'_>, scenario_json: &str, results_jsonl: &str, dir: PathBuf) -> PyResult<Vec<String>> {
+    let s: Scenario = serde_json::from_str(scenario_json)
+        .map_err(|e| config_err(ConfigError::new("scenario", "(JSON)", format!("the scenario of a sweep from this package ({e})"))))?;
+    let cells = dsa_recall::report::parse_results(results_jsonl, "results").map_err(to_py)?;
+    py.detach(|| {
+        let meta = dsa_recall::report::ReportMeta::from_scenario(&s, &sweep::effective_contexts(&s, &cells));
+        dsa_recall::report::render_charts(&dir, &meta, &cells, &dsa_recall::report::PlotOptions::default())
+    })
+    .map_err(to_py)
+}
+
+/// (name, description, TOML text) of every embedded preset.
+#[pyfunction]
+fn presets() -> Vec<(String, String, String)> {
+    config::PRESETS
+        .iter()
+        .map(|(name, text)| {
+            let description = config::params::parse_scenario_toml(text).ok().and_then(|p| p.description).unwrap_or_default();
+            (name.to_string(), description, text.to_string())
+        })
+        .collect()
+}
+
+/// Every catalogue entry: (name, group, summary, changes, stands for,
+/// expected, requires, across layers, the long text of `hypotheses show`).
+#[pyfunction]
+#[allow(clippy::type_complexity)]
+fn hypotheses() -> Vec<(String, String, String, String, String, String, Option<String>, String, String)> {
+    use dsa_recall::score::hypothesis::{long_text, CATALOGUE};
+    CATALOGUE
+        .iter()
+        .map(|h| {
+            (
+                h.name.to_string(),
+                h.group.name().to_string(),
+                h.summary.to_string(),
+                h.changes.to_string(),
+                h.stands_for.to_string(),
+                h.expected.to_string(),
+                h.requires.map(str::to_string),
+                h.layers.name().to_string(),
+                long_text(h),
+            )
+        })
+        .collect()
+}
+
+/// Built-in variants, or the one named / defined by `spec` for vectors of
+/// `dim`: (name, description, definition as JSON).
+#[pyfunction]
+#[pyo3(signature = (spec=None, dim=128))]
+fn variants(spec: Option<&str>, dim: usize) -> PyResult<Vec<(String, String, String)>> {
+    use dsa_recall::score::variant::BUILTIN;
+    let describe = |name: &str| BUILTIN.iter().find(|(n, _)| *n == name).map_or(String::new(), |(_, d)| d.to_string());
+    match spec {
+        Some(text) => {
+            let v = crate::numerics::resolve_variant("variant", text, dim)?;
+            Ok(vec![(v.name.clone(), describe(&v.name), serde_json::to_string(&v).unwrap_or_default())])
+        }
+        None => Ok(BUILTIN
+            .iter()
+            .filter_map(|(name, description)| {
+                let v = dsa_recall::score::variant::PrecisionVariant::builtin(name)?;
+                Some((name.to_string(), description.to_string(), serde_json::to_string(&v).unwrap_or_default()))
+            })
+            .collect()),
+    }
+}
+
+/// Every knob a sweep takes as a keyword: (flag without dashes, TOML path, help).
+#[pyfunction]
+fn knobs() -> Vec<(String, String, String)> {
+    ScenarioParams::flags().map(|f| (f.long.trim_start_matches('-').to_string(), f.path.to_string(), f.help.to_string())).collect()
+}

@@ -145,7 +145,9 @@ class Columns(dict):
 
     def __repr__(self) -> str:
         rows = len(next(iter(self.values()))) if self else 0
-        return f"Columns({rows} rows: {', '.join(self.keys())})"
+        names = list(self.keys())
+        more = ", …" if len(names) > 6 else ""
+        return f"Columns({rows} rows × {len(names)} columns: {', '.join(names[:6])}{more})"
 
 
 def _pandas():
@@ -566,7 +568,10 @@ def plot_matplotlib(df: Any, ax: Any = None, *, depth: Optional[float] = None, m
     """Recall against context with matplotlib, one line per (k, precision),
     from what ``sweep()`` returned; ``depth`` picks one needle depth (default:
     the mean over depths), ``model`` plots whole-model recall. Returns the axes."""
-    import matplotlib.pyplot as plt
+    try:
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise ImportError("plot_matplotlib needs matplotlib (pip install matplotlib); plot(df) gives the PNG without it") from None
 
     if ax is None:
         _, ax = plt.subplots(figsize=(8, 4.5))
@@ -633,16 +638,25 @@ class Variant(NamedTuple):
 
     def __repr__(self) -> str:
         def side(p: Dict[str, Any]) -> str:
-            s = p.get("element", "?")
+            s = str(p.get("element", "?"))
             sc = p.get("scaling")
             if sc:
-                s += f"/{sc.get('shape', '')}/{sc.get('scale', '')}"
-            if p.get("rotation") not in (None, "None", "none"):
+                shape = sc.get("shape", "")
+                if isinstance(shape, dict):
+                    shape = next(iter(shape.values()), "")
+                s += f"/{shape}/{sc.get('scale', '')}"
+            if p.get("rotation") not in (None, "none"):
                 s += f"/{p.get('rotation')}"
-            return str(s)
+            return s
 
         d = self.definition
-        return f"Variant({self.name!r}: q {side(d.get('query', {}))}, k {side(d.get('key', {}))}, scoring {d.get('scoring')})"
+        sc = d.get("scoring", {})
+        extra = [k for k in ("cache", "selection", "position") if k in d]
+        more = f", with {' '.join(extra)} changes" if extra else ""
+        return (
+            f"Variant({self.name!r}: q {side(d.get('query', {}))}, k {side(d.get('key', {}))}, "
+            f"weights {sc.get('weights')}, logits {sc.get('logits')}{more})"
+        )
 
 
 def presets() -> List[Preset]:

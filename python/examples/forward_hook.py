@@ -25,7 +25,11 @@ except ImportError:
 
 class StandInIndexer(nn.Module):
     """q = x·Wq (heads × dim per token), k = x·Wk (one key per token), w = x·Ww
-    (a weight per head), logits[t, s] = Σ_h w[t, h]·ReLU(q[t, h]·k[s])."""
+    (a weight per head), logits[t, s] = Σ_h w[t, h]·(heads·dim)^-1/2·ReLU(q[t, h]·k[s]).
+
+    Like DeepSeek's indexer, the module scales the head weights by
+    (heads·dim)^-1/2 after the projection; the hook captures the raw
+    projection output, which is what dsa_recall.score takes."""
 
     def __init__(self, hidden=512, heads=64, dim=128):
         super().__init__()
@@ -37,7 +41,7 @@ class StandInIndexer(nn.Module):
     def forward(self, x):
         q = self.wq(x).view(-1, self.heads, self.dim)
         k = self.wk(x)
-        w = self.weights_proj(x)
+        w = self.weights_proj(x) * (self.heads * self.dim) ** -0.5
         return torch.einsum("th,ths->ts", w, torch.relu(torch.einsum("thd,sd->ths", q, k)))
 
 
@@ -74,7 +78,14 @@ def main():
     # Pretend the needle is the row the last query ranks 100th in fp32.
     needle = int(np.argsort(-ours[-1])[99])
     table = dsa_recall.replay(q, k, w, needle_rows=[needle], topk=[128, 512], variants=["bf16", "fp8", "fp4", "nvfp4"])
-    print(table)
+    # The columns that answer "did the needle survive, and what did each format keep?".
+    shown = ["token", "topk", "precision", "selection_recall", "needle_survived", "needle_rank"]
+    if hasattr(table, "to_string"):
+        print(table[shown].to_string(index=False))
+    else:  # without pandas: a dict of NumPy columns
+        print(*shown)
+        for row in zip(*(table[c] for c in shown)):
+            print(*row)
 
 
 if __name__ == "__main__":

@@ -165,6 +165,49 @@ pub enum Command {
     Calibrate(CalibrateArgs),
     /// Rank the failure hypotheses on an observation file (docs/OBSERVATIONS.md) and pick the next experiment.
     Diagnose(DiagnoseArgs),
+    /// Turn an engine's capture of the indexer's top-k (sglang --enable-return-indexer-topk) into an observation file.
+    Observe(ObserveArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct ObserveArgs {
+    /// Capture files, one request each (or a JSON array of responses): sglang's /generate response JSON
+    /// (meta_info.indexer_topk), or a .npy of int32/int64 indices [tokens, layers, topk]. Counts add up.
+    #[arg(long, value_name = "FILE", num_args = 1.., required = true)]
+    pub capture: Vec<PathBuf>,
+    /// The needle's token positions A..B, half-open: A its first token, B one past its last.
+    #[arg(long, value_name = "A..B")]
+    pub needle_tokens: String,
+    /// Preset giving the compress ratio of the indices and the default --topk.
+    #[arg(long, value_name = "NAME")]
+    pub preset: Option<String>,
+    /// Tokens per row the indices count in (default: the preset's geometry.compress_ratio; 1 = token positions).
+    #[arg(long, value_name = "R")]
+    pub compress_ratio: Option<u64>,
+    /// Capture width, the engine's index_topk (default: the preset's; a .npy gives its own).
+    #[arg(long, value_name = "K")]
+    pub topk: Option<u64>,
+    /// Indexer layers in a JSON capture whose meta_info lacks prompt_tokens and completion_tokens.
+    #[arg(long, value_name = "N")]
+    pub layers: Option<u64>,
+    /// Prompt length in tokens (default: meta_info.prompt_tokens, or a .npy's rows).
+    #[arg(long, value_name = "TOKENS")]
+    pub context: Option<String>,
+    /// Needle depth in percent for the rows (default: from --needle-tokens and the context).
+    #[arg(long, value_name = "PERCENT", allow_negative_numbers = true)]
+    pub depth: Option<f64>,
+    /// Queries that count: last (the last prompt token, default), all (every query that sees the needle), or a token position.
+    #[arg(long, value_name = "last|all|POS", default_value = "last")]
+    pub query: String,
+    /// The configuration the engine ran, for the config column: a precision variant (fp8-fp32scale, bf16, …) or a label to `# map`.
+    #[arg(long = "config", value_name = "LABEL")]
+    pub label: String,
+    /// Mark the rows as a healthy configuration (for calibrate --observations).
+    #[arg(long, value_name = "true|false")]
+    pub healthy: Option<bool>,
+    /// Where to write the observation CSV.
+    #[arg(long, value_name = "FILE")]
+    pub out: PathBuf,
 }
 
 #[derive(Args, Debug)]

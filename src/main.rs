@@ -8,8 +8,8 @@ mod progress;
 use clap::error::ErrorKind;
 use clap::Parser;
 use cli::{
-    CalibrateArgs, Cli, Command, DiagnoseArgs, HypothesesAction, MergeArgs, PlotArgs, PresetsAction, QuantizeArgs, ReplayArgs, RunArgs,
-    ScenarioArgs, SweepArgs, TrialArgs,
+    CalibrateArgs, Cli, Command, DiagnoseArgs, HypothesesAction, MergeArgs, ObserveArgs, PlotArgs, PresetsAction, QuantizeArgs, ReplayArgs,
+    RunArgs, ScenarioArgs, SweepArgs, TrialArgs,
 };
 use dsa_recall::config::{self, Overlay, Scenario, ScenarioParams};
 use dsa_recall::error::Error;
@@ -66,6 +66,7 @@ fn run(cli: Cli) -> Result<(), Error> {
         Command::Plot(args) => run_plot(&args),
         Command::Calibrate(args) => run_calibrate(&args),
         Command::Diagnose(args) => run_diagnose(&args),
+        Command::Observe(args) => run_observe(&args),
         Command::Hypotheses(args) => match (args.action, args.long) {
             (Some(HypothesesAction::Show { name }), _) => {
                 let h = dsa_recall::score::hypothesis::info(&name).ok_or_else(|| {
@@ -331,6 +332,43 @@ fn run_diagnose(args: &DiagnoseArgs) -> Result<(), Error> {
     } else {
         print!("{}", diagnose::format_table(&d));
     }
+    Ok(())
+}
+
+/// `observe`: an engine capture of the indexer's top-k → observation rows.
+fn run_observe(args: &ObserveArgs) -> Result<(), Error> {
+    use dsa_recall::tensors::capture::{self, Query, Spec};
+    let preset = config::preset_params(args.preset.as_deref().unwrap_or(config::DEFAULT_PRESET))?;
+    let positive = |flag: &str, v: Option<u64>| -> Result<Option<u64>, Error> {
+        match v {
+            Some(0) => Err(dsa_recall::ConfigError::new(flag, 0, "a positive whole number").into()),
+            v => Ok(v),
+        }
+    };
+    let context = match &args.context {
+        None => None,
+        Some(t) => Some(dsa_recall::base::units::parse_size(t).filter(|&n| n > 0).ok_or_else(|| {
+            dsa_recall::ConfigError::new("--context", format!("{t:?}"), "a positive number of tokens (K/M suffixes allowed)")
+        })?),
+    };
+    if let Some(d) = args.depth.filter(|d| !(0.0..=100.0).contains(d)) {
+        return Err(dsa_recall::ConfigError::new("--depth", d, "a number from 0 to 100").into());
+    }
+    let spec = Spec {
+        needle: capture::parse_needle_tokens(&args.needle_tokens)?,
+        ratio: positive("--compress-ratio", args.compress_ratio)?.or(preset.geometry.compress_ratio).unwrap_or(1),
+        topk: positive("--topk", args.topk)?,
+        default_topk: preset.indexer.index_topk,
+        layers: positive("--layers", args.layers)?,
+        context,
+        depth: args.depth,
+        query: Query::parse(&args.query)?,
+        label: args.label.trim().to_string(),
+        healthy: args.healthy,
+    };
+    let text = capture::observe(&args.capture, &spec, &args.out)?;
+    print!("{text}");
+    println!("# → {}", args.out.display());
     Ok(())
 }
 

@@ -216,10 +216,23 @@ pub struct CalibrateArgs {
     /// Only the indexer's tensors are read (docs/CALIBRATION.md "Calibrating from a checkpoint").
     #[arg(long, value_name = "FILE", num_args = 1..)]
     pub checkpoint: Vec<PathBuf>,
-    /// Preset the scenario starts from [default: inferred from the checkpoint].
-    #[arg(long, value_name = "NAME")]
-    pub preset: Option<String>,
-    /// Where to write the scenario TOML (loadable with --config).
+    /// Observation file (docs/OBSERVATIONS.md): fit a knob to its rows marked healthy = true
+    /// (docs/CALIBRATION.md "Calibrating from observations"). With --checkpoint, its knobs are set first.
+    #[arg(long, value_name = "FILE")]
+    pub observations: Option<PathBuf>,
+    /// The knob fitted to the observations, as section.field.
+    #[arg(long, value_name = "FIELD", default_value = "needle.strength")]
+    pub fit: String,
+    /// Values tried, LO..HI, log-spaced (default: 0.125..64 for needle.strength, else a tenth to ten times the scenario's value).
+    #[arg(long, value_name = "LO..HI")]
+    pub fit_range: Option<String>,
+    /// Recall a row without a layer is compared with: model (whole-model, what a needle test measures) or layer.
+    #[arg(long, allow_hyphen_values = true, value_name = "model|layer", default_value = "model")]
+    pub recall: String,
+    /// The scenario the fit starts from (--preset also names the checkpoint's model; default: inferred from it).
+    #[command(flatten)]
+    pub scenario: ScenarioArgs,
+    /// Where to write the scenario TOML (loadable with --config); a fit also writes the curve to NAME.fit.csv beside it.
     #[arg(long, value_name = "FILE")]
     pub out: PathBuf,
 }

@@ -161,7 +161,7 @@ pub enum Command {
     Plot(PlotArgs),
     /// List the failure hypotheses usable as VARIANT+NAME in --precisions, or show one in full.
     Hypotheses(HypothesesArgs),
-    /// Write a scenario TOML whose knobs come from real data: a checkpoint's indexer weights.
+    /// Write a scenario TOML whose knobs come from real data: a checkpoint's indexer weights, and/or a fit to healthy observations.
     Calibrate(CalibrateArgs),
     /// Rank the failure hypotheses on an observation file (docs/OBSERVATIONS.md) and pick the next experiment.
     Diagnose(DiagnoseArgs),

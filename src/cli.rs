@@ -161,10 +161,53 @@ pub enum Command {
     Plot(PlotArgs),
     /// List the failure hypotheses usable as VARIANT+NAME in --precisions, or show one in full.
     Hypotheses(HypothesesArgs),
-    /// Write a scenario TOML whose knobs come from real data: a checkpoint's indexer weights.
+    /// Write a scenario TOML whose knobs come from real data: a checkpoint's indexer weights, and/or a fit to healthy observations.
     Calibrate(CalibrateArgs),
     /// Rank the failure hypotheses on an observation file (docs/OBSERVATIONS.md) and pick the next experiment.
     Diagnose(DiagnoseArgs),
+    /// Turn an engine's capture of the indexer's top-k (sglang --enable-return-indexer-topk) into an observation file.
+    Observe(ObserveArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct ObserveArgs {
+    /// Capture files, one request each (or a JSON array of responses): sglang's /generate response JSON
+    /// (meta_info.indexer_topk), or a .npy of int32/int64 indices [tokens, layers, topk]. Counts add up.
+    #[arg(long, value_name = "FILE", num_args = 1.., required = true)]
+    pub capture: Vec<PathBuf>,
+    /// The needle's token positions A..B, half-open: A its first token, B one past its last.
+    #[arg(long, value_name = "A..B")]
+    pub needle_tokens: String,
+    /// Preset giving the compress ratio of the indices and the default --topk.
+    #[arg(long, value_name = "NAME")]
+    pub preset: Option<String>,
+    /// Tokens per row the indices count in (default: the preset's geometry.compress_ratio; 1 = token positions).
+    #[arg(long, value_name = "R")]
+    pub compress_ratio: Option<u64>,
+    /// Capture width, the engine's index_topk (default: the preset's; a .npy gives its own).
+    #[arg(long, value_name = "K")]
+    pub topk: Option<u64>,
+    /// Indexer layers in a JSON capture whose meta_info lacks prompt_tokens and completion_tokens.
+    #[arg(long, value_name = "N")]
+    pub layers: Option<u64>,
+    /// Prompt length in tokens (default: meta_info.prompt_tokens, or a .npy's rows).
+    #[arg(long, value_name = "TOKENS")]
+    pub context: Option<String>,
+    /// Needle depth in percent for the rows (default: from --needle-tokens and the context).
+    #[arg(long, value_name = "PERCENT", allow_negative_numbers = true)]
+    pub depth: Option<f64>,
+    /// Queries that count: last (the last prompt token, default), all (every query that sees the needle), or a token position.
+    #[arg(long, value_name = "last|all|POS", default_value = "last")]
+    pub query: String,
+    /// The configuration the engine ran, for the config column: a precision variant (fp8-fp32scale, bf16, …) or a label to `# map`.
+    #[arg(long = "config", value_name = "LABEL")]
+    pub label: String,
+    /// Mark the rows as a healthy configuration (for calibrate --observations).
+    #[arg(long, value_name = "true|false")]
+    pub healthy: Option<bool>,
+    /// Where to write the observation CSV.
+    #[arg(long, value_name = "FILE")]
+    pub out: PathBuf,
 }
 
 #[derive(Args, Debug)]
@@ -173,10 +216,23 @@ pub struct CalibrateArgs {
     /// Only the indexer's tensors are read (docs/CALIBRATION.md "Calibrating from a checkpoint").
     #[arg(long, value_name = "FILE", num_args = 1..)]
     pub checkpoint: Vec<PathBuf>,
-    /// Preset the scenario starts from [default: inferred from the checkpoint].
-    #[arg(long, value_name = "NAME")]
-    pub preset: Option<String>,
-    /// Where to write the scenario TOML (loadable with --config).
+    /// Observation file (docs/OBSERVATIONS.md): fit a knob to its rows marked healthy = true
+    /// (docs/CALIBRATION.md "Calibrating from observations"). With --checkpoint, its knobs are set first.
+    #[arg(long, value_name = "FILE")]
+    pub observations: Option<PathBuf>,
+    /// The knob fitted to the observations, as section.field.
+    #[arg(long, value_name = "FIELD", default_value = "needle.strength")]
+    pub fit: String,
+    /// Values tried, LO..HI, log-spaced (default: 0.125..64 for needle.strength, else a tenth to ten times the scenario's value).
+    #[arg(long, value_name = "LO..HI")]
+    pub fit_range: Option<String>,
+    /// Recall a row without a layer is compared with: model (whole-model, what a needle test measures) or layer.
+    #[arg(long, allow_hyphen_values = true, value_name = "model|layer", default_value = "model")]
+    pub recall: String,
+    /// The scenario the fit starts from (--preset also names the checkpoint's model; default: inferred from it).
+    #[command(flatten)]
+    pub scenario: ScenarioArgs,
+    /// Where to write the scenario TOML (loadable with --config); a fit also writes the curve to NAME.fit.csv beside it.
     #[arg(long, value_name = "FILE")]
     pub out: PathBuf,
 }

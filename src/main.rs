@@ -8,8 +8,8 @@ mod progress;
 use clap::error::ErrorKind;
 use clap::Parser;
 use cli::{
-    CalibrateArgs, Cli, Command, DiagnoseArgs, HypothesesAction, MergeArgs, PlotArgs, PresetsAction, QuantizeArgs, ReplayArgs, RunArgs,
-    ScenarioArgs, SweepArgs, TrialArgs,
+    CalibrateArgs, Cli, Command, DiagnoseArgs, HypothesesAction, MergeArgs, ObserveArgs, PlotArgs, PresetsAction, QuantizeArgs, ReplayArgs,
+    RunArgs, ScenarioArgs, SweepArgs, TrialArgs,
 };
 use dsa_recall::config::{self, Overlay, Scenario, ScenarioParams};
 use dsa_recall::error::Error;
@@ -66,6 +66,7 @@ fn run(cli: Cli) -> Result<(), Error> {
         Command::Plot(args) => run_plot(&args),
         Command::Calibrate(args) => run_calibrate(&args),
         Command::Diagnose(args) => run_diagnose(&args),
+        Command::Observe(args) => run_observe(&args),
         Command::Hypotheses(args) => match (args.action, args.long) {
             (Some(HypothesesAction::Show { name }), _) => {
                 let h = dsa_recall::score::hypothesis::info(&name).ok_or_else(|| {
@@ -329,6 +330,43 @@ fn run_diagnose(args: &DiagnoseArgs) -> Result<(), Error> {
     Ok(())
 }
 
+/// `observe`: an engine capture of the indexer's top-k → observation rows.
+fn run_observe(args: &ObserveArgs) -> Result<(), Error> {
+    use dsa_recall::tensors::capture::{self, Query, Spec};
+    let preset = config::preset_params(args.preset.as_deref().unwrap_or(config::DEFAULT_PRESET))?;
+    let positive = |flag: &str, v: Option<u64>| -> Result<Option<u64>, Error> {
+        match v {
+            Some(0) => Err(dsa_recall::ConfigError::new(flag, 0, "a positive whole number").into()),
+            v => Ok(v),
+        }
+    };
+    let context = match &args.context {
+        None => None,
+        Some(t) => Some(dsa_recall::base::units::parse_size(t).filter(|&n| n > 0).ok_or_else(|| {
+            dsa_recall::ConfigError::new("--context", format!("{t:?}"), "a positive number of tokens (K/M suffixes allowed)")
+        })?),
+    };
+    if let Some(d) = args.depth.filter(|d| !(0.0..=100.0).contains(d)) {
+        return Err(dsa_recall::ConfigError::new("--depth", d, "a number from 0 to 100").into());
+    }
+    let spec = Spec {
+        needle: capture::parse_needle_tokens(&args.needle_tokens)?,
+        ratio: positive("--compress-ratio", args.compress_ratio)?.or(preset.geometry.compress_ratio).unwrap_or(1),
+        topk: positive("--topk", args.topk)?,
+        default_topk: preset.indexer.index_topk,
+        layers: positive("--layers", args.layers)?,
+        context,
+        depth: args.depth,
+        query: Query::parse(&args.query)?,
+        label: args.label.trim().to_string(),
+        healthy: args.healthy,
+    };
+    let text = capture::observe(&args.capture, &spec, &args.out)?;
+    print!("{text}");
+    println!("# → {}", args.out.display());
+    Ok(())
+}
+
 fn run_quantize(args: &QuantizeArgs) -> Result<(), Error> {
     use dsa_recall::numerics::quantize::{format_line, parse_value, QuantizeSpec};
     use std::io::{BufRead, Write};
@@ -364,24 +402,111 @@ fn run_plot(args: &PlotArgs) -> Result<(), Error> {
     Ok(())
 }
 
-/// `calibrate`: reads the sources given and writes the scenario; the
-/// checkpoint is the only source for now (`--observations` is planned).
+/// `calibrate`: reads the sources given and writes the scenario: the
+/// checkpoint's knobs, then (with `--observations`) the scenario file and
+/// flags over them and the fitted knob on top.
 fn run_calibrate(args: &CalibrateArgs) -> Result<(), Error> {
-    if args.checkpoint.is_empty() {
+    if args.checkpoint.is_empty() && args.observations.is_none() {
         return Err(dsa_recall::ConfigError::new(
             "calibrate",
             "(no source)",
-            "--checkpoint FILE… (a checkpoint's shards, index JSON or directory)",
+            "--checkpoint FILE… (a checkpoint's shards, index JSON or directory) and/or --observations FILE",
         )
         .into());
     }
-    if let Some(p) = &args.preset {
+    if let Some(p) = &args.scenario.preset {
         config::preset_params(p)?;
     }
-    let text = dsa_recall::tensors::calibrate::run_calibrate(&args.checkpoint, args.preset.as_deref(), &args.out)?;
-    print!("{text}");
-    println!("# → {}", args.out.display());
+    let Some(observations) = &args.observations else {
+        // The scenario flags and the fit's own serve the fit alone.
+        let flags = args.scenario.overlay()?;
+        let given = args.scenario.config.is_some()
+            || ScenarioParams { preset: None, ..flags } != ScenarioParams::default()
+            || args.fit_range.is_some()
+            || args.fit != dsa_recall::diagnose::fit::DEFAULT_FIELD;
+        if given {
+            return Err(dsa_recall::ConfigError::new(
+                "calibrate",
+                "(scenario or fit flags)",
+                "--observations FILE: without it calibrate reads the checkpoint alone, and takes only --preset",
+            )
+            .into());
+        }
+        let text = dsa_recall::tensors::calibrate::run_calibrate(&args.checkpoint, args.scenario.preset.as_deref(), &args.out)?;
+        print!("{text}");
+        println!("# → {}", args.out.display());
+        return Ok(());
+    };
+    calibrate_from_observations(args, observations)
+}
+
+/// `calibrate --observations`: the fit, its scenario TOML and curve CSV
+/// (both through temporary files: nothing is written on error).
+fn calibrate_from_observations(args: &CalibrateArgs, observations: &std::path::Path) -> Result<(), Error> {
+    use dsa_recall::diagnose::{self, fit};
+    let mut base = ScenarioParams::default();
+    let mut notes = String::new();
+    if !args.checkpoint.is_empty() {
+        let cal = dsa_recall::tensors::calibrate::calibrate_checkpoint(&args.checkpoint, args.scenario.preset.as_deref())?;
+        notes = cal.to_toml();
+        base.overlay(
+            config::params::parse_scenario_toml(&notes).map_err(|m| Error::ScenarioFile { path: "checkpoint".into(), message: m })?,
+        );
+    }
+    base.overlay(layered_params(&args.scenario, args.scenario.overlay()?)?);
+    if base.preset.is_none() {
+        base.preset = Some(config::DEFAULT_PRESET.to_string());
+    }
+    // diagnose's defaults: 200 trials per cell, no analytic prediction.
+    let mut params = ScenarioParams::default();
+    params.sweep.trials = Some(200);
+    params.estimator.predict = Some(false);
+    params.overlay(base.clone());
+    let params = config::resolve(params)?;
+    config::check(params.clone())?;
+    let reading = diagnose::Reading::parse(&args.recall)?;
+    let range = args.fit_range.as_deref().map(parse_fit_range).transpose()?;
+    let obs = diagnose::observations::read(observations, &|v| diagnose::variant_ok(&params, v))?;
+    let pool = thread_pool(args.scenario.threads)?;
+    let opts = fit::FitOptions { field: args.fit.trim().to_string(), range, reading, on_trial: &|| {} };
+    let f = pool.install(|| fit::fit(&params, &obs, &opts))?;
+    let command = std::iter::once("dsa-recall".to_string()).chain(std::env::args().skip(1)).collect::<Vec<_>>().join(" ");
+    let mut text = fit::scenario_toml(&base, &f, &command)?;
+    if !notes.is_empty() {
+        text.push_str("\n# From the checkpoint (its values are in the sections above):\n");
+        for line in notes.lines() {
+            text.push_str(&if line.starts_with('#') { format!("{line}\n") } else { format!("# | {line}\n") });
+        }
+    }
+    let loaded = config::params::parse_scenario_toml(&text).map_err(|m| Error::ScenarioFile {
+        path: args.out.display().to_string(),
+        message: format!("calibrated scenario does not parse: {m}"),
+    })?;
+    config::check(config::resolve(loaded)?)?;
+    let csv_path = args.out.with_extension("fit.csv");
+    let writes = [(&args.out, text.as_str()), (&csv_path, fit::curve_csv(&f).as_str())].map(|(p, t)| (p.clone(), t.to_string()));
+    for (p, t) in &writes {
+        let tmp = p.with_extension("partial");
+        std::fs::write(&tmp, t).map_err(|e| Error::io(format!("writing {}", tmp.display()), e))?;
+    }
+    for (p, _) in &writes {
+        std::fs::rename(p.with_extension("partial"), p).map_err(|e| Error::io(format!("writing {}", p.display()), e))?;
+    }
+    print!("{}", fit::format_table(&f));
+    println!("wrote {} and {}", args.out.display(), csv_path.display());
     Ok(())
+}
+
+/// `--fit-range LO..HI`: two finite positive numbers, LO < HI.
+fn parse_fit_range(text: &str) -> Result<(f64, f64), Error> {
+    let refuse =
+        || dsa_recall::ConfigError::new("--fit-range", format!("{text:?}"), "LO..HI, two positive numbers with LO < HI, e.g. 0.5..32");
+    let (a, b) = text.split_once("..").ok_or_else(refuse)?;
+    let (a, b): (f64, f64) = (a.trim().parse().map_err(|_| refuse())?, b.trim().parse().map_err(|_| refuse())?);
+    if !(a.is_finite() && b.is_finite() && a > 0.0 && a < b) {
+        return Err(refuse().into());
+    }
+    Ok((a, b))
 }
 
 fn run_trial_dump(args: &TrialArgs) -> Result<(), Error> {

@@ -380,3 +380,31 @@ fn v4_missing_ape_in_one_layer_is_named() {
     let out = tmp.path().join("cal.toml");
     assert_refused(&[std::ffi::OsStr::new("--checkpoint"), index.as_os_str()], &out, &["layers.4.attn.indexer.compressor.ape", "missing"]);
 }
+
+// Issue 18, item 3: --checkpoint and --observations together: the
+// checkpoint's knobs come first, the fit on top; the TOML keeps both.
+#[test]
+fn checkpoint_and_observations_together() {
+    let tmp = TempDir::new().unwrap();
+    let (index, _) = v4_checkpoint(tmp.path());
+    let obs = tmp.path().join("obs.csv");
+    std::fs::write(&obs, "# synthetic\ncontext_tokens,depth_percent,topk,config,found,total,layer,healthy\n4K,50,512,bf16,15,20,0,true\n")
+        .unwrap();
+    let out = tmp.path().join("both.toml");
+    let o = bin()
+        .args(["calibrate", "--checkpoint"])
+        .arg(&index)
+        .arg("--observations")
+        .arg(&obs)
+        .args(["--trials", "10", "--fit-range", "0.5..4", "--recall", "layer", "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = std::fs::read_to_string(&out).unwrap();
+    assert!(text.contains("\ngate_bias_std = ") && text.contains("\nstrength = "), "{text}");
+    assert!(text.contains("# From the checkpoint"), "{text}");
+    let p = config::params::parse_scenario_toml(&text).unwrap();
+    assert_eq!(p.preset.as_deref(), Some("deepseek-v4-flash"));
+    config::check(config::resolve(p).unwrap()).unwrap();
+}

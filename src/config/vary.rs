@@ -93,7 +93,7 @@ impl VaryAxis {
 
     /// `params` with value `i` laid over them. An integer knob takes only
     /// whole values; a knob that is not a number is refused.
-    fn overlay(&self, i: usize, mut params: ScenarioParams) -> Result<ScenarioParams, ConfigError> {
+    pub fn overlay(&self, i: usize, mut params: ScenarioParams) -> Result<ScenarioParams, ConfigError> {
         let (section, key) = self.field.split_once('.').unwrap_or_default();
         let v = self.values[i];
         let refuse = |allowed: &str| ConfigError::new(FLAG, format!("{}={}", self.field, self.value_text(i)), allowed.to_string());

@@ -4,6 +4,7 @@
 //! experiment that best tells the leaders apart. Definitions and the format
 //! of the observation file: docs/OBSERVATIONS.md.
 
+pub mod fit;
 pub mod observations;
 
 use crate::config::{self, ListSpec, Scenario, ScenarioParams};

@@ -3,6 +3,7 @@
 //! precision variant. Layouts are documented in docs/TENSORS.md.
 
 pub mod calibrate;
+pub mod capture;
 pub mod checkpoint;
 pub mod dump;
 pub mod npy;

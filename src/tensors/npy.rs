@@ -21,6 +21,47 @@ pub fn read_npy(path: &Path) -> Result<Array, Error> {
 
 /// Parses `.npy` bytes (errors are messages for the caller to locate).
 pub fn parse_npy(b: &[u8]) -> Result<Array, String> {
+    let (descr, shape, payload) = parse_header(b)?;
+    let width = match descr {
+        "<f4" | "f4" => 4,
+        "<f2" | "f2" => 2,
+        "<f8" | "f8" => 8,
+        other => return Err(format!("dtype {other:?} is not supported (use float32, float16 or float64, little-endian)")),
+    };
+    check_payload(&shape, width, payload)?;
+    let data = match width {
+        4 => payload.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect(),
+        2 => payload.chunks_exact(2).map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32()).collect(),
+        _ => payload.chunks_exact(8).map(|c| f64::from_le_bytes(c.try_into().unwrap_or([0; 8])) as f32).collect(),
+    };
+    Ok(Array { shape, data })
+}
+
+/// An integer array (int32 or int64, little-endian) and its shape.
+#[derive(Clone, Debug, PartialEq)]
+pub struct IntArray {
+    pub shape: Vec<usize>,
+    pub data: Vec<i64>,
+}
+
+/// Parses `.npy` bytes holding int32 or int64 values (indices).
+pub fn parse_npy_int(b: &[u8]) -> Result<IntArray, String> {
+    let (descr, shape, payload) = parse_header(b)?;
+    let width = match descr {
+        "<i4" | "i4" => 4,
+        "<i8" | "i8" => 8,
+        other => return Err(format!("dtype {other:?} is not supported here (use int32 or int64, little-endian)")),
+    };
+    check_payload(&shape, width, payload)?;
+    let data = match width {
+        4 => payload.chunks_exact(4).map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]) as i64).collect(),
+        _ => payload.chunks_exact(8).map(|c| i64::from_le_bytes(c.try_into().unwrap_or([0; 8]))).collect(),
+    };
+    Ok(IntArray { shape, data })
+}
+
+/// The dtype text, the shape and the payload bytes of a C-order array.
+fn parse_header(b: &[u8]) -> Result<(&str, Vec<usize>, &[u8]), String> {
     if b.len() < 10 || &b[..6] != b"\x93NUMPY" {
         return Err("not a .npy file (bad magic)".into());
     }
@@ -53,31 +94,37 @@ pub fn parse_npy(b: &[u8]) -> Result<Array, String> {
     for part in shape_text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
         shape.push(part.parse::<usize>().map_err(|_| format!("bad shape entry {part:?}"))?);
     }
+    Ok((descr, shape, &b[end..]))
+}
+
+/// Checks that the payload holds exactly the values the shape declares.
+fn check_payload(shape: &[usize], width: usize, payload: &[u8]) -> Result<(), String> {
     let count = shape.iter().try_fold(1usize, |a, &x| a.checked_mul(x)).ok_or("declared shape overflows")?;
-    let width = match descr {
-        "<f4" | "f4" => 4,
-        "<f2" | "f2" => 2,
-        "<f8" | "f8" => 8,
-        other => return Err(format!("dtype {other:?} is not supported (use float32, float16 or float64, little-endian)")),
-    };
     let need = count.checked_mul(width).ok_or("declared size overflows")?;
-    let payload = &b[end..];
     if payload.len() != need {
         return Err(format!("declares {count} values ({need} bytes) but holds {} bytes", payload.len()));
     }
-    let data = match width {
-        4 => payload.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect(),
-        2 => payload.chunks_exact(2).map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32()).collect(),
-        _ => payload.chunks_exact(8).map(|c| f64::from_le_bytes(c.try_into().unwrap_or([0; 8])) as f32).collect(),
-    };
-    Ok(Array { shape, data })
+    Ok(())
 }
 
 /// Serializes an f32 array as `.npy` 1.0 (for tests and tools).
 pub fn write_npy(shape: &[usize], data: &[f32]) -> Vec<u8> {
+    let mut out = npy_header("<f4", shape);
+    out.extend(data.iter().flat_map(|x| x.to_le_bytes()));
+    out
+}
+
+/// Serializes an int32 array as `.npy` 1.0 (an engine's captured indices).
+pub fn write_npy_i32(shape: &[usize], data: &[i32]) -> Vec<u8> {
+    let mut out = npy_header("<i4", shape);
+    out.extend(data.iter().flat_map(|x| x.to_le_bytes()));
+    out
+}
+
+fn npy_header(descr: &str, shape: &[usize]) -> Vec<u8> {
     let dims: Vec<String> = shape.iter().map(|d| d.to_string()).collect();
     let shape_text = if dims.len() == 1 { format!("({},)", dims[0]) } else { format!("({})", dims.join(", ")) };
-    let mut header = format!("{{'descr': '<f4', 'fortran_order': False, 'shape': {shape_text}, }}");
+    let mut header = format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': {shape_text}, }}");
     while (10 + header.len() + 1) % 64 != 0 {
         header.push(' ');
     }
@@ -85,7 +132,6 @@ pub fn write_npy(shape: &[usize], data: &[f32]) -> Vec<u8> {
     let mut out = b"\x93NUMPY\x01\x00".to_vec();
     out.extend_from_slice(&(header.len() as u16).to_le_bytes());
     out.extend_from_slice(header.as_bytes());
-    out.extend(data.iter().flat_map(|x| x.to_le_bytes()));
     out
 }
 
@@ -110,5 +156,9 @@ mod tests {
         assert!(parse_npy(b"\x93NUMPY").is_err());
         assert!(parse_npy(b"garbage garbage").unwrap_err().contains("magic"));
         assert!(parse_npy(&edit("<f4", "<i8")).unwrap_err().contains("not supported"));
+        assert!(parse_npy_int(&bytes).unwrap_err().contains("int32 or int64"));
+        let ints = write_npy_i32(&[2, 2], &[-1, 0, 7, i32::MAX]);
+        assert_eq!(parse_npy_int(&ints).unwrap(), IntArray { shape: vec![2, 2], data: vec![-1, 0, 7, i32::MAX as i64] });
+        assert!(parse_npy(&ints).unwrap_err().contains("not supported"));
     }
 }

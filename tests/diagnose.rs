@@ -146,3 +146,38 @@ fn shipped_incident_files_parse_with_a_source() {
     }
     assert!(n >= 2, "{n} incident files");
 }
+
+// Issue 18, item 7: a variant that differs from an earlier one only in its
+// selection (ties, k, NaN order) shares its scores instead of recomputing
+// them; its cells must be what it gives alone, bit for bit.
+#[test]
+fn score_twins_give_the_bits_they_give_alone() {
+    let sweep = |precisions: &str| {
+        let mut p = params(3);
+        p.sweep.contexts = Some(ListSpec::Text("2K,6K".into()));
+        p.sweep.depths = Some(ListSpec::Text("30".into()));
+        p.sweep.topk = Some(ListSpec::Text("512".into()));
+        p.sweep.trials = Some(24);
+        p.sweep.precisions = Some(ListSpec::Text(precisions.into()));
+        dsa_recall::run::sweep::run_sweep(&config::check(p).unwrap(), &|| {}).unwrap().cells
+    };
+    let twins =
+        "fp8-fp32scale+scale-unwritten-zero,fp8-fp32scale,fp8-fp32scale+scale-unwritten-zero+ties-highest,fp8-fp32scale+topk-round64";
+    let together = sweep(twins);
+    for name in ["fp8-fp32scale+scale-unwritten-zero+ties-highest", "fp8-fp32scale+topk-round64"] {
+        let alone = sweep(name);
+        let mine: Vec<_> = together.iter().filter(|c| c.precision == name).collect();
+        assert_eq!(mine.len(), alone.len());
+        // Paired comparisons need a baseline, which only the sweep with several variants has.
+        let own = |c: &dsa_recall::run::cell::CellResult| {
+            let mut v = serde_json::to_value(c).unwrap();
+            for k in ["baseline", "recall_diff", "discordant_gained", "discordant_lost", "mcnemar_p"] {
+                v.as_object_mut().unwrap().remove(k);
+            }
+            v.to_string()
+        };
+        for (a, b) in mine.iter().zip(&alone) {
+            assert_eq!(own(a), own(b), "{name}");
+        }
+    }
+}

@@ -200,6 +200,22 @@ pub struct DiagnoseArgs {
     /// Print the diagnosis as JSON instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// Also write diagnosis.json, the likelihood chart and report.html into DIR (refused if not empty, unless --force).
+    #[arg(long, allow_negative_numbers = true, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    /// Overwrite a non-empty --out directory.
+    #[arg(long, requires = "out")]
+    pub force: bool,
+    /// Chart format with --out.
+    #[arg(long, value_parser = ["png", "svg", "both"], default_value = "png", requires = "out")]
+    pub format: String,
+}
+
+impl DiagnoseArgs {
+    /// The chart formats `--format` names.
+    pub fn formats(&self) -> Vec<dsa_recall::report::chart::ImageFormat> {
+        ChartArgs { format: self.format.clone(), diff_span: None }.formats()
+    }
 }
 
 #[derive(Args, Debug)]

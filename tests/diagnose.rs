@@ -270,3 +270,18 @@ fn recovery_share_at_twenty_prompts_matches_the_example() {
     assert!(lo <= 0.600 && 0.600 <= hi, "{hits}/{draws}: [{lo:.3}, {hi:.3}] misses the example's 0.600");
     assert!(lo > 1.0 / 6.0, "{hits}/{draws}: no better than chance");
 }
+
+// Issue 18, item 4 (query_position): rows that carry it are diagnosed as
+// end-of-context queries, and the table says so once.
+#[test]
+fn query_position_is_noted_once() {
+    let dir = TempDir::new().unwrap();
+    let body = "context_tokens,depth_percent,topk,config,found,total,query_position\n\
+                1K,50,64,fp8,1,3,900\n1K,50,64,fp8,2,3,1000\n2K,50,64,fp8,1,3,\n";
+    let o = diagnose_file(&dir, body, &[]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(out.matches("query_position is recorded but not used").count(), 1, "{out}");
+    let o = diagnose_file(&dir, &format!("{HEADER}1K,50,64,fp8,1,3\n"), &[]);
+    assert!(!String::from_utf8_lossy(&o.stdout).contains("query_position"));
+}

@@ -7,9 +7,9 @@
 //! item 7: the target is under a minute on 2 cores. Few samples: one
 //! sample is tens of seconds; DSA_BENCH_QUICK=1 takes one.
 
+use divan::Bencher;
 use dsa_recall::config::{self, params::parse_scenario_toml, ScenarioParams};
 use dsa_recall::diagnose::{self, observations, Options, Reading};
-use divan::Bencher;
 use std::path::Path;
 
 fn main() {

@@ -188,7 +188,7 @@ pub struct DiagnoseArgs {
     /// Observation file: CSV, one row per measured configuration (docs/OBSERVATIONS.md).
     #[arg(long, allow_negative_numbers = true, value_name = "FILE")]
     pub observations: PathBuf,
-    /// Candidate hypotheses: all, or a list of NAME or NAME+NAME (healthy is always one).
+    /// Candidate hypotheses: a list of all, NAME or NAME+NAME, e.g. all,topk=1024 (healthy is always one).
     #[arg(long, allow_hyphen_values = true, value_name = "LIST", default_value = "all")]
     pub hypotheses: String,
     /// Recall a row without a layer is compared with: model (whole-model, what a needle test measures) or layer.

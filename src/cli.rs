@@ -244,7 +244,7 @@ pub struct DiagnoseArgs {
     /// Observation file: CSV, one row per measured configuration (docs/OBSERVATIONS.md).
     #[arg(long, allow_negative_numbers = true, value_name = "FILE")]
     pub observations: PathBuf,
-    /// Candidate hypotheses: all, or a list of NAME or NAME+NAME (healthy is always one).
+    /// Candidate hypotheses: a list of all, NAME or NAME+NAME, e.g. all,topk=1024 (healthy is always one).
     #[arg(long, allow_hyphen_values = true, value_name = "LIST", default_value = "all")]
     pub hypotheses: String,
     /// Recall a row without a layer is compared with: model (whole-model, what a needle test measures) or layer.
@@ -256,6 +256,22 @@ pub struct DiagnoseArgs {
     /// Print the diagnosis as JSON instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// Also write diagnosis.json, the likelihood chart and report.html into DIR (refused if not empty, unless --force).
+    #[arg(long, allow_negative_numbers = true, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    /// Overwrite a non-empty --out directory.
+    #[arg(long, requires = "out")]
+    pub force: bool,
+    /// Chart format with --out.
+    #[arg(long, value_parser = ["png", "svg", "both"], default_value = "png", requires = "out")]
+    pub format: String,
+}
+
+impl DiagnoseArgs {
+    /// The chart formats `--format` names.
+    pub fn formats(&self) -> Vec<dsa_recall::report::chart::ImageFormat> {
+        ChartArgs { format: self.format.clone(), diff_span: None }.formats()
+    }
 }
 
 #[derive(Args, Debug)]

@@ -306,7 +306,8 @@ fn run_cell(args: &RunArgs) -> Result<(), Error> {
 }
 
 /// `diagnose`: 200 trials per cell and no prediction unless the scenario
-/// or the command line says otherwise; nothing is written but stdout.
+/// or the command line says otherwise. With `--out`, the directory is
+/// checked before simulating and written only after everything is computed.
 fn run_diagnose(args: &DiagnoseArgs) -> Result<(), Error> {
     use dsa_recall::diagnose;
     let mut defaults = ScenarioParams::default();
@@ -319,13 +320,33 @@ fn run_diagnose(args: &DiagnoseArgs) -> Result<(), Error> {
     let reading = diagnose::Reading::parse(&args.recall)?;
     let hypotheses = diagnose::candidates(&args.hypotheses)?;
     let obs = diagnose::observations::read(&args.observations, &|v| diagnose::variant_ok(&params, v))?;
+    if let Some(dir) = &args.out {
+        output::check_output_dir(dir, args.force)?;
+    }
     let pool = thread_pool(args.scenario.threads)?;
     let opts = diagnose::Options { hypotheses, reading, next: !args.no_next, on_trial: &|| {} };
     let d = pool.install(|| diagnose::diagnose(&params, &obs, &opts))?;
+    let written = match &args.out {
+        Some(dir) => {
+            let existed = dir.exists();
+            output::prepare_output_dir(dir, args.force)?;
+            let files = report::diagnose::write_diagnosis(dir, &d, &obs, &args.formats());
+            if files.is_err() && !existed {
+                let _ = std::fs::remove_dir(dir);
+            }
+            Some(files?)
+        }
+        None => None,
+    };
     if args.json {
         println!("{}", serde_json::to_string_pretty(&d).unwrap_or_default());
     } else {
         print!("{}", diagnose::format_table(&d));
+    }
+    if let (Some(dir), Some(files)) = (&args.out, written) {
+        if !args.json {
+            println!("wrote {} into {}", files.join(", "), dir.display());
+        }
     }
     Ok(())
 }

@@ -140,9 +140,148 @@ fn shipped_incident_files_parse_with_a_source() {
             let text = fs::read_to_string(&path).unwrap();
             assert!(text.lines().take_while(|l| l.starts_with('#')).any(|l| l.contains("FINDINGS.md")), "{}", path.display());
             let obs = observations::read(&path, &|v| diagnose::variant_ok(&params, v)).unwrap();
-            assert!(obs.rows.len() >= 5, "{}", path.display());
+            assert!(obs.rows.len() >= 2, "{}", path.display());
+            assert!(text.lines().take_while(|l| l.starts_with('#')).any(|l| l.contains("Transcribed")), "{}", path.display());
             n += 1;
         }
     }
-    assert!(n >= 2, "{n} incident files");
+    assert!(n >= 4, "{n} incident files");
+}
+
+// Issue 18, item 7: a variant that differs from an earlier one only in its
+// selection (ties, k, NaN order) shares its scores instead of recomputing
+// them; its cells must be what it gives alone, bit for bit.
+#[test]
+fn score_twins_give_the_bits_they_give_alone() {
+    let sweep = |precisions: &str| {
+        let mut p = params(3);
+        p.sweep.contexts = Some(ListSpec::Text("2K,6K".into()));
+        p.sweep.depths = Some(ListSpec::Text("30".into()));
+        p.sweep.topk = Some(ListSpec::Text("512".into()));
+        p.sweep.trials = Some(24);
+        p.sweep.precisions = Some(ListSpec::Text(precisions.into()));
+        dsa_recall::run::sweep::run_sweep(&config::check(p).unwrap(), &|| {}).unwrap().cells
+    };
+    let twins =
+        "fp8-fp32scale+scale-unwritten-zero,fp8-fp32scale,fp8-fp32scale+scale-unwritten-zero+ties-highest,fp8-fp32scale+topk-round64";
+    let together = sweep(twins);
+    for name in ["fp8-fp32scale+scale-unwritten-zero+ties-highest", "fp8-fp32scale+topk-round64"] {
+        let alone = sweep(name);
+        let mine: Vec<_> = together.iter().filter(|c| c.precision == name).collect();
+        assert_eq!(mine.len(), alone.len());
+        // Paired comparisons need a baseline, which only the sweep with several variants has.
+        let own = |c: &dsa_recall::run::cell::CellResult| {
+            let mut v = serde_json::to_value(c).unwrap();
+            for k in ["baseline", "recall_diff", "discordant_gained", "discordant_lost", "mcnemar_p"] {
+                v.as_object_mut().unwrap().remove(k);
+            }
+            v.to_string()
+        };
+        for (a, b) in mine.iter().zip(&alone) {
+            assert_eq!(own(a), own(b), "{name}");
+        }
+    }
+}
+
+// Issue 18, item 4: `--out DIR` writes diagnosis.json (what --json prints),
+// the likelihood chart in each format (the PNG decodes) and report.html
+// with its Diagnosis section.
+#[test]
+fn out_dir_holds_json_chart_and_report() {
+    let dir = TempDir::new().unwrap();
+    let out = dir.path().join("d");
+    let body = format!("# map cache = fp8\n{HEADER}1K,90,64,cache,3,3\n2K,90,64,cache,0,3\n");
+    let o = diagnose_file(
+        &dir,
+        &body,
+        &["--hypotheses", "scale-unwritten-zero+ties-lowest,slot-shift", "--json", "--format", "both", "--out", out.to_str().unwrap()],
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(fs::read(out.join("diagnosis.json")).unwrap(), o.stdout);
+    let png = fs::File::open(out.join("likelihood.png")).unwrap();
+    let mut reader = png::Decoder::new(png).read_info().unwrap();
+    let mut buf = vec![0; reader.output_buffer_size()];
+    let frame = reader.next_frame(&mut buf).unwrap();
+    assert_eq!(frame.width, 1600);
+    assert!(buf.iter().any(|&b| b != 255), "a blank image");
+    assert!(fs::read_to_string(out.join("likelihood.svg")).unwrap().contains("<svg"));
+    let html = fs::read_to_string(out.join("report.html")).unwrap();
+    for needle in ["<h2 id=\"diagnosis\">Diagnosis</h2>", "data:image/png;base64,", "slot-shift", "Next experiment", "3 / 3", "0 / 3"] {
+        assert!(html.contains(needle), "report.html lacks {needle:?}");
+    }
+    let mut names: Vec<_> = fs::read_dir(&out).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    names.sort();
+    assert_eq!(names, ["diagnosis.json", "likelihood.png", "likelihood.svg", "report.html"]);
+}
+
+// Issue 18, items 4 and 6: a non-empty --out is refused before simulating
+// (unless --force); a bad file leaves no directory behind.
+#[test]
+fn out_dir_is_refused_when_not_empty_and_not_made_on_error() {
+    let dir = TempDir::new().unwrap();
+    let out = dir.path().join("d");
+    fs::create_dir(&out).unwrap();
+    fs::write(out.join("keep.txt"), "x").unwrap();
+    let good = format!("{HEADER}1K,50,64,fp8,1,3\n");
+    let o = diagnose_file(&dir, &good, &["--out", out.to_str().unwrap()]);
+    assert_one_line_error(&o, &["not empty", "--force"]);
+    assert_eq!(fs::read_dir(&out).unwrap().count(), 1);
+    let o = diagnose_file(&dir, &good, &["--out", out.to_str().unwrap(), "--force"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(out.join("report.html").exists() && out.join("keep.txt").exists());
+    let fresh = dir.path().join("fresh");
+    let o = diagnose_file(&dir, &format!("{HEADER}1K,50,64,fp8,4,3\n"), &["--out", fresh.to_str().unwrap()]);
+    assert_one_line_error(&o, &["obs.csv:2", "found = 4"]);
+    assert!(!fresh.exists());
+}
+
+// Issue 18, item 5(b): recovery at one setting of examples/recovery.rs
+// (hadamard-q-only true, 20 prompts per row, the same cells, candidates
+// and seeds A = 7, C = 42). With 1000 draws the example measured a share
+// of 0.600 [0.569, 0.630] (docs/FINDINGS.md §6). Here 400 draws at other
+// seeds B: the Wilson 99 % interval of their share must hold the example's
+// 0.600 (the same quantity, measured again), and its lower end must be
+// above 1/6, the share of a diagnosis that knew nothing (six candidates).
+#[test]
+fn recovery_share_at_twenty_prompts_matches_the_example() {
+    let mut csv = String::from(HEADER);
+    for c in ["2K", "4K", "8K"] {
+        for d in [10, 50, 90] {
+            csv.push_str(&format!("{c},{d},512,fp8-fp32scale,0,1\n"));
+        }
+    }
+    let (truth_params, diag_params) = (params(7), params(42));
+    let obs = observations::parse("recovery.csv", &csv, &|v| diagnose::variant_ok(&diag_params, v)).unwrap();
+    let opts = Options {
+        hypotheses: diagnose::candidates(
+            "slot-shift,pages-swapped,hadamard-q-only,scale-unwritten-zero+ties-lowest,scale-unwritten-zero+ties-highest",
+        )
+        .unwrap(),
+        reading: Reading::Model,
+        next: false,
+        on_trial: &|| {},
+    };
+    let truth = diagnose::prepare(&truth_params, &obs.path, &obs.rows, &opts).unwrap();
+    let diag = diagnose::prepare(&diag_params, &obs.path, &obs.rows, &opts).unwrap();
+    assert_eq!(diag.plan.len(), 6);
+    let draws = 400;
+    let hits = diagnose::recovered(&truth, &diag, &obs.rows, "hadamard-q-only", 20, draws, 5000).unwrap();
+    let (lo, hi) = dsa_recall::base::stats::wilson_interval(hits, draws, 2.575_829_303_548_901);
+    assert!(lo <= 0.600 && 0.600 <= hi, "{hits}/{draws}: [{lo:.3}, {hi:.3}] misses the example's 0.600");
+    assert!(lo > 1.0 / 6.0, "{hits}/{draws}: no better than chance");
+}
+
+// Issue 18, item 4 (query_position): rows that carry it are diagnosed as
+// end-of-context queries, and the table says so once.
+#[test]
+fn query_position_is_noted_once() {
+    let dir = TempDir::new().unwrap();
+    let body = "context_tokens,depth_percent,topk,config,found,total,query_position\n\
+                1K,50,64,fp8,1,3,900\n1K,50,64,fp8,2,3,1000\n2K,50,64,fp8,1,3,\n";
+    let o = diagnose_file(&dir, body, &[]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(out.matches("query_position is recorded but not used").count(), 1, "{out}");
+    let o = diagnose_file(&dir, &format!("{HEADER}1K,50,64,fp8,1,3\n"), &[]);
+    assert!(!String::from_utf8_lossy(&o.stdout).contains("query_position"));
 }

@@ -48,13 +48,14 @@ impl Reading {
     }
 }
 
-/// The candidate hypotheses `list` names: `all` (every catalogue entry
-/// without a parameter, and each tie maker with `ties-lowest` and
-/// `ties-highest`), or a comma-separated list of `H` or `H1+H2` (parametrized
-/// ones with their value: `topk=1024`). "healthy" is always a candidate.
+/// The candidate hypotheses `list` names: a comma-separated list of `all`
+/// (every catalogue entry without a parameter, and each tie maker with
+/// `ties-lowest` and `ties-highest`), `H` or `H1+H2` (parametrized ones with
+/// their value: `topk=1024`), so `all,topk=1024` is the catalogue and one
+/// more. "healthy" is always a candidate.
 pub fn candidates(list: &str) -> Result<Vec<String>, ConfigError> {
     let mut out = vec![HEALTHY.to_string()];
-    if list.trim() == "all" {
+    if list.split(',').any(|i| i.trim() == "all") {
         for h in CATALOGUE.iter().filter(|h| !h.name.contains('=')) {
             out.push(h.name.to_string());
         }
@@ -62,10 +63,9 @@ pub fn candidates(list: &str) -> Result<Vec<String>, ConfigError> {
             out.push(format!("{t}+ties-lowest"));
             out.push(format!("{t}+ties-highest"));
         }
-        return Ok(out);
     }
     for item in list.split(',').map(str::trim) {
-        if item.is_empty() || item == HEALTHY {
+        if item.is_empty() || item == HEALTHY || item == "all" {
             continue;
         }
         for part in item.split('+') {
@@ -231,7 +231,13 @@ pub struct Diagnosis {
     /// Candidates that change no observed configuration (the same as healthy): left out.
     pub not_applicable: Vec<String>,
     pub next: Option<NextExperiment>,
+    /// What the reader should know about the rows (e.g. an ignored column); left out of JSON when empty.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
 }
+
+/// Said once when rows carry `query_position` (docs/OBSERVATIONS.md).
+pub const QUERY_POSITION_NOTE: &str = "query_position is recorded but not used: the simulator scores the decoding query at the end of the context (with its RoPE position there), so a row is compared with the recall of that query";
 
 /// Sorts candidates by log-likelihood (stable: ties keep the candidate
 /// order) and fills in posteriors and Bayes factors.
@@ -275,10 +281,23 @@ pub struct Options<'a> {
     pub on_trial: &'a (dyn Fn() + Sync),
 }
 
-/// Ranks `opts.hypotheses` on the observations, simulated with scenario
-/// `params` (resolved, unchecked).
-pub fn diagnose(params: &ScenarioParams, obs: &observations::Observations, opts: &Options<'_>) -> Result<Diagnosis, Error> {
-    let rows = &obs.rows;
+/// The candidates' simulated recalls in the observed cells: what a
+/// diagnosis computes before it looks at the counts. [`Prepared::rank`]
+/// scores any counts in the same cells (the recovery study, item 5(b) of
+/// issue 18, draws many).
+pub struct Prepared {
+    /// Per candidate, the variant it simulates for each configuration.
+    pub plan: Vec<(String, BTreeMap<String, String>)>,
+    /// Candidates that change no observed configuration.
+    pub not_applicable: Vec<String>,
+    sim: BTreeMap<CellKey, Simulated>,
+    reading: Reading,
+    path: String,
+}
+
+/// Simulates every candidate of `opts.hypotheses` in the cells of `rows`
+/// (file `path`) with scenario `params` (resolved, unchecked).
+pub fn prepare(params: &ScenarioParams, path: &str, rows: &[Observation], opts: &Options<'_>) -> Result<Prepared, Error> {
     let mut ok = BTreeMap::new();
     let configs: Vec<String> = {
         let mut c: Vec<String> = rows.iter().map(|r| r.config.clone()).collect();
@@ -307,12 +326,21 @@ pub fn diagnose(params: &ScenarioParams, obs: &observations::Observations, opts:
     }
     let cells: Vec<(u64, f64, u64)> = rows.iter().map(|r| (r.context_tokens, r.depth_percent, r.topk)).collect();
     let sim = simulate(params, &cells, &variants, opts.on_trial)?;
-    let read = |r: &Observation, v: &str| -> Result<(f64, u64), Error> {
-        let s = sim.get(&key(r.context_tokens, r.depth_percent, r.topk, v)).ok_or_else(|| Error::Input {
-            location: format!("{}:{}", obs.path, r.line),
-            message: format!("no simulated cell for {v} here"),
-        })?;
-        let p = match (r.layer, opts.reading) {
+    Ok(Prepared { plan, not_applicable, sim, reading: opts.reading, path: path.to_string() })
+}
+
+impl Prepared {
+    /// Candidate `h`'s simulated recall (unclamped) and trials in row `r`'s cell.
+    pub fn recall(&self, h: &str, r: &Observation) -> Result<(f64, u64), Error> {
+        let missing = |what: String| Error::Input { location: format!("{}:{}", self.path, r.line), message: what };
+        let m =
+            self.plan.iter().find(|(n, _)| n == h).map(|(_, m)| m).ok_or_else(|| missing(format!("{h} is not a prepared candidate")))?;
+        let v = m.get(&r.config).ok_or_else(|| missing(format!("no variant of {h} for {}", r.config)))?;
+        let s = self
+            .sim
+            .get(&key(r.context_tokens, r.depth_percent, r.topk, v))
+            .ok_or_else(|| missing(format!("no simulated cell for {v} here")))?;
+        let p = match (r.layer, self.reading) {
             (Some(_), _) | (None, Reading::Layer) => s.layer,
             (None, Reading::Model) => s.model.ok_or_else(|| {
                 Error::Config(ConfigError::new(
@@ -323,33 +351,83 @@ pub fn diagnose(params: &ScenarioParams, obs: &observations::Observations, opts:
             })?,
         };
         Ok((p, s.trials))
-    };
-    let mut ranked = Vec::new();
-    let mut trials = 0;
-    for (h, m) in &plan {
-        let mut ll = 0.0;
-        let mut recalls = Vec::new();
-        let mut changed = 0;
-        for r in rows {
-            let v = &m[&r.config];
-            changed += usize::from(*v != r.config);
-            let (p, n) = read(r, v)?;
-            trials = n;
-            ll += log_binomial(r.found, r.total, clamped(p, n));
-            recalls.push(p);
-        }
-        ranked.push(Ranked {
-            hypothesis: h.clone(),
-            log_likelihood: ll,
-            posterior: 0.0,
-            log10_bayes_factor: 0.0,
-            rows_changed: changed,
-            recalls,
-        });
     }
-    let ranking = rank(ranked);
-    let next = if opts.next && ranking.len() >= 2 { next_experiment(params, rows, &plan, &ranking, opts)? } else { None };
-    Ok(Diagnosis { observations: obs.path.clone(), reading: opts.reading, trials, ranking, not_applicable, next })
+
+    /// The ranking of the prepared candidates on the counts of `rows` (in
+    /// the prepared cells), and the simulated trials per cell.
+    pub fn rank(&self, rows: &[Observation]) -> Result<(Vec<Ranked>, u64), Error> {
+        let mut ranked = Vec::new();
+        let mut trials = 0;
+        for (h, m) in &self.plan {
+            let mut ll = 0.0;
+            let mut recalls = Vec::new();
+            let mut changed = 0;
+            for r in rows {
+                changed += usize::from(m.get(&r.config).is_some_and(|v| *v != r.config));
+                let (p, n) = self.recall(h, r)?;
+                trials = n;
+                ll += log_binomial(r.found, r.total, clamped(p, n));
+                recalls.push(p);
+            }
+            ranked.push(Ranked {
+                hypothesis: h.clone(),
+                log_likelihood: ll,
+                posterior: 0.0,
+                log10_bayes_factor: 0.0,
+                rows_changed: changed,
+                recalls,
+            });
+        }
+        Ok((rank(ranked), trials))
+    }
+}
+
+/// Ranks `opts.hypotheses` on the observations, simulated with scenario
+/// `params` (resolved, unchecked).
+pub fn diagnose(params: &ScenarioParams, obs: &observations::Observations, opts: &Options<'_>) -> Result<Diagnosis, Error> {
+    let rows = &obs.rows;
+    let prepared = prepare(params, &obs.path, rows, opts)?;
+    let (ranking, trials) = prepared.rank(rows)?;
+    let next = if opts.next && ranking.len() >= 2 { next_experiment(params, rows, &prepared.plan, &ranking, opts)? } else { None };
+    let notes = if rows.iter().any(|r| r.query_position.is_some()) { vec![QUERY_POSITION_NOTE.to_string()] } else { Vec::new() };
+    let not_applicable = prepared.not_applicable;
+    Ok(Diagnosis { observations: obs.path.clone(), reading: opts.reading, trials, ranking, not_applicable, next, notes })
+}
+
+/// Counts drawn for a recovery study: row i gets Binomial(`prompts`, `recalls[i]`) found, from `seed`.
+pub fn draw_counts(recalls: &[f64], prompts: u64, seed: u64) -> Vec<u64> {
+    use rand::Rng;
+    let mut rng = crate::base::rng::stream(seed, &[]);
+    recalls.iter().map(|&p| (0..prompts).filter(|_| rng.random::<f64>() < p).count() as u64).collect()
+}
+
+/// Of `replicates` observation sets drawn under `truth` (its recalls in
+/// `truth_sim`, `prompts` per row, replicate j from seed `derive(seed, j)`),
+/// how many `diagnosis` (simulated at another seed, same cells) ranks
+/// `truth` strictly first (a tie for first does not count).
+pub fn recovered(
+    truth_sim: &Prepared,
+    diagnosis: &Prepared,
+    rows: &[Observation],
+    truth: &str,
+    prompts: u64,
+    replicates: u64,
+    seed: u64,
+) -> Result<u64, Error> {
+    let p: Vec<f64> = rows.iter().map(|r| truth_sim.recall(truth, r).map(|(p, _)| p)).collect::<Result<_, _>>()?;
+    let mut hits = 0;
+    let mut drawn = rows.to_vec();
+    for j in 0..replicates {
+        for (r, found) in drawn.iter_mut().zip(draw_counts(&p, prompts, crate::base::rng::derive(seed, &[j]))) {
+            r.found = found;
+            r.total = prompts;
+        }
+        let (ranking, _) = diagnosis.rank(&drawn)?;
+        let first = ranking.first().filter(|r| r.hypothesis == truth);
+        let alone = ranking.get(1).is_none_or(|second| second.log_likelihood < ranking[0].log_likelihood);
+        hits += u64::from(first.is_some() && alone);
+    }
+    Ok(hits)
 }
 
 /// The cell of a small grid (the observed contexts' least, greatest and
@@ -367,7 +445,9 @@ fn next_experiment(
     let mut contexts = vec![lo, ((lo as f64 * hi as f64).sqrt().round() as u64), hi];
     contexts.dedup();
     let k0 = rows.iter().map(|r| r.topk).min().unwrap_or(1);
-    let topks = vec![k0, 2 * k0];
+    // Twice the least k only where the longest context has that many rows to select.
+    let probe: Vec<String> = rows.iter().take(1).map(|r| r.config.clone()).collect();
+    let topks = if scenario_with(params, &contexts, 50.0, &[k0, 2 * k0], &probe).is_ok() { vec![k0, 2 * k0] } else { vec![k0] };
     let mut cells = Vec::new();
     for &d in &[10.0, 50.0, 90.0] {
         for &c in &contexts {
@@ -458,6 +538,9 @@ pub fn format_table(d: &Diagnosis) -> String {
     if !d.not_applicable.is_empty() {
         out.push_str(&format!("not applicable to any observed configuration (same as healthy): {}\n", d.not_applicable.join(", ")));
     }
+    for note in &d.notes {
+        out.push_str(&format!("note: {note}\n"));
+    }
     if let Some(n) = d.next.as_ref().filter(|n| n.information_per_prompt < 1e-6) {
         out.push_str(&format!(
             "next experiment: none in the grid: {} and {} predict the same recall in every cell simulated\n",
@@ -534,6 +617,9 @@ mod tests {
         assert!(all.iter().any(|h| h == "scale-unwritten-zero+ties-lowest"));
         assert!(!all.iter().any(|h| h.contains('=')));
         assert_eq!(candidates("slot-shift, topk=1024").unwrap(), ["healthy", "slot-shift", "topk=1024"]);
+        let more = candidates("all,topk=1024,slot-shift").unwrap();
+        assert_eq!(more.len(), all.len() + 1);
+        assert_eq!(more.last().unwrap(), "topk=1024");
         let err = candidates("slot-shift,nope").unwrap_err().to_string();
         assert!(err.contains("--hypotheses") && err.contains("nope"), "{err}");
     }

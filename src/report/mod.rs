@@ -7,6 +7,7 @@
 //! so `plot` redraws byte-identical files without simulating.
 
 pub mod chart;
+pub mod diagnose;
 pub mod html;
 pub mod vary;
 

@@ -21,13 +21,20 @@ pub const RECALL_CHART_FILE: &str = "recall_vs_context.png";
 
 /// Creates `dir`, refusing a non-empty existing one unless `force`.
 pub fn prepare_output_dir(dir: &Path, force: bool) -> Result<(), Error> {
+    check_output_dir(dir, force)?;
+    fs::create_dir_all(dir).map_err(|e| Error::io(format!("creating output directory {}", dir.display()), e))
+}
+
+/// What [`prepare_output_dir`] refuses, checked without creating anything
+/// (for commands that compute before they write).
+pub fn check_output_dir(dir: &Path, force: bool) -> Result<(), Error> {
     if dir.exists() {
         let mut entries = fs::read_dir(dir).map_err(|e| Error::io(format!("reading output directory {}", dir.display()), e))?;
         if entries.next().is_some() && !force {
             return Err(Error::OutputNotEmpty(dir.display().to_string()));
         }
     }
-    fs::create_dir_all(dir).map_err(|e| Error::io(format!("creating output directory {}", dir.display()), e))
+    Ok(())
 }
 
 /// Writes `bytes` to `path` through a temporary file and a rename.

@@ -130,6 +130,8 @@ struct ChunkWork<'w, 'a> {
     /// [query group][variant].
     queries: &'w [Vec<IndexerQuery>],
     cases: &'w [Case],
+    /// Per variant: an earlier variant whose scores it shares (see [`TrialSpec::score_twins`]).
+    twins: Vec<Option<usize>>,
 }
 
 /// Buffers of the chunk loop, one set per thread.
@@ -212,6 +214,9 @@ impl ChunkWork<'_, '_> {
         }
 
         for (v, variant) in self.spec.variants.iter().enumerate() {
+            if self.twins[v].is_some() {
+                continue;
+            }
             let layout = layout_of(variant);
             let fin: &[f32] = if layout == 1 { swapped_fin } else { pre };
             // Exact keys in a fault-free cache are what was generated:
@@ -265,6 +270,25 @@ impl ChunkWork<'_, '_> {
                 }
             }
         }
+        // A twin's scores are its original's, bit for bit: copied, not recomputed.
+        for (v, u) in self.twins.iter().enumerate().filter_map(|(v, u)| u.map(|u| (v, u))) {
+            for i in 0..pieces.len() {
+                let Some(j) = pieces.iter().position(|p| p.group == pieces[i].group && p.variant == u).filter(|_| pieces[i].variant == v)
+                else {
+                    continue;
+                };
+                let (to, from) = if i < j {
+                    let (a, b) = pieces.split_at_mut(j);
+                    (&mut a[i], &b[0])
+                } else {
+                    let (a, b) = pieces.split_at_mut(i);
+                    (&mut b[0], &a[j])
+                };
+                to.scores.copy_from_slice(from.scores);
+            }
+            let copies: Vec<Patch> = patches.iter().filter(|p| p.variant == u).map(|p| Patch { variant: v, ..*p }).collect();
+            patches.extend(copies);
+        }
         Ok(patches)
     }
 }
@@ -293,6 +317,18 @@ impl TrialSpec<'_> {
     /// Index of (context, needle offset, topk, variant) in [`TrialOutcome::cells`].
     pub fn cell_index(&self, context: usize, offset: usize, topk: usize, variant: usize) -> usize {
         ((context * self.needle_offsets.len() + offset) * self.topks.len() + topk) * self.variants.len() + variant
+    }
+
+    /// Per variant, the first earlier variant that scores every row the
+    /// same way (same query and key pipelines, scoring, cache and RoPE
+    /// layout; only the selection differs, e.g. `fp8+ties-lowest` beside
+    /// `fp8`): its scores are copied instead of computed again.
+    pub fn score_twins(&self) -> Vec<Option<usize>> {
+        let same = |a: &PrecisionVariant, b: &PrecisionVariant| {
+            (&a.query, &a.key, &a.scoring, &a.cache, &a.position) == (&b.query, &b.key, &b.scoring, &b.cache, &b.position)
+        };
+        let v = self.variants;
+        (0..v.len()).map(|i| (0..i).find(|&j| same(&v[i], &v[j]))).collect()
     }
 
     pub fn cell_count(&self) -> usize {
@@ -353,7 +389,7 @@ impl TrialSpec<'_> {
         // Score every row once per (query group, variant), chunk by chunk;
         // rows that hold needle or distractor tokens are keyed per case.
         let mut scores: Vec<Vec<Vec<f32>>> = group_rows.iter().map(|&n| vec![vec![0.0; n]; self.variants.len()]).collect();
-        let work = ChunkWork { spec: self, key_layouts, queries: &queries, cases: &cases };
+        let work = ChunkWork { spec: self, key_layouts, queries: &queries, cases: &cases, twins: self.score_twins() };
         // Each chunk's piece of every (group, variant) score array.
         let chunk_count = max_rows.div_ceil(CHUNK_ROWS);
         let mut pieces: Vec<Vec<ScorePiece>> = (0..chunk_count).map(|_| Vec::new()).collect();

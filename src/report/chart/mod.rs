@@ -26,6 +26,7 @@ pub mod fidelity;
 pub mod font;
 pub mod heatmap;
 pub mod knob;
+pub mod likelihood;
 pub mod overlap;
 pub mod rank_margin;
 pub mod recall_vs_context;

@@ -1,0 +1,252 @@
+//! `diagnose --out DIR`: the diagnosis as files — `diagnosis.json` (what
+//! `--json` prints), the chart of likelihood by hypothesis
+//! (`likelihood.png`/`.svg`) and `report.html` with a "Diagnosis" section.
+//! Everything is computed before this is called; a failure while writing
+//! removes what was written.
+
+use crate::diagnose::observations::{Observation, Observations};
+use crate::diagnose::{Diagnosis, Reading};
+use crate::error::Error;
+use crate::report::chart::likelihood::{render_likelihood, LikelihoodBar, LikelihoodChart, RowRecall};
+use crate::report::chart::ImageFormat;
+use crate::report::html::{escape, STYLE};
+use crate::run::output::{tokens_label, write_atomic};
+use std::fmt::Write as _;
+use std::path::Path;
+
+pub const DIAGNOSIS_FILE: &str = "diagnosis.json";
+/// The chart's file name without its extension.
+pub const LIKELIHOOD_CHART: &str = "likelihood";
+pub use crate::report::REPORT_FILE;
+
+/// Leaders whose simulated recall the chart and the report show per row.
+pub const LEADERS_SHOWN: usize = 3;
+
+/// A row's short label: context · depth · k · configuration (· layer).
+pub fn row_label(r: &Observation) -> String {
+    let mut l = format!("{} · {} % · k {} · {}", tokens_label(r.context_tokens), r.depth_percent, r.topk, r.label);
+    if let Some(layer) = r.layer {
+        let _ = write!(l, " · layer {layer}");
+    }
+    l
+}
+
+/// A row's label on the chart: context, then depth and k, then the configuration (and layer).
+fn chart_label(r: &Observation) -> String {
+    let mut l = format!("{}\n{} % · k {}\n{}", tokens_label(r.context_tokens), r.depth_percent, r.topk, r.label);
+    if let Some(layer) = r.layer {
+        let _ = write!(l, " · layer {layer}");
+    }
+    l
+}
+
+/// The chart of `d` over the rows of `obs` (the rows `d` was computed on).
+pub fn likelihood_chart(d: &Diagnosis, obs: &Observations) -> LikelihoodChart {
+    let leaders: Vec<_> = d.ranking.iter().take(LEADERS_SHOWN).collect();
+    LikelihoodChart {
+        title: format!("Diagnosis · {}", d.observations),
+        subtitle: format!(
+            "{} rows against {} candidates · {} recall · {} simulated trials per cell · uniform prior",
+            obs.rows.len(),
+            d.ranking.len(),
+            if d.reading == Reading::Model { "whole-model" } else { "per-layer" },
+            d.trials
+        ),
+        bars: d
+            .ranking
+            .iter()
+            .map(|r| LikelihoodBar { hypothesis: r.hypothesis.clone(), log10_bayes_factor: r.log10_bayes_factor, posterior: r.posterior })
+            .collect(),
+        note: (!d.not_applicable.is_empty())
+            .then(|| format!("not applicable (change no observed configuration): {}", d.not_applicable.join(", "))),
+        leaders: leaders.iter().map(|r| r.hypothesis.clone()).collect(),
+        rows: obs
+            .rows
+            .iter()
+            .enumerate()
+            .map(|(i, r)| RowRecall {
+                label: chart_label(r),
+                found: r.found,
+                total: r.total,
+                simulated: leaders.iter().map(|l| l.recalls.get(i).copied().unwrap_or(f64::NAN)).collect(),
+            })
+            .collect(),
+    }
+}
+
+fn fmt_posterior(p: f64) -> String {
+    if p >= 0.0001 {
+        format!("{p:.4}")
+    } else {
+        format!("{p:.1e}")
+    }
+}
+
+/// The "Diagnosis" section: ranking, chart, next experiment, rows.
+/// `chart` is the embedded image: (MIME type, bytes), if one was drawn.
+pub fn diagnosis_section(d: &Diagnosis, obs: &Observations, chart: Option<(&str, &[u8])>) -> String {
+    let mut h = String::new();
+    let _ = writeln!(h, "<h2 id=\"diagnosis\">Diagnosis</h2>");
+    let _ = writeln!(
+        h,
+        "<p class=\"meta\">{} · {} rows · {} candidates · {} recall · {} simulated trials per cell · posterior under a uniform prior (docs/OBSERVATIONS.md)</p>",
+        escape(&d.observations),
+        obs.rows.len(),
+        d.ranking.len(),
+        if d.reading == Reading::Model { "whole-model" } else { "per-layer" },
+        d.trials
+    );
+    h.push_str("<table><tr><th>rank</th><th class=\"l\">hypothesis</th><th>log-likelihood</th><th>posterior</th><th>log10 BF</th><th>rows changed</th></tr>\n");
+    for (i, r) in d.ranking.iter().enumerate() {
+        let _ = writeln!(
+            h,
+            "<tr><td>{}</td><td class=\"l\">{}</td><td>{:.3}</td><td>{}</td><td>{:.2}</td><td>{}</td></tr>",
+            i + 1,
+            escape(&r.hypothesis),
+            r.log_likelihood,
+            fmt_posterior(r.posterior),
+            r.log10_bayes_factor,
+            r.rows_changed
+        );
+    }
+    h.push_str("</table>\n");
+    if !d.not_applicable.is_empty() {
+        let _ = writeln!(
+            h,
+            "<p>Not applicable to any observed configuration (the same as healthy, left out): {}.</p>",
+            escape(&d.not_applicable.join(", "))
+        );
+    }
+    if let Some((mime, bytes)) = chart {
+        let _ = writeln!(
+            h,
+            "<figure><img alt=\"likelihood by hypothesis\" src=\"data:{mime};base64,{}\"><figcaption><b>Likelihood by hypothesis</b> · one bar per candidate, best at the top: log10 Bayes factor against the best (bars longer than 30 are cut), posterior printed by each bar. Below: each row's observed recall with its Wilson 95 % interval (black) beside the recall the top {} hypotheses simulate for it.</figcaption></figure>",
+            crate::report::chart::font::base64(bytes),
+            d.ranking.len().min(LEADERS_SHOWN)
+        );
+    }
+    let _ = writeln!(h, "<h3>Next experiment</h3>");
+    match &d.next {
+        None => h.push_str("<p>Not sought (<code>--no-next</code>, or fewer than two candidates).</p>\n"),
+        Some(n) if n.information_per_prompt < 1e-6 => {
+            let _ = writeln!(
+                h,
+                "<p>None in the grid: {} and {} predict the same recall in every cell simulated. A measurement of another kind is needed to separate them.</p>",
+                escape(&n.leaders[0]),
+                escape(&n.leaders[1])
+            );
+        }
+        Some(n) => {
+            let _ = writeln!(
+                h,
+                "<p><b>{} tokens, needle depth {} %, k {}, {}</b>: {:.3} nats per prompt. {} predicts recall {:.3}, {} {:.3}; {}.</p>",
+                tokens_label(n.context_tokens),
+                n.depth_percent,
+                n.topk,
+                escape(&n.config),
+                n.information_per_prompt,
+                escape(&n.leaders[0]),
+                n.leader_recalls[0],
+                escape(&n.leaders[1]),
+                n.leader_recalls[1],
+                match n.prompts_for_20_to_1 {
+                    Some(p) => format!("{p} prompt(s) for 20:1 odds between them, the leader true"),
+                    None => "this cell does not tell them apart".into(),
+                }
+            );
+        }
+    }
+    let _ = writeln!(h, "<h3>Observations against the leaders</h3>");
+    let leaders: Vec<_> = d.ranking.iter().take(LEADERS_SHOWN).collect();
+    h.push_str("<div class=\"scroll\"><table><tr><th>line</th><th>context</th><th>depth %</th><th>k</th><th class=\"l\">configuration</th><th>layer</th><th>found / total</th><th>observed [Wilson 95 %]</th>");
+    for l in &leaders {
+        let _ = write!(h, "<th>{}</th>", escape(&l.hypothesis));
+    }
+    h.push_str("</tr>\n");
+    for (i, r) in obs.rows.iter().enumerate() {
+        let (lo, hi) = crate::base::stats::wilson_interval(r.found, r.total, crate::base::stats::Z95);
+        let config = if r.label == r.config { escape(&r.config) } else { format!("{} = {}", escape(&r.label), escape(&r.config)) };
+        let _ = write!(
+            h,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"l\">{config}</td><td>{}</td><td>{} / {}</td><td>{:.3} [{:.3}, {:.3}]</td>",
+            r.line,
+            tokens_label(r.context_tokens),
+            r.depth_percent,
+            r.topk,
+            r.layer.map_or("—".to_string(), |l| l.to_string()),
+            r.found,
+            r.total,
+            r.found as f64 / r.total as f64,
+            lo,
+            hi
+        );
+        for l in &leaders {
+            let p = l.recalls.get(i).copied().unwrap_or(f64::NAN);
+            let class = if p < lo || p > hi { " class=\"lost\"" } else { "" };
+            let _ = write!(h, "<td{class}>{p:.3}</td>");
+        }
+        h.push_str("</tr>\n");
+    }
+    h.push_str("</table></div>\n<p>Simulated recalls outside the observed interval are in red. Leader columns are in rank order.</p>\n");
+    for note in &d.notes {
+        let _ = writeln!(h, "<p>{}</p>", escape(note));
+    }
+    h
+}
+
+/// The whole report page of a diagnosis.
+pub fn report_html(d: &Diagnosis, obs: &Observations, chart: Option<(&str, &[u8])>) -> String {
+    let mut h = String::new();
+    let _ = write!(
+        h,
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>dsa-recall diagnosis · {}</title><style>{STYLE}</style></head><body>\n",
+        escape(&d.observations)
+    );
+    let _ = writeln!(h, "<h1>dsa-recall diagnosis · {}</h1>", escape(&d.observations));
+    let _ = writeln!(
+        h,
+        "<p>Synthetic model: each hypothesis's recall is simulated from the scenario's knobs, not measured on a real checkpoint. A ranking says which of the catalogue's faults best explains the counts, not that the fault is present; a fault outside the catalogue (docs/HYPOTHESES.md) cannot be ranked.</p>"
+    );
+    h.push_str(&diagnosis_section(d, obs, chart));
+    h.push_str("</body></html>\n");
+    h
+}
+
+/// Writes `diagnosis.json`, the chart in each of `formats` and
+/// `report.html` into `dir` (which the caller has prepared); returns the
+/// file names. On failure, the files written so far are removed.
+pub fn write_diagnosis(dir: &Path, d: &Diagnosis, obs: &Observations, formats: &[ImageFormat]) -> Result<Vec<String>, Error> {
+    let mut written: Vec<String> = Vec::new();
+    let result = (|| -> Result<(), Error> {
+        let chart = likelihood_chart(d, obs);
+        let mut embedded: Option<(&str, Vec<u8>)> = None;
+        for &f in formats {
+            let name = format!("{LIKELIHOOD_CHART}.{}", f.extension());
+            let path = dir.join(&name);
+            render_likelihood(&chart, &path)?;
+            written.push(name);
+            // A PNG is embedded where there is one; an SVG otherwise.
+            if embedded.is_none() || f == ImageFormat::Png {
+                let bytes = std::fs::read(&path).map_err(|e| Error::io(format!("reading {}", path.display()), e))?;
+                embedded = Some((if f == ImageFormat::Png { "image/png" } else { "image/svg+xml" }, bytes));
+            }
+        }
+        // Serializing plain numbers and strings cannot fail.
+        let json = serde_json::to_string_pretty(d).unwrap_or_default() + "\n";
+        write_atomic(&dir.join(DIAGNOSIS_FILE), json.as_bytes())?;
+        written.push(DIAGNOSIS_FILE.into());
+        let html = report_html(d, obs, embedded.as_ref().map(|(m, b)| (*m, b.as_slice())));
+        write_atomic(&dir.join(REPORT_FILE), html.as_bytes())?;
+        written.push(REPORT_FILE.into());
+        Ok(())
+    })();
+    match result {
+        Ok(()) => Ok(written),
+        Err(e) => {
+            for name in &written {
+                let _ = std::fs::remove_file(dir.join(name));
+            }
+            Err(e)
+        }
+    }
+}

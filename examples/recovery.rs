@@ -76,6 +76,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             truth.plan.len()
         ),
         x_label: "prompts per observation row".into(),
+        y_label: "share ranked first".into(),
+        key: Some("— share of draws (Wilson 95 % band)".into()),
         panels: vec![KnobPanel { title: "truth simulated at seed 7, diagnosed at seed 42".into(), series }],
     };
     std::fs::create_dir_all("plots")?;

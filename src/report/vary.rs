@@ -97,6 +97,8 @@ pub fn knob_chart(outcome: &VaryOutcome) -> Option<KnobChart> {
             grid.contexts.len()
         ),
         x_label: axis.label(),
+        y_label: "recall".into(),
+        key: None,
         panels,
     })
 }

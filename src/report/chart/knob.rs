@@ -38,6 +38,10 @@ pub struct KnobChart {
     pub subtitle: String,
     /// The knob as the x axis names it.
     pub x_label: String,
+    /// What the y axis shows ("recall" for a knob sweep).
+    pub y_label: String,
+    /// The line-style key after the legend; None: whole model vs per layer.
+    pub key: Option<String>,
     pub panels: Vec<KnobPanel>,
 }
 
@@ -118,7 +122,7 @@ impl Painter for KnobChart {
                 .y_labels(6)
                 .y_label_formatter(&|y| format!("{y:.1}"))
                 .x_desc(self.x_label.clone())
-                .y_desc("recall")
+                .y_desc(self.y_label.clone())
                 .label_style(text(15.0 * s, INK))
                 .axis_desc_style(text(16.0 * s, INK))
                 .light_line_style(GRID.mix(0.0))
@@ -176,7 +180,11 @@ impl Painter for KnobChart {
             x += px(50.0) + tw as i32;
         }
         let whole = self.panels.iter().flat_map(|p| &p.series).any(|s| s.whole_model);
-        let key = if whole { "— whole model (95 % band)   - - per layer" } else { "- - per-layer selection recall" };
+        let key = match &self.key {
+            Some(k) => k.as_str(),
+            None if whole => "— whole model (95 % band)   - - per layer",
+            None => "- - per-layer selection recall",
+        };
         root.draw(&Text::new(key, (x + px(20.0), y + px(2.0)), text(15.0 * s, INK_SOFT))).map_err(draw_err)?;
         Ok(())
     }
@@ -197,6 +205,8 @@ mod tests {
             title: "t".into(),
             subtitle: "s".into(),
             x_label: "needle.strength".into(),
+            y_label: "recall".into(),
+            key: None,
             panels: vec![
                 KnobPanel { title: "8K".into(), series: vec![series(true, 0.0), series(false, 0.1)] },
                 KnobPanel { title: "32K".into(), series: vec![series(true, 0.1), series(false, 0.2)] },

@@ -150,16 +150,7 @@ fn recalls(
             message: format!("no simulated cell for {} here", r.config),
         })?;
         trials = s.trials;
-        out.push(match (r.layer, reading) {
-            (Some(_), _) | (None, Reading::Layer) => s.layer,
-            (None, Reading::Model) => s.model.ok_or_else(|| {
-                Error::Config(ConfigError::new(
-                    "--recall",
-                    "model",
-                    "whole-model recall needs a [stack] in the scenario; give one or use --recall layer",
-                ))
-            })?,
-        });
+        out.push(s.recall_for(r.layer, reading)?);
     }
     Ok((out, trials))
 }

@@ -108,6 +108,23 @@ pub struct Simulated {
     pub trials: u64,
 }
 
+impl Simulated {
+    /// The recall an observation row is compared with: per layer for a row
+    /// with a `layer` (a capture) or under `Reading::Layer`, else whole-model.
+    pub fn recall_for(&self, layer: Option<u64>, reading: Reading) -> Result<f64, Error> {
+        match (layer, reading) {
+            (Some(_), _) | (None, Reading::Layer) => Ok(self.layer),
+            (None, Reading::Model) => self.model.ok_or_else(|| {
+                Error::Config(ConfigError::new(
+                    "--recall",
+                    "model",
+                    "whole-model recall needs a [stack] in the scenario; give one or use --recall layer",
+                ))
+            }),
+        }
+    }
+}
+
 type CellKey = (u64, u64, u64, String);
 
 fn key(context: u64, depth: f64, k: u64, variant: &str) -> CellKey {
@@ -340,17 +357,7 @@ impl Prepared {
             .sim
             .get(&key(r.context_tokens, r.depth_percent, r.topk, v))
             .ok_or_else(|| missing(format!("no simulated cell for {v} here")))?;
-        let p = match (r.layer, self.reading) {
-            (Some(_), _) | (None, Reading::Layer) => s.layer,
-            (None, Reading::Model) => s.model.ok_or_else(|| {
-                Error::Config(ConfigError::new(
-                    "--recall",
-                    "model",
-                    "whole-model recall needs a [stack] in the scenario; give one or use --recall layer",
-                ))
-            })?,
-        };
-        Ok((p, s.trials))
+        Ok((s.recall_for(r.layer, self.reading)?, s.trials))
     }
 
     /// The ranking of the prepared candidates on the counts of `rows` (in

@@ -9,7 +9,7 @@ use crate::diagnose::{Diagnosis, Reading};
 use crate::error::Error;
 use crate::report::chart::likelihood::{render_likelihood, LikelihoodBar, LikelihoodChart, RowRecall};
 use crate::report::chart::ImageFormat;
-use crate::report::html::{escape, STYLE};
+use crate::report::html::{escape, page_start};
 use crate::run::output::{tokens_label, write_atomic};
 use std::fmt::Write as _;
 use std::path::Path;
@@ -196,12 +196,7 @@ pub fn diagnosis_section(d: &Diagnosis, obs: &Observations, chart: Option<(&str,
 
 /// The whole report page of a diagnosis.
 pub fn report_html(d: &Diagnosis, obs: &Observations, chart: Option<(&str, &[u8])>) -> String {
-    let mut h = String::new();
-    let _ = write!(
-        h,
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>dsa-recall diagnosis · {}</title><style>{STYLE}</style></head><body>\n",
-        escape(&d.observations)
-    );
+    let mut h = page_start(&format!("dsa-recall diagnosis · {}", d.observations));
     let _ = writeln!(h, "<h1>dsa-recall diagnosis · {}</h1>", escape(&d.observations));
     let _ = writeln!(
         h,

@@ -21,6 +21,15 @@ use std::path::Path;
 pub const SIGNIFICANCE: f64 = 0.05;
 
 /// Escapes text for HTML element content and attribute values.
+/// The start of a report page, up to and including `<body>` and a newline;
+/// `title` is escaped here.
+pub fn page_start(title: &str) -> String {
+    format!(
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{}</title><style>{STYLE}</style></head><body>\n",
+        escape(title)
+    )
+}
+
 pub fn escape(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for ch in text.chars() {
@@ -305,12 +314,7 @@ pub fn report_html(dir: &Path, meta: &ReportMeta, cells: &[CellResult], chart_fi
     let trials = cells.first().map_or(0, |c| c.trials);
     // Whole-model recall present: report it beside per-layer recall.
     let whole = cells.iter().any(|c| c.model_recall.is_some());
-    let mut h = String::new();
-    let _ = write!(
-        h,
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>dsa-recall report · {}</title><style>{STYLE}</style></head><body>\n",
-        escape(&meta.preset)
-    );
+    let mut h = page_start(&format!("dsa-recall report · {}", meta.preset));
     let _ = writeln!(h, "<h1>dsa-recall sweep report · {}</h1>", escape(&meta.preset));
     let _ = writeln!(
         h,

@@ -9,7 +9,7 @@ use std::path::Path;
 use crate::config::Scenario;
 use crate::error::Error;
 use crate::report::chart::knob::{render_knob, KnobChart, KnobPanel, KnobSeries};
-use crate::report::html::{escape, STYLE};
+use crate::report::html::{escape, page_start};
 use crate::report::{plot_dir, write_sweep, Grid, PlotOptions, REPORT_FILE};
 use crate::run::output::{tokens_label, write_atomic};
 use crate::run::store;
@@ -122,12 +122,7 @@ pub fn write_vary(dir: &Path, outcome: &VaryOutcome, opts: &PlotOptions) -> Resu
 
 fn report_html(dir: &Path, outcome: &VaryOutcome, charts: &[String]) -> Result<String, Error> {
     let axis = &outcome.axis;
-    let mut h = String::new();
-    let _ = writeln!(
-        h,
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>dsa-recall · {}</title><style>{STYLE}</style></head><body>",
-        escape(&axis.field)
-    );
+    let mut h = page_start(&format!("dsa-recall · {}", axis.field));
     let _ = writeln!(h, "<h1>dsa-recall sweep over {}</h1>", escape(&axis.label()));
     let _ = writeln!(
         h,

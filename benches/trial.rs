@@ -185,6 +185,27 @@ fn main() {
         println!("{label:<24} {:>14.2} {:>14.2} {:>7.3}×", 1e3 * a, 1e3 * b, a / b);
     }
 
+    // 1d. The quantile needle's cost: the same trials with the needle
+    // placed at its drawn exceedance (the preset's `niah` profile: an exact
+    // reference scored beside bf16 and fp4, and the scale solved per
+    // context) and with the fixed strength-1 needle (`stress`), 1 thread.
+    println!("\n## quantile needle against the strength unit (V4-Flash as shipped, 128K, 16 trials, 1 thread; median of {rounds} rounds)");
+    let needle_text = |profile: &str| format!("[needle]\nprofile = \"{profile}\"\n[sweep]\ncontexts = \"128K\"\ntrials = 16\n");
+    let needle_cases = [scenario(&needle_text("niah")), scenario(&needle_text("stress"))];
+    let mut needle_times = [vec![], vec![]];
+    for _ in 0..rounds {
+        for (s, t) in needle_cases.iter().zip(needle_times.iter_mut()) {
+            t.push(
+                time(|| {
+                    pools[0].install(|| run_sweep(s, &|| {})).expect("sweep");
+                }) / 16.0,
+            );
+        }
+    }
+    let (quantile, strength) = (median(needle_times[0].clone()), median(needle_times[1].clone()));
+    println!("{:<24} {:>14} {:>14} {:>8}", "", "niah ms/trial", "stress ms/trial", "ratio");
+    println!("{:<24} {:>14.2} {:>14.2} {:>7.3}×  (target ≤ 1.3×)", "V4-Flash 128K", 1e3 * quantile, 1e3 * strength, quantile / strength);
+
     // 2. Scoring vs GEMM on [32K × 128]·[128 × 64].
     let s = scenario("");
     let h = TrialHaystack::draw(&s.model, 42).expect("draw");

@@ -9,7 +9,7 @@
 use dsa_recall::base::stats::{mean_interval, wilson_interval, Z95};
 use dsa_recall::config::{self, params::parse_scenario_toml, Scenario};
 use dsa_recall::estimate::driver::trial_seed;
-use dsa_recall::estimate::stack::adjacent_overlap;
+use dsa_recall::estimate::stack::{adjacent_overlap, correlation_for_overlap, OVERLAP_ENDS};
 use dsa_recall::model::haystack::TrialHaystack;
 use dsa_recall::model::row_source::context_keys;
 use dsa_recall::run::cell::CellResult;
@@ -37,6 +37,7 @@ struct Row {
 
 const FITTED: &str = "fitted";
 const CHECK: &str = "check (not fitted)";
+const PREDICTION: &str = "prediction (no target)";
 
 fn interval(x: (f64, f64, f64)) -> String {
     format!("{:.3} [{:.3}, {:.3}]", x.0, x.1, x.2)
@@ -65,7 +66,7 @@ fn sign_structure(context: u64, k: usize, trials: u64) -> (Vec<f64>, Vec<f64>) {
         let seed = trial_seed(s.seed, 50.0, t);
         let hay = TrialHaystack::draw(&s.model, seed).expect("haystack");
         let placement = s.geometry.place_needle(context, s.needle_tokens, 50.0);
-        let (keys, queries) = context_keys(&s.model, &s.physics, s.geometry, &hay, seed, context, placement.tokens).expect("rows");
+        let (keys, queries) = context_keys(&s.model, &s.physics, s.geometry, &hay, seed, context, placement.tokens, None).expect("rows");
         let rows = keys.len() / d;
         let (mut neg, mut relu, mut linear) = (0u64, vec![0.0f64; rows], vec![0.0f64; rows]);
         for (r, key) in keys.chunks_exact(d).enumerate() {
@@ -96,50 +97,107 @@ fn tokens(n: u64) -> String {
     dsa_recall::run::output::tokens_label(n)
 }
 
+/// Selection fidelity (mean share of fp32's top-k kept, 95 % interval) of a cell.
+fn fidelity(c: &CellResult) -> (f64, f64, f64) {
+    (c.selection_recall.unwrap_or(f64::NAN), c.selection_recall_ci_low.unwrap_or(f64::NAN), c.selection_recall_ci_high.unwrap_or(f64::NAN))
+}
+
+fn model(c: &CellResult) -> (f64, f64, f64) {
+    (c.model_recall.unwrap_or(f64::NAN), c.model_ci_low.unwrap_or(f64::NAN), c.model_ci_high.unwrap_or(f64::NAN))
+}
+
+/// The cell with the lowest whole-model recall.
+fn worst<'a>(cells: impl Iterator<Item = &'a CellResult>) -> &'a CellResult {
+    cells.min_by(|a, b| a.model_recall.unwrap_or(0.0).total_cmp(&b.model_recall.unwrap_or(0.0))).expect("cells")
+}
+
 fn main() {
     let trials: u64 = std::env::var("DSA_CALIBRATION_TRIALS").ok().and_then(|v| v.parse().ok()).unwrap_or(200);
     let mut rows = Vec::new();
 
-    // Selection recall of the V4 fp4 indexer (and fp8 with fp32 scales)
-    // against exact fp32 scoring on the same trials, k 512.
+    // Index scores rounded to bf16 or fp16 against fp32 scores (queries and
+    // keys exact), V4-Flash, k 512: what DeepSeek-V4 §5.2.1 attaches its
+    // "99.7 % recall of KV entries" to, and the FP16 step vLLM PR #52696 measures.
     let cells = sweep(&format!(
-        "preset = \"deepseek-v4-flash\"\n[sweep]\ncontexts = \"8K,32K,128K\"\nprecisions = \"fp32,fp4,fp8-fp32scale\"\n\
+        "preset = \"deepseek-v4-flash\"\n[[precision]]\nname = \"bf16-scores\"\nlogits = \"bf16\"\n\
+         [[precision]]\nname = \"fp16-scores\"\nlogits = \"f16\"\n\
+         [sweep]\ncontexts = \"8K,32K,128K\"\nprecisions = \"fp32,bf16-scores,fp16-scores,fp8-fp32scale,fp4\"\n\
          topk = [512]\ntrials = {trials}\nseed = 21\n"
     ));
-    for c in cells.iter().filter(|c| c.precision != "fp32") {
-        let x = (
-            c.selection_recall.unwrap_or(f64::NAN),
-            c.selection_recall_ci_low.unwrap_or(f64::NAN),
-            c.selection_recall_ci_high.unwrap_or(f64::NAN),
-        );
+    for c in cells.iter().filter(|c| c.precision == "bf16-scores") {
+        let x = fidelity(c);
         rows.push(Row {
-            quantity: format!("{} top-512 set recall vs fp32, {}K", c.precision, c.context_tokens / 1024),
-            public: "99.7 % (DeepSeek-V4 report, FP4 QK path)",
-            target: "≥ 0.99",
+            quantity: format!("index scores in bf16 vs fp32, top-512 set recall, {}", tokens(c.context_tokens)),
+            public: "99.7 % recall of KV entries after quantizing index scores FP32 → BF16 (DeepSeek-V4 report §5.2.1)",
+            target: "≈ 0.997 (≥ 0.99)",
             ours: interval(x),
             met: Some(x.0 >= 0.99),
-            role: FITTED,
+            role: CHECK,
+        });
+    }
+    for c in cells.iter().filter(|c| c.precision == "fp16-scores") {
+        let x = fidelity(c);
+        rows.push(Row {
+            quantity: format!("index scores in fp16 vs fp32, top-512 set recall, {}", tokens(c.context_tokens)),
+            public: "0.99931 (fp16 vs fp32 index scores, top-2048 at ~199K, GLM-5.2 decode; vLLM PR #52696)",
+            target: "≥ 0.999",
+            ours: interval(x),
+            met: Some(x.0 >= 0.999),
+            role: CHECK,
+        });
+    }
+    // fp4 QK has no public set-recall figure: a prediction, with the bound of
+    // ../shared/reference/needle-and-calibration.md §3.1 (1 − r·(1 − overlap), r ≥ 0.08).
+    let overlap_32k = sign_structure(32 * 1024, 512, (trials / 10).max(5)).1;
+    let bound = 1.0 - 0.08 * (1.0 - mean_ci(&overlap_32k).0);
+    for c in cells.iter().filter(|c| c.precision == "fp4" || c.precision == "fp8-fp32scale") {
+        let x = fidelity(c);
+        let fp4 = c.precision == "fp4";
+        rows.push(Row {
+            quantity: format!("{} (QK quantized) top-512 set recall vs fp32, {}", c.precision, tokens(c.context_tokens)),
+            public: if fp4 {
+                "none published (the V4 report's 99.7 % is the BF16 score step, row above)"
+            } else {
+                "none published for V4 (V3.2 check below)"
+            },
+            target: if fp4 { "prediction; ≤ 1 − 0.08·(1 − ReLU/linear overlap) under exchangeable rows" } else { "prediction" },
+            ours: interval(x),
+            met: fp4.then_some(x.0 <= bound + 0.005),
+            role: PREDICTION,
         });
     }
 
-    // V3.2's fp8 indexer against fp32, token level, top-2048.
+    // V3.2's fp8 indexers against fp32, token level, top-2048, and fp16
+    // scores at ~192K (vLLM PR #52696's own context).
     let cells = sweep(&format!(
-        "preset = \"deepseek-v3.2\"\n[sweep]\ncontexts = \"4K,16K,64K\"\nprecisions = \"fp32,fp8\"\ntopk = [2048]\n\
+        "preset = \"deepseek-v3.2\"\n[sweep]\ncontexts = \"4K,16K,64K\"\nprecisions = \"fp32,fp8,fp8-fp32scale\"\ntopk = [2048]\n\
          trials = {}\nseed = 24\n",
         (trials / 2).max(20)
     ));
-    for c in cells.iter().filter(|c| c.precision == "fp8") {
-        let x = (
-            c.selection_recall.unwrap_or(f64::NAN),
-            c.selection_recall_ci_low.unwrap_or(f64::NAN),
-            c.selection_recall_ci_high.unwrap_or(f64::NAN),
-        );
+    for c in cells.iter().filter(|c| c.precision != "fp32") {
+        let x = fidelity(c);
         rows.push(Row {
-            quantity: format!("V3.2 fp8 top-2048 set recall vs fp32, {}K", c.context_tokens / 1024),
+            quantity: format!("V3.2 {} top-2048 set recall vs fp32, {}", c.precision, tokens(c.context_tokens)),
             public: "0.983 (GLM-5.2 fp8 indexer vs f32 oracle, pegainfer PR #521)",
             target: "0.96–1.00 (another model: compatible, not equal)",
             ours: interval(x),
             met: Some((0.96..=1.0).contains(&x.0)),
+            role: CHECK,
+        });
+    }
+    let cells = sweep(&format!(
+        "preset = \"deepseek-v3.2\"\n[[precision]]\nname = \"fp16-scores\"\nlogits = \"f16\"\n\
+         [sweep]\ncontexts = \"192K\"\nprecisions = \"fp32,fp16-scores\"\ntopk = [2048]\ntrials = {}\nseed = 24\n",
+        (trials / 10).max(10)
+    ));
+    for c in cells.iter().filter(|c| c.precision != "fp32") {
+        let x = fidelity(c);
+        rows.push(Row {
+            quantity: format!("V3.2 index scores in fp16 vs fp32, top-2048 set recall, {}", tokens(c.context_tokens)),
+            public: "0.99931 (top-2048 at ~199K, GLM-5.2 decode; vLLM PR #52696)",
+            target: "≥ 0.999",
+            ours: interval(x),
+            met: Some(x.0 >= 0.999),
             role: CHECK,
         });
     }
@@ -166,72 +224,97 @@ fn main() {
         met: Some(token_overlap >= 0.95 - 5e-4),
         role: FITTED,
     });
+    let (low, high) = OVERLAP_ENDS;
+    rows.push(Row {
+        quantity: format!(
+            "the band's ends: adjacent-layer overlap {low} and {high} at a top share of 1/16 (ρ_L = {:.4} and {:.6})",
+            correlation_for_overlap(low, 1.0 / 16.0),
+            correlation_for_overlap(high, 1.0 / 16.0)
+        ),
+        public: "~38 % top-512 overlap across layers, V4-Flash prefill (vllm PR #41834); 70–100 % (IndexCache)",
+        target: "both ends shown as the band",
+        ours: format!(
+            "{:.3} and {:.3}",
+            adjacent_overlap(correlation_for_overlap(low, 1.0 / 16.0), 1.0 / 16.0),
+            adjacent_overlap(correlation_for_overlap(high, 1.0 / 16.0), 1.0 / 16.0)
+        ),
+        met: None,
+        role: "assumption (band)",
+    });
 
-    // A correct V4-Flash finds a needle at 32K–256K (whole-model outcomes).
-    // Per-layer selection recall beside whole-model recall, default needle,
-    // bf16, k 512, at three depths; the worst context of 4K–256K is the row.
-    let needle_grid = |strength: f64, trials: u64| {
-        sweep(&format!(
-            "preset = \"deepseek-v4-flash\"\n[needle]\nstrength = {strength:?}\n[sweep]\ncontexts = \"4K..256K\"\n\
-             depths = \"10,50,90\"\nprecisions = \"bf16\"\ntopk = [512]\ntrials = {trials}\nseed = 22\n"
-        ))
-    };
-    let model =
-        |c: &CellResult| (c.model_recall.unwrap_or(f64::NAN), c.model_ci_low.unwrap_or(f64::NAN), c.model_ci_high.unwrap_or(f64::NAN));
-    let worst = |cells: &[CellResult], depth: f64| -> CellResult {
-        let at_depth = cells.iter().filter(|c| c.depth_percent == depth);
-        at_depth.min_by(|a, b| a.model_recall.unwrap_or(0.0).total_cmp(&b.model_recall.unwrap_or(0.0))).expect("cells").clone()
-    };
-    let default_needle = needle_grid(flash.model.needle_strength, trials);
-    for depth in [10.0, 50.0, 90.0] {
-        let c = worst(&default_needle, depth);
-        let layer =
-            default_needle.iter().filter(|x| x.depth_percent == depth && x.context_tokens == 256 * 1024).map(wilson).next().expect("256K");
+    // Where the default needle ranks: fp32, ~55K tokens (13,801 rows in the
+    // capture; 56K gives 14,336), the profile's own source.
+    let cells = sweep(&format!(
+        "preset = \"deepseek-v4-flash\"\n[sweep]\ncontexts = \"56K\"\ndepths = \"10,50,90\"\nprecisions = \"fp32\"\ntopk = [512]\n\
+         trials = {trials}\nseed = 42\n"
+    ));
+    for c in &cells {
+        let q = c.rank_share_quantiles.map(|q| q.map(|x| x * c.k_eff as f64)).unwrap_or([f64::NAN; 5]);
+        let capped = c.needle_capped.unwrap_or(0) as f64 / c.trials as f64;
         rows.push(Row {
             quantity: format!(
-                "bf16 needle (strength {}), worst of 4K–256K at depth {depth} %: whole-model recall ({}K; per-layer at 256K {})",
-                flash.model.needle_strength,
-                c.context_tokens / 1024,
-                interval(layer)
+                "median rank of the needle (niah profile, fp32), 56K, depth {} % (5–95 %: {:.0}–{:.0}; capped by the norm in {:.1} % of trials)",
+                c.depth_percent,
+                q[0],
+                q[4],
+                100.0 * capped
             ),
-            public: "4/4 needles found at 32K–256K (sglang PR #33271)",
+            public: "rank 0–16 of 13,801 compressed rows, a correct V4 prefill path (1CatAI/1Cat-vLLM PR #250)",
+            target: "median 0–16",
+            ours: format!("{:.1}", c.median_rank.unwrap_or(f64::NAN)),
+            met: Some(c.median_rank.is_some_and(|m| m <= 16.0)),
+            role: "fitted (the profile reads it)",
+        });
+    }
+
+    // A correct V4-Flash finds a needle at 4K–256K (sglang PR #33271, issue
+    // #33194): whole-model recall, bf16, k 512, the worst context per depth.
+    let needle_grid = |precisions: &str, contexts: &str| {
+        sweep(&format!(
+            "preset = \"deepseek-v4-flash\"\n[sweep]\ncontexts = \"{contexts}\"\ndepths = \"10,50,90\"\nprecisions = \"{precisions}\"\n\
+             topk = [512]\ntrials = {trials}\nseed = 22\n"
+        ))
+    };
+    let default_needle = needle_grid("bf16", "4K..256K");
+    for depth in [10.0, 50.0, 90.0] {
+        let c = worst(default_needle.iter().filter(|c| c.depth_percent == depth));
+        rows.push(Row {
+            quantity: format!(
+                "bf16, k 512, niah needle, worst of 4K–256K at depth {depth} %: whole-model recall ({}; per-layer there {}; band {:.3}–{:.3})",
+                tokens(c.context_tokens),
+                interval(wilson(c)),
+                c.model_band_low.unwrap_or(f64::NAN),
+                c.model_band_high.unwrap_or(f64::NAN)
+            ),
+            public: "4/4 needles found at 32K–256K (sglang PR #33271); 4/4 at 4K/32K/128K × depths 0.1/0.5/0.9 (sglang #33194)",
             target: "≥ 0.95 at every context",
-            ours: interval(model(&c)),
+            ours: interval(model(c)),
             met: Some(c.model_recall.unwrap_or(0.0) >= 0.95),
             role: CHECK,
         });
     }
-    // The weakest needle strength of a doubling grid that meets the target
-    // at every context and depth: what a NIAH needle must be in this model.
-    let mut niah = None;
-    for strength in [2.0, 4.0, 8.0, 16.0, 32.0] {
-        let cells = needle_grid(strength, trials / 2);
-        let low = [10.0, 50.0, 90.0].map(|d| worst(&cells, d));
-        let lowest = low.iter().min_by(|a, b| a.model_recall.unwrap_or(0.0).total_cmp(&b.model_recall.unwrap_or(0.0))).expect("three");
-        if lowest.model_recall.unwrap_or(0.0) >= 0.95 {
-            niah = Some((strength, lowest.clone()));
-            break;
-        }
-    }
-    if let Some((strength, c)) = niah {
+    // Both fp8 and fp4 indexers find it at 50K–250K (vLLM PR #52696, 12/12 each).
+    let quantized = needle_grid("fp8-fp32scale,fp4", "64K,128K,256K");
+    for p in ["fp8-fp32scale", "fp4"] {
+        let c = worst(quantized.iter().filter(|c| c.precision == p));
         rows.push(Row {
             quantity: format!(
-                "weakest needle strength of 2, 4, 8, 16, 32 meeting the row above at every depth: {strength} (its worst cell: {}K, depth {} %)",
-                c.context_tokens / 1024,
+                "{p}, k 512, niah needle, worst of 64K–256K × depths 10/50/90: whole-model recall ({}, depth {} %)",
+                tokens(c.context_tokens),
                 c.depth_percent
             ),
-            public: "4/4 needles found at 32K–256K (sglang PR #33271)",
-            target: "≥ 0.95 at every context",
-            ours: interval(model(&c)),
-            met: Some(true),
-            role: "fitted (not the default)",
+            public: "12/12 found with the FP8 and 12/12 with the FP4 indexer at 50K–250K, depths 10/50/90 (vLLM PR #52696)",
+            target: "≥ 0.95 at every cell",
+            ours: interval(model(c)),
+            met: Some(c.model_recall.unwrap_or(0.0) >= 0.95),
+            role: CHECK,
         });
     }
 
     // The seed incident's surviving fault (constant logits, index-ordered
-    // ties; docs/FINDINGS.md, 1) must keep its signature in the whole model.
+    // ties; docs/FINDINGS.md, 1) under the default needle.
     let cells = sweep(&format!(
-        "preset = \"deepseek-v4-flash\"\n[needle]\nstrength = 1.5\n[sweep]\ncontexts = \"2K,2.5K,3K,4K,5K,6K,8K,10K\"\n\
+        "preset = \"deepseek-v4-flash\"\n[sweep]\ncontexts = \"2K,2.5K,3K,4K,5K,6K,8K,10K\"\n\
          depths = \"80\"\nprecisions = \"bf16,fp8-fp32scale+scale-unwritten-zero+ties-lowest\"\ntopk = [512, 1024]\n\
          trials = {}\nseed = 25\n",
         (trials / 2).max(20)
@@ -242,92 +325,62 @@ fn main() {
             |cs: &[&CellResult]| cs.iter().take_while(|c| c.model_recall.unwrap_or(0.0) >= 0.9).last().map_or(0, |c| c.context_tokens);
         let (fault, bf16) = (series("fp8"), series("bf16"));
         let (fault_reach, bf16_reach) = (reach(&fault), reach(&bf16));
-        let lost_after = fault.iter().filter(|c| c.context_tokens > fault_reach).all(|c| c.model_recall.unwrap_or(1.0) <= 0.5);
-        let want = if k == 512 { 2560 } else { 5120 };
+        let lost_by = fault.iter().find(|c| c.model_recall.unwrap_or(1.0) <= 0.1).map_or(u64::MAX, |c| c.context_tokens);
+        let (keep, lose) = if k == 512 { (2048, 4096) } else { (4096, 8192) };
         rows.push(Row {
             quantity: format!(
-                "seed incident fault (scale-unwritten-zero+ties-lowest, depth 80 %, strength 1.5), k {k}: whole model reliable to {} then lost; bf16 reliable to {}",
+                "seed incident fault (scale-unwritten-zero+ties-lowest, depth 80 %), niah needle, k {k}: whole model reliable to {}, lost by {}; bf16 reliable to {}",
                 tokens(fault_reach),
+                if lost_by == u64::MAX { "—".to_string() } else { tokens(lost_by) },
                 tokens(bf16_reach)
             ),
             public: "reliable to ~2.5K (k 512) / ~5K (k 1024), lost beyond, bf16 keys fix it (the seed report)",
-            target: if k == 512 { "fault 2.5K, lost after; bf16 ≥ 5K" } else { "fault 5K, lost after; bf16 ≥ 10K" },
+            target: if k == 512 { "kept at 2K, lost by 4K; bf16 ≥ 10K" } else { "kept to 4–5K, lost by 8K; bf16 ≥ 10K" },
             ours: format!("fault {}, bf16 {}", tokens(fault_reach), tokens(bf16_reach)),
-            met: Some(fault_reach == want && lost_after && bf16_reach >= 2 * want),
+            met: Some(fault_reach >= keep && lost_by <= lose && bf16_reach >= 10 * 1024),
             role: CHECK,
         });
     }
 
-    // A salient needle is found at any depth.
-    let cells = sweep(&format!(
-        "preset = \"deepseek-v4-flash\"\n[needle]\nstrength = 30.0\n[sweep]\ncontexts = \"64K\"\ndepths = \"0\"\n\
-         precisions = \"bf16\"\ntopk = [512]\ntrials = {trials}\nseed = 22\n"
-    ));
-    let c = &cells[0];
-    rows.push(Row {
-        quantity: "bf16 needle of strength 30, 64K, depth 0".into(),
-        public: "trained models retrieve salient facts at any depth",
-        target: "≥ 0.98",
-        ours: interval(wilson(c)),
-        met: Some(c.recall >= 0.98),
-        role: FITTED,
-    });
-
-    // The trained indexer's sign structure at 32K (layers 40 and 42).
-    let (negative, overlap) = sign_structure(32 * 1024, 512, (trials / 10).max(5));
-    let (n, o) = (mean_ci(&negative), mean_ci(&overlap));
-    rows.push(Row {
-        quantity: "share of negative per-head products, 32K".into(),
-        public: "0.517 / 0.479 (V4-Flash layers 40 / 42, sglang PR #33271)",
-        target: "0.45–0.55",
-        ours: interval(n),
-        met: Some((0.45..=0.55).contains(&n.0)),
-        role: FITTED,
-    });
-    rows.push(Row {
-        quantity: "top-512 overlap, ReLU vs linear score, 32K".into(),
-        public: "0.54 / 0.77 (same capture)",
-        target: "0.5–0.8",
-        ours: interval(o),
-        met: Some((0.5..=0.8).contains(&o.0)),
-        role: FITTED,
-    });
-
-    // The model before issue 15, for reference: the isotropic needle geometry
-    // with independent heads on exchangeable rows (no [haystack], unit norm weight).
-    let cells = sweep(&format!(
-        "preset = \"deepseek-v4-flash\"\n[needle]\nstrength = 30.0\ngeometry = \"isotropic\"\nhead_coherence = 0.0\n\
-         [haystack]\ncontent_rank = 0\nkey_content_share = 0.0\nquery_content_share = 0.0\nrelevance_scale = 0.0\n\
-         [physics]\nnorm_weight_spread = 0.0\n\
-         [sweep]\ncontexts = \"64K\"\ndepths = \"0\"\nprecisions = \"bf16\"\ntopk = [512]\ntrials = {trials}\nseed = 22\n"
-    ));
-    rows.push(Row {
-        quantity: "the same under the model before issue 15 (isotropic needle, independent heads, exchangeable rows)".into(),
-        public: "-",
-        target: "-",
-        ours: interval(wilson(&cells[0])),
-        met: None,
-        role: "reference",
-    });
-
-    println!("| quantity | public measurement (source) | target | simulator, 95 % interval | met | role |");
-    println!("|---|---|---|---|---|---|");
-    for r in &rows {
-        let met = match r.met {
-            Some(true) => "yes",
-            Some(false) => "**no**",
-            None => "-",
-        };
-        println!("| {} | {} | {} | {} | {} | {} |", r.quantity, r.public, r.target, r.ours, met, r.role);
+    // The trained indexer's sign structure (sglang PR #33271): the haystack
+    // fit of tools/haystack_fit.py, at its three contexts.
+    for (context, range) in [(32u64 << 10, (0.71, 0.88)), (128 << 10, (0.63, 0.83)), (256 << 10, (0.55, 0.83))] {
+        let (negative, overlap) = sign_structure(context, 512, (trials / 10).max(5));
+        let (n, o) = (mean_ci(&negative), mean_ci(&overlap));
+        rows.push(Row {
+            quantity: format!("share of negative per-head products, {}", tokens(context)),
+            public: "0.517 / 0.479 (V4-Flash layers 40 / 42 at 32K); 0.38–0.61 over 21 layers at 32K–256K (sglang PR #33271)",
+            target: "0.45–0.55",
+            ours: interval(n),
+            met: Some((0.45..=0.55).contains(&n.0)),
+            role: FITTED,
+        });
+        rows.push(Row {
+            quantity: format!("top-512 overlap, ReLU vs linear score, {}", tokens(context)),
+            public: "per-layer means 0.71–0.88 (32K), 0.63–0.83 (128K), 0.55–0.83 (256K), falling with context (sglang PR #33271)",
+            target: if context == 32 << 10 {
+                "0.71–0.88"
+            } else if context == 128 << 10 {
+                "0.63–0.83"
+            } else {
+                "0.55–0.83"
+            },
+            ours: interval(o),
+            met: Some((range.0..=range.1).contains(&o.0)),
+            role: FITTED,
+        });
     }
+
+    print_table(&rows);
     println!(
-        "\n{trials} trials per cell (V3.2, the strength search and the seed incident: {}), sign structure over {} trials.",
+        "\n{trials} trials per cell (V3.2 and the seed incident: {}; V3.2 at 192K: {}), sign structure over {} trials per context.",
         (trials / 2).max(20),
+        (trials / 10).max(10),
         (trials / 10).max(5)
     );
 
     // What the default correlations give at each context (V4-Flash, k 512
-    // and 1024: the top share f = k / candidate rows).
+    // and 1024: the top share f = k / candidate rows), and the band's ends.
     println!("\n| context | top share f, k 512 | adjacent-layer overlap | adjacent-token overlap | f, k 1024 | adjacent-layer | adjacent-token |");
     println!("|---|---|---|---|---|---|---|");
     for context in [4u64 << 10, 8 << 10, 16 << 10, 32 << 10, 64 << 10, 128 << 10, 256 << 10] {
@@ -346,15 +399,30 @@ fn main() {
         println!("| {} | {} |", tokens(context), cells.join(" | "));
     }
     // The default needle, per context: per-layer and whole-model recall at depth 50 %.
-    println!("\n| context | per-layer recall, depth 50 % | whole-model recall | indexer layers reaching it (mean) |");
-    println!("|---|---|---|---|");
+    println!("\n| context | per-layer recall, depth 50 % | whole-model recall | band (layers share more / less) | indexer layers reaching it (mean) |");
+    println!("|---|---|---|---|---|");
     for c in default_needle.iter().filter(|c| c.depth_percent == 50.0) {
         println!(
-            "| {} | {} | {} | {:.2} |",
+            "| {} | {} | {} | {:.3}–{:.3} | {:.2} |",
             tokens(c.context_tokens),
             interval(wilson(c)),
             interval(model(c)),
+            c.model_band_low.unwrap_or(f64::NAN),
+            c.model_band_high.unwrap_or(f64::NAN),
             c.layers_reached.unwrap_or(f64::NAN)
         );
+    }
+}
+
+fn print_table(rows: &[Row]) {
+    println!("| quantity | public measurement (source) | target | simulator, 95 % interval | met | role |");
+    println!("|---|---|---|---|---|---|");
+    for r in rows {
+        let met = match r.met {
+            Some(true) => "yes",
+            Some(false) => "**no**",
+            None => "-",
+        };
+        println!("| {} | {} | {} | {} | {} | {} |", r.quantity, r.public, r.target, r.ours, met, r.role);
     }
 }

@@ -23,7 +23,14 @@ fn wilson(successes: f64, n: f64) -> (f64, f64) {
 /// Synthetic recall curve: ~1 up to the coverage limit, then decaying like
 /// (limit / context)^slope, quantised to 400 trials.
 fn series(topk: u32, precision: &str, coverage: u64, slope: f64, exps: std::ops::RangeInclusive<u32>) -> RecallSeries {
-    RecallSeries { topk, precision: precision.into(), points: curve(coverage, slope, exps), predicted: Vec::new(), model: Vec::new() }
+    RecallSeries {
+        topk,
+        precision: precision.into(),
+        points: curve(coverage, slope, exps),
+        predicted: Vec::new(),
+        model: Vec::new(),
+        model_band: Vec::new(),
+    }
 }
 
 fn curve(coverage: u64, slope: f64, exps: std::ops::RangeInclusive<u32>) -> Vec<RecallPoint> {

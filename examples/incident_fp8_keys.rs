@@ -74,6 +74,7 @@ fn scenario_toml(strength: f64, precisions: &[String], spread: &str) -> String {
         r#"
 preset = "deepseek-v4-flash"
 [needle]
+unit = "strength"
 strength = {strength:?}
 [physics]
 rope = "v4"

@@ -43,6 +43,7 @@ fn scenario_toml(spread: &str) -> String {
         r#"
 preset = "deepseek-v4-flash"
 [needle]
+unit = "strength"
 strength = 1.5
 [physics]
 rope = "v4"

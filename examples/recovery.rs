@@ -28,7 +28,7 @@ const SEED_DIAGNOSE: u64 = 42;
 
 fn params(seed: u64) -> dsa_recall::ScenarioParams {
     let text = format!(
-        "preset = \"deepseek-v4-flash\"\n[needle]\nstrength = 1.5\n[physics]\nrope = \"v4\"\npooling = \"on\"\n\
+        "preset = \"deepseek-v4-flash\"\n[needle]\nunit = \"strength\"\nstrength = 1.5\n[physics]\nrope = \"v4\"\npooling = \"on\"\n\
          gate_bias_std = 0.0\nneedle_gate_boost = 2.0\n[sweep]\ntrials = 200\nseed = {seed}\n[estimator]\npredict = false\n"
     );
     config::resolve(parse_scenario_toml(&text).expect("the scenario parses")).expect("the scenario resolves")

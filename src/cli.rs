@@ -220,10 +220,10 @@ pub struct CalibrateArgs {
     /// (docs/CALIBRATION.md "Calibrating from observations"). With --checkpoint, its knobs are set first.
     #[arg(long, value_name = "FILE")]
     pub observations: Option<PathBuf>,
-    /// The knob fitted to the observations, as section.field.
-    #[arg(long, value_name = "FIELD", default_value = "needle.strength")]
-    pub fit: String,
-    /// Values tried, LO..HI, log-spaced (default: 0.125..64 for needle.strength, else a tenth to ten times the scenario's value).
+    /// The knob fitted to the observations, as section.field (default: needle.exceedance under the quantile needle, needle.strength under the strength unit).
+    #[arg(long, value_name = "FIELD")]
+    pub fit: Option<String>,
+    /// Values tried, LO..HI, log-spaced (default: 1e-6..0.1 for needle.exceedance, 0.125..64 for needle.strength, else a tenth to ten times the scenario's value).
     #[arg(long, value_name = "LO..HI")]
     pub fit_range: Option<String>,
     /// Recall a row without a layer is compared with: model (whole-model, what a needle test measures) or layer.

@@ -444,7 +444,7 @@ fn run_calibrate(args: &CalibrateArgs) -> Result<(), Error> {
         let given = args.scenario.config.is_some()
             || ScenarioParams { preset: None, ..flags } != ScenarioParams::default()
             || args.fit_range.is_some()
-            || args.fit != dsa_recall::diagnose::fit::DEFAULT_FIELD;
+            || args.fit.is_some();
         if given {
             return Err(dsa_recall::ConfigError::new(
                 "calibrate",
@@ -489,7 +489,8 @@ fn calibrate_from_observations(args: &CalibrateArgs, observations: &std::path::P
     let range = args.fit_range.as_deref().map(parse_fit_range).transpose()?;
     let obs = diagnose::observations::read(observations, &|v| diagnose::variant_ok(&params, v))?;
     let pool = thread_pool(args.scenario.threads)?;
-    let opts = fit::FitOptions { field: args.fit.trim().to_string(), range, reading, on_trial: &|| {} };
+    let field = args.fit.as_deref().map_or_else(|| fit::default_field(&params).to_string(), |f| f.trim().to_string());
+    let opts = fit::FitOptions { field, range, reading, on_trial: &|| {} };
     let f = pool.install(|| fit::fit(&params, &obs, &opts))?;
     let command = std::iter::once("dsa-recall".to_string()).chain(std::env::args().skip(1)).collect::<Vec<_>>().join(" ");
     let mut text = fit::scenario_toml(&base, &f, &command)?;

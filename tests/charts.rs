@@ -186,7 +186,7 @@ fn whole_model_recall_is_shown_beside_per_layer_recall() {
 
     // Tail sampling reads the stack from each trial's survival probability.
     let tail = tmp.path().join("tail");
-    small_sweep_with(&tail, &["--mode", "tail"]);
+    small_sweep_with(&tail, &["--mode", "tail", "--needle-profile", "stress"]);
     let html = std::fs::read_to_string(tail.join("report.html")).unwrap();
     assert!(html.contains("Whole-model recall per cell"));
     assert!(tail.join("heatmap_model.png").exists());

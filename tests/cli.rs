@@ -603,7 +603,7 @@ fn help_and_version_succeed() {
 #[test]
 fn config_file_is_honoured() {
     let tmp = TempDir::new().unwrap();
-    let f = write_file(&tmp, "ok.toml", "[sweep]\ntrials = 15\n\n[needle]\nstrength = 0.0\n");
+    let f = write_file(&tmp, "ok.toml", "[sweep]\ntrials = 15\n\n[needle]\nunit = \"strength\"\nstrength = 0.0\n");
     let out = tmp.path().join("out");
     let o = bin()
         .args(["sweep", "--contexts", "1K,4K", "--depths", "50", "--topk", "64", "--precisions", "fp32", "--config"])
@@ -691,7 +691,7 @@ fn prediction_and_tail_mode_run_on_the_default_preset_with_its_physics() {
         assert!((0.0..=1.0).contains(&p), "{c}");
     }
     let out = dir.path().join("tail");
-    let o = sweep(&out, &["--mode", "tail"]);
+    let o = sweep(&out, &["--mode", "tail", "--needle-profile", "stress"]);
     assert!(o.status.success(), "{}", stderr(&o));
     assert_eq!(results(&out).len(), cells.len());
 }
@@ -703,7 +703,20 @@ fn tail_mode_paired_tables_show_no_discordant_pairs() {
     let dir = TempDir::new().unwrap();
     let out = dir.path().join("tail");
     let o = bin()
-        .args(["sweep", "--mode", "tail", "--trials", "20", "--contexts", "4K,16K", "--precisions", "bf16,fp4", "--out"])
+        .args([
+            "sweep",
+            "--mode",
+            "tail",
+            "--needle-profile",
+            "stress",
+            "--trials",
+            "20",
+            "--contexts",
+            "4K,16K",
+            "--precisions",
+            "bf16,fp4",
+            "--out",
+        ])
         .arg(&out)
         .output()
         .unwrap();
@@ -721,7 +734,7 @@ fn estimators_that_need_independent_rows_refuse_dependent_ones() {
     let dir = TempDir::new().unwrap();
     for (flag, value, physics) in [("--predict", "on", "--distractors"), ("--mode", "tail", "--correlation-length")] {
         let out = dir.path().join(flag.trim_start_matches('-'));
-        let o = sweep(&out, &[flag, value, physics, "2"]);
+        let o = sweep(&out, &[flag, value, physics, "2", "--needle-profile", "stress"]);
         assert_one_line_error(&o, &["independent rows", "correlation_length = 0"]);
         assert!(!out.exists(), "no output directory after a refused configuration");
     }

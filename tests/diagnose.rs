@@ -87,7 +87,7 @@ fn tiny_run_prints_a_table_and_json() {
 /// The scenario of docs/FINDINGS.md's incident programs over the given lists.
 fn params(seed: u64) -> dsa_recall::ScenarioParams {
     let text = format!(
-        "preset = \"deepseek-v4-flash\"\n[needle]\nstrength = 1.5\n[physics]\nrope = \"v4\"\npooling = \"on\"\n\
+        "preset = \"deepseek-v4-flash\"\n[needle]\nunit = \"strength\"\nstrength = 1.5\n[physics]\nrope = \"v4\"\npooling = \"on\"\n\
          gate_bias_std = 0.0\nneedle_gate_boost = 2.0\n[sweep]\ntrials = 200\nseed = {seed}\n[estimator]\npredict = false\n"
     );
     config::resolve(parse_scenario_toml(&text).unwrap()).unwrap()
@@ -238,9 +238,9 @@ fn out_dir_is_refused_when_not_empty_and_not_made_on_error() {
 // Issue 18, item 5(b): recovery at one setting of examples/recovery.rs
 // (hadamard-q-only true, 20 prompts per row, the same cells, candidates
 // and seeds A = 7, C = 42). With 1000 draws the example measured a share
-// of 0.600 [0.569, 0.630] (docs/FINDINGS.md §6). Here 400 draws at other
-// seeds B: the Wilson 99 % interval of their share must hold the example's
-// 0.600 (the same quantity, measured again), and its lower end must be
+// of 0.277 [0.250, 0.306] (the haystack of issue 26; docs/FINDINGS.md §6).
+// Here 400 draws at other seeds B: the Wilson 99 % interval of their share
+// must hold the example's 0.277 (the same quantity, measured again), and its lower end must be
 // above 1/6, the share of a diagnosis that knew nothing (six candidates).
 #[test]
 fn recovery_share_at_twenty_prompts_matches_the_example() {
@@ -267,7 +267,7 @@ fn recovery_share_at_twenty_prompts_matches_the_example() {
     let draws = 400;
     let hits = diagnose::recovered(&truth, &diag, &obs.rows, "hadamard-q-only", 20, draws, 5000).unwrap();
     let (lo, hi) = dsa_recall::base::stats::wilson_interval(hits, draws, 2.575_829_303_548_901);
-    assert!(lo <= 0.600 && 0.600 <= hi, "{hits}/{draws}: [{lo:.3}, {hi:.3}] misses the example's 0.600");
+    assert!(lo <= 0.277 && 0.277 <= hi, "{hits}/{draws}: [{lo:.3}, {hi:.3}] misses the example's 0.277");
     assert!(lo > 1.0 / 6.0, "{hits}/{draws}: no better than chance");
 }
 

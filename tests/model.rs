@@ -50,7 +50,7 @@ fn null_needle_recall_matches_the_hypergeometric_chance() {
     ];
     for (geometry, context, k, tokens) in cases {
         let s = scenario(&format!(
-            "{NULL_MODEL}[geometry]\n{geometry}\n[needle]\nstrength = 0.0\ntokens = {tokens}\n\
+            "{NULL_MODEL}[geometry]\n{geometry}\n[needle]\nunit = \"strength\"\nstrength = 0.0\ntokens = {tokens}\n\
              [sweep]\ncontexts = \"{context}\"\ndepths = \"30\"\ntopk = \"{k}\"\nprecisions = \"fp32\"\ntrials = 3000\nseed = 7\n"
         ));
         let o = sweep(&s);
@@ -77,7 +77,7 @@ fn a_very_strong_needle_always_survives() {
     // Null model: strength s is s SDs on each looking head at every depth
     // (RoPE would make the needle's match decay with its distance).
     let s = scenario(&format!(
-        "{NULL_MODEL}[needle]\nstrength = 30.0\n[sweep]\ncontexts = \"16K,64K\"\ndepths = \"0,50\"\ntopk = \"64\"\nprecisions = \"fp32,bf16,fp8,fp4\"\ntrials = 40\n",
+        "{NULL_MODEL}[needle]\nunit = \"strength\"\nstrength = 30.0\n[sweep]\ncontexts = \"16K,64K\"\ndepths = \"0,50\"\ntopk = \"64\"\nprecisions = \"fp32,bf16,fp8,fp4\"\ntrials = 40\n",
     ));
     for c in &sweep(&s).cells {
         assert_eq!(c.survived, c.trials, "{c:?}");
@@ -89,7 +89,7 @@ fn a_very_strong_needle_always_survives() {
 fn recall_does_not_rise_with_context_nor_fall_with_k() {
     // Null model: with RoPE, recall against context need not be monotone.
     let s = scenario(&format!(
-        "{NULL_MODEL}[needle]\nstrength = 0.7\n[sweep]\ncontexts = \"4K..64K\"\ndepths = \"50\"\ntopk = \"128,256,512\"\nprecisions = \"fp32\"\ntrials = 300\n",
+        "{NULL_MODEL}[needle]\nunit = \"strength\"\nstrength = 0.7\n[sweep]\ncontexts = \"4K..64K\"\ndepths = \"50\"\ntopk = \"128,256,512\"\nprecisions = \"fp32\"\ntrials = 300\n",
     ));
     let o = sweep(&s);
     for &k in &s.topks {
@@ -126,7 +126,7 @@ fn contexts_within_coverage_give_recall_one_for_any_needle() {
     let k = 64u64;
     let limit = 4 * k + 128;
     let s = scenario(&format!(
-        "[needle]\nstrength = 0.0\ntokens = 3\n[selection]\nwindow_rows_compete = false\n\
+        "[needle]\nunit = \"strength\"\nstrength = 0.0\ntokens = 3\n[selection]\nwindow_rows_compete = false\n\
          [sweep]\ncontexts = \"{},{},{limit}\"\ndepths = \"0,25,50,90,100\"\ntopk = \"{k}\"\nprecisions = \"fp32,fp4\"\ntrials = 200\n",
         limit / 4,
         limit / 2
@@ -137,7 +137,7 @@ fn contexts_within_coverage_give_recall_one_for_any_needle() {
     // The reference lets every visible row compete; then all rows are
     // selected only while L div c ≤ k, i.e. up to L = k·c + c − 1.
     let s = scenario(&format!(
-        "[needle]\nstrength = 0.0\n[sweep]\ncontexts = \"{},{}\"\ndepths = \"0,50,100\"\ntopk = \"{k}\"\nprecisions = \"fp32\"\ntrials = 200\n",
+        "[needle]\nunit = \"strength\"\nstrength = 0.0\n[sweep]\ncontexts = \"{},{}\"\ndepths = \"0,50,100\"\ntopk = \"{k}\"\nprecisions = \"fp32\"\ntrials = 200\n",
         limit / 2,
         4 * k + 3
     ));
@@ -189,7 +189,7 @@ fn bf16_logits_make_ties_visible() {
     // tie is rare but not impossible: with the preset's norm weight spread
     // one of these 40 trials has one, so the draws are pinned to unit weight.
     let s = scenario(
-        "[needle]\nstrength = 0.5\n[physics]\nnorm_weight_spread = 0.0\n[sweep]\ncontexts = \"32K\"\ndepths = \"50\"\ntopk = \"512\"\nprecisions = \"fp32,fp4\"\ntrials = 40\n",
+        "[needle]\nunit = \"strength\"\nstrength = 0.5\n[physics]\nnorm_weight_spread = 0.0\n[sweep]\ncontexts = \"32K\"\ndepths = \"50\"\ntopk = \"512\"\nprecisions = \"fp32,fp4\"\ntrials = 40\n",
     );
     let o = sweep(&s);
     let fp4 = cell(&o, 32768, 50.0, 512, "fp4");
@@ -203,7 +203,10 @@ fn k_pairs_match_a_hand_count_of_the_trials() {
     // Issue 17, "what does k = 1024 buy over 512": the paired counts
     // against the smallest k are those of the per-trial outcomes, and the
     // difference is gained − lost over the trials.
-    let s = config::check(config::resolve(Default::default()).unwrap()).unwrap();
+    // The hard profile: its needle sits near k 32–256 often enough for k to matter.
+    let mut p = dsa_recall::ScenarioParams::default();
+    p.needle.profile = Some("hard".into());
+    let s = config::check(config::resolve(p).unwrap()).unwrap();
     let s = Scenario { contexts: vec![4096, 16384], topks: vec![32, 64, 256], trials: 40, ..s };
     let spec = dsa_recall::run::sweep::spec_for(&s, 50.0);
     use dsa_recall::estimate::{full::Full, Estimator};

@@ -14,7 +14,7 @@ const TRIALS: u64 = 200;
 fn recall(strength: f64, extra: &str) -> (u64, f64) {
     let text = format!(
         "[sweep]\ncontexts = \"64K\"\ndepths = \"0\"\ntopk = \"512\"\nprecisions = \"bf16\"\ntrials = {TRIALS}\nseed = 22\n\
-         [needle]\nstrength = {strength}\n{extra}"
+         [needle]\nunit = \"strength\"\nstrength = {strength}\n{extra}"
     );
     let s = config::check(config::resolve(parse_scenario_toml(&text).unwrap()).unwrap()).unwrap();
     let cell = &run_sweep(&s, &|| {}).unwrap().cells[0];
@@ -56,7 +56,7 @@ fn the_isotropic_geometry_caps_a_distant_needle() {
 fn recency_helps_a_recent_needle_and_not_a_distant_one() {
     let cell = |depth: f64, recency: &str| {
         let text = format!(
-            "[sweep]\ncontexts = \"16K\"\ndepths = \"{depth}\"\ntopk = \"512\"\nprecisions = \"bf16\"\ntrials = {TRIALS}\nseed = 5\n{recency}"
+            "[needle]\nprofile = \"stress\"\n[sweep]\ncontexts = \"16K\"\ndepths = \"{depth}\"\ntopk = \"512\"\nprecisions = \"bf16\"\ntrials = {TRIALS}\nseed = 5\n{recency}"
         );
         let s = config::check(config::resolve(parse_scenario_toml(&text).unwrap()).unwrap()).unwrap();
         run_sweep(&s, &|| {}).unwrap().cells[0].survived
@@ -72,4 +72,35 @@ fn recency_helps_a_recent_needle_and_not_a_distant_one() {
     // flip either way; 10 of 200 is 5 %).
     let (mid_on, mid_off) = (cell(50.0, on), cell(50.0, ""));
     assert!(mid_on <= mid_off + 10, "mid-context needle: {mid_on} with recency, {mid_off} without");
+}
+
+/// Issue 26: without an exact variant in the sweep, a bf16 variant screens
+/// the rows for the quantile needle's exact reference (only rows whose bf16
+/// score, widened by its proven bound, can reach the needle are scored
+/// exactly). The screen must change nothing: every outcome and placement is
+/// the one the exact reference scored over every row gives, across presets,
+/// contexts, depths and haystack structure.
+#[test]
+fn the_screened_exact_reference_places_the_needle_as_the_full_one() {
+    use dsa_recall::estimate::driver::trial_seed;
+    use dsa_recall::run::sweep::spec_for;
+    use dsa_recall::score::trial::with_full_reference;
+    let cases = [
+        "[sweep]\ncontexts = \"2K,16K,64K\"\ndepths = \"30\"\nprecisions = \"bf16,fp4\"\n",
+        "[needle]\nprofile = \"hard\"\n[sweep]\ncontexts = \"8K,32K\"\ndepths = \"90\"\ntopk = \"64\"\nprecisions = \"bf16,fp8+slot-shift\"\n",
+        "preset = \"deepseek-v3.2\"\n[sweep]\ncontexts = \"4K,16K\"\ndepths = \"50\"\nprecisions = \"bf16\"\n",
+        "[haystack]\nsink_rows = 4\nsink_relevance = 3.0\nrecency_rows = 16.0\nrecency_relevance = 2.0\n[sweep]\ncontexts = \"8K\"\ndepths = \"97\"\nprecisions = \"bf16\"\n",
+        "[physics]\nrope = \"off\"\npooling = \"off\"\n[sweep]\ncontexts = \"4K,16K\"\ndepths = \"10\"\nprecisions = \"bf16\"\n",
+    ];
+    for text in cases {
+        let s = config::check(config::resolve(parse_scenario_toml(text).unwrap()).unwrap()).unwrap();
+        let spec = spec_for(&s, s.depths[0]);
+        for t in 0..6 {
+            let seed = trial_seed(s.seed, s.depths[0], t);
+            let screened = spec.run(seed).unwrap();
+            let full = with_full_reference(|| spec.run(seed)).unwrap();
+            assert_eq!(screened, full, "{text}: trial {t}");
+            assert!(!screened.needle.is_empty());
+        }
+    }
 }

@@ -59,9 +59,33 @@ fn physics_switched_off_is_the_null_model_bit_for_bit() {
     assert_eq!(run_sweep(&switched_off, &|| {}).unwrap().cells, sweep(&every_field_off).cells);
 }
 
+/// Issue 26: the quantile needle is placed by the exact scores of each
+/// trial's own haystack, so its exact rank is the drawn one under any
+/// physics (RoPE, pooling, correlated tokens, key norms), wherever the norm
+/// does not cap it.
+#[test]
+fn the_quantile_needle_keeps_its_drawn_rank_under_every_physics() {
+    use dsa_recall::run::sweep::spec_for;
+    for physics in ["", "rope = \"v4\"\npooling = \"on\"", "correlation_length = 32.0", "key_norm = \"layernorm\"", "rope = \"v3.2\""] {
+        let s = scenario(&format!(
+            "[sweep]\ncontexts = \"4K,16K\"\ndepths = \"30\"\ntopk = \"256\"\nprecisions = \"bf16\"\ntrials = 1\n{}",
+            physics_table(physics)
+        ));
+        let spec = spec_for(&s, 30.0);
+        for t in 0..20 {
+            let o = spec.run(dsa_recall::estimate::driver::trial_seed(s.seed, 30.0, t)).unwrap();
+            for n in o.needle.iter().filter(|n| !n.capped) {
+                assert_eq!(n.hay_above, n.target_rank, "{physics}: trial {t}: {n:?}");
+            }
+        }
+    }
+}
+
 #[test]
 fn every_physics_component_changes_the_outcome() {
-    let base = "[sweep]\ncontexts = \"16K\"\ndepths = \"50\"\ntopk = \"256\"\nprecisions = \"fp32\"\ntrials = 40\nseed = 3\n";
+    // The strength needle: under the quantile needle the exact reference's
+    // rank is drawn, whatever the physics (the next test).
+    let base = "[needle]\nprofile = \"stress\"\n[sweep]\ncontexts = \"16K\"\ndepths = \"50\"\ntopk = \"256\"\nprecisions = \"fp32\"\ntrials = 40\nseed = 3\n";
     let null = sweep(&format!("{base}{}", physics_table("")));
     for physics in [
         "rope = \"v4\"",
@@ -126,9 +150,12 @@ fn a_topk_override_changes_k_eff_and_only_above_the_coverage_limit() {
 #[test]
 fn swapping_the_rope_layout_on_one_side_hurts_recall() {
     // Only where the needle's match uses the rotary dims (the isotropic
-    // geometry; under the content geometry with rope_share 0 it does not).
+    // geometry; under the content geometry with rope_share 0 it does not),
+    // with the strength-2 needle on the haystack it was written for (the
+    // presets' before issue 26).
     let o = sweep(
-        "[physics]\nrope = \"v4\"\npooling = \"off\"\n[needle]\nstrength = 2.0\ngeometry = \"isotropic\"\n[sweep]\ncontexts = \"16K\"\ndepths = \"90\"\ntopk = \"512\"\n\
+        "[physics]\nrope = \"v4\"\npooling = \"off\"\n[haystack]\ncontent_rank = 16\nrelevance_scale = 0.03\n\
+         [needle]\nunit = \"strength\"\nstrength = 2.0\ngeometry = \"isotropic\"\nhead_coherence = 0.5\n[sweep]\ncontexts = \"16K\"\ndepths = \"90\"\ntopk = \"512\"\n\
          precisions = \"fp32,fp32+rope-swap-k\"\ntrials = 200\n",
     );
     let (a, b) = (find(&o, 16384, 90.0, "fp32"), find(&o, 16384, 90.0, "fp32+rope-swap-k"));

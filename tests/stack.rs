@@ -20,7 +20,7 @@ fn scenario(toml: &str) -> Scenario {
 /// to the needle) at 8K, k 512, under one fault spread.
 fn cells(spread: &str, strength: f64) -> Vec<CellResult> {
     let s = scenario(&format!(
-        "[needle]\nstrength = {strength:?}\n[stack]\nfault_layers = \"{spread}\"\n\
+        "[needle]\nunit = \"strength\"\nstrength = {strength:?}\n[stack]\nfault_layers = \"{spread}\"\n\
          [sweep]\ncontexts = \"8K\"\ntopk = \"512\"\nprecisions = \"bf16,fp8-fp32scale+hadamard-q-only\"\ntrials = 150\nseed = 5\n"
     ));
     run_sweep(&s, &|| {}).unwrap().cells
@@ -63,7 +63,8 @@ fn the_fault_spread_moves_only_the_faults_whole_model_recall() {
 fn a_quorum_of_every_layer_is_at_most_the_layer_recall_and_one_layer_at_least() {
     // Quorum 21 of 21: the needle must be selected in every indexer layer;
     // the simulated layer is one of them, so model ≤ layer trial by trial.
-    let base = "[sweep]\ncontexts = \"16K\"\ntopk = \"512\"\nprecisions = \"bf16\"\ntrials = 100\nseed = 6\n";
+    let base =
+        "[needle]\nprofile = \"stress\"\n[sweep]\ncontexts = \"16K\"\ntopk = \"512\"\nprecisions = \"bf16\"\ntrials = 100\nseed = 6\n";
     let all = run_sweep(&scenario(&format!("[stack]\nquorum = 21\n{base}")), &|| {}).unwrap().cells;
     let one = run_sweep(&scenario(base), &|| {}).unwrap().cells;
     assert!(all[0].model_survived.unwrap() <= all[0].survived, "{:?}", all[0]);
@@ -75,11 +76,80 @@ fn a_quorum_of_every_layer_is_at_most_the_layer_recall_and_one_layer_at_least() 
 fn tail_sampling_reads_the_stack_like_full_simulation() {
     // The same cells under both estimators: whole-model recall estimates the
     // same quantity, so the two 99.9 % Wilson intervals must overlap.
-    let base = "[sweep]\ncontexts = \"32K\"\ntopk = \"512\"\nprecisions = \"bf16\"\ntrials = 200\nseed = 8\n";
+    let base =
+        "[needle]\nprofile = \"stress\"\n[sweep]\ncontexts = \"32K\"\ntopk = \"512\"\nprecisions = \"bf16\"\ntrials = 200\nseed = 8\n";
     let full = run_sweep(&scenario(base), &|| {}).unwrap().cells;
     let tail = run_sweep(&scenario(&format!("[estimator]\nmode = \"tail\"\n{base}")), &|| {}).unwrap().cells;
     let (f, t) = (&full[0], &tail[0]);
     let (f_low, f_high) = wilson_interval(f.model_survived.unwrap(), f.trials, Z999);
     let (t_low, t_high) = wilson_interval(t.model_survived.unwrap(), t.trials, Z999);
     assert!(f_low <= t_high && t_low <= f_high, "full {:?} vs tail {:?}", f.model_recall, t.model_recall);
+}
+
+/// Issue 26: under the quantile needle the stack reads every other layer
+/// from the survival model of the simulated one (the exact reference's rank
+/// is Binomial(N, u_ℓ) by construction) plus what the variant does beyond
+/// it; simulating three layers in full (each its own haystack, its own
+/// layer draw, the prompt's draw shared) must give the same whole-model
+/// recall. k 8 at 24K keeps a layer's recall near one half under the hard
+/// profile, where the union over layers is most sensitive. Layer
+/// correlation 0: full layers have independent haystacks. Tolerance: the
+/// 99.9 % interval of a difference of two independent shares,
+/// 3.29·√(2·p(1−p)/n).
+#[test]
+fn the_quantile_stack_matches_a_full_simulation_of_every_layer() {
+    use dsa_recall::base::rng;
+    use dsa_recall::estimate::driver::trial_seed;
+    use dsa_recall::model::needle::{open_uniform, NeedleDraw};
+    use dsa_recall::run::sweep::spec_for;
+    use rand::Rng;
+    use rand_distr::StandardNormal;
+
+    let trials = 400u64;
+    let s = scenario(&format!(
+        "[needle]\nprofile = \"hard\"\n[stack]\ncompress_ratios = \"4, 4, 4\"\nlayer_correlation = 0.0\nquestion_tokens = 1\nanswer_tokens = 0\n\
+         [sweep]\ncontexts = \"24K\"\ntopk = \"8\"\nprecisions = \"fp32,fp4\"\ntrials = {trials}\nseed = 11\n"
+    ));
+    let stacked = run_sweep(&s, &|| {}).unwrap().cells;
+    let q = *s.model.needle_unit.quantile().unwrap();
+    let spec = spec_for(&s, s.depths[0]);
+    let mut full = [0u64; 2];
+    for t in 0..trials {
+        let seed = trial_seed(s.seed, s.depths[0], t);
+        let own = q.draw(seed);
+        let mut rng = rng::stream(seed, &[0xfeed]);
+        let mut kept = [false; 2];
+        for layer in 0..3u64 {
+            let (draw, layer_seed) = if layer == 0 {
+                (own, seed)
+            } else {
+                let (l, tok): (f64, f64) = (rng.sample(StandardNormal), rng.sample(StandardNormal));
+                let draw = NeedleDraw {
+                    prompt: own.prompt,
+                    layer: l,
+                    token: tok,
+                    log10_exceedance: q.log10_exceedance(own.prompt, l, tok),
+                    rank_uniform: open_uniform(rng.random()),
+                };
+                (draw, rng::derive(seed, &[0xfeed, layer]))
+            };
+            let outcome = spec.run_with_needle(layer_seed, Some(draw)).unwrap();
+            for (v, k) in kept.iter_mut().enumerate() {
+                *k |= outcome.cells[spec.cell_index(0, 0, 0, v)].survived;
+            }
+        }
+        for (f, k) in full.iter_mut().zip(kept) {
+            *f += u64::from(k);
+        }
+    }
+    for (v, cell) in stacked.iter().enumerate() {
+        let layer = cell.recall;
+        assert!(layer > 0.2 && layer < 0.8, "{}: per-layer recall {layer} is not informative", cell.precision);
+        let (a, b) = (cell.model_recall.unwrap(), full[v] as f64 / trials as f64);
+        let p = 0.5 * (a + b);
+        let tol = Z999 * (2.0 * p * (1.0 - p) / trials as f64).sqrt();
+        assert!((a - b).abs() <= tol, "{}: stack {a} vs three layers in full {b} (tolerance {tol})", cell.precision);
+        // And the union rescues: three layers keep more than one.
+        assert!(b > layer, "{}", cell.precision);
+    }
 }

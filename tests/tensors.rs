@@ -19,7 +19,7 @@ fn dump(dir: &Path) -> std::path::PathBuf {
 /// The scenario settings under which today's model gives the bits the model
 /// gave before the realism knobs of issue 15 (docs/MODEL.md, "Pessimistic
 /// settings").
-const PESSIMISTIC: &str = "[needle]\ngeometry = \"isotropic\"\nhead_coherence = 0.0\n\
+const PESSIMISTIC: &str = "[needle]\nunit = \"strength\"\nstrength = 1.0\ngeometry = \"isotropic\"\nhead_coherence = 0.0\n\
     [haystack]\ncontent_rank = 0\nkey_content_share = 0.0\nquery_content_share = 0.0\nrelevance_scale = 0.0\n\
     [physics]\nnorm_weight_spread = 0.0\n";
 
@@ -377,4 +377,25 @@ fn per_layer_shape_mismatches_give_one_line_errors() {
     let st = tmp.path().join("bad.safetensors");
     std::fs::write(&st, safetensors::serialize(views, None).unwrap()).unwrap();
     one_line_error(&replay_cli(&[st.to_str().unwrap()]), "weights have shape [2, 5]: heads 5 against 4");
+}
+
+/// Issue 26: a dump under the quantile needle (the default) holds the keys
+/// the trial scored: the needle's exact rank read from the dump's fp32
+/// logits is the rank the trial placed it at, in every context tried.
+#[test]
+fn a_quantile_needle_dump_ranks_the_needle_where_the_trial_placed_it() {
+    use dsa_recall::estimate::driver::trial_seed;
+    use dsa_recall::run::sweep::spec_for;
+    use dsa_recall::tensors::dump::trial_tensors;
+    for context in ["4K", "32K"] {
+        let text = format!("[sweep]\ncontexts = \"{context}\"\ndepths = \"40\"\ntopk = \"512\"\nprecisions = \"fp32,fp4\"\ntrials = 1\n");
+        let s = config::check(config::resolve(parse_scenario_toml(&text).unwrap()).unwrap()).unwrap();
+        assert!(!s.model.needle_unit.is_strength());
+        for trial in 0..3 {
+            let placed = spec_for(&s, 40.0).run(trial_seed(s.seed, 40.0, trial)).unwrap().needle[0];
+            let dumped = trial_tensors(&s, trial, &|_| {}).unwrap().summary;
+            let fp32 = dumped.variants.iter().find(|v| v.0 == "fp32").unwrap();
+            assert_eq!(fp32.2, Some(placed.hay_above + placed.fixed_above), "{context}, trial {trial}: {placed:?}");
+        }
+    }
 }

@@ -6,7 +6,8 @@ use std::process::{Command, Output};
 
 use tempfile::TempDir;
 
-const TINY: &[&str] = &["--trials", "20", "--contexts", "1K,4K", "--depths", "50", "--topk", "64", "--precisions", "fp32,bf16"];
+const TINY: &[&str] =
+    &["--needle-profile", "stress", "--trials", "20", "--contexts", "1K,4K", "--depths", "50", "--topk", "64", "--precisions", "fp32,bf16"];
 
 fn bin() -> Command {
     Command::new(assert_cmd::cargo::cargo_bin!("dsa-recall"))

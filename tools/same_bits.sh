@@ -22,7 +22,9 @@ B=$1
 O=$2
 rm -rf "$O"
 mkdir -p "$O"
-T="--threads 2"
+# SAME_BITS_FLAGS: flags added to every scenario command (e.g. --needle-profile stress,
+# to compare a binary whose defaults moved with one from before).
+T="--threads 2 ${SAME_BITS_FLAGS:-}"
 q() { "$@" > /dev/null 2>&1; }
 q "$B" sweep --out "$O/default" --force $T
 q "$B" sweep --out "$O/null" --force $T --rope off --pooling off --precisions fp32,bf16,fp8,fp4 --contexts 1K..64K --depths 0,50,100 --trials 100

@@ -7,6 +7,7 @@ pub mod lists;
 pub mod params;
 pub mod precision;
 pub mod preset;
+pub mod profile;
 pub mod vary;
 
 pub use params::field_name;
@@ -18,6 +19,7 @@ use crate::estimate::refusal;
 use crate::estimate::settings::{EstimatorMode, EstimatorSettings};
 use crate::model::geometry::CompressionGeometry;
 use crate::model::haystack::{GenerativeModel, HaystackStructure, IndexerShape, NeedleGeometry};
+use crate::model::needle::{NeedleUnit, QuantileNeedle};
 use crate::model::physics::{KeyNorm, Physics, Pooling, RopeChoice};
 use crate::model::stack::{parse_compress_ratios, FaultSpreadChoice, HcaReading, WholeModel};
 use crate::score::selection::TieRule;
@@ -39,6 +41,10 @@ pub struct Scenario {
     /// The model's configured top-k.
     pub index_topk: u64,
     pub needle_tokens: u64,
+    /// The needle profile, when the needle's knobs are the profile's own
+    /// (None: set by hand).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub needle_profile: Option<String>,
     pub tie_rule: TieRule,
     pub physics: Physics,
     /// Ascending, without duplicates (after `sweep.length_mods`).
@@ -60,6 +66,13 @@ pub struct Scenario {
     /// per-layer recall only (and in manifests written before it existed).
     #[serde(default)]
     pub stack: Option<WholeModel>,
+}
+
+impl Scenario {
+    /// The needle in a few words ([`crate::model::needle::needle_label`]).
+    pub fn needle_label(&self) -> String {
+        crate::model::needle::needle_label(&self.model.needle_unit, self.model.needle_strength, self.needle_profile.as_deref())
+    }
 }
 
 fn require<T>(value: Option<T>, path: &str) -> Result<T, ConfigError> {
@@ -103,9 +116,45 @@ fn int_in(value: u64, lo: u64, hi: u64, path: &str) -> Result<u64, ConfigError> 
 pub fn resolve(params: ScenarioParams) -> Result<ScenarioParams, ConfigError> {
     let name = params.preset.clone().unwrap_or_else(|| DEFAULT_PRESET.to_string());
     let mut base = preset_params(&name)?;
+    // The needle profile sits between the preset and the scenario's own values.
+    let needle = params.needle.profile.as_deref().or(base.needle.profile.as_deref()).unwrap_or(profile::DEFAULT_PROFILE).to_string();
+    base.needle.overlay(profile::profile(&needle)?.params());
+    refuse_other_unit(&params.needle, base.needle.unit.as_deref())?;
     base.overlay(params);
     base.preset = Some(name);
     Ok(base)
+}
+
+/// A knob of the other needle unit, set by the scenario itself (not its
+/// preset or profile), would be silently ignored: refused instead.
+fn refuse_other_unit(own: &params::NeedleParams, profile_unit: Option<&str>) -> Result<(), ConfigError> {
+    let unit = own.unit.as_deref().or(profile_unit).unwrap_or("quantile");
+    let quantile_knobs = [
+        ("needle.exceedance", own.exceedance),
+        ("needle.prompt_spread", own.prompt_spread),
+        ("needle.layer_spread", own.layer_spread),
+        ("needle.token_spread", own.token_spread),
+    ];
+    match unit {
+        "quantile" => match own.strength {
+            Some(v) => Err(ConfigError::new(
+                field_name("needle.strength"),
+                v,
+                "only with needle.unit = \"strength\" (--needle-profile stress or --needle-unit strength); the quantile needle is set by --needle-exceedance and the spreads",
+            )),
+            None => Ok(()),
+        },
+        "strength" => match quantile_knobs.iter().find(|(_, v)| v.is_some()) {
+            Some((path, v)) => Err(ConfigError::new(
+                field_name(path),
+                v.unwrap_or_default(),
+                "only with needle.unit = \"quantile\" (the niah and hard profiles); the strength unit is set by --needle-strength",
+            )),
+            None => Ok(()),
+        },
+        // An unknown unit is reported by the check, with the allowed names.
+        _ => Ok(()),
+    }
 }
 
 /// Validates merged parameters (no preset lookup; see [`resolve`]): one
@@ -125,7 +174,7 @@ pub fn check(p: ScenarioParams) -> Result<Scenario, ConfigError> {
     let needle_geometry = needle_geometry(&needle, &physics, indexer.shape)?;
     let precisions = check_precisions(&p.precision, p.sweep.precisions.as_ref(), head_dim, physics.rope)?;
     let (trials, seed, threshold) = check_monte_carlo(&p.sweep)?;
-    let estimator = check_estimator(&p.estimator, &physics, &structure, ratio, &precisions)?;
+    let estimator = check_estimator(&p.estimator, &needle.unit, &physics, &structure, ratio, &precisions)?;
     let stack = check_stack(&p.stack)?;
 
     Ok(Scenario {
@@ -139,6 +188,7 @@ pub fn check(p: ScenarioParams) -> Result<Scenario, ConfigError> {
             weight_mean: indexer.weight_mean,
             weight_std: indexer.weight_std,
             needle_strength: needle.strength,
+            needle_unit: needle.unit.clone(),
             needle_heads: needle.heads,
             needle_geometry,
             head_coherence: needle.head_coherence,
@@ -147,6 +197,7 @@ pub fn check(p: ScenarioParams) -> Result<Scenario, ConfigError> {
         geometry,
         index_topk: indexer.index_topk,
         needle_tokens: needle.tokens,
+        needle_profile: needle.profile,
         tie_rule,
         physics,
         contexts: grid.contexts,
@@ -261,6 +312,9 @@ fn check_keys(p: &params::KeyParams, head_dim: usize) -> Result<Keys, ConfigErro
 
 /// `[needle]`, checked.
 struct Needle {
+    unit: NeedleUnit,
+    /// The profile's name when the needle's knobs are the profile's own.
+    profile: Option<String>,
     strength: f64,
     tokens: u64,
     heads: usize,
@@ -271,14 +325,51 @@ struct Needle {
 }
 
 fn check_needle(p: &params::NeedleParams, shape: IndexerShape) -> Result<Needle, ConfigError> {
+    let unit_name = require(p.unit.clone(), "needle.unit")?;
     let strength = finite_at_least(require(p.strength, "needle.strength")?, 0.0, "needle.strength")?;
+    let unit = match unit_name.as_str() {
+        "strength" => NeedleUnit::Strength,
+        "quantile" => {
+            let exceedance = require(p.exceedance, "needle.exceedance")?;
+            if !(exceedance.is_finite() && exceedance > 0.0 && exceedance < 1.0) {
+                return Err(ConfigError::new(field_name("needle.exceedance"), exceedance, "a share above 0 and below 1"));
+            }
+            let spread = |value: Option<f64>, path: &str| number_in(require(value, path)?, 0.0, 3.0, path);
+            NeedleUnit::Quantile(QuantileNeedle {
+                exceedance,
+                prompt_spread: spread(p.prompt_spread, "needle.prompt_spread")?,
+                layer_spread: spread(p.layer_spread, "needle.layer_spread")?,
+                token_spread: spread(p.token_spread, "needle.token_spread")?,
+            })
+        }
+        _ => return Err(ConfigError::new(field_name("needle.unit"), format!("{unit_name:?}"), "one of quantile, strength")),
+    };
     let tokens = int_in(require(p.tokens, "needle.tokens")?, 1, 1 << 20, "needle.tokens")?;
     let heads = int_in(require(p.heads, "needle.heads")? as u64, 0, shape.heads as u64, "needle.heads")? as usize;
+    if heads == 0 && !unit.is_strength() {
+        return Err(ConfigError::new(
+            field_name("needle.heads"),
+            heads,
+            "at least 1 with needle.unit = quantile (the needle's offset is solved along the looking heads' direction)",
+        ));
+    }
+    // The profile names the needle only while none of its knobs is changed.
+    let profile = p.profile.as_deref().and_then(|name| profile::profile(name).ok()).filter(|named| {
+        let own = named.params();
+        own.unit == p.unit
+            && match unit {
+                NeedleUnit::Strength => own.strength == Some(strength),
+                NeedleUnit::Quantile(_) => {
+                    (own.exceedance, own.prompt_spread, own.layer_spread, own.token_spread)
+                        == (p.exceedance, p.prompt_spread, p.layer_spread, p.token_spread)
+                }
+            }
+    });
     let geometry = require(p.geometry.clone(), "needle.geometry")?;
     if !matches!(geometry.as_str(), "content" | "isotropic") {
         return Err(ConfigError::new(field_name("needle.geometry"), format!("{geometry:?}"), "one of content, isotropic"));
     }
-    if geometry == "isotropic" && strength > 0.0 && heads > 0 && shape.heads > shape.head_dim {
+    if geometry == "isotropic" && (strength > 0.0 || !unit.is_strength()) && heads > 0 && shape.heads > shape.head_dim {
         return Err(ConfigError::new(
             field_name("indexer.heads"),
             shape.heads,
@@ -292,7 +383,8 @@ fn check_needle(p: &params::NeedleParams, shape: IndexerShape) -> Result<Needle,
     let rope_min_wavelength =
         int_in(require(p.rope_min_wavelength, "needle.rope_min_wavelength")?, 1, 1 << 48, "needle.rope_min_wavelength")?;
     let head_coherence = number_in(require(p.head_coherence, "needle.head_coherence")?, 0.0, 0.95, "needle.head_coherence")?;
-    Ok(Needle { strength, tokens, heads, geometry, rope_share, rope_min_wavelength, head_coherence })
+    let profile = profile.map(|named| named.name.to_string());
+    Ok(Needle { unit, profile, strength, tokens, heads, geometry, rope_share, rope_min_wavelength, head_coherence })
 }
 
 /// Validates `[haystack]`; fields left out are off.
@@ -342,7 +434,7 @@ fn needle_geometry(needle: &Needle, physics: &Physics, shape: IndexerShape) -> R
         }
     };
     let looking = needle.heads;
-    if needle.strength > 0.0 && looking > 0 {
+    if (needle.strength > 0.0 || !needle.unit.is_strength()) && looking > 0 {
         if needle.rope_share < 1.0 && free_dims.len() < looking {
             return Err(ConfigError::new(
                 field_name("needle.heads"),
@@ -574,6 +666,7 @@ fn check_monte_carlo(p: &params::SweepParams) -> Result<(u64, u64, f64), ConfigE
 /// presets valid.
 fn check_estimator(
     p: &params::EstimatorParams,
+    needle: &NeedleUnit,
     physics: &Physics,
     structure: &HaystackStructure,
     ratio: u64,
@@ -592,7 +685,7 @@ fn check_estimator(
         estimator.predict = predict;
     }
     // Each estimator says which scenarios it serves (src/estimate/).
-    if let Some(r) = refusal(&estimator, physics, structure, ratio, precisions) {
+    if let Some(r) = refusal(&estimator, physics, structure, ratio, precisions, needle) {
         return Err(ConfigError::new(field_name(r.field), r.value, r.allowed));
     }
     Ok(estimator)
@@ -759,7 +852,9 @@ mod tests {
     fn prediction_and_tail_need_independent_rows() {
         // The presets' physics (RoPE, pooling through the exact shortcut) keep
         // rows independent given the trial: accepted, as is the null model.
+        // Both serve the strength unit (the stress needle) here.
         for estimator in ["predict = true", "mode = \"tail\""] {
+            let estimator = &format!("{estimator}\n[needle]\nprofile = \"stress\"");
             for preset in ["deepseek-v4-flash", "deepseek-v3.2"] {
                 assert!(with(&format!("preset = \"{preset}\"\n[estimator]\n{estimator}\n")).is_ok(), "{preset} {estimator}");
             }
@@ -777,6 +872,53 @@ mod tests {
                 assert!(err.contains("independent rows") && err.contains("estimator."), "{physics}: {err}");
             }
         }
+    }
+
+    /// Issue 26: the quantile needle's prediction holds under any haystack
+    /// (its reference rank is binomial by construction); tail sampling
+    /// refuses it with one line naming the alternatives.
+    #[test]
+    fn the_quantile_needle_takes_the_prediction_and_refuses_tail_sampling() {
+        for physics in ["distractors = 1", "correlation_length = 8.0", "pooling = \"full\""] {
+            assert!(with(&format!("[estimator]\npredict = true\n[physics]\n{physics}\n")).is_ok(), "{physics}");
+        }
+        let err = with("[estimator]\nmode = \"tail\"\n").unwrap_err().to_string();
+        assert!(err.starts_with("invalid estimator.mode (--mode) = \"tail\": full, or needle.unit = \"strength\""), "{err}");
+        assert!(!err.contains('\n'));
+    }
+
+    /// Issue 26: every new needle knob refuses a bad value with one line
+    /// naming the field and what is allowed; a knob of the other unit is
+    /// refused rather than ignored.
+    #[test]
+    fn bad_needle_unit_knobs_are_one_line_errors() {
+        for (toml, field, allowed) in [
+            ("[needle]\nprofile = \"easy\"", "needle.profile (--needle-profile)", "one of niah, hard, stress"),
+            ("[needle]\nunit = \"sd\"", "needle.unit (--needle-unit)", "one of quantile, strength"),
+            ("[needle]\nexceedance = 0.0", "needle.exceedance (--needle-exceedance)", "above 0 and below 1"),
+            ("[needle]\nexceedance = 1.0", "needle.exceedance (--needle-exceedance)", "above 0 and below 1"),
+            ("[needle]\nexceedance = nan", "needle.exceedance (--needle-exceedance)", "above 0 and below 1"),
+            ("[needle]\nprompt_spread = -0.1", "needle.prompt_spread (--needle-prompt-spread)", "from 0 to 3"),
+            ("[needle]\nlayer_spread = 4.0", "needle.layer_spread (--needle-layer-spread)", "from 0 to 3"),
+            ("[needle]\ntoken_spread = -1.0", "needle.token_spread (--needle-token-spread)", "from 0 to 3"),
+            ("[needle]\nheads = 0", "needle.heads (--needle-heads)", "quantile"),
+            ("[needle]\nstrength = 2.0", "needle.strength (--needle-strength)", "only with needle.unit = \"strength\""),
+            (
+                "[needle]\nprofile = \"stress\"\nexceedance = 0.01",
+                "needle.exceedance (--needle-exceedance)",
+                "only with needle.unit = \"quantile\"",
+            ),
+        ] {
+            let err = with(toml).unwrap_err().to_string();
+            assert!(err.starts_with(&format!("invalid {field} = ")) && err.contains(allowed) && !err.contains('\n'), "{toml}: {err}");
+        }
+        // The profile names the needle while its knobs are its own.
+        assert_eq!(with("").unwrap().needle_profile.as_deref(), Some("niah"));
+        assert_eq!(with("[needle]\nprofile = \"hard\"").unwrap().needle_profile.as_deref(), Some("hard"));
+        assert_eq!(with("[needle]\nexceedance = 0.001").unwrap().needle_profile, None);
+        let stress = with("[needle]\nprofile = \"stress\"").unwrap();
+        assert!(stress.model.needle_unit.is_strength() && stress.model.needle_strength == 1.0);
+        assert_eq!(with("[needle]\nunit = \"strength\"\nstrength = 3.0").unwrap().model.needle_strength, 3.0);
     }
 
     #[test]

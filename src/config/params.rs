@@ -207,10 +207,40 @@ section! {
 section! {
     /// `[needle]`
     NeedleParams = "needle" {
+        /// A named setting of the needle's knobs (config/profile.rs).
+        profile: String = flag(
+            "--needle-profile",
+            "NAME",
+            "How hard the needle is: niah (the default, a real NIAH needle's rank), hard (a pessimistic one) or stress (the fixed strength-1 needle)"
+        ),
+        /// quantile | strength (docs/MODEL.md, "The needle's unit").
+        unit: String = flag(
+            "--needle-unit",
+            "UNIT",
+            "How the needle's signal is set: quantile (placed at a drawn haystack exceedance) or strength (--needle-strength SDs)"
+        ),
+        /// Quantile unit: the median share of haystack rows that outscore the needle.
+        exceedance: f64 = flag(
+            "--needle-exceedance",
+            "U",
+            "Median share of haystack rows whose exact score beats the needle's (quantile unit; 0 < U < 1)"
+        ),
+        /// Standard deviations of log10 exceedance over prompts, layers and query tokens (decades).
+        prompt_spread: f64 = flag("--needle-prompt-spread", "DECADES", "Spread of the needle's log10 exceedance over prompts (quantile unit)"),
+        layer_spread: f64 = flag(
+            "--needle-layer-spread",
+            "DECADES",
+            "Spread of the needle's log10 exceedance over indexer layers (quantile unit)"
+        ),
+        token_spread: f64 = flag(
+            "--needle-token-spread",
+            "DECADES",
+            "Spread of the needle's log10 exceedance over query tokens (quantile unit)"
+        ),
         strength: f64 = flag(
             "--needle-strength",
             "X",
-            "Needle strength: shift of each looking head's dot product, in haystack standard deviations",
+            "Needle strength (strength unit): shift of each looking head's dot product, in haystack standard deviations",
             parse = needle_strength
         ),
         tokens: u64 = flag("--needle-tokens", "N", "Needle length in tokens"),

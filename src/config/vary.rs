@@ -166,8 +166,14 @@ mod tests {
     #[test]
     fn each_value_reaches_the_checked_scenario() {
         let a = VaryAxis::parse("needle.strength=0.5,2").unwrap();
-        let s = a.scenarios(&ScenarioParams::default()).unwrap();
+        let mut stress = ScenarioParams::default();
+        stress.needle.profile = Some("stress".into());
+        let s = a.scenarios(&stress).unwrap();
         assert_eq!(s.iter().map(|s| s.model.needle_strength).collect::<Vec<_>>(), vec![0.5, 2.0]);
+        // The quantile needle's median exceedance, log-spaced like any knob.
+        let a = VaryAxis::parse("needle.exceedance=1e-4,1e-3").unwrap();
+        let s = a.scenarios(&ScenarioParams::default()).unwrap();
+        assert_eq!(s.iter().map(|s| s.model.needle_unit.quantile().unwrap().exceedance).collect::<Vec<_>>(), vec![1e-4, 1e-3]);
         // An integer knob.
         let a = VaryAxis::parse("needle.tokens=4,8").unwrap();
         assert_eq!(a.scenarios(&ScenarioParams::default()).unwrap().iter().map(|s| s.needle_tokens).collect::<Vec<_>>(), vec![4, 8]);

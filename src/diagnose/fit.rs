@@ -10,11 +10,28 @@ use crate::config::vary::VaryAxis;
 use crate::error::{ConfigError, Error};
 use serde::Serialize;
 
-/// The knob fitted when `--fit` is not given.
+/// The knob fitted when `--fit` is not given, under the strength unit …
 pub const DEFAULT_FIELD: &str = "needle.strength";
-/// Its default range: from a needle far weaker than the default (1) to
-/// the strength that meets the public needle tests (16, docs/CALIBRATION.md).
+/// … and under the quantile needle (its median exceedance).
+pub const DEFAULT_QUANTILE_FIELD: &str = "needle.exceedance";
+/// The strength's default range: from a needle far weaker than strength 1
+/// to one four times the strength that met the public needle tests under
+/// the strength unit (16).
 pub const STRENGTH_RANGE: (f64, f64) = (0.125, 64.0);
+/// The exceedance's default range: from a needle far easier than the
+/// `niah` profile's (2.9·10⁻⁴) to one that ranks behind a tenth of the
+/// haystack, five decades log-spaced.
+pub const EXCEEDANCE_RANGE: (f64, f64) = (1e-6, 0.1);
+
+/// The knob `calibrate` fits by default for resolved `params`: the needle's
+/// median exceedance under the quantile unit, its strength otherwise.
+pub fn default_field(params: &ScenarioParams) -> &'static str {
+    if params.needle.unit.as_deref() == Some("quantile") {
+        DEFAULT_QUANTILE_FIELD
+    } else {
+        DEFAULT_FIELD
+    }
+}
 /// Log-likelihood drop that bounds the 95 % interval: χ²₁(0.95) / 2.
 pub const DROP_95: f64 = 1.920_729_4;
 /// Log-spaced values of the first pass over the range.
@@ -200,6 +217,7 @@ pub fn fit(params: &ScenarioParams, obs: &Observations, opts: &FitOptions<'_>) -
     let (lo, hi) = match opts.range {
         Some(r) => r,
         None if opts.field == DEFAULT_FIELD => STRENGTH_RANGE,
+        None if opts.field == DEFAULT_QUANTILE_FIELD => EXCEEDANCE_RANGE,
         None => match current(params, &opts.field) {
             Some(v) if v > 0.0 => (v / 10.0, v * 10.0),
             v => {

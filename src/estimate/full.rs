@@ -216,6 +216,10 @@ impl Estimator for Full {
                     k_discordant: k_baseline.map(|_| (t.gained_vs_smallest_k, t.lost_vs_smallest_k)),
                     k_model_recall_diff: k_baseline.and_then(|b| model_recall.as_ref().map(|m| m[g.index] - m[b])),
                     whole_model: whole_model.as_mut().map(|w| std::mem::take(&mut w[g.index])),
+                    needle_capped: spec.model.needle_unit.quantile().map(|_| {
+                        let case = g.context_index * spec.needle_offsets.len() + g.offset_index;
+                        trials.iter().filter(|t| t.needle.get(case).is_some_and(|n| n.capped)).count() as u64
+                    }),
                 }
             })
             .collect()

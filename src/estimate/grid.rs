@@ -102,6 +102,7 @@ pub(crate) mod fixture {
                     weight_mean: 0.0,
                     weight_std: 1.0,
                     needle_strength: 1.0,
+                    needle_unit: Default::default(),
                     needle_heads: 2,
                     needle_geometry: NeedleGeometry::Isotropic,
                     head_coherence: 0.0,

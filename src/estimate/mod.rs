@@ -24,6 +24,7 @@ pub mod tail;
 
 use crate::error::SimError;
 use crate::model::haystack::HaystackStructure;
+use crate::model::needle::NeedleUnit;
 use crate::model::physics::Physics;
 use crate::score::trial::TrialSpec;
 use crate::score::variant::PrecisionVariant;
@@ -94,6 +95,9 @@ pub struct CellEstimate {
     /// Whole-model recall (docs/MODEL.md, "Whole-model recall"), when the
     /// scenario has a stack and the estimator sees each trial's outcome.
     pub whole_model: Option<stack::StackEstimate>,
+    /// Quantile needle: trials in which no offset scale reached the drawn
+    /// exceedance (the norm caps the needle below it); None under the strength unit.
+    pub needle_capped: Option<u64>,
 }
 
 /// Every cell's recall under the scenario's estimator, in
@@ -183,15 +187,22 @@ pub fn refusal(
     structure: &HaystackStructure,
     ratio: u64,
     variants: &[PrecisionVariant],
+    needle: &NeedleUnit,
 ) -> Option<Refusal> {
     let mode = match settings.mode {
         EstimatorMode::Full => None,
-        EstimatorMode::Tail => tail::refuses(physics, ratio, variants).or_else(|| sample::refuses(structure, "full", "tail sampling")),
+        EstimatorMode::Tail => tail::refuses_needle(needle)
+            .or_else(|| tail::refuses(physics, ratio, variants))
+            .or_else(|| sample::refuses(structure, "full", "tail sampling")),
     };
     if let Some(allowed) = mode {
         return Some(Refusal { field: "estimator.mode", value: settings.mode.toml_value(), allowed });
     }
-    let predict = if settings.predict {
+    // The quantile needle's prediction holds under any haystack (its rank
+    // in the exact reference is binomial by construction).
+    let predict = if settings.predict && !needle.is_strength() {
+        None
+    } else if settings.predict {
         predict::refuses(physics, ratio).or_else(|| sample::refuses(structure, "false", "the prediction"))
     } else {
         None

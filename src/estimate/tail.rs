@@ -21,6 +21,7 @@ use crate::estimate::sample::{models_variant, score_keys, stratified_rows, NEEDS
 use crate::estimate::survival::{settled_survival, survival_with_noisy_p, tie_share, Exceedance};
 use crate::estimate::{grid, stack, CellEstimate, Estimator};
 use crate::model::haystack::TrialHaystack;
+use crate::model::needle::NeedleUnit;
 use crate::model::physics::Physics;
 use crate::model::row_source::TrialRows;
 use crate::numerics::pipeline::QuantizedRows;
@@ -310,6 +311,9 @@ impl Estimator for Tail {
     type Cell = CellEstimate;
 
     fn trial(&self, spec: &TrialSpec<'_>, trial_seed: u64) -> Result<(u64, Vec<f64>), SimError> {
+        if let Some(why) = refuses_needle(&spec.model.needle_unit) {
+            return Err(SimError::Model(format!("tail sampling: {why}")));
+        }
         Ok((trial_seed, tail_trial(spec, trial_seed, self.rows)?))
     }
 
@@ -344,6 +348,15 @@ impl Estimator for Tail {
             })
             .collect()
     }
+}
+
+/// Tail sampling estimates the needle's exceedance from a sample of rows;
+/// the quantile needle's is drawn instead and placed with every row's exact
+/// score, which a sample does not have (not implemented).
+pub fn refuses_needle(needle: &NeedleUnit) -> Option<String> {
+    (!needle.is_strength()).then(|| {
+        "full, or needle.unit = \"strength\" (--needle-profile stress): tail sampling estimates the needle's exceedance from a sample, and the quantile needle is placed with every row's exact score; --predict on gives the quantile needle's exact-reference recall without simulating rows".to_string()
+    })
 }
 
 /// Why tail sampling cannot serve this physics (at row stride `ratio`) and

@@ -15,6 +15,7 @@
 
 use crate::base::rng::{self, tag};
 use crate::error::SimError;
+use crate::model::needle::NeedleUnit;
 use rand::Rng;
 use rand_distr::{Distribution, Normal, StandardNormal};
 use serde::{Deserialize, Serialize};
@@ -39,8 +40,14 @@ pub struct GenerativeModel {
     pub weight_mean: f64,
     pub weight_std: f64,
     /// Needle strength in haystack standard deviations of each looking head's
-    /// pre-ReLU dot product.
+    /// pre-ReLU dot product (the strength unit).
     pub needle_strength: f64,
+    /// How the needle's signal is set: a fixed strength, or solved per trial
+    /// to a drawn haystack exceedance (docs/MODEL.md, "The needle's unit").
+    /// Left out of serialized scenarios under the strength unit, so their
+    /// manifests keep their bytes.
+    #[serde(default, skip_serializing_if = "NeedleUnit::is_strength")]
+    pub needle_unit: NeedleUnit,
     /// Heads that look for the needle (the first `needle_heads` heads).
     pub needle_heads: usize,
     /// Where the needle's match lives (docs/MODEL.md, "Needle geometry").
@@ -116,6 +123,16 @@ impl HaystackStructure {
         }
         let span = (RECENCY_EFOLDS * self.recency_rows).ceil() as u64;
         candidates.saturating_sub(span)..candidates
+    }
+
+    /// The attention-sink rows (empty when sinks are off): they always
+    /// outrank ordinary rows, so the quantile needle's exceedance leaves them out.
+    pub fn sink_span(&self) -> std::ops::Range<u64> {
+        if self.sink_rows > 0 && self.sink_relevance > 0.0 {
+            0..self.sink_rows
+        } else {
+            0..0
+        }
     }
 
     /// Whether a row's distribution depends on its index (sinks, blocks):
@@ -375,9 +392,11 @@ impl TrialHaystack {
         let Some(st) = &self.structure else { return };
         let d = self.shape.head_dim;
         // Whole pairs of normal groups: the fast path of `fill_normals` (the
-        // values do not depend on how many are drawn).
-        let needed = (st.rank + 1).next_multiple_of(2 * rng::NORMAL_GROUP);
-        let mut stack = [0.0f32; 64];
+        // values do not depend on how many are drawn). Draw `rank` for the
+        // content and one more for the relevance only when it is on.
+        let relevance = usize::from(st.relevance_unit > 0.0);
+        let needed = (st.rank + relevance).next_multiple_of(2 * rng::NORMAL_GROUP);
+        let mut stack = [0.0f32; 2 * 2 * rng::NORMAL_GROUP];
         let mut heap;
         let draws: &mut [f32] = if needed <= stack.len() {
             &mut stack[..needed]
@@ -386,10 +405,33 @@ impl TrialHaystack {
             &mut heap
         };
         rng::fill_normals(st.row_seed, row, 0, draws);
-        for (&z, u_m) in draws[..st.rank].iter().zip(st.basis.chunks_exact(d)) {
-            let y = st.key_scale * z;
-            for (k, &u) in key.iter_mut().zip(u_m) {
-                *k += y * u;
+        // key_j += Σ_m y_m·U_mj, summed over m in order for each j: blocks
+        // of 16 channels stay in registers across the basis (the same
+        // operations in the same order as a loop over m outside, so the
+        // same bits, without reloading the key once per basis vector).
+        let ys = &mut draws[..st.rank];
+        for z in ys.iter_mut() {
+            *z *= st.key_scale;
+        }
+        // 128 channels at a time: eight independent vector accumulators, so
+        // the adds of one basis vector do not wait on each other.
+        const SPAN: usize = 128;
+        let spans = d / SPAN;
+        for b in 0..spans {
+            let at = b * SPAN;
+            let mut acc = [0.0f32; SPAN];
+            acc.copy_from_slice(&key[at..at + SPAN]);
+            for (&y, u_m) in ys.iter().zip(st.basis.chunks_exact(d)) {
+                let u: &[f32; SPAN] = u_m[at..at + SPAN].try_into().expect("a span of the basis");
+                for l in 0..SPAN {
+                    acc[l] += y * u[l];
+                }
+            }
+            key[at..at + SPAN].copy_from_slice(&acc);
+        }
+        for j in spans * SPAN..d {
+            for (&y, u_m) in ys.iter().zip(st.basis.chunks_exact(d)) {
+                key[j] += y * u_m[j];
             }
         }
         let spec = &st.spec;
@@ -541,14 +583,16 @@ impl TrialHaystack {
 /// model's [`NeedleGeometry`].
 fn needle_offset(model: &GenerativeModel, queries: &[f32], channel_std: &[f32]) -> Result<Vec<f32>, SimError> {
     let IndexerShape { heads, head_dim: d } = model.shape;
-    if model.needle_strength == 0.0 || model.needle_heads == 0 {
+    // The quantile needle scales this direction per context (`score::needle`).
+    let strength = if model.needle_unit.is_strength() { model.needle_strength } else { 1.0 };
+    if strength == 0.0 || model.needle_heads == 0 {
         return Ok(vec![0.0; d]);
     }
     let q = |h: usize, j: usize| f64::from(queries[h * d + j]);
     let mut target = vec![0.0f64; heads];
     for (h, t) in target.iter_mut().enumerate().take(model.needle_heads) {
         let var: f64 = (0..d).map(|j| (q(h, j) * f64::from(channel_std[j])).powi(2)).sum();
-        *t = model.needle_strength * var.sqrt();
+        *t = strength * var.sqrt();
     }
     match &model.needle_geometry {
         // Every dim, every head: zero for heads that do not look (full rank when H ≤ d).
@@ -677,6 +721,7 @@ pub(crate) mod tests {
             weight_mean: 0.0,
             weight_std: 1.0,
             needle_strength: strength,
+            needle_unit: Default::default(),
             needle_heads: 16,
             needle_geometry: NeedleGeometry::Isotropic,
             head_coherence: 0.0,

@@ -7,6 +7,7 @@
 pub mod compressor;
 pub mod geometry;
 pub mod haystack;
+pub mod needle;
 pub mod physics;
 pub mod rope;
 pub mod row_source;

@@ -267,7 +267,7 @@ impl<'a> TrialRows<'a> {
             }
             let mut scratch = std::mem::take(&mut self.scratch);
             for (r, row) in out.chunks_exact_mut(d).enumerate() {
-                self.pool_row(start + r as u64, &[], &mut scratch, row)?;
+                self.pool_row(start + r as u64, &[], 1.0, &mut scratch, row)?;
             }
             self.scratch = scratch;
             return Ok(());
@@ -297,6 +297,13 @@ impl<'a> TrialRows<'a> {
     /// and rotation. `base` is the row's key from [`Self::next_chunk`]; with
     /// token-level generation the row must lie in the last chunk.
     pub fn special_row(&mut self, row: u64, items: &[Item], base: &[f32], out: &mut [f32]) -> Result<(), SimError> {
+        self.special_row_scaled(row, items, base, 1.0, out)
+    }
+
+    /// [`Self::special_row`] with every item's key offset multiplied by
+    /// `scale` (the gate boosts stay: they are the items' salience, not
+    /// their content). Scale 1 gives [`Self::special_row`]'s bits.
+    pub fn special_row_scaled(&mut self, row: u64, items: &[Item], base: &[f32], scale: f32, out: &mut [f32]) -> Result<(), SimError> {
         let window = self.geometry.row_tokens(row);
         let holds_item = items.iter().any(|i| i.tokens.start < window.end && window.start < i.tokens.end);
         if !self.pools || !holds_item {
@@ -304,7 +311,7 @@ impl<'a> TrialRows<'a> {
             out.copy_from_slice(base);
             for item in items.iter().filter(|i| i.tokens.start < window.end && window.start < i.tokens.end) {
                 for (o, &x) in out.iter_mut().zip(&self.offsets[item.offset]) {
-                    *o += x;
+                    *o += x * scale;
                 }
             }
             return Ok(());
@@ -313,7 +320,7 @@ impl<'a> TrialRows<'a> {
         if !self.token_level {
             self.draw_window(row, &mut scratch);
         }
-        let pooled = self.pool_row(row, items, &mut scratch, out);
+        let pooled = self.pool_row(row, items, scale, &mut scratch, out);
         self.scratch = scratch;
         pooled
     }
@@ -371,7 +378,7 @@ impl<'a> TrialRows<'a> {
             let pooled = if draw.is_some() && self.gate_noise <= 0.0 {
                 self.pool_redraw(row, items, &mut scratch, out)
             } else {
-                self.pool_row(row, items, &mut scratch, out)
+                self.pool_row(row, items, 1.0, &mut scratch, out)
             };
             self.scratch = scratch;
             pooled?;
@@ -558,9 +565,9 @@ impl<'a> TrialRows<'a> {
 
     /// Pools `row` from its window's tokens (the chunk's, or `scratch.tokens`
     /// already drawn by the shortcut), adding item offsets and gate boosts.
-    fn pool_row(&self, row: u64, items: &[Item], scratch: &mut PoolScratch, out: &mut [f32]) -> Result<(), SimError> {
+    fn pool_row(&self, row: u64, items: &[Item], scale: f32, scratch: &mut PoolScratch, out: &mut [f32]) -> Result<(), SimError> {
         let d = self.d;
-        let prev = self.prepare_window(row, items, scratch);
+        let prev = self.prepare_window(row, items, scale, scratch);
         let slots = prev + self.geometry.ratio as usize;
         let half = |from: usize, to: usize| compressor::TokenHalf {
             values: &scratch.tokens[from * d..to * d],
@@ -577,7 +584,7 @@ impl<'a> TrialRows<'a> {
     /// [`compressor::pool_row`], which uses the same two steps).
     fn pool_redraw(&mut self, row: u64, items: &[Item], scratch: &mut PoolScratch, out: &mut [f32]) -> Result<(), SimError> {
         let d = self.d;
-        let prev = self.prepare_window(row, items, scratch);
+        let prev = self.prepare_window(row, items, 1.0, scratch);
         let slots = prev + self.geometry.ratio as usize;
         let cached = self.redraw_weights.iter().position(|(r, it, _)| *r == row && it.as_slice() == items);
         let at = match cached {
@@ -598,8 +605,8 @@ impl<'a> TrialRows<'a> {
 
     /// Writes `row`'s window into `scratch` (token values with item offsets
     /// added, gate logits with item boosts), previous half first; returns
-    /// the number of previous-half slots.
-    fn prepare_window(&self, row: u64, items: &[Item], scratch: &mut PoolScratch) -> usize {
+    /// the number of previous-half slots. Offsets are multiplied by `scale`.
+    fn prepare_window(&self, row: u64, items: &[Item], scale: f32, scratch: &mut PoolScratch) -> usize {
         let d = self.d;
         let c = self.geometry.ratio;
         let window = self.geometry.row_tokens(row);
@@ -623,7 +630,7 @@ impl<'a> TrialRows<'a> {
             }
             for item in items.iter().filter(|i| i.tokens.contains(&t)) {
                 for (x, &o) in scratch.tokens[range.clone()].iter_mut().zip(&self.offsets[item.offset]) {
-                    *x += o;
+                    *x += o * scale;
                 }
                 for g in &mut scratch.gates[range.clone()] {
                     *g += self.boost;
@@ -639,6 +646,7 @@ impl<'a> TrialRows<'a> {
 /// rotated, with the needle and distractors in), and the query rotated to
 /// the context's last position: for dumps and checks, not the hot path
 /// (it holds a whole context).
+#[allow(clippy::too_many_arguments)]
 pub fn context_keys(
     model: &GenerativeModel,
     physics: &Physics,
@@ -647,6 +655,7 @@ pub fn context_keys(
     trial_seed: u64,
     context: u64,
     needle: Range<u64>,
+    needle_scale: Option<f32>,
 ) -> Result<(Vec<f32>, Vec<f32>), SimError> {
     let d = model.shape.head_dim;
     let mut src = TrialRows::new(model, physics, geometry, hay, trial_seed)?;
@@ -654,7 +663,7 @@ pub fn context_keys(
     let items = src.items(context, needle);
     let special = src.special_rows(&items, rows as u64);
     let mut keys = vec![0.0f32; rows * d];
-    let mut key = vec![0.0f32; d];
+    let (mut key, mut bare) = (vec![0.0f32; d], vec![0.0f32; d]);
     const CHUNK: usize = 256;
     for start in (0..rows).step_by(CHUNK) {
         let n = CHUNK.min(rows - start);
@@ -664,6 +673,13 @@ pub fn context_keys(
             let at = (row as usize - start) * d;
             src.special_row(row, &items, &chunk[at..at + d], &mut key)?;
             src.add_recency(row, rows as u64, &mut key);
+            if let Some(scale) = needle_scale {
+                // As the trial builds it: both ends with their recency in.
+                src.special_row_scaled(row, &items, &chunk[at..at + d], 0.0, &mut bare)?;
+                src.add_recency(row, rows as u64, &mut bare);
+                let full = key.clone();
+                scaled_key(&bare, &full, scale, &mut key);
+            }
             chunk[at..at + d].copy_from_slice(&key);
         }
         src.finalize(start as u64, chunk)?;
@@ -671,6 +687,17 @@ pub fn context_keys(
     let mut queries = hay.queries.clone();
     src.rotate_queries(&mut queries, context.saturating_sub(1), false)?;
     Ok((keys, queries))
+}
+
+/// The quantile needle's key before normalisation at offset scale α:
+/// bare + α·(full − bare), with `bare` the row at scale 0 (the gate boosts
+/// kept) and `full` at scale 1. Pooling is linear in the token values, so
+/// this is the row pooled with α·δ, up to rounding; it is the definition
+/// the trial and the dump share.
+pub fn scaled_key(bare: &[f32], full: &[f32], scale: f32, out: &mut [f32]) {
+    for ((o, &b), &f) in out.iter_mut().zip(bare).zip(full) {
+        *o = b + scale * (f - b);
+    }
 }
 
 #[derive(Clone, Default)]
@@ -738,6 +765,7 @@ mod tests {
             weight_mean: 0.0,
             weight_std: 1.0,
             needle_strength: 1.0,
+            needle_unit: Default::default(),
             needle_heads: 4,
             needle_geometry: crate::model::haystack::NeedleGeometry::Isotropic,
             head_coherence: 0.0,
@@ -783,8 +811,8 @@ mod tests {
         let v32_set = Physics { norm_weight_spread: 0.7, norm_bias: 0.4, ..v32.clone() };
         assert!(v32_set.is_null(1) == v32.is_null(1));
         let g = token_level_geometry();
-        let (a, qa) = context_keys(&m, &v32, g, &hay, 8, context, needle.clone()).unwrap();
-        let (b, qb) = context_keys(&m, &v32_set, g, &hay, 8, context, needle.clone()).unwrap();
+        let (a, qa) = context_keys(&m, &v32, g, &hay, 8, context, needle.clone(), None).unwrap();
+        let (b, qb) = context_keys(&m, &v32_set, g, &hay, 8, context, needle.clone(), None).unwrap();
         assert_eq!(bits(&a), bits(&b));
         assert_eq!(bits(&qa), bits(&qb));
         // The null model stays null with the weight and bias set.
@@ -794,8 +822,8 @@ mod tests {
         // and the bias acts only through LayerNorm.
         let v4 = Physics { rope: RopeChoice::V4, pooling: Pooling::On, gate_bias_std: 1.0, needle_gate_boost: 2.0, ..Physics::NULL };
         let v4_bias = Physics { norm_bias: 0.5, ..v4.clone() };
-        let (a, _) = context_keys(&m, &v4, csa(), &hay, 8, context, needle.clone()).unwrap();
-        let (b, _) = context_keys(&m, &v4_bias, csa(), &hay, 8, context, needle.clone()).unwrap();
+        let (a, _) = context_keys(&m, &v4, csa(), &hay, 8, context, needle.clone(), None).unwrap();
+        let (b, _) = context_keys(&m, &v4_bias, csa(), &hay, 8, context, needle.clone(), None).unwrap();
         assert_eq!(bits(&a), bits(&b));
         let unrotated = Physics { rope: RopeChoice::Off, ..v4.clone() };
         let mut src = TrialRows::new(&m, &unrotated, csa(), &hay, 8).unwrap();
@@ -818,9 +846,9 @@ mod tests {
         let raw_physics = Physics::NULL;
         let ln = Physics { key_norm: KeyNorm::LayerNorm, ..Physics::NULL };
         let ln_wb = Physics { norm_weight_spread: 0.5, norm_bias: 0.3, ..ln.clone() };
-        let (raw, _) = context_keys(&m, &raw_physics, g, &hay, 12, context, needle.clone()).unwrap();
-        let (plain, _) = context_keys(&m, &ln, g, &hay, 12, context, needle.clone()).unwrap();
-        let (full, _) = context_keys(&m, &ln_wb, g, &hay, 12, context, needle.clone()).unwrap();
+        let (raw, _) = context_keys(&m, &raw_physics, g, &hay, 12, context, needle.clone(), None).unwrap();
+        let (plain, _) = context_keys(&m, &ln, g, &hay, 12, context, needle.clone(), None).unwrap();
+        let (full, _) = context_keys(&m, &ln_wb, g, &hay, 12, context, needle.clone(), None).unwrap();
         let src = TrialRows::new(&m, &ln_wb, g, &hay, 12).unwrap();
         let (gamma, beta) = (src.norm_weight.clone().unwrap(), src.norm_bias.clone().unwrap());
         for (r, ((x, y), z)) in raw.chunks_exact(128).zip(plain.chunks_exact(128)).zip(full.chunks_exact(128)).enumerate() {
@@ -875,8 +903,8 @@ mod tests {
         let src = TrialRows::new(&m, &v4_w, csa(), &hay, 2).unwrap();
         assert!(src.norm_bias.is_none());
         let gamma = src.norm_weight.clone().unwrap();
-        let (a, _) = context_keys(&m, &v4, csa(), &hay, 2, 3000, 1000..1004).unwrap();
-        let (b, _) = context_keys(&m, &v4_w, csa(), &hay, 2, 3000, 1000..1004).unwrap();
+        let (a, _) = context_keys(&m, &v4, csa(), &hay, 2, 3000, 1000..1004, None).unwrap();
+        let (b, _) = context_keys(&m, &v4_w, csa(), &hay, 2, 3000, 1000..1004, None).unwrap();
         for (x, y) in a.chunks_exact(128).zip(b.chunks_exact(128)) {
             for j in 0..128 {
                 assert_eq!(y[j].to_bits(), (x[j] * gamma[j]).to_bits());
@@ -895,7 +923,7 @@ mod tests {
             assert!(physics.rows_are_independent(4));
             let hay = TrialHaystack::draw(&m, 21).unwrap();
             let (context, needle) = (2000u64, 1001..1005);
-            let (keys, _) = context_keys(&m, &physics, csa(), &hay, 21, context, needle.clone()).unwrap();
+            let (keys, _) = context_keys(&m, &physics, csa(), &hay, 21, context, needle.clone(), None).unwrap();
             let mut src = TrialRows::new(&m, &physics, csa(), &hay, 21).unwrap();
             let rows = csa().candidate_rows(context);
             let items = src.items(context, needle);

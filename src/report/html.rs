@@ -318,9 +318,9 @@ pub fn report_html(dir: &Path, meta: &ReportMeta, cells: &[CellResult], chart_fi
     let _ = writeln!(h, "<h1>dsa-recall sweep report · {}</h1>", escape(&meta.preset));
     let _ = writeln!(
         h,
-        "<p class=\"meta\">dsa-recall {} · needle strength {} sd, {} tokens · {trials} trials per cell · seed {} · recall threshold {} · {} contexts ({} … {}) × {} depths × k {} × precisions {}</p>",
+        "<p class=\"meta\">dsa-recall {} · needle {}, {} tokens · {trials} trials per cell · seed {} · recall threshold {} · {} contexts ({} … {}) × {} depths × k {} × precisions {}</p>",
         escape(&meta.version),
-        meta.needle_strength,
+        meta.needle,
         meta.needle_tokens,
         meta.seed,
         meta.threshold,

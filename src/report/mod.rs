@@ -70,6 +70,8 @@ impl Default for PlotOptions {
 pub struct ReportMeta {
     pub preset: String,
     pub needle_strength: f64,
+    /// The needle in a few words ("strength 1 sd", "niah needle (…)").
+    pub needle: String,
     pub needle_tokens: u64,
     pub seed: u64,
     pub threshold: f64,
@@ -84,6 +86,7 @@ impl ReportMeta {
         ReportMeta {
             preset: s.preset.clone(),
             needle_strength: s.model.needle_strength,
+            needle: s.needle_label(),
             needle_tokens: s.needle_tokens,
             seed: s.seed,
             threshold: s.threshold,
@@ -140,9 +143,17 @@ impl ReportMeta {
         let int = |x: &serde_json::Value, what: &str| x.as_u64().ok_or_else(|| bad(format!("missing integer {what}")));
         let effective: Vec<EffectiveContext> =
             serde_json::from_value(v["effective_context"].clone()).map_err(|e| bad(format!("effective_context: {e}")))?;
+        let needle_strength = num(&sc["model"]["needle_strength"], "scenario.model.needle_strength")?;
+        // Manifests written before the quantile unit have no `needle_unit`: the strength unit.
+        let unit: crate::model::needle::NeedleUnit = match sc["model"].get("needle_unit") {
+            Some(u) => serde_json::from_value(u.clone()).map_err(|e| bad(format!("scenario.model.needle_unit: {e}")))?,
+            None => Default::default(),
+        };
+        let needle = crate::model::needle::needle_label(&unit, needle_strength, sc["needle_profile"].as_str());
         Ok(ReportMeta {
             preset: sc["preset"].as_str().ok_or_else(|| bad("missing scenario.preset".into()))?.to_string(),
-            needle_strength: num(&sc["model"]["needle_strength"], "scenario.model.needle_strength")?,
+            needle_strength,
+            needle,
             needle_tokens: int(&sc["needle_tokens"], "scenario.needle_tokens")?,
             seed: int(&v["seed"], "seed")?,
             threshold: num(&sc["threshold"], "scenario.threshold")?,
@@ -245,13 +256,18 @@ pub fn recall_chart(meta: &ReportMeta, cells: &[CellResult], depth: f64) -> Reca
                     .collect();
                 let predicted: Vec<(u64, f64)> =
                     cells.iter().filter(of_series).filter_map(|c| c.predicted_recall.map(|r| (c.context_tokens, r))).collect();
+                let model_band: Vec<(u64, f64, f64)> = cells
+                    .iter()
+                    .filter(of_series)
+                    .filter_map(|c| Some((c.context_tokens, c.model_band_low?, c.model_band_high?)))
+                    .collect();
                 // One line per needle offset when the sweep has that axis.
                 let label = match offset {
                     Some(o) if offsets.len() > 1 => format!("{p} @ offset {o}"),
                     _ => p.clone(),
                 };
                 if !points.is_empty() {
-                    series.push(RecallSeries { topk: k as u32, precision: label, points, predicted, model });
+                    series.push(RecallSeries { topk: k as u32, precision: label, points, predicted, model, model_band });
                 }
             }
         }
@@ -273,8 +289,8 @@ pub fn recall_chart(meta: &ReportMeta, cells: &[CellResult], depth: f64) -> Reca
     RecallChart {
         title,
         subtitle: format!(
-            "needle depth {depth} %, strength {} sd, {} tokens · {trials} trials per point · Wilson 95 % bands · seed {}{stack}",
-            meta.needle_strength, meta.needle_tokens, meta.seed
+            "needle depth {depth} %, {}, {} tokens · {trials} trials per point · Wilson 95 % bands · seed {}{stack}",
+            meta.needle, meta.needle_tokens, meta.seed
         ),
         series,
         coverage_limits,
@@ -534,8 +550,8 @@ pub fn rank_margin_chart(meta: &ReportMeta, cells: &[CellResult], context: u64) 
     RankMarginChart {
         title: format!("Why needles miss one layer's top-k: rank and margin at {} tokens · {}", tokens_label(context), meta.preset),
         subtitle: format!(
-            "needle depth {depth} %, strength {} sd · {trials} trials per row · rank = competitors scoring above the best needle row",
-            meta.needle_strength
+            "needle depth {depth} %, {} · {trials} trials per row · rank = competitors scoring above the best needle row",
+            meta.needle
         ),
         rows,
     }
@@ -580,9 +596,9 @@ pub fn compare_chart(meta: &ReportMeta, cells: &[CellResult], context: u64) -> C
     CompareChart {
         title: format!("{what} by precision and k at {} tokens · {}", tokens_label(context), meta.preset),
         subtitle: format!(
-            "{}{chosen} · needle depth {depth} %, strength {} sd · {trials} trials per row · seed {}{stack}",
+            "{}{chosen} · needle depth {depth} %, {} · {trials} trials per row · seed {}{stack}",
             meta.physics_label(),
-            meta.needle_strength,
+            meta.needle,
             meta.seed
         ),
         reference: cells.iter().find_map(|c| c.fidelity_reference.clone()),
@@ -635,9 +651,9 @@ pub fn recall_vs_depth_chart(meta: &ReportMeta, cells: &[CellResult]) -> DepthCh
     DepthChart {
         title: format!("{title} · {}", meta.preset),
         subtitle: format!(
-            "{which} · {} · strength {} sd, {} tokens · {trials} trials per point · Wilson 95 % bands · seed {}{stack}",
+            "{which} · {} · {}, {} tokens · {trials} trials per point · Wilson 95 % bands · seed {}{stack}",
             meta.physics_label(),
-            meta.needle_strength,
+            meta.needle,
             meta.needle_tokens,
             meta.seed
         ),

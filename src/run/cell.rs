@@ -123,6 +123,17 @@ pub struct CellResult {
     /// … and the whole-model recall difference, when there is a stack.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub k_model_recall_diff: Option<f64>,
+    /// Quantile needle only (absent under the strength unit): whole-model
+    /// recall at the two ends of the least-known assumptions, lower first
+    /// (docs/MODEL.md, "The band") …
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_band_low: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_band_high: Option<f64>,
+    /// … and trials in which the needle could not reach its drawn
+    /// exceedance (the norm caps it below; it sits as high as it can).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub needle_capped: Option<u64>,
 }
 
 impl CellResult {
@@ -186,6 +197,9 @@ impl CellResult {
             k_discordant_lost: e.k_discordant.map(|d| d.1),
             k_mcnemar_p: e.k_discordant.map(|(gained, lost)| mcnemar_exact_p(gained, lost)),
             k_model_recall_diff: e.k_model_recall_diff,
+            model_band_low: e.whole_model.as_ref().and_then(|w| w.band).map(|b| b.0),
+            model_band_high: e.whole_model.as_ref().and_then(|w| w.band).map(|b| b.1),
+            needle_capped: e.needle_capped,
         }
     }
 }

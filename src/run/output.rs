@@ -91,10 +91,19 @@ pub fn summary_header() -> String {
     )
 }
 
+/// Columns only the quantile needle has, after the others: written when a
+/// cell has them, so strength-unit summaries keep their bytes.
+const QUANTILE_COLUMNS: &str = "model_band_low,model_band_high,needle_capped";
+
 /// The same cells as a tidy CSV, one row each. The Holm-adjusted p-values
 /// treat `cells` as the sweep's whole family of paired tests.
 pub fn summary_csv(cells: &[CellResult]) -> String {
+    let quantile = cells.iter().any(|c| c.needle_capped.is_some());
     let mut out = summary_header();
+    if quantile {
+        out.push(',');
+        out.push_str(QUANTILE_COLUMNS);
+    }
     out.push('\n');
     let holm = HolmFamily::of(cells);
     for (i, c) in cells.iter().enumerate() {
@@ -156,6 +165,12 @@ pub fn summary_csv(cells: &[CellResult]) -> String {
             opt(c.k_model_recall_diff),
         ];
         out.push_str(&fields.join(","));
+        if quantile {
+            for extra in [opt(c.model_band_low), opt(c.model_band_high), opt(c.needle_capped)] {
+                out.push(',');
+                out.push_str(&extra);
+            }
+        }
         out.push('\n');
     }
     out
@@ -280,8 +295,11 @@ pub fn format_table(s: &Scenario, outcome: &SweepOutcome) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "dsa-recall sweep · {} · needle strength {} · {} trials per cell · seed {}",
-        s.preset, s.model.needle_strength, s.trials, s.seed
+        "dsa-recall sweep · {} · needle {} · {} trials per cell · seed {}",
+        s.preset,
+        if s.model.needle_unit.is_strength() { format!("strength {}", s.model.needle_strength) } else { s.needle_label() },
+        s.trials,
+        s.seed
     );
     let whole = outcome.cells.iter().any(|c| c.model_recall.is_some());
     let holm = HolmFamily::of(&outcome.cells);
@@ -525,8 +543,11 @@ mod tests {
         };
         let outcome = crate::run::sweep::run_sweep(&s, &|| {}).unwrap();
         let csv = summary_csv(&outcome.cells);
-        let columns = summary_header().split(',').count();
-        assert_eq!(columns, 67);
+        // The quantile needle (the default) appends its three columns.
+        assert_eq!(summary_header().split(',').count(), 67);
+        let columns = csv.lines().next().unwrap().split(',').count();
+        assert_eq!(columns, 70);
+        assert!(csv.lines().next().unwrap().ends_with(",model_band_low,model_band_high,needle_capped"));
         for line in csv.lines() {
             assert_eq!(line.split(',').count(), columns, "{line}");
         }

@@ -232,6 +232,9 @@ mod tests {
             k_discordant_lost: None,
             k_mcnemar_p: None,
             k_model_recall_diff: None,
+            model_band_low: None,
+            model_band_high: None,
+            needle_capped: None,
         }
     }
 

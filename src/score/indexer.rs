@@ -67,6 +67,35 @@ impl IndexerQuery {
         &self.weights
     }
 
+    /// For this (exact, f32) query: F such that a variant whose query–key
+    /// products carry relative error ε ≥ 2⁻⁸
+    /// ([`crate::score::variant::PrecisionVariant::rounding_bound`]), scored
+    /// with the same f32 weights, gives every key k a score within
+    /// ε·F·‖k‖ of this query's. With P_h = Σ_j |q_hj·k_j| ≤ ‖q_h‖·‖k‖, each
+    /// head's f32 dot product of the cast values is within
+    /// [ε + γ_d(2 + ε)]·P_h of the exact one (γ_n = n·u/(1 − n·u), u = 2⁻²⁴,
+    /// for any summation order); ReLU moves it no further; the f32 weight
+    /// products and the head sum add γ_{H+1}(1 + γ_d)(2 + ε)·Σ_h |w_h|·P_h.
+    /// F is Σ_h |w_h|·‖q_h‖ times the sum of those terms per unit ε, taken at
+    /// ε = 2⁻⁸ (the f32 terms weigh most there), plus 2 % for the rounding
+    /// of this computation.
+    pub fn bound_factor(&self) -> f64 {
+        let (heads, d) = (self.weights.len(), self.dim);
+        let gamma = |n: usize| {
+            let nu = n as f64 * 2f64.powi(-24);
+            nu / (1.0 - nu)
+        };
+        let a: f64 = self
+            .weights
+            .iter()
+            .zip(self.queries.chunks_exact(d.max(1)))
+            .map(|(&w, q)| f64::from(w).abs() * q.iter().map(|&x| f64::from(x).powi(2)).sum::<f64>().sqrt())
+            .sum();
+        let eps = 2f64.powi(-8);
+        let per_eps = (eps + gamma(d) * (2.0 + eps) + gamma(heads + 1) * (1.0 + gamma(d)) * (2.0 + eps)) / eps;
+        1.02 * a * per_eps
+    }
+
     /// Scores rows of `keys` (row-major [n × dim], dequantized: key scale 1)
     /// into `out` (length n).
     ///

@@ -5,6 +5,7 @@
 
 pub mod hypothesis;
 pub mod indexer;
+pub mod needle;
 pub mod selection;
 pub mod trial;
 pub mod variant;

@@ -11,11 +11,13 @@ use crate::base::rng::{self, tag};
 use crate::error::SimError;
 use crate::model::geometry::{CompressionGeometry, NeedlePlacement};
 use crate::model::haystack::{GenerativeModel, TrialHaystack};
+use crate::model::needle::{exceedance_of, rank_quantile, NeedleDraw};
 use crate::model::physics::{Physics, RopeChoice};
-use crate::model::row_source::{Item, TrialRows};
+use crate::model::row_source::{scaled_key, Item, TrialRows};
 use crate::model::stack::WholeModel;
 use crate::numerics::pipeline::QuantizedRows;
 use crate::score::indexer::IndexerQuery;
+use crate::score::needle::{solve_scale, target_interval, NeedleSolve};
 use crate::score::selection::{kth_largest_many_with, selection_overlap_with, tally_with, tie_key, tied_ahead, NeedleRank, TieRule};
 use crate::score::variant::PrecisionVariant;
 use rayon::prelude::*;
@@ -86,6 +88,11 @@ pub struct TrialOutcome {
     pub cells: Vec<NeedleOutcome>,
     /// The trial's seed (whole-model recall draws its chains from it).
     pub seed: u64,
+    /// The quantile needle's placement per (context, needle offset), in
+    /// case order (context-major); empty under the strength unit, and then
+    /// left out of checkpoints, which keep their bytes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub needle: Vec<NeedleSolve>,
 }
 
 /// One (context, needle offset) pair of a trial: where the needle and the
@@ -122,9 +129,35 @@ struct Patch {
     score: f32,
 }
 
+/// A case's special row in one chunk, before finalizing: its key with the
+/// items' full offsets and, for the quantile needle, without them (the
+/// needle's key at scale α lies between, [`scaled_key`]).
+struct SpecialPre {
+    row: u64,
+    full: Vec<f32>,
+    bare: Vec<f32>,
+}
+
+/// What a chunk leaves for the needle pass: each case's special rows in it,
+/// and the chunk's finalized rows per key layout when a cache-fault variant
+/// must store the whole chunk with the special rows in.
+struct ChunkSpecials {
+    start: u64,
+    n: usize,
+    /// Per case (empty for most chunks).
+    cases: Vec<Vec<SpecialPre>>,
+    /// [layout][n · d]; empty unless needed.
+    fin: Vec<Vec<f32>>,
+    /// ‖k‖ of each finalized row (layout 0); empty unless needed.
+    norms: Vec<f32>,
+}
+
 /// What scoring a chunk reads: the trial's queries and cases.
 struct ChunkWork<'w, 'a> {
     spec: &'w TrialSpec<'a>,
+    /// The variants scored: the spec's, and the exact reference after them
+    /// when the quantile needle needs one and the spec has none.
+    variants: &'w [PrecisionVariant],
     /// 2 when some variant reads keys rotated with the swapped RoPE layout.
     key_layouts: usize,
     /// [query group][variant].
@@ -132,6 +165,12 @@ struct ChunkWork<'w, 'a> {
     cases: &'w [Case],
     /// Per variant: an earlier variant whose scores it shares (see [`TrialSpec::score_twins`]).
     twins: Vec<Option<usize>>,
+    /// Keep each special row's key without offsets (the quantile needle).
+    keep_bare: bool,
+    /// Keep finalized chunks that hold special rows (a cache-fault variant).
+    keep_fin: bool,
+    /// Keep every row's key norm (the screened exact reference).
+    keep_norms: bool,
 }
 
 /// Buffers of the chunk loop, one set per thread.
@@ -140,13 +179,6 @@ struct ChunkScratch {
     pre: Vec<f32>,
     /// The same rows finalized with the swapped RoPE layout (layout 1).
     swapped_fin: Vec<f32>,
-    special_pre: Vec<f32>,
-    /// Per case and key layout: its special rows in this chunk, finalized.
-    special_keys: Vec<[Vec<f32>; 2]>,
-    /// Per case: which of its special rows lie in this chunk.
-    in_chunk: Vec<std::ops::Range<usize>>,
-    /// A chunk with a case's special rows in (variants with cache faults).
-    patched: Vec<f32>,
     chunk_scores: Vec<f32>,
     quantized: QuantizedRows,
 }
@@ -157,10 +189,6 @@ impl ChunkScratch {
         ChunkScratch {
             pre: vec![0.0; CHUNK_ROWS * d],
             swapped_fin: if work.key_layouts == 2 { vec![0.0; CHUNK_ROWS * d] } else { Vec::new() },
-            special_pre: vec![0.0; d],
-            special_keys: vec![[Vec::new(), Vec::new()]; work.cases.len()],
-            in_chunk: vec![0..0; work.cases.len()],
-            patched: Vec::new(),
             chunk_scores: vec![0.0; CHUNK_ROWS],
             quantized: QuantizedRows::with_capacity(CHUNK_ROWS, d),
         }
@@ -168,40 +196,45 @@ impl ChunkScratch {
 }
 
 impl ChunkWork<'_, '_> {
+    fn layout_of(&self, v: &PrecisionVariant) -> usize {
+        usize::from(v.position.key_rope_layout_swapped && self.key_layouts == 2)
+    }
+
     /// Generates, finalizes, stores and scores the chunk of rows from
-    /// `start` into `pieces`; returns the scores of the cases' special rows.
+    /// `start` into `pieces`; returns the cases' special rows in it.
     fn score_chunk(
         &self,
         source: &mut TrialRows,
         scratch: &mut ChunkScratch,
         start: usize,
         pieces: &mut [ScorePiece],
-    ) -> Result<Vec<Patch>, SimError> {
+    ) -> Result<ChunkSpecials, SimError> {
         let (d, key_layouts) = (self.spec.model.shape.head_dim, self.key_layouts);
-        let mut patches = Vec::new();
-        let layout_of = |v: &PrecisionVariant| usize::from(v.position.key_rope_layout_swapped && key_layouts == 2);
         let n = pieces.iter().map(|p| p.scores.len()).max().unwrap_or(0);
         let rows = start as u64..(start + n) as u64;
-        let ChunkScratch { pre, swapped_fin, special_pre, special_keys, in_chunk, patched, chunk_scores, quantized } = scratch;
+        let ChunkScratch { pre, swapped_fin, chunk_scores, quantized } = scratch;
         source.next_chunk(rows.start, &mut pre[..n * d])?;
-        for ((case, range), keys) in self.cases.iter().zip(in_chunk.iter_mut()).zip(special_keys.iter_mut()) {
+        let mut specials =
+            ChunkSpecials { start: rows.start, n, cases: Vec::with_capacity(self.cases.len()), fin: Vec::new(), norms: Vec::new() };
+        for case in self.cases {
             // `special` is ascending: the rows of this chunk are one run.
             let first = case.special.partition_point(|&r| r < rows.start);
             let last = case.special.partition_point(|&r| r < rows.end);
-            *range = first..last;
-            for layout_keys in keys.iter_mut().take(key_layouts) {
-                layout_keys.resize(range.len() * d, 0.0);
-            }
-            for (j, &row) in case.special[range.clone()].iter().enumerate() {
+            let mut here = Vec::with_capacity(last - first);
+            for &row in &case.special[first..last] {
                 let at = (row - rows.start) as usize * d;
-                source.special_row(row, &case.items, &pre[at..at + d], special_pre)?;
-                source.add_recency(row, case.candidates as u64, special_pre);
-                for (layout, layout_keys) in keys.iter_mut().enumerate().take(key_layouts) {
-                    let key = &mut layout_keys[j * d..(j + 1) * d];
-                    key.copy_from_slice(special_pre);
-                    source.finalize_with(row, key, layout == 1)?;
+                let mut full = vec![0.0; d];
+                source.special_row(row, &case.items, &pre[at..at + d], &mut full)?;
+                source.add_recency(row, case.candidates as u64, &mut full);
+                let mut bare = Vec::new();
+                if self.keep_bare {
+                    bare.resize(d, 0.0);
+                    source.special_row_scaled(row, &case.items, &pre[at..at + d], 0.0, &mut bare)?;
+                    source.add_recency(row, case.candidates as u64, &mut bare);
                 }
+                here.push(SpecialPre { row, full, bare });
             }
+            specials.cases.push(here);
         }
         if key_layouts == 2 {
             swapped_fin[..n * d].copy_from_slice(&pre[..n * d]);
@@ -212,13 +245,22 @@ impl ChunkWork<'_, '_> {
         if source.finalizes() {
             source.finalize_with(rows.start, &mut pre[..n * d], false)?;
         }
+        if self.keep_norms {
+            specials.norms =
+                pre[..n * d].chunks_exact(d).map(|k| k.iter().map(|&x| f64::from(x).powi(2)).sum::<f64>().sqrt() as f32).collect();
+        }
+        if self.keep_fin && specials.cases.iter().any(|c| !c.is_empty()) {
+            specials.fin.push(pre[..n * d].to_vec());
+            if key_layouts == 2 {
+                specials.fin.push(swapped_fin[..n * d].to_vec());
+            }
+        }
 
-        for (v, variant) in self.spec.variants.iter().enumerate() {
+        for (v, variant) in self.variants.iter().enumerate() {
             if self.twins[v].is_some() {
                 continue;
             }
-            let layout = layout_of(variant);
-            let fin: &[f32] = if layout == 1 { swapped_fin } else { pre };
+            let fin: &[f32] = if self.layout_of(variant) == 1 { swapped_fin } else { pre };
             // Exact keys in a fault-free cache are what was generated:
             // scored in place, without a copy (the same bits: their
             // row scales would be 1).
@@ -242,33 +284,6 @@ impl ChunkWork<'_, '_> {
                     piece.scores.copy_from_slice(&chunk_scores[..m]);
                 }
             }
-            for (c, (case, range)) in self.cases.iter().zip(in_chunk.iter()).enumerate() {
-                if range.is_empty() {
-                    continue;
-                }
-                let q = &self.queries[self.spec.query_group(case.ci)][v];
-                let keys = &special_keys[c][layout];
-                if variant.cache.is_default() {
-                    // Each row's stored key depends on that row alone:
-                    // store and score just the rows that changed.
-                    variant.store_keys(keys, rows.start, d, quantized)?;
-                    q.score_quantized_rows(quantized, &mut chunk_scores[..range.len()]);
-                    for (&row, &score) in case.special[range.clone()].iter().zip(chunk_scores.iter()) {
-                        patches.push(Patch { case: c, variant: v, row: row as u32, score });
-                    }
-                } else {
-                    // Pages and neighbours matter: store the whole chunk with the special rows in.
-                    patched.resize(CHUNK_ROWS * d, 0.0);
-                    patched[..n * d].copy_from_slice(&fin[..n * d]);
-                    for (j, &row) in case.special[range.clone()].iter().enumerate() {
-                        let at = (row - rows.start) as usize * d;
-                        patched[at..at + d].copy_from_slice(&keys[j * d..(j + 1) * d]);
-                    }
-                    variant.store_keys(&patched[..n * d], rows.start, d, quantized)?;
-                    q.score_quantized_rows(quantized, &mut chunk_scores[..n]);
-                    patches.extend((0..n).map(|r| Patch { case: c, variant: v, row: (start + r) as u32, score: chunk_scores[r] }));
-                }
-            }
         }
         // A twin's scores are its original's, bit for bit: copied, not recomputed.
         for (v, u) in self.twins.iter().enumerate().filter_map(|(v, u)| u.map(|u| (v, u))) {
@@ -286,11 +301,295 @@ impl ChunkWork<'_, '_> {
                 };
                 to.scores.copy_from_slice(from.scores);
             }
-            let copies: Vec<Patch> = patches.iter().filter(|p| p.variant == u).map(|p| Patch { variant: v, ..*p }).collect();
+        }
+        Ok(specials)
+    }
+
+    /// The finalized keys, per key layout, of case `c`'s special rows in
+    /// `chunk`, with the needle's offset at `scale` (None: the full
+    /// offsets, the strength unit's keys).
+    fn special_keys(&self, source: &TrialRows, c: usize, chunk: &ChunkSpecials, scale: Option<f32>) -> Result<[Vec<f32>; 2], SimError> {
+        let d = self.spec.model.shape.head_dim;
+        let pres = &chunk.cases[c];
+        let mut keys = [Vec::new(), Vec::new()];
+        for (layout, layout_keys) in keys.iter_mut().enumerate().take(self.key_layouts) {
+            layout_keys.resize(pres.len() * d, 0.0);
+            for (pre, key) in pres.iter().zip(layout_keys.chunks_exact_mut(d)) {
+                match scale {
+                    Some(s) => scaled_key(&pre.bare, &pre.full, s, key),
+                    None => key.copy_from_slice(&pre.full),
+                }
+                source.finalize_with(pre.row, key, layout == 1)?;
+            }
+        }
+        Ok(keys)
+    }
+
+    /// Every scored variant's scores of case `c`'s special rows in `chunk`
+    /// (or, for a cache-fault variant, of the whole chunk with them in).
+    fn case_patches(
+        &self,
+        source: &TrialRows,
+        c: usize,
+        chunk: &ChunkSpecials,
+        scale: Option<f32>,
+        quantized: &mut QuantizedRows,
+        patches: &mut Vec<Patch>,
+    ) -> Result<(), SimError> {
+        let pres = &chunk.cases[c];
+        if pres.is_empty() {
+            return Ok(());
+        }
+        let d = self.spec.model.shape.head_dim;
+        let (n, start) = (chunk.n, chunk.start);
+        let keys = self.special_keys(source, c, chunk, scale)?;
+        let case = &self.cases[c];
+        let mut scores = vec![0.0f32; n.max(pres.len())];
+        let first = patches.len();
+        for (v, variant) in self.variants.iter().enumerate() {
+            if self.twins[v].is_some() {
+                continue;
+            }
+            let layout = self.layout_of(variant);
+            let q = &self.queries[self.spec.query_group(case.ci)][v];
+            if variant.cache.is_default() {
+                // Each row's stored key depends on that row alone:
+                // store and score just the rows that changed.
+                variant.store_keys(&keys[layout], start, d, quantized)?;
+                q.score_quantized_rows(quantized, &mut scores[..pres.len()]);
+                for (pre, &score) in pres.iter().zip(scores.iter()) {
+                    patches.push(Patch { case: c, variant: v, row: pre.row as u32, score });
+                }
+            } else {
+                // Pages and neighbours matter: store the whole chunk with the special rows in.
+                let mut patched = chunk.fin[layout].clone();
+                for (j, pre) in pres.iter().enumerate() {
+                    let at = (pre.row - start) as usize * d;
+                    patched[at..at + d].copy_from_slice(&keys[layout][j * d..(j + 1) * d]);
+                }
+                variant.store_keys(&patched, start, d, quantized)?;
+                q.score_quantized_rows(quantized, &mut scores[..n]);
+                patches.extend((0..n).map(|r| Patch { case: c, variant: v, row: (start as usize + r) as u32, score: scores[r] }));
+            }
+        }
+        for (v, u) in self.twins.iter().enumerate().filter_map(|(v, u)| u.map(|u| (v, u))) {
+            let copies: Vec<Patch> = patches[first..].iter().filter(|p| p.variant == u).map(|p| Patch { variant: v, ..*p }).collect();
             patches.extend(copies);
         }
-        Ok(patches)
+        Ok(())
     }
+
+    /// The exact scores of case `c`'s special rows in `chunks` with the
+    /// needle's offset at `scale`, as `exact` with query `q` scores them:
+    /// (row, score), needle rows only when `needle_rows`, else the others.
+    #[allow(clippy::too_many_arguments)]
+    fn special_exact(
+        &self,
+        source: &TrialRows,
+        c: usize,
+        chunks: &[&ChunkSpecials],
+        (exact, q): (&PrecisionVariant, &IndexerQuery),
+        scale: f32,
+        needle_rows: bool,
+        quantized: &mut QuantizedRows,
+    ) -> Result<Vec<(u64, f32)>, SimError> {
+        let d = self.spec.model.shape.head_dim;
+        let case = &self.cases[c];
+        let mut out = Vec::new();
+        let mut key = vec![0.0f32; d];
+        let mut score = [0.0f32];
+        for chunk in chunks {
+            for pre in chunk.cases[c].iter().filter(|p| case.placement.rows.contains(&p.row) == needle_rows) {
+                scaled_key(&pre.bare, &pre.full, scale, &mut key);
+                source.finalize_with(pre.row, &mut key, false)?;
+                exact.store_keys(&key, chunk.start, d, quantized)?;
+                q.score_quantized_rows(quantized, &mut score);
+                out.push((pre.row, score[0]));
+            }
+        }
+        Ok(out)
+    }
+}
+
+thread_local! {
+    /// Set by [`with_full_reference`]: score the quantile needle's exact
+    /// reference over every row instead of screening (tests compare both).
+    static FULL_REFERENCE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Runs `f` with the quantile needle's exact reference scored over every
+/// row on this thread, never screened (for tests of the screen).
+pub fn with_full_reference<T>(f: impl FnOnce() -> T) -> T {
+    FULL_REFERENCE.with(|c| c.set(true));
+    let out = f();
+    FULL_REFERENCE.with(|c| c.set(false));
+    out
+}
+
+/// Where the quantile needle's exact (fp32) scores come from.
+enum Exact<'a> {
+    /// Scored over every row like a variant: its index among the scored ones.
+    Scored(usize),
+    /// Screened by a variant whose scores are provably close to exact.
+    Screened(Box<Screen<'a>>),
+}
+
+/// The screened exact reference: a variant v whose score of a row with key
+/// k is within `factors[g]·‖k‖` of the exact one (plain bf16 or fp32 casts
+/// of q and k, fp32 weights and logits: [`PrecisionVariant::rounding_bound`]
+/// and [`IndexerQuery::bound_factor`]). Only rows whose v-score, widened by
+/// that bound, can reach the needle's neighbourhood are regenerated and
+/// scored exactly; each such row checks the bound, and a row outside it
+/// makes the case score every row exactly.
+struct Screen<'a> {
+    variant: usize,
+    factors: Vec<f64>,
+    /// ‖k‖ of every row (the trial's longest context).
+    norms: Vec<f32>,
+    /// A copy of the trial's row source: rows regenerate alone when chunks are independent.
+    source: TrialRows<'a>,
+    /// Finalized keys regenerated so far.
+    keys: std::collections::HashMap<u64, Vec<f32>>,
+}
+
+impl Screen<'_> {
+    /// Row `row`'s exact score under the exact query `q`.
+    fn exact(&mut self, q: &IndexerQuery, row: u64, d: usize) -> Result<f32, SimError> {
+        if !self.keys.contains_key(&row) {
+            let mut key = vec![0.0f32; d];
+            self.source.next_chunk(row, &mut key)?;
+            self.source.finalize_with(row, &mut key, false)?;
+            self.keys.insert(row, key);
+        }
+        let mut score = [0.0f32];
+        q.score_rows(&self.keys[&row], &mut score);
+        Ok(score[0])
+    }
+
+    /// The bound on |v-score − exact score| of `row` under group `g`.
+    fn bound(&self, g: usize, row: u64) -> f64 {
+        self.factors[g] * f64::from(self.norms[row as usize]) + 1e-30
+    }
+}
+
+/// Places the quantile needle in each case of a trial.
+struct Placer<'p, 'w, 'a> {
+    work: &'p ChunkWork<'w, 'a>,
+    exact: Exact<'a>,
+    /// The exact variant and its query per group, when screened (else the
+    /// scored reference's own).
+    fp32: &'p PrecisionVariant,
+    exact_queries: &'p [IndexerQuery],
+    /// [group][scored variant][row]
+    scores: &'p [Vec<Vec<f32>>],
+    source: &'p TrialRows<'a>,
+    quantized: &'p mut QuantizedRows,
+}
+
+impl Placer<'_, '_, '_> {
+    /// Case `c`: its rank drawn, its scale solved, and where it then ranks.
+    fn place(&mut self, c: usize, chunk_specials: &[ChunkSpecials], draw: &NeedleDraw) -> Result<NeedleSolve, SimError> {
+        let spec = self.work.spec;
+        let d = spec.model.shape.head_dim;
+        let case = &self.work.cases[c];
+        let g = spec.query_group(case.ci);
+        let sinks = spec.model.structure.sink_span();
+        let population: Vec<u64> =
+            (0..case.candidates as u64).filter(|r| case.special.binary_search(r).is_err() && !sinks.contains(r)).collect();
+        let hay_rows = population.len() as u64;
+        let target_rank = rank_quantile(hay_rows, exceedance_of(draw.log10_exceedance), draw.rank_uniform);
+        let chunks: Vec<&ChunkSpecials> = chunk_specials.iter().filter(|ch| !ch.cases[c].is_empty()).collect();
+        let has_needle_row = chunks.iter().any(|ch| ch.cases[c].iter().any(|p| case.placement.rows.contains(&p.row)));
+        let unplaced = NeedleSolve { scale: 1.0, hay_rows, target_rank, hay_above: 0, fixed_above: 0, capped: false };
+        if !has_needle_row {
+            return Ok(unplaced);
+        }
+        // Exact scores of the haystack rows that decide the target: every
+        // row, or (screened) those that can reach it.
+        let mut known: Vec<(u64, f32)> = match &mut self.exact {
+            Exact::Scored(r) => {
+                let exact = &self.scores[g][*r];
+                population.iter().map(|&row| (row, exact[row as usize])).collect()
+            }
+            Exact::Screened(screen) => {
+                let v = &self.scores[g][screen.variant];
+                let mut lower: Vec<f64> = population.iter().map(|&row| f64::from(v[row as usize]) - screen.bound(g, row)).collect();
+                let m = target_rank as usize;
+                let floor = if m < lower.len() { *lower.select_nth_unstable_by(m, |a, b| b.total_cmp(a)).1 } else { f64::NEG_INFINITY };
+                screened(screen, &self.exact_queries[g], g, &population, v, floor, d)?
+            }
+        };
+        let mut values: Vec<f32> = known.iter().map(|&(_, s)| s).collect();
+        let (lo, hi, target) = target_interval(&mut values, target_rank);
+        let work = self.work;
+        let source = self.source;
+        let (exact_variant, exact_query) = match &self.exact {
+            Exact::Scored(r) => (&work.variants[*r], &work.queries[g][*r]),
+            Exact::Screened(_) => (self.fp32, &self.exact_queries[g]),
+        };
+        let quantized = &mut *self.quantized;
+        let mut score_at = |s: f64| -> Result<f32, SimError> {
+            let rows = work.special_exact(source, c, &chunks, (exact_variant, exact_query), s as f32, true, quantized)?;
+            Ok(rows.iter().map(|&(_, x)| x).fold(f32::NEG_INFINITY, f32::max))
+        };
+        let (scale, capped) = solve_scale(lo, hi, target, &mut score_at)?;
+        let scale = scale as f32;
+        let best = score_at(f64::from(scale))?;
+        // Where it ranks: haystack rows above it (the drawn rank unless the
+        // norm capped it), then the other competitors.
+        if let Exact::Screened(screen) = &mut self.exact {
+            let v = &self.scores[g][screen.variant];
+            // Below the screen's floor (capped), more rows may beat it.
+            known = screened(screen, exact_query, g, &population, v, f64::from(best), d)?;
+        }
+        let hay_above = known.iter().filter(|&&(_, x)| x > best).count() as u64;
+        let others = self.work.special_exact(source, c, &chunks, (exact_variant, exact_query), scale, false, &mut *self.quantized)?;
+        let mut fixed_above = others.iter().filter(|&&(_, x)| x > best).count() as u64;
+        for row in sinks.clone().filter(|&r| r < case.candidates as u64 && case.special.binary_search(&r).is_err()) {
+            let x = match &mut self.exact {
+                Exact::Scored(r) => self.scores[g][*r][row as usize],
+                Exact::Screened(screen) => screen.exact(exact_query, row, d)?,
+            };
+            fixed_above += u64::from(x > best);
+        }
+        Ok(NeedleSolve { scale, hay_above, fixed_above, capped, ..unplaced })
+    }
+}
+
+/// The exact scores of the rows of `population` whose v-score `v`, plus
+/// its bound, reaches `floor` (every row whose exact score can); every one
+/// checks the bound, and a row outside it (never seen) makes the whole
+/// population scored exactly instead.
+fn screened(
+    screen: &mut Screen<'_>,
+    q: &IndexerQuery,
+    g: usize,
+    population: &[u64],
+    v: &[f32],
+    floor: f64,
+    d: usize,
+) -> Result<Vec<(u64, f32)>, SimError> {
+    let mut out = Vec::new();
+    for &row in population {
+        let (score, bound) = (f64::from(v[row as usize]), screen.bound(g, row));
+        if score + bound < floor {
+            continue;
+        }
+        let exact = screen.exact(q, row, d)?;
+        if (f64::from(exact) - score).abs() > bound {
+            return population.iter().map(|&r| Ok((r, screen.exact(q, r, d)?))).collect();
+        }
+        out.push((row, exact));
+    }
+    Ok(out)
+}
+
+/// [`TrialSpec::score_twins`] of any list of variants.
+fn score_twins_of(v: &[PrecisionVariant]) -> Vec<Option<usize>> {
+    let same = |a: &PrecisionVariant, b: &PrecisionVariant| {
+        (&a.query, &a.key, &a.scoring, &a.cache, &a.position) == (&b.query, &b.key, &b.scoring, &b.cache, &b.position)
+    };
+    (0..v.len()).map(|i| (0..i).find(|&j| same(&v[i], &v[j]))).collect()
 }
 
 /// Every variant's query for a context of `context` tokens: rotated to the
@@ -324,11 +623,7 @@ impl TrialSpec<'_> {
     /// layout; only the selection differs, e.g. `fp8+ties-lowest` beside
     /// `fp8`): its scores are copied instead of computed again.
     pub fn score_twins(&self) -> Vec<Option<usize>> {
-        let same = |a: &PrecisionVariant, b: &PrecisionVariant| {
-            (&a.query, &a.key, &a.scoring, &a.cache, &a.position) == (&b.query, &b.key, &b.scoring, &b.cache, &b.position)
-        };
-        let v = self.variants;
-        (0..v.len()).map(|i| (0..i).find(|&j| same(&v[i], &v[j]))).collect()
+        score_twins_of(self.variants)
     }
 
     pub fn cell_count(&self) -> usize {
@@ -357,18 +652,51 @@ impl TrialSpec<'_> {
         self.geometry.place_needle_at(context, self.needle_tokens, self.depth_percent, offset)
     }
 
+    /// Index of the variant `run` scores as the exact reference for the
+    /// quantile needle: the spec's first exact variant, else one past the
+    /// spec's variants (an `fp32` added for the purpose).
+    fn reference_variant(&self) -> usize {
+        self.variants.iter().position(PrecisionVariant::is_exact).unwrap_or(self.variants.len())
+    }
+
     /// Runs the trial seeded by `trial_seed`.
     pub fn run(&self, trial_seed: u64) -> Result<TrialOutcome, SimError> {
+        self.run_with_needle(trial_seed, None)
+    }
+
+    /// [`Self::run`] with the quantile needle's draws given instead of drawn
+    /// from the trial seed (to simulate another layer or query token of the
+    /// same prompt in full; ignored under the strength unit).
+    pub fn run_with_needle(&self, trial_seed: u64, draw: Option<NeedleDraw>) -> Result<TrialOutcome, SimError> {
         let haystack = TrialHaystack::draw(self.model, trial_seed)?;
         let mut source = TrialRows::new(self.model, self.physics, self.geometry, &haystack, trial_seed)?;
+        let quantile = self.model.needle_unit.quantile().copied();
+
+        // The quantile needle is placed by exact scores: score an fp32 beside
+        // the spec's variants when none of them is exact.
+        let reference = self.reference_variant();
+        let fp32 = || PrecisionVariant::builtin("fp32").ok_or_else(|| SimError::Model("the fp32 variant is missing".into()));
+        // Without an exact variant, a bf16-like one screens the rows when rows
+        // can be regenerated alone; else an fp32 is scored beside the rest.
+        let screen = match quantile {
+            Some(_) if reference == self.variants.len() && source.chunks_are_independent() && !FULL_REFERENCE.with(|f| f.get()) => {
+                self.variants.iter().enumerate().find_map(|(i, v)| v.rounding_bound().map(|e| (i, e)))
+            }
+            _ => None,
+        };
+        let mut scored: Vec<PrecisionVariant> = self.variants.to_vec();
+        if quantile.is_some() && reference == self.variants.len() && screen.is_none() {
+            scored.push(fp32()?);
+        }
+        let scored = &scored[..];
 
         // One query per context with RoPE (see `query_group`).
         let positional = self.physics.rope != RopeChoice::Off;
         let groups = if positional { self.contexts.len() } else { 1 };
         let queries: Vec<Vec<IndexerQuery>> =
-            (0..groups).map(|g| context_queries(&haystack, &source, self.variants, self.contexts[g])).collect::<Result<_, _>>()?;
+            (0..groups).map(|g| context_queries(&haystack, &source, scored, self.contexts[g])).collect::<Result<_, _>>()?;
         // Keys rotated with the other pair layout, for `rope-swap-k` variants.
-        let key_layouts = if positional && self.variants.iter().any(|v| v.position.key_rope_layout_swapped) { 2 } else { 1 };
+        let key_layouts = if positional && scored.iter().any(|v| v.position.key_rope_layout_swapped) { 2 } else { 1 };
         let candidates_of = |ci: usize| self.geometry.candidate_rows(self.contexts[ci]) as usize;
         let group_rows: Vec<usize> = (0..groups)
             .map(|g| if positional { candidates_of(g) } else { (0..self.contexts.len()).map(candidates_of).max().unwrap_or(0) })
@@ -382,14 +710,27 @@ impl TrialSpec<'_> {
                 let candidates = candidates_of(ci);
                 let items = source.items(self.contexts[ci], placement.tokens.clone());
                 let special = source.special_rows(&items, candidates as u64);
-                cases.push(Case { ci, oi, placement, candidates, items, special, patches: vec![Vec::new(); self.variants.len()] });
+                cases.push(Case { ci, oi, placement, candidates, items, special, patches: vec![Vec::new(); scored.len()] });
             }
         }
 
         // Score every row once per (query group, variant), chunk by chunk;
-        // rows that hold needle or distractor tokens are keyed per case.
-        let mut scores: Vec<Vec<Vec<f32>>> = group_rows.iter().map(|&n| vec![vec![0.0; n]; self.variants.len()]).collect();
-        let work = ChunkWork { spec: self, key_layouts, queries: &queries, cases: &cases, twins: self.score_twins() };
+        // rows that hold needle or distractor tokens are keyed per case
+        // afterwards, once the needle's scale is known.
+        let mut scores: Vec<Vec<Vec<f32>>> = group_rows.iter().map(|&n| vec![vec![0.0; n]; scored.len()]).collect();
+        let twins = score_twins_of(scored);
+        let keep_fin = scored.iter().zip(&twins).any(|(v, t)| t.is_none() && !v.cache.is_default());
+        let work = ChunkWork {
+            spec: self,
+            variants: scored,
+            key_layouts,
+            queries: &queries,
+            cases: &cases,
+            twins,
+            keep_bare: quantile.is_some(),
+            keep_fin,
+            keep_norms: screen.is_some(),
+        };
         // Each chunk's piece of every (group, variant) score array.
         let chunk_count = max_rows.div_ceil(CHUNK_ROWS);
         let mut pieces: Vec<Vec<ScorePiece>> = (0..chunk_count).map(|_| Vec::new()).collect();
@@ -406,7 +747,7 @@ impl TrialSpec<'_> {
         // Every row is a pure function of its position when chunks are
         // independent: then chunks may be scored on several threads (one
         // source clone and one scratch per rayon job) with the same bits.
-        let chunk_patches: Vec<Vec<Patch>> =
+        let chunk_specials: Vec<ChunkSpecials> =
             if source.chunks_are_independent() && rayon::current_num_threads() > 1 && chunk_count >= 2 * CHUNKS_PER_JOB {
                 pieces
                     .into_par_iter()
@@ -418,7 +759,50 @@ impl TrialSpec<'_> {
                 let mut scratch = ChunkScratch::new(&work);
                 pieces.into_iter().enumerate().map(|chunk| score_chunk(&mut source, &mut scratch, chunk)).collect::<Result<_, _>>()?
             };
-        for patch in chunk_patches.into_iter().flatten() {
+        let norms: Vec<f32> = chunk_specials.iter().flat_map(|c| c.norms.iter().copied()).collect();
+        // Only chunks that hold special rows matter from here on.
+        let chunk_specials: Vec<ChunkSpecials> = chunk_specials.into_iter().filter(|c| c.cases.iter().any(|p| !p.is_empty())).collect();
+
+        // The needle's scale per case: 1 under the strength unit, solved to
+        // the drawn exceedance under the quantile unit.
+        let mut quantized = QuantizedRows::with_capacity(CHUNK_ROWS, self.model.shape.head_dim);
+        let mut needle = Vec::new();
+        if let Some(q) = quantile {
+            let draw = draw.unwrap_or_else(|| q.draw(trial_seed));
+            let exact_variant = fp32()?;
+            let mut exact_queries: Vec<IndexerQuery> = Vec::new();
+            let exact = match screen {
+                None => Exact::Scored(reference),
+                Some((variant, rounding)) => {
+                    for &context in &self.contexts[..groups] {
+                        exact_queries.extend(context_queries(&haystack, &source, std::slice::from_ref(&exact_variant), context)?);
+                    }
+                    let factors = exact_queries.iter().map(|q| rounding * q.bound_factor()).collect();
+                    Exact::Screened(Box::new(Screen { variant, factors, norms, source: source.clone(), keys: Default::default() }))
+                }
+            };
+            let mut placer = Placer {
+                work: &work,
+                exact,
+                fp32: &exact_variant,
+                exact_queries: &exact_queries,
+                scores: &scores,
+                source: &source,
+                quantized: &mut quantized,
+            };
+            for c in 0..cases.len() {
+                needle.push(placer.place(c, &chunk_specials, &draw)?);
+            }
+        }
+
+        // Each case's special rows, keyed at its scale, scored by every variant.
+        let mut patches = Vec::new();
+        for chunk in &chunk_specials {
+            for c in 0..cases.len() {
+                work.case_patches(&source, c, chunk, needle.get(c).map(|n| n.scale), &mut quantized, &mut patches)?;
+            }
+        }
+        for patch in patches {
             cases[patch.case].patches[patch.variant].push((patch.row, patch.score));
         }
 
@@ -453,7 +837,6 @@ impl TrialSpec<'_> {
                 }
             }
             let assembled: Vec<&[f32]> = scores[g].iter().map(|s| &s[..candidates]).collect();
-
             for (v, variant) in self.variants.iter().enumerate() {
                 // What this variant's engine selects with (hypotheses may change it).
                 let sel = &variant.selection;
@@ -535,6 +918,6 @@ impl TrialSpec<'_> {
                 scores[g][v][row] = old;
             }
         }
-        Ok(TrialOutcome { cells, seed: trial_seed })
+        Ok(TrialOutcome { cells, seed: trial_seed, needle })
     }
 }

@@ -85,6 +85,40 @@ impl PrecisionVariant {
         Some(PrecisionVariant::new(name, side.clone(), side, scoring))
     }
 
+    /// Whether this variant scores exactly as the fp32 reference: no
+    /// quantization, f32 weights and logits, a fault-free cache and the
+    /// model's RoPE layout (its selection may differ).
+    pub fn is_exact(&self) -> bool {
+        self.query.is_identity()
+            && self.key.is_identity()
+            && self.scoring == ScoreNumerics::F32
+            && self.cache.is_default()
+            && self.position.is_default()
+    }
+
+    /// For a variant that scores like the exact reference up to casting
+    /// queries and keys to a narrower float (no rotation, no scale: plain
+    /// bf16 or fp32 casts; fp32 weights and logits; a fault-free cache and
+    /// the model's RoPE layout), the relative error ε of its query–key
+    /// products, (1 + u_q)(1 + u_k) − 1 with u the cast's unit roundoff;
+    /// None for any other variant. With it, a score is within
+    /// ε'·‖k‖·Σ_h |w_h|·‖q_h‖ of the exact one ([`crate::score::indexer::IndexerQuery::bound_factor`]).
+    pub fn rounding_bound(&self) -> Option<f64> {
+        use crate::numerics::format::ElementFormat;
+        use crate::numerics::pipeline::Rotation;
+        let unit = |p: &QuantPipeline| match (p.rotation, p.element, p.scaling) {
+            (Rotation::None, ElementFormat::F32, None) => Some(0.0),
+            // bfloat16 keeps 8 significant bits and f32's exponent range.
+            (Rotation::None, ElementFormat::Bf16, None) => Some(2f64.powi(-8)),
+            _ => None,
+        };
+        let exact_elsewhere = self.scoring == ScoreNumerics::F32 && self.cache.is_default() && self.position.is_default();
+        match (unit(&self.query), unit(&self.key)) {
+            (Some(a), Some(b)) if exact_elsewhere => Some((1.0 + a) * (1.0 + b) - 1.0),
+            _ => None,
+        }
+    }
+
     pub fn builtin_names() -> Vec<&'static str> {
         BUILTIN.iter().map(|(n, _)| *n).collect()
     }

@@ -174,10 +174,42 @@ pub fn trial_tensors(s: &Scenario, trial: u64, on_step: &dyn Fn(&str)) -> Result
     let rows = s.geometry.candidate_rows(context) as usize;
     let k_eff = (k as usize).min(rows);
     on_step(&format!("generating {rows} key rows"));
+    // The quantile needle's scale is solved in the trial itself: run the
+    // trial's one cell (exact reference only) to learn it.
+    let needle_scale = match s.model.needle_unit.quantile() {
+        None => None,
+        Some(_) => {
+            on_step("placing the needle at its quantile");
+            let exact = [PrecisionVariant::builtin("fp32").ok_or_else(|| bad_file(Path::new("fp32"), "variant missing"))?];
+            let spec = crate::score::trial::TrialSpec {
+                model: &s.model,
+                physics: &s.physics,
+                geometry: s.geometry,
+                contexts: &s.contexts[..1],
+                depth_percent: depth,
+                needle_offsets: &s.needle_offsets[..1],
+                needle_tokens: s.needle_tokens,
+                topks: &s.topks[..1],
+                variants: &exact,
+                tie_rule: s.tie_rule,
+                fidelity_reference: None,
+                stack: None,
+            };
+            spec.run(seed)?.needle.first().map(|n| n.scale)
+        }
+    };
     // Keys and query as scored: with the scenario's physics (RoPE, pooling,
     // distractors) when it has any, else exactly the null model's rows.
-    let (keys, queries) =
-        crate::model::row_source::context_keys(&s.model, &s.physics, s.geometry, &hay, seed, context, placement.tokens.clone())?;
+    let (keys, queries) = crate::model::row_source::context_keys(
+        &s.model,
+        &s.physics,
+        s.geometry,
+        &hay,
+        seed,
+        context,
+        placement.tokens.clone(),
+        needle_scale,
+    )?;
     let heads = s.model.shape.heads;
     let mut tensors: Vec<(String, OwnedTensor)> = vec![
         ("queries".into(), f32s(&queries, vec![heads, d])),

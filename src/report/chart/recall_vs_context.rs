@@ -48,6 +48,10 @@ pub struct RecallSeries {
     /// `context_tokens` (empty: none). When any series has it, it is the
     /// solid main line and `points` the thin dashed per-layer line.
     pub model: Vec<RecallPoint>,
+    /// `(context_tokens, low, high)`: whole-model recall at the two ends of
+    /// the least-known assumptions (docs/MODEL.md, "The band"), drawn as a
+    /// light region with dotted edges behind the whole-model line (empty: none).
+    pub model_band: Vec<(u64, f64, f64)>,
 }
 
 /// Everything drawn on a recall-vs-context chart.
@@ -414,8 +418,13 @@ impl Painter for RecallChart {
             .map(|&(k, c)| format!("k={k}: {} (off axis)", format_thousands(c)))
             .collect();
         // The first entries explain the lines and bands (`line_keys` of them).
+        let assumption_band = whole && self.series.iter().any(|sr| sr.model_band.len() > 1);
         let mut extra_labels = if whole {
-            vec!["whole-model recall, 95 % band".to_string(), "per-layer selection recall".to_string()]
+            let mut labels = vec!["whole-model recall, 95 % band".to_string(), "per-layer selection recall".to_string()];
+            if assumption_band {
+                labels.push("dotted: whole model as layers share more / less".to_string());
+            }
+            labels
         } else {
             vec!["95 % confidence band".to_string()]
         };
@@ -547,6 +556,26 @@ impl Painter for RecallChart {
             .map_err(draw_err)?;
         }
 
+        // ---- assumption bands, lightest and first
+        let edge_w = (1.2 * s).round().max(1.0) as u32;
+        for sr in self.series.iter().filter(|sr| whole && sr.model_band.len() > 1) {
+            let look = enc.look(sr);
+            let mut poly: Vec<(f64, f64)> = sr.model_band.iter().map(|&(c, _, hi)| ((c as f64).log2(), hi)).collect();
+            poly.extend(sr.model_band.iter().rev().map(|&(c, lo, _)| ((c as f64).log2(), lo)));
+            chart.draw_series(std::iter::once(Polygon::new(poly, look.color.mix(0.07).filled()))).map_err(draw_err)?;
+            for edge in [0usize, 1] {
+                let pts: Vec<(f64, f64)> = sr
+                    .model_band
+                    .iter()
+                    .map(|&(c, lo, hi)| {
+                        let (x, y) = chart.backend_coord(&((c as f64).log2(), if edge == 0 { lo } else { hi }));
+                        (x as f64, y as f64)
+                    })
+                    .collect();
+                draw_dashed(root, &pts, Dash::Dotted, s * 0.7, look.color.mix(0.6).stroke_width(edge_w))?;
+            }
+        }
+
         // ---- bands (all first, so lines are never hidden under another band)
         for sr in &self.series {
             let look = enc.look(sr);
@@ -662,6 +691,15 @@ impl Painter for RecallChart {
             root.draw(&Text::new(extra_labels[1].clone(), (lx + swatch_w + px(12.0), y), legend_style.clone())).map_err(draw_err)?;
             y += entry_h;
         }
+        if assumption_band {
+            root.draw(&Rectangle::new([(lx, y - px(8.0)), (lx + swatch_w, y + px(8.0))], INK_SOFT.mix(0.08).filled())).map_err(draw_err)?;
+            for dy in [-8.0, 8.0] {
+                let yf = (y as f64) + px(dy) as f64;
+                draw_dashed(root, &[(lx as f64, yf), ((lx + swatch_w) as f64, yf)], Dash::Dotted, s * 0.7, INK_SOFT.stroke_width(edge_w))?;
+            }
+            root.draw(&Text::new(extra_labels[2].clone(), (lx + swatch_w + px(12.0), y), legend_style.clone())).map_err(draw_err)?;
+            y += entry_h;
+        }
         let mut extra = extra_labels.iter().skip(line_keys);
         if !self.coverage_limits.is_empty() {
             let xm = (lx + swatch_w / 2) as f64;
@@ -727,6 +765,7 @@ mod tests {
 
     pub(crate) fn demo_chart() -> RecallChart {
         let mk = |topk: u32, precision: &str, knee: f64| RecallSeries {
+            model_band: Vec::new(),
             topk,
             precision: precision.into(),
             predicted: Vec::new(),

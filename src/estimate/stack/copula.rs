@@ -1,97 +1,17 @@
-//! Whole-model recall from one simulated layer: each trial's outcome in the
-//! simulated indexer layer is spread over the stack's indexed layers and the
-//! query tokens through a Gaussian copula whose correlations are calibrated
-//! to measured top-k overlaps. Definitions, assumptions and sources:
-//! docs/MODEL.md, "Whole-model recall".
-//!
-//! Every indexed layer and query token has the simulated cell's per-layer
-//! recall p as its marginal; a latent g per (layer ℓ, token t) selects the
-//! needle when g > Φ⁻¹(1 − p). Latents follow AR(1) chains, ρ_L over layers
-//! and ρ_T over tokens, and the simulated outcome pins g at (0, 0). A fault
-//! the same in every layer (shared code applied to each layer's data)
-//! follows the chains like the fault-free model; an independent fault
-//! splits the latent into the part the baseline variant explains, which
-//! the chains carry, and the fault's own draw, fresh in every layer.
+//! The Gaussian copula over layers and query tokens (docs/MODEL.md,
+//! "Correlated layers and tokens: a Gaussian copula"): each trial's outcome
+//! in the simulated layer pins one latent of AR(1) chains over layers and
+//! tokens, and every layer keeps the cell's per-layer recall as its marginal.
 
+use super::shared::{cell_key, tetrachoric, StackEstimate};
 use crate::base::rng::{self, tag};
-use crate::base::special::{bivariate_normal_cdf, normal_quantile};
+use crate::base::special::normal_quantile;
 use crate::base::stats::{mean_interval, quantiles, wilson_interval, Z95};
 use crate::model::stack::{FaultSpread, WholeModel};
 use crate::score::hypothesis::variant_spread;
-use crate::score::trial::{TrialOutcome, TrialSpec};
+use crate::score::trial::TrialSpec;
 use rand::Rng;
 use rand_distr::StandardNormal;
-
-/// Whole-model recall of one cell.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct StackEstimate {
-    /// Indexed layers in the stack.
-    pub indexed_layers: u64,
-    pub trials: u64,
-    /// Trials in which the model retrieved the needle: at least `quorum`
-    /// indexed layers selected it for at least one query token (or HCA
-    /// retrieves, when assumed).
-    pub survived: u64,
-    pub recall: f64,
-    /// Wilson 95 % interval of `recall`.
-    pub ci_low: f64,
-    pub ci_high: f64,
-    /// Indexed layers that select the needle for at least one query token:
-    /// (mean, 95 % low, 95 % high) …
-    pub layers_reached: Option<(f64, f64, f64)>,
-    /// … and its quantiles (5, 25, 50, 75, 95 %).
-    pub layers_reached_quantiles: Option<[f64; 5]>,
-}
-
-/// Share of one layer's top-`share` rows that the adjacent layer also
-/// selects, when a row's latents in the two layers have correlation
-/// `correlation`: P(g′ > z | g > z) with z = Φ⁻¹(1 − share).
-/// 1 when every row is selected (`share` ≥ 1); NaN for a share ≤ 0.
-pub fn adjacent_overlap(correlation: f64, share: f64) -> f64 {
-    if share >= 1.0 {
-        return 1.0;
-    }
-    if share.is_nan() || share <= 0.0 {
-        return f64::NAN;
-    }
-    let z = normal_quantile(1.0 - share);
-    bivariate_normal_cdf(-z, -z, correlation) / share
-}
-
-/// The latent correlation whose [`adjacent_overlap`] at `share` is
-/// `overlap` (bisection; `overlap` from `share` to 1).
-pub fn correlation_for_overlap(overlap: f64, share: f64) -> f64 {
-    let (mut lo, mut hi) = (0.0, 0.999_999);
-    for _ in 0..60 {
-        let mid = 0.5 * (lo + hi);
-        if adjacent_overlap(mid, share) < overlap {
-            lo = mid;
-        } else {
-            hi = mid;
-        }
-    }
-    0.5 * (lo + hi)
-}
-
-/// Tetrachoric correlation of two binary outcomes with marginals `pa`, `pb`
-/// and joint success share `both`: the latent correlation r with
-/// P(ga > za, gb > zb) = `both`. None when either outcome never varies.
-pub fn tetrachoric(both: f64, pa: f64, pb: f64) -> Option<f64> {
-    if !(pa > 0.0 && pa < 1.0 && pb > 0.0 && pb < 1.0) {
-        return None;
-    }
-    let (za, zb) = (normal_quantile(1.0 - pa), normal_quantile(1.0 - pb));
-    let (mut lo, mut hi) = (-0.999_999, 0.999_999);
-    for _ in 0..50 {
-        let mid = 0.5 * (lo + hi);
-        if bivariate_normal_cdf(-za, -zb, mid) < both {
-            lo = mid;
-        } else {
-            hi = mid;
-        }
-    }
-    Some(0.5 * (lo + hi))
-}
 
 /// One trial's draws for one (context, offset, k), shared by every variant
 /// (common random numbers: paired comparisons stay paired).
@@ -188,20 +108,6 @@ impl Chain {
     }
 }
 
-/// What a cell's draws are keyed by: its values (context, needle offset,
-/// k), not its place in this sweep's lists, so that the same cell draws the
-/// same chains in any sweep, shard or resumed run.
-fn cell_key(spec: &TrialSpec<'_>, ci: usize, oi: usize, ki: usize) -> [u64; 3] {
-    [spec.contexts[ci], spec.needle_offsets[oi].unwrap_or(u64::MAX), spec.topks[ki]]
-}
-
-/// Whole-model recall of every cell of `spec`, in
-/// [`TrialSpec::cell_index`] order, from the full simulation's trials.
-pub fn whole_model(spec: &TrialSpec<'_>, whole: &WholeModel, trials: &[TrialOutcome]) -> Vec<StackEstimate> {
-    let outcomes: Vec<(u64, Vec<bool>)> = trials.iter().map(|t| (t.seed, t.cells.iter().map(|c| c.survived).collect())).collect();
-    whole_model_of(spec, whole, &outcomes)
-}
-
 /// The same from sampling estimators' trials: (seed, per-cell survival
 /// probability). Each trial's outcome in a cell is drawn from its
 /// probability (a uniform keyed by the trial seed and the cell's values,
@@ -232,7 +138,7 @@ pub fn whole_model_sampled(spec: &TrialSpec<'_>, whole: &WholeModel, trials: &[(
 
 /// Whole-model recall from each trial's (seed, per-cell outcome in the
 /// simulated layer).
-fn whole_model_of(spec: &TrialSpec<'_>, whole: &WholeModel, trials: &[(u64, Vec<bool>)]) -> Vec<StackEstimate> {
+pub(super) fn whole_model_of(spec: &TrialSpec<'_>, whole: &WholeModel, trials: &[(u64, Vec<bool>)]) -> Vec<StackEstimate> {
     let layers = whole.indexed_layers();
     let tokens = whole.query_tokens().max(1) as usize;
     let variants = spec.variants.len();
@@ -293,6 +199,7 @@ fn whole_model_of(spec: &TrialSpec<'_>, whole: &WholeModel, trials: &[(u64, Vec<
                         ci_high,
                         layers_reached: mean_interval(sum, sum_sq, n as u64),
                         layers_reached_quantiles: quantiles(r),
+                        band: None,
                     };
                 }
             }
@@ -304,30 +211,7 @@ fn whole_model_of(spec: &TrialSpec<'_>, whole: &WholeModel, trials: &[(u64, Vec<
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn overlap_runs_from_chance_to_one_and_inverts() {
-        let share = 1.0 / 16.0;
-        assert!((adjacent_overlap(0.0, share) - share).abs() < 1e-9);
-        assert!(adjacent_overlap(0.999_999, share) > 0.99);
-        assert_eq!(adjacent_overlap(0.5, 1.0), 1.0);
-        assert!(adjacent_overlap(0.5, 0.0).is_nan() && adjacent_overlap(0.5, f64::NAN).is_nan());
-        for target in [0.3, 0.7, 0.85, 0.95] {
-            let rho = correlation_for_overlap(target, share);
-            assert!((adjacent_overlap(rho, share) - target).abs() < 1e-9, "{target}: {rho}");
-        }
-    }
-
-    #[test]
-    fn tetrachoric_recovers_a_known_latent_correlation() {
-        // Joint share from the bivariate normal itself, then back.
-        let (pa, pb, r) = (0.3, 0.6, 0.55);
-        let both = bivariate_normal_cdf(-normal_quantile(1.0 - pa), -normal_quantile(1.0 - pb), r);
-        assert!((tetrachoric(both, pa, pb).unwrap() - r).abs() < 1e-9);
-        assert_eq!(tetrachoric(0.5, 1.0, 0.5), None);
-        // Independent outcomes: r = 0.
-        assert!(tetrachoric(pa * pb, pa, pb).unwrap().abs() < 1e-9);
-    }
+    use crate::base::rng;
 
     fn chain(p: f64, layers: usize, tokens: usize, rho_layer: f64, rho_token: f64) -> Chain {
         Chain { p, threshold: normal_quantile(1.0 - p), content: 1.0, layers, tokens, rho_layer, rho_token }

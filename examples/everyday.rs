@@ -21,7 +21,10 @@ struct Recipe {
     depths: Option<&'static str>,
     topk: Option<&'static str>,
     precisions: Option<&'static str>,
-    strength_list: Option<&'static str>,
+    /// `--needle-profile`, when not the preset's.
+    profile: Option<&'static str>,
+    /// `--vary FIELD=LIST`.
+    vary: Option<(&'static str, &'static str)>,
     chart: &'static str,
 }
 
@@ -33,38 +36,42 @@ const RECIPES: &[Recipe] = &[
         depths: None,
         topk: None,
         precisions: Some("all"),
-        strength_list: None,
+        profile: None,
+        vary: None,
         chart: "compare.png",
     },
-    // dsa-recall sweep --contexts 8K..128K --topk 512,1024,2048 --precisions bf16 --out topk
+    // dsa-recall sweep --contexts 8K..512K --topk 512,1024,2048 --precisions bf16 --needle-profile hard --out topk
     Recipe {
         name: "topk",
-        contexts: "8K..128K",
+        contexts: "8K..512K",
         depths: None,
         topk: Some("512,1024,2048"),
         precisions: Some("bf16"),
-        strength_list: None,
+        profile: Some("hard"),
+        vary: None,
         chart: "recall_vs_context.png",
     },
-    // dsa-recall sweep --contexts 8K,32K,128K --depths 0..100:10 --precisions bf16 --out depth
+    // dsa-recall sweep --contexts 16K,64K,256K --depths 0..100:10 --precisions bf16 --needle-profile hard --out depth
     Recipe {
         name: "depth",
-        contexts: "8K,32K,128K",
+        contexts: "16K,64K,256K",
         depths: Some("0..100:10"),
         topk: None,
         precisions: Some("bf16"),
-        strength_list: None,
+        profile: Some("hard"),
+        vary: None,
         chart: "recall_vs_depth.png",
     },
-    // dsa-recall sweep --contexts 8K..128K --needle-strength 0.5,1,2,4 --out strength
+    // dsa-recall sweep --contexts 8K..512K --vary needle.exceedance=0.0003,0.001,0.003,0.01 --out exceedance
     Recipe {
-        name: "strength",
-        contexts: "8K..128K",
+        name: "exceedance",
+        contexts: "8K..512K",
         depths: None,
         topk: None,
         precisions: None,
-        strength_list: Some("0.5,1,2,4"),
-        chart: "recall_vs_needle_strength.png",
+        profile: None,
+        vary: Some(("needle.exceedance", "0.0003,0.001,0.003,0.01")),
+        chart: "recall_vs_needle_exceedance.png",
     },
     // dsa-recall sweep --contexts 4K..64K --depths 0..100:25 --precisions bf16,fp8,fp4 --out diff
     Recipe {
@@ -73,7 +80,8 @@ const RECIPES: &[Recipe] = &[
         depths: Some("0..100:25"),
         topk: None,
         precisions: Some("bf16,fp8,fp4"),
-        strength_list: None,
+        profile: None,
+        vary: None,
         chart: "heatmap_diff.png",
     },
 ];
@@ -88,6 +96,7 @@ fn params(r: &Recipe) -> ScenarioParams {
     p.sweep.depths = r.depths.and_then(text);
     p.sweep.topk = r.topk.and_then(text);
     p.sweep.precisions = r.precisions.and_then(text);
+    p.needle.profile = r.profile.map(str::to_string);
     p
 }
 
@@ -98,9 +107,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let dir = PathBuf::from("target/everyday").join(r.name);
         prepare_output_dir(&dir, true)?;
         let p = params(r);
-        match r.strength_list {
-            Some(list) => {
-                let axis = VaryAxis::new("needle.strength", list)?;
+        match r.vary {
+            Some((field, list)) => {
+                let axis = VaryAxis::new(field, list)?;
                 let mut sweeps = Vec::new();
                 for s in axis.scenarios(&p)? {
                     let outcome = run_sweep(&s, &|| {})?;

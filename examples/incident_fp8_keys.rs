@@ -16,9 +16,10 @@
 //!
 //! `cargo run --release --example incident_fp8_keys` (165 s on 2 cores shared with other work)
 //!
-//! An optional argument overrides the needle strength (default 1.5), e.g.
-//! `cargo run --release --example incident_fp8_keys -- 10`, to check how the
-//! verdicts depend on it; its charts then go to
+//! The needle is the preset's (the `niah` profile). An optional argument
+//! replaces it with a fixed-strength needle (the strength unit), e.g.
+//! `cargo run --release --example incident_fp8_keys -- 1.5`, to check how
+//! the verdicts depend on it; its charts then go to
 //! `target/incident_fp8_keys_strength_S/` and `plots/` is left alone.
 
 use dsa_recall::report::{render_charts, PlotOptions, ReportMeta};
@@ -69,14 +70,12 @@ impl Runs {
     }
 }
 
-fn scenario_toml(strength: f64, precisions: &[String], spread: &str) -> String {
+fn scenario_toml(strength: Option<f64>, precisions: &[String], spread: &str) -> String {
+    let needle = strength.map_or_else(String::new, |s| format!("[needle]\nunit = \"strength\"\nstrength = {s:?}\n"));
     format!(
         r#"
 preset = "deepseek-v4-flash"
-[needle]
-unit = "strength"
-strength = {strength:?}
-[physics]
+{needle}[physics]
 rope = "v4"
 pooling = "on"
 gate_bias_std = 0.0
@@ -97,21 +96,20 @@ trials = 200
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let precisions: Vec<String> =
         std::iter::once("bf16".to_string()).chain(HYPOTHESES.iter().map(|h| format!("fp8-fp32scale{h}"))).collect();
-    // 1.5 was chosen under the isotropic needle geometry so that bf16 holds
-    // at 10K as reported; under the content geometry (the default since
-    // issue 15) it is a weaker needle (docs/FINDINGS.md, 1).
-    let strength: f64 = match std::env::args().nth(1) {
-        Some(a) => a.parse().map_err(|_| format!("needle strength, a number: {a}"))?,
-        None => 1.5,
+    let strength: Option<f64> = match std::env::args().nth(1) {
+        Some(a) => Some(a.parse().map_err(|_| format!("needle strength, a number: {a}"))?),
+        None => None,
     };
-    let custom = std::env::args().nth(1).is_some();
     // The catalogue's spread: every hypothesis of this program is "shared".
     let (s, outcome, independent) = incident::sweep_both_spreads(&precisions.iter().map(String::as_str).collect::<Vec<_>>(), |spread| {
         scenario_toml(strength, &precisions, spread)
     })?;
     let runs = Runs { shared: outcome.cells, independent };
     let cells = &runs.shared;
-    let dir_name = if custom { format!("target/incident_fp8_keys_strength_{strength}") } else { "plots/incident_fp8_keys".to_string() };
+    let dir_name = match strength {
+        Some(s) => format!("target/incident_fp8_keys_strength_{s}"),
+        None => "plots/incident_fp8_keys".to_string(),
+    };
     let dir = Path::new(&dir_name);
     std::fs::create_dir_all(dir)?;
     let meta = ReportMeta::from_scenario(&s, &outcome.effective);
@@ -125,7 +123,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // bf16 keeps ≥ 0.8 at 10K (k = 1024) at that depth. Each is read on each
     // of the three recalls.
     let ctx = &s.contexts;
-    println!("needle strength {strength}");
+    println!("needle: {}", meta.needle);
     for r in READINGS {
         for &d in &s.depths {
             println!(

@@ -38,9 +38,6 @@ fn scenario_toml(spread: &str) -> String {
     format!(
         r#"
 preset = "deepseek-v4-flash"
-[needle]
-unit = "strength"
-strength = 1.5
 [physics]
 rope = "v4"
 pooling = "on"

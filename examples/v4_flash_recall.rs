@@ -16,7 +16,7 @@ use dsa_recall::run::sweep::run_sweep;
 use std::path::Path;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let text = "[sweep]\ncontexts = \"1K..256K\"\ndepths = \"80\"\n\
+    let text = "[sweep]\ncontexts = \"1K,2K,2560,3K,4K,5K,6K,8K,16K,32K,64K,128K,256K\"\ndepths = \"80\"\n\
                 precisions = \"bf16,fp8-fp32scale,fp4,fp8-fp32scale+scale-unwritten-zero+ties-lowest\"\ntrials = 200\n";
     let s = config::check(config::resolve(parse_scenario_toml(text)?)?)?;
     let outcome = run_sweep(&s, &|| {})?;

@@ -4,7 +4,7 @@
 //! the question is copied to `plots/everyday_<name>.png` and the table
 //! printed.
 //!
-//! `cargo run --release --example everyday`
+//! `cargo run --release --example everyday` (or `-- NAME…` for some recipes)
 
 use dsa_recall::config::vary::VaryAxis;
 use dsa_recall::config::{self, ListSpec, ScenarioParams};
@@ -62,10 +62,10 @@ const RECIPES: &[Recipe] = &[
         vary: None,
         chart: "recall_vs_depth.png",
     },
-    // dsa-recall sweep --contexts 8K..512K --vary needle.exceedance=0.0003,0.001,0.003,0.01 --out exceedance
+    // dsa-recall sweep --contexts 8K..256K --vary needle.exceedance=0.0003,0.001,0.003,0.01 --out exceedance
     Recipe {
         name: "exceedance",
-        contexts: "8K..512K",
+        contexts: "8K..256K",
         depths: None,
         topk: None,
         precisions: None,
@@ -103,7 +103,8 @@ fn params(r: &Recipe) -> ScenarioParams {
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     std::fs::create_dir_all("plots")?;
     let plot = PlotOptions::default();
-    for r in RECIPES {
+    let only: Vec<String> = std::env::args().skip(1).collect();
+    for r in RECIPES.iter().filter(|r| only.is_empty() || only.iter().any(|o| o == r.name)) {
         let dir = PathBuf::from("target/everyday").join(r.name);
         prepare_output_dir(&dir, true)?;
         let p = params(r);

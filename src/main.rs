@@ -84,7 +84,7 @@ fn run(cli: Cli) -> Result<(), Error> {
                     if long {
                         println!("{}", dsa_recall::score::hypothesis::long_text(h));
                     } else {
-                        println!("{:<13} {:<21} {}", h.group.name(), h.name, h.summary);
+                        println!("{:<13} {:<12} {:<21} {}", h.group.name(), h.class.name(), h.name, h.summary);
                     }
                 }
                 Ok(())
@@ -324,7 +324,11 @@ fn run_diagnose(args: &DiagnoseArgs) -> Result<(), Error> {
         output::check_output_dir(dir, args.force)?;
     }
     let pool = thread_pool(args.scenario.threads)?;
-    let opts = diagnose::Options { hypotheses, reading, next: !args.no_next, on_trial: &|| {} };
+    let needle_multipliers = diagnose::parse_needle_multipliers(&args.needle_multipliers)?;
+    for &m in &needle_multipliers {
+        config::check(diagnose::with_needle_multiple(&params, m)?)?;
+    }
+    let opts = diagnose::Options { hypotheses, reading, next: !args.no_next, needle_multipliers, on_trial: &|| {} };
     let d = pool.install(|| diagnose::diagnose(&params, &obs, &opts))?;
     let written = match &args.out {
         Some(dir) => {

@@ -182,10 +182,17 @@ fn hypotheses_lists_every_group_one_per_line() {
     let out = stdout(&o);
     let lines: Vec<&str> = out.lines().collect();
     assert_eq!(lines.len(), dsa_recall::score::hypothesis::CATALOGUE.len());
-    for (name, group) in [("no-hadamard", "numerics"), ("slot-shift", "cache-layout"), ("topk=N", "selection"), ("rope-swap-q", "position")]
-    {
-        let line = lines.iter().find(|l| l.split_whitespace().nth(1) == Some(name)).unwrap_or_else(|| panic!("{name} missing:\n{out}"));
+    for (name, group, class) in [
+        ("no-hadamard", "numerics", "partial"),
+        ("hadamard-q-only", "numerics", "random-loss"),
+        ("slot-shift", "cache-layout", "layout"),
+        ("topk=N", "selection", "partial"),
+        ("layers=SET", "selection", "layer-subset"),
+        ("rope-swap-q", "position", "partial"),
+    ] {
+        let line = lines.iter().find(|l| l.split_whitespace().nth(2) == Some(name)).unwrap_or_else(|| panic!("{name} missing:\n{out}"));
         assert!(line.starts_with(group), "{line}");
+        assert_eq!(line.split_whitespace().nth(1), Some(class), "{line}");
     }
 }
 

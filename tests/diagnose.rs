@@ -119,6 +119,7 @@ fn a_hypothesis_is_recovered_from_its_own_simulated_counts() {
         hypotheses: diagnose::candidates("hadamard-q-only,slot-shift,scale-offset,scale-unwritten-zero+ties-lowest").unwrap(),
         reading: Reading::Layer,
         next: false,
+        needle_multipliers: vec![1.0],
         on_trial: &|| {},
     };
     let d = diagnose::diagnose(&base, &obs, &opts).unwrap();
@@ -259,6 +260,7 @@ fn recovery_share_at_twenty_prompts_matches_the_example() {
         .unwrap(),
         reading: Reading::Model,
         next: false,
+        needle_multipliers: vec![1.0],
         on_trial: &|| {},
     };
     let truth = diagnose::prepare(&truth_params, &obs.path, &obs.rows, &opts).unwrap();
@@ -284,4 +286,80 @@ fn query_position_is_noted_once() {
     assert_eq!(out.matches("query_position is recorded but not used").count(), 1, "{out}");
     let o = diagnose_file(&dir, &format!("{HEADER}1K,50,64,fp8,1,3\n"), &[]);
     assert!(!String::from_utf8_lossy(&o.stdout).contains("query_position"));
+}
+
+// Issue 28, item 5: how hard the tested needle was is not known. A healthy
+// deployment whose needle is twice as strong (strength 6) or half as
+// strong (1.5) as the scenario's (a strength-3 needle: per-layer recall
+// 0.45-0.6 at 32K, where it moves most with the needle; far above the
+// 0.06 of a needle lost at random) must read as consistent with a healthy
+// indexer. With
+// the needle profiled over 0.5, 1, 2 it does in at least 0.9 of draws
+// (the lower end of a 99 % Wilson interval). Taken as known, the harder
+// needle's lost prompts read as a fault more often.
+#[test]
+fn a_healthy_deployment_with_another_needle_reads_as_healthy() {
+    let scenario = |strength: f64| {
+        let text = format!(
+            "preset = \"deepseek-v4-flash\"\n[needle]\nunit = \"strength\"\nstrength = {strength:?}\n[sweep]\ntrials = 200\nseed = 42\n[estimator]\npredict = false\n"
+        );
+        config::resolve(parse_scenario_toml(&text).unwrap()).unwrap()
+    };
+    let mut csv = String::from(HEADER);
+    for c in ["8K", "32K"] {
+        for d in [10, 50, 90] {
+            csv.push_str(&format!("{c},{d},512,fp8-fp32scale,0,1\n"));
+        }
+    }
+    let diag_params = scenario(3.0);
+    let obs = observations::parse("healthy.csv", &csv, &|v| diagnose::variant_ok(&diag_params, v)).unwrap();
+    let opts = |multipliers: Vec<f64>| Options {
+        hypotheses: diagnose::candidates("hadamard-q-only,slot-shift,scale-per-page,ties-highest,scale-unwritten-zero+ties-highest")
+            .unwrap(),
+        reading: Reading::Layer,
+        next: false,
+        needle_multipliers: multipliers,
+        on_trial: &|| {},
+    };
+    let profiled = diagnose::prepare(&diag_params, &obs.path, &obs.rows, &opts(diagnose::NUISANCE_MULTIPLIERS.to_vec())).unwrap();
+    let known = diagnose::prepare(&diag_params, &obs.path, &obs.rows, &opts(vec![1.0])).unwrap();
+    let draws = 200u64;
+    let z99 = 2.575_829_303_548_901;
+    let mut report = Vec::new();
+    for (strength, seed) in [(6.0, 7u64), (1.5, 8)] {
+        let mut truth_params = scenario(strength);
+        truth_params.sweep.seed = Some(seed);
+        let truth = diagnose::prepare(&truth_params, &obs.path, &obs.rows, &opts(vec![1.0])).unwrap();
+        let p: Vec<f64> = obs.rows.iter().map(|r| truth.recall(diagnose::HEALTHY, r).unwrap().0).collect();
+        let (mut healthy_profiled, mut not_fault_profiled, mut healthy_known) = (0u64, 0u64, 0u64);
+        let mut rows = obs.rows.clone();
+        for j in 0..draws {
+            for (r, found) in rows.iter_mut().zip(diagnose::draw_counts(&p, 20, dsa_recall::base::rng::derive(900 + seed, &[j]))) {
+                r.found = found;
+                r.total = 20;
+            }
+            let verdict = profiled.verdict(&rows).unwrap().kind;
+            healthy_profiled += u64::from(verdict == "healthy");
+            not_fault_profiled += u64::from(verdict != "fault");
+            healthy_known += u64::from(known.verdict(&rows).unwrap().kind == "healthy");
+        }
+        report.push(format!(
+            "strength {strength}: healthy in {healthy_profiled}/{draws} profiled ({not_fault_profiled} not a fault), {healthy_known} known"
+        ));
+        // A needle twice as strong as assumed: the data are clear, so the
+        // verdict must be healthy. Half as strong: recall is low enough that
+        // a fault under a stronger needle explains it too, so "inconclusive"
+        // is an honest answer; naming a fault is the error to bound. A fault
+        // under a 2x needle can mimic a 0.5x healthy curve at 6 rows of 20
+        // prompts, so the bound there is 0.8 (measured: 183/200 not a fault,
+        // docs/OBSERVATIONS.md), not 0.9.
+        let (kept, what, floor) =
+            if strength > 3.0 { (healthy_profiled, "healthy", 0.9) } else { (not_fault_profiled, "not a fault", 0.8) };
+        let (lo, _) = dsa_recall::base::stats::wilson_interval(kept, draws, z99);
+        assert!(lo >= floor, "strength {strength}: {what} in {kept}/{draws} draws (lower 99 % bound {lo:.3}); {report:?}");
+        if strength < 3.0 {
+            assert!(healthy_known < healthy_profiled, "{report:?}");
+        }
+    }
+    eprintln!("{report:?}");
 }

@@ -153,3 +153,39 @@ fn the_quantile_stack_matches_a_full_simulation_of_every_layer() {
         assert!(b > layer, "{}", cell.precision);
     }
 }
+
+// Issue 28, item 2: a fault in some layers only. Constant logits with
+// index-ordered ties keep rows 0 … k−1 in every faulty layer, so at 16K,
+// depth 50 %, k 512 a faulty layer never keeps the needle. In every layer
+// it loses it in every trial; in all layers but the first, or in the first
+// only, the healthy layers find it as the healthy cache does; at k ≥ the
+// context's rows every layer selects everything and the fault is cured.
+#[test]
+fn a_fault_in_some_layers_is_rescued_by_the_healthy_ones() {
+    let fault = "fp8-fp32scale+scale-unwritten-zero+ties-lowest";
+    let s = scenario(&format!(
+        "[sweep]\ncontexts = \"16K\"\ndepths = \"50\"\ntopk = \"512,4096\"\n\
+         precisions = \"fp8-fp32scale,{fault},{fault}+layers=1..,{fault}+layers=0,{fault}+layer-share=0.5\"\ntrials = 100\nseed = 9\n"
+    ));
+    let o = run_sweep(&s, &|| {}).unwrap();
+    let cell = |k: u64, p: &str| o.cells.iter().find(|c| c.topk == k && c.precision == p).expect("cell");
+    let healthy = cell(512, "fp8-fp32scale");
+    assert_eq!(healthy.model_survived, Some(100));
+    assert_eq!(cell(512, fault).model_survived, Some(0));
+    for subset in ["+layers=1..", "+layers=0", "+layer-share=0.5"] {
+        let c = cell(512, &format!("{fault}{subset}"));
+        // Per-layer recall is a faulty layer's.
+        assert_eq!(c.survived, 0, "{subset}");
+        assert_eq!(c.model_survived, healthy.model_survived, "{subset}: the healthy layers find it");
+        assert_eq!(cell(4096, &format!("{fault}{subset}")).survived, 100, "{subset}: k ≥ rows cures it");
+    }
+    // Refused where it cannot work: past the stack, under the strength unit.
+    for (toml, needle) in [
+        (format!("[sweep]\nprecisions = \"{fault}+layers=21\"\n"), "past the stack's 21"),
+        (format!("[needle]\nprofile = \"stress\"\n[sweep]\nprecisions = \"{fault}+layers=1..\"\n"), "quantile needle"),
+        (format!("[stack]\ncompress_ratios = \"none\"\n[sweep]\nprecisions = \"{fault}+layers=1..\"\n"), "whole-model stack"),
+    ] {
+        let e = config::check(config::resolve(parse_scenario_toml(&toml).unwrap()).unwrap()).unwrap_err().to_string();
+        assert!(e.contains(needle) && !e.contains('\n'), "{e}");
+    }
+}

@@ -176,6 +176,7 @@ pub fn check(p: ScenarioParams) -> Result<Scenario, ConfigError> {
     let (trials, seed, threshold) = check_monte_carlo(&p.sweep)?;
     let estimator = check_estimator(&p.estimator, &needle.unit, &physics, &structure, ratio, &precisions)?;
     let stack = check_stack(&p.stack)?;
+    check_layer_subsets(&precisions, stack.as_ref(), &needle.unit)?;
 
     Ok(Scenario {
         preset: p.preset.unwrap_or_else(|| "custom".into()),
@@ -649,6 +650,31 @@ fn check_precisions(
         }
     }
     Ok(precisions)
+}
+
+/// Variants whose faults act in some layers only (`layers=…`,
+/// `layer-share=F`) need the whole-model stack, the quantile needle's
+/// per-layer draws, and layers that exist.
+fn check_layer_subsets(
+    precisions: &[PrecisionVariant],
+    stack: Option<&WholeModel>,
+    unit: &crate::model::needle::NeedleUnit,
+) -> Result<(), ConfigError> {
+    for v in precisions.iter().filter(|v| !v.layers.is_all()) {
+        let refuse = |why: String| ConfigError::new(field_name("sweep.precisions"), format!("{:?}", v.name), why);
+        let Some(stack) = stack else {
+            return Err(refuse("a fault in some layers needs the whole-model stack ([stack], --compress-ratios)".into()));
+        };
+        if unit.is_strength() {
+            return Err(refuse(
+                "a fault in some layers needs the quantile needle (its per-layer draws); not with needle.unit = \"strength\"".into(),
+            ));
+        }
+        if let Some(why) = v.layers.unsupported(stack.indexed_layers()) {
+            return Err(refuse(why));
+        }
+    }
+    Ok(())
 }
 
 /// `[sweep]`'s Monte Carlo: (trials per cell, seed, recall threshold).

@@ -79,7 +79,7 @@ pub fn custom_variant(
     let default_side = PrecisionSideParams::default();
     let query = side(&field("query"), p.query.as_ref().unwrap_or(&default_side), head_dim)?;
     let key = side(&field("key"), p.key.as_ref().unwrap_or(&default_side), head_dim)?;
-    Ok(PrecisionVariant::new(&name, query, key, ScoreNumerics { weights, logits }))
+    Ok(PrecisionVariant::new(&name, query, key, ScoreNumerics { weights, logits, relu: true }))
 }
 
 fn side(prefix: &str, p: &PrecisionSideParams, head_dim: usize) -> Result<QuantPipeline, ConfigError> {

@@ -124,7 +124,7 @@ fn log_spaced(lo: f64, hi: f64, n: usize) -> Vec<f64> {
 }
 
 /// The knob's value in `params`, when it is a number.
-fn current(params: &ScenarioParams, field: &str) -> Option<f64> {
+pub fn current_value(params: &ScenarioParams, field: &str) -> Option<f64> {
     let (section, key) = field.split_once('.')?;
     serde_json::to_value(params).ok()?.get(section)?.get(key)?.as_f64()
 }
@@ -142,7 +142,7 @@ fn check_field(field: &str) -> Result<bool, ConfigError> {
 }
 
 /// `params` with the knob at `value`.
-fn with_value(params: &ScenarioParams, field: &str, value: f64) -> Result<ScenarioParams, ConfigError> {
+pub fn with_value(params: &ScenarioParams, field: &str, value: f64) -> Result<ScenarioParams, ConfigError> {
     VaryAxis { field: field.to_string(), values: vec![value] }.overlay(0, params.clone())
 }
 
@@ -218,7 +218,7 @@ pub fn fit(params: &ScenarioParams, obs: &Observations, opts: &FitOptions<'_>) -
         Some(r) => r,
         None if opts.field == DEFAULT_FIELD => STRENGTH_RANGE,
         None if opts.field == DEFAULT_QUANTILE_FIELD => EXCEEDANCE_RANGE,
-        None => match current(params, &opts.field) {
+        None => match current_value(params, &opts.field) {
             Some(v) if v > 0.0 => (v / 10.0, v * 10.0),
             v => {
                 return Err(ConfigError::new(

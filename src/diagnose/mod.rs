@@ -11,7 +11,7 @@ use crate::config::{self, ListSpec, Scenario, ScenarioParams};
 use crate::error::{ConfigError, Error};
 use crate::run::cell::CellResult;
 use crate::run::sweep::run_sweep;
-use crate::score::hypothesis::{Hypothesis, CATALOGUE};
+use crate::score::hypothesis::{candidate_class, FaultClass, Hypothesis, CATALOGUE};
 use observations::Observation;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -22,6 +22,17 @@ pub const HEALTHY: &str = "healthy";
 /// Hypotheses that make logits tie; `all` adds each with both index tie
 /// orders, since a tie rule decides what they select (docs/OBSERVATIONS.md).
 pub const TIE_MAKERS: &[&str] = &["scale-unwritten-zero", "scale-unwritten-nan", "e4m3fn-read", "logits-bf16"];
+
+/// log10 of the Bayes factor below which a candidate is said to be ruled
+/// out against another (10:1); within it, the data cannot tell them apart.
+pub const DECISIVE_LOG10: f64 = 1.0;
+
+/// The needle's difficulty is not known: each candidate's likelihood is
+/// profiled over these multiples of the scenario's needle knob (its
+/// exceedance under the quantile needle, its strength otherwise), each
+/// simulated on the same seed (docs/OBSERVATIONS.md, "What diagnose does
+/// not know").
+pub const NUISANCE_MULTIPLIERS: [f64; 3] = [0.5, 1.0, 2.0];
 
 /// The next experiment is sought among candidates with at least this
 /// posterior, the best `LIVE_MAX` of them (at least the best two).
@@ -217,8 +228,86 @@ pub struct Ranked {
     pub log10_bayes_factor: f64,
     /// Observation rows whose configuration it changes.
     pub rows_changed: usize,
-    /// The simulated recall (unclamped) it gives each observation row.
+    /// The simulated recall (unclamped) it gives each observation row, at
+    /// its best multiple of the needle knob.
     pub recalls: Vec<f64>,
+    /// Its class (docs/OBSERVATIONS.md, "Classes").
+    pub class: FaultClass,
+    /// The multiple of the needle knob that fits it best (1 without a nuisance grid).
+    pub needle_multiplier: f64,
+}
+
+/// One class's standing: the candidates of a class pooled under a prior
+/// that is uniform over the classes present and uniform within each.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ClassStanding {
+    pub class: FaultClass,
+    pub about: String,
+    pub posterior: f64,
+    /// log10 Bayes factor of the class's best candidate against the best overall (≤ 0).
+    pub log10_bayes_factor: f64,
+    pub best: String,
+    pub candidates: usize,
+}
+
+/// A row the best candidate cannot explain: its count is in the 1 % tails
+/// of Binomial(total, recall) under that candidate (two-sided).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Unexplained {
+    /// The row's line in the observation file.
+    pub line: usize,
+    pub context_tokens: u64,
+    pub depth_percent: f64,
+    pub topk: u64,
+    pub config: String,
+    pub found: u64,
+    pub total: u64,
+    /// The best candidate's recall there, and the two-sided p of the count.
+    pub recall: f64,
+    pub p_value: f64,
+}
+
+/// Below this two-sided p a row is flagged as unexplained.
+pub const UNEXPLAINED_P: f64 = 0.01;
+
+/// Two-sided p of `found` of `total` under Binomial(total, p): the
+/// probability of a count no more likely than it.
+pub fn binomial_two_sided_p(found: u64, total: u64, p: f64) -> f64 {
+    let at = log_binomial(found, total, p);
+    let sum: f64 = (0..=total).map(|j| log_binomial(j, total, p)).filter(|&l| l <= at + 1e-9).map(f64::exp).sum();
+    sum.min(1.0)
+}
+
+/// The rows whose counts the best candidate of `ranking` cannot explain.
+pub fn unexplained_rows(rows: &[Observation], ranking: &[Ranked], trials: u64) -> Vec<Unexplained> {
+    let Some(best) = ranking.first() else { return Vec::new() };
+    rows.iter()
+        .zip(&best.recalls)
+        .filter_map(|(r, &p)| {
+            let p_value = binomial_two_sided_p(r.found, r.total, clamped(p, trials));
+            (p_value < UNEXPLAINED_P).then(|| Unexplained {
+                line: r.line,
+                context_tokens: r.context_tokens,
+                depth_percent: r.depth_percent,
+                topk: r.topk,
+                config: r.config.clone(),
+                found: r.found,
+                total: r.total,
+                recall: p,
+                p_value,
+            })
+        })
+        .collect()
+}
+
+/// What the counts say, in words.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Verdict {
+    /// `healthy` (consistent with a healthy indexer), `inconclusive` (two
+    /// classes within 10:1) or `fault` (one class ahead of every other by
+    /// at least 10:1).
+    pub kind: String,
+    pub text: String,
 }
 
 /// The next experiment: one cell of the candidate grid.
@@ -245,6 +334,15 @@ pub struct Diagnosis {
     pub reading: Reading,
     pub trials: u64,
     pub ranking: Vec<Ranked>,
+    /// The classes, best first.
+    pub classes: Vec<ClassStanding>,
+    pub verdict: Verdict,
+    /// Rows the best candidate cannot explain (two-sided p < 0.01): where
+    /// the catalogue may lack the fault, or the scenario the deployment.
+    pub unexplained: Vec<Unexplained>,
+    /// The needle knob profiled over, and its multiples.
+    pub needle_knob: String,
+    pub needle_multipliers: Vec<f64>,
     /// Candidates that change no observed configuration (the same as healthy): left out.
     pub not_applicable: Vec<String>,
     pub next: Option<NextExperiment>,
@@ -267,6 +365,104 @@ pub fn rank(mut ranked: Vec<Ranked>) -> Vec<Ranked> {
         r.log10_bayes_factor = (r.log_likelihood - best) / std::f64::consts::LN_10;
     }
     ranked
+}
+
+/// The classes of a ranking (filled by [`rank`]), best first, under a
+/// prior uniform over the classes present and uniform within each.
+pub fn class_standings(ranking: &[Ranked]) -> Vec<ClassStanding> {
+    let best = ranking.first().map_or(0.0, |r| r.log_likelihood);
+    let mut out: Vec<ClassStanding> = Vec::new();
+    let mut mass: Vec<f64> = Vec::new();
+    for r in ranking {
+        let w = (r.log_likelihood - best).exp();
+        match out.iter().position(|c| c.class == r.class) {
+            Some(i) => {
+                out[i].candidates += 1;
+                mass[i] += w;
+            }
+            None => {
+                out.push(ClassStanding {
+                    class: r.class,
+                    about: r.class.about().to_string(),
+                    posterior: 0.0,
+                    log10_bayes_factor: r.log10_bayes_factor,
+                    best: r.hypothesis.clone(),
+                    candidates: 1,
+                });
+                mass.push(w);
+            }
+        }
+    }
+    let pooled: Vec<f64> = out.iter().zip(&mass).map(|(c, m)| m / c.candidates as f64).collect();
+    let z: f64 = pooled.iter().sum();
+    for (c, p) in out.iter_mut().zip(pooled) {
+        c.posterior = if z > 0.0 { p / z } else { 0.0 };
+    }
+    out
+}
+
+/// The verdict on a ranking and its classes: consistent with a healthy
+/// indexer when no candidate beats healthy by 10:1; inconclusive when a
+/// second class comes within 10:1 of the best; else the best class.
+pub fn verdict(ranking: &[Ranked], classes: &[ClassStanding]) -> Verdict {
+    let Some(best) = ranking.first() else {
+        return Verdict { kind: "inconclusive".into(), text: "no candidate to rank".into() };
+    };
+    let close = |bf: f64| bf > -DECISIVE_LOG10;
+    let healthy = ranking.iter().find(|r| r.class == FaultClass::Healthy);
+    if let Some(h) = healthy.filter(|h| close(h.log10_bayes_factor)) {
+        let text = if h.hypothesis == best.hypothesis {
+            let runner = ranking.get(1).filter(|r| close(r.log10_bayes_factor));
+            match runner {
+                Some(r) => format!(
+                    "consistent with a healthy indexer: healthy fits best, though {} ({}) is within 10:1 of it (log10 BF {:.2})",
+                    r.hypothesis, r.class, r.log10_bayes_factor
+                ),
+                None => "consistent with a healthy indexer: healthy fits best, every fault at least 10:1 behind".into(),
+            }
+        } else {
+            format!(
+                "consistent with a healthy indexer: the best candidate, {} ({}), beats healthy by less than 10:1 (healthy at log10 BF {:.2}); more prompts or the next experiment would tell",
+                best.hypothesis, best.class, h.log10_bayes_factor
+            )
+        };
+        return Verdict { kind: "healthy".into(), text };
+    }
+    let top = &classes[0];
+    let runner = classes.iter().skip(1).find(|c| close(c.log10_bayes_factor));
+    match runner {
+        Some(r) => Verdict {
+            kind: "inconclusive".into(),
+            text: format!(
+                "inconclusive between {} ({}: {}) and {} ({}: {}, log10 BF {:.2}); healthy is ruled out (log10 BF {:.2})",
+                top.class,
+                top.about,
+                top.best,
+                r.class,
+                r.about,
+                r.best,
+                r.log10_bayes_factor,
+                healthy.map_or(f64::NEG_INFINITY, |h| h.log10_bayes_factor)
+            ),
+        },
+        None => {
+            let within: Vec<&str> = ranking
+                .iter()
+                .skip(1)
+                .filter(|r| r.class == top.class && close(r.log10_bayes_factor))
+                .map(|r| r.hypothesis.as_str())
+                .collect();
+            let also =
+                if within.is_empty() { String::new() } else { format!("; within the class, {} cannot be told from it", within.join(", ")) };
+            Verdict {
+                kind: "fault".into(),
+                text: format!(
+                    "{} ({}): best explained by {}, every other class at least 10:1 behind{}",
+                    top.class, top.about, top.best, also
+                ),
+            }
+        }
+    }
 }
 
 /// Binary entropy in nats.
@@ -295,6 +491,9 @@ pub struct Options<'a> {
     pub reading: Reading,
     /// Also pick the next experiment (one more simulation over a small grid).
     pub next: bool,
+    /// Multiples of the needle knob to profile each candidate's likelihood
+    /// over ([`NUISANCE_MULTIPLIERS`]; `[1.0]`: the scenario's needle, known).
+    pub needle_multipliers: Vec<f64>,
     pub on_trial: &'a (dyn Fn() + Sync),
 }
 
@@ -307,9 +506,56 @@ pub struct Prepared {
     pub plan: Vec<(String, BTreeMap<String, String>)>,
     /// Candidates that change no observed configuration.
     pub not_applicable: Vec<String>,
-    sim: BTreeMap<CellKey, Simulated>,
+    /// The needle knob and its multiples, one simulation each.
+    pub needle_knob: String,
+    pub needle_multipliers: Vec<f64>,
+    sims: Vec<BTreeMap<CellKey, Simulated>>,
     reading: Reading,
     path: String,
+}
+
+/// `--needle-multipliers`: positive numbers, comma-separated, or `off` (the
+/// scenario's needle, as known: `[1]`).
+pub fn parse_needle_multipliers(text: &str) -> Result<Vec<f64>, ConfigError> {
+    let field = "--needle-multipliers";
+    if text.trim() == "off" {
+        return Ok(vec![1.0]);
+    }
+    let mut out: Vec<f64> = Vec::new();
+    for item in text.split(',').map(str::trim) {
+        match item.parse::<f64>() {
+            Ok(m) if m.is_finite() && m > 0.0 && m <= 1e6 => {
+                if !out.contains(&m) {
+                    out.push(m);
+                }
+            }
+            _ => {
+                return Err(ConfigError::new(
+                    field,
+                    format!("{item:?}"),
+                    "positive numbers up to 1e6, comma-separated (e.g. 0.5,1,2), or off",
+                ))
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The scenario's needle knob: the median exceedance under the quantile
+/// needle, the strength otherwise.
+pub fn needle_knob(params: &ScenarioParams) -> &'static str {
+    fit::default_field(params)
+}
+
+/// `params` with the needle knob at `multiplier` times its value.
+pub fn with_needle_multiple(params: &ScenarioParams, multiplier: f64) -> Result<ScenarioParams, ConfigError> {
+    if multiplier == 1.0 {
+        return Ok(params.clone());
+    }
+    let field = needle_knob(params);
+    let value = fit::current_value(params, field)
+        .ok_or_else(|| ConfigError::new("--needle-multipliers", field, "a scenario whose needle knob is a number"))?;
+    fit::with_value(params, field, value * multiplier)
 }
 
 /// Simulates every candidate of `opts.hypotheses` in the cells of `rows`
@@ -342,50 +588,86 @@ pub fn prepare(params: &ScenarioParams, path: &str, rows: &[Observation], opts: 
         }
     }
     let cells: Vec<(u64, f64, u64)> = rows.iter().map(|r| (r.context_tokens, r.depth_percent, r.topk)).collect();
-    let sim = simulate(params, &cells, &variants, opts.on_trial)?;
-    Ok(Prepared { plan, not_applicable, sim, reading: opts.reading, path: path.to_string() })
+    let needle_multipliers = if opts.needle_multipliers.is_empty() { vec![1.0] } else { opts.needle_multipliers.clone() };
+    let sims = needle_multipliers
+        .iter()
+        .map(|&m| simulate(&with_needle_multiple(params, m)?, &cells, &variants, opts.on_trial))
+        .collect::<Result<Vec<_>, Error>>()?;
+    let needle_knob = needle_knob(params).to_string();
+    Ok(Prepared { plan, not_applicable, needle_knob, needle_multipliers, sims, reading: opts.reading, path: path.to_string() })
 }
 
 impl Prepared {
-    /// Candidate `h`'s simulated recall (unclamped) and trials in row `r`'s cell.
+    /// The index of multiple 1 (the scenario's own needle), else the middle one.
+    pub fn central(&self) -> usize {
+        self.needle_multipliers.iter().position(|&m| m == 1.0).unwrap_or(self.needle_multipliers.len() / 2)
+    }
+
+    /// Candidate `h`'s simulated recall (unclamped) and trials in row `r`'s
+    /// cell, with the scenario's own needle.
     pub fn recall(&self, h: &str, r: &Observation) -> Result<(f64, u64), Error> {
+        self.recall_at(h, r, self.central())
+    }
+
+    /// As [`Self::recall`], with the needle knob at multiple `j` of the grid.
+    pub fn recall_at(&self, h: &str, r: &Observation, j: usize) -> Result<(f64, u64), Error> {
         let missing = |what: String| Error::Input { location: format!("{}:{}", self.path, r.line), message: what };
         let m =
             self.plan.iter().find(|(n, _)| n == h).map(|(_, m)| m).ok_or_else(|| missing(format!("{h} is not a prepared candidate")))?;
         let v = m.get(&r.config).ok_or_else(|| missing(format!("no variant of {h} for {}", r.config)))?;
         let s = self
-            .sim
-            .get(&key(r.context_tokens, r.depth_percent, r.topk, v))
+            .sims
+            .get(j)
+            .and_then(|sim| sim.get(&key(r.context_tokens, r.depth_percent, r.topk, v)))
             .ok_or_else(|| missing(format!("no simulated cell for {v} here")))?;
         Ok((s.recall_for(r.layer, self.reading)?, s.trials))
     }
 
     /// The ranking of the prepared candidates on the counts of `rows` (in
-    /// the prepared cells), and the simulated trials per cell.
+    /// the prepared cells), and the simulated trials per cell. A
+    /// candidate's likelihood is its profile likelihood over the needle
+    /// multiples: the counts' likelihood at the multiple that fits it best.
     pub fn rank(&self, rows: &[Observation]) -> Result<(Vec<Ranked>, u64), Error> {
         let mut ranked = Vec::new();
         let mut trials = 0;
         for (h, m) in &self.plan {
-            let mut ll = 0.0;
-            let mut recalls = Vec::new();
-            let mut changed = 0;
-            for r in rows {
-                changed += usize::from(m.get(&r.config).is_some_and(|v| *v != r.config));
-                let (p, n) = self.recall(h, r)?;
-                trials = n;
-                ll += log_binomial(r.found, r.total, clamped(p, n));
-                recalls.push(p);
+            let changed = rows.iter().filter(|r| m.get(&r.config).is_some_and(|v| *v != r.config)).count();
+            let mut lls = Vec::with_capacity(self.needle_multipliers.len());
+            let mut recalls_at = Vec::with_capacity(self.needle_multipliers.len());
+            for j in 0..self.needle_multipliers.len() {
+                let mut ll = 0.0;
+                let mut recalls = Vec::new();
+                for r in rows {
+                    let (p, n) = self.recall_at(h, r, j)?;
+                    trials = n;
+                    ll += log_binomial(r.found, r.total, clamped(p, n));
+                    recalls.push(p);
+                }
+                lls.push(ll);
+                recalls_at.push(recalls);
             }
+            let best = (0..lls.len()).max_by(|&a, &b| lls[a].total_cmp(&lls[b]).then(b.cmp(&a))).unwrap_or(0);
             ranked.push(Ranked {
                 hypothesis: h.clone(),
-                log_likelihood: ll,
+                log_likelihood: lls[best],
                 posterior: 0.0,
                 log10_bayes_factor: 0.0,
                 rows_changed: changed,
-                recalls,
+                recalls: recalls_at.swap_remove(best),
+                class: candidate_class(h),
+                needle_multiplier: self.needle_multipliers[best],
             });
         }
         Ok((rank(ranked), trials))
+    }
+}
+
+impl Prepared {
+    /// The verdict on the counts of `rows`: [`Self::rank`], the classes and
+    /// [`verdict`] (without the unexplained rows).
+    pub fn verdict(&self, rows: &[Observation]) -> Result<Verdict, Error> {
+        let (ranking, _) = self.rank(rows)?;
+        Ok(verdict(&ranking, &class_standings(&ranking)))
     }
 }
 
@@ -395,10 +677,35 @@ pub fn diagnose(params: &ScenarioParams, obs: &observations::Observations, opts:
     let rows = &obs.rows;
     let prepared = prepare(params, &obs.path, rows, opts)?;
     let (ranking, trials) = prepared.rank(rows)?;
-    let next = if opts.next && ranking.len() >= 2 { next_experiment(params, rows, &prepared.plan, &ranking, opts)? } else { None };
+    // The next experiment is simulated with the best candidate's needle.
+    let next_params = with_needle_multiple(params, ranking.first().map_or(1.0, |r| r.needle_multiplier))?;
+    let next = if opts.next && ranking.len() >= 2 { next_experiment(&next_params, rows, &prepared.plan, &ranking, opts)? } else { None };
     let notes = if rows.iter().any(|r| r.query_position.is_some()) { vec![QUERY_POSITION_NOTE.to_string()] } else { Vec::new() };
-    let not_applicable = prepared.not_applicable;
-    Ok(Diagnosis { observations: obs.path.clone(), reading: opts.reading, trials, ranking, not_applicable, next, notes })
+    let classes = class_standings(&ranking);
+    let mut verdict = verdict(&ranking, &classes);
+    let unexplained = unexplained_rows(rows, &ranking, trials);
+    if !unexplained.is_empty() {
+        verdict.text.push_str(&format!(
+            "; but even {} leaves {} of {} rows unexplained (p < {UNEXPLAINED_P}): the fault may not be in the catalogue, or the scenario may not match the deployment (calibrate first: docs/CALIBRATION.md)",
+            ranking[0].hypothesis,
+            unexplained.len(),
+            rows.len()
+        ));
+    }
+    Ok(Diagnosis {
+        observations: obs.path.clone(),
+        reading: opts.reading,
+        trials,
+        ranking,
+        classes,
+        verdict,
+        unexplained,
+        needle_knob: prepared.needle_knob,
+        needle_multipliers: prepared.needle_multipliers,
+        not_applicable: prepared.not_applicable,
+        next,
+        notes,
+    })
 }
 
 /// Counts drawn for a recovery study: row i gets Binomial(`prompts`, `recalls[i]`) found, from `seed`.
@@ -517,31 +824,65 @@ fn next_experiment(
     Ok(best)
 }
 
-/// The ranking as a table, the next experiment under it.
+/// The ranking as a table, the classes and the verdict under it, then the next experiment.
 pub fn format_table(d: &Diagnosis) -> String {
+    let knob = if d.needle_multipliers.len() > 1 {
+        format!(
+            "; likelihoods profiled over {} × {} (the needle's difficulty is not known)",
+            d.needle_knob,
+            d.needle_multipliers.iter().map(|m| format!("{m}")).collect::<Vec<_>>().join(", ")
+        )
+    } else {
+        String::new()
+    };
     let mut out = format!(
-        "{} rows of {} against {} candidates ({} recall, {} simulated trials per cell)\n",
+        "{} rows of {} against {} candidates ({} recall, {} simulated trials per cell{knob})\n",
         d.ranking.first().map_or(0, |r| r.recalls.len()),
         d.observations,
         d.ranking.len(),
         if d.reading == Reading::Model { "whole-model" } else { "per-layer" },
         d.trials
     );
+    let multi = d.needle_multipliers.len() > 1;
     out.push_str(&format!(
-        "{:>4}  {:<40} {:>12} {:>10} {:>12} {:>8}\n",
-        "rank", "hypothesis", "log-lik", "posterior", "log10 BF", "changes"
+        "{:>4}  {:<44} {:<12} {:>12} {:>10} {:>10} {:>8}{}\n",
+        "rank",
+        "hypothesis",
+        "class",
+        "log-lik",
+        "posterior",
+        "log10 BF",
+        "changes",
+        if multi { "  needle ×" } else { "" }
     ));
     for (i, r) in d.ranking.iter().enumerate() {
         out.push_str(&format!(
-            "{:>4}  {:<40} {:>12.3} {:>10.4} {:>12.2} {:>8}\n",
+            "{:>4}  {:<44} {:<12} {:>12.3} {:>10.4} {:>10.2} {:>8}{}\n",
             i + 1,
             r.hypothesis,
+            r.class.name(),
             r.log_likelihood,
             r.posterior,
             r.log10_bayes_factor,
-            format!("{} rows", r.rows_changed)
+            format!("{} rows", r.rows_changed),
+            if multi { format!("  {:>8}", r.needle_multiplier) } else { String::new() }
         ));
     }
+    out.push_str("\nclasses (prior uniform over the classes, then over each class's candidates)\n");
+    out.push_str(&format!("{:<14} {:>10} {:>10}  {:<44} {}\n", "class", "posterior", "log10 BF", "best candidate", "what it means"));
+    for c in &d.classes {
+        out.push_str(&format!("{:<14} {:>10.4} {:>10.2}  {:<44} {}\n", c.class.name(), c.posterior, c.log10_bayes_factor, c.best, c.about));
+    }
+    if !d.unexplained.is_empty() {
+        out.push_str(&format!("\nrows {} cannot explain (two-sided p < {UNEXPLAINED_P}):\n", d.ranking[0].hypothesis));
+        for u in &d.unexplained {
+            out.push_str(&format!(
+                "  line {}: {} tokens, depth {} %, k {}, {}: {} of {} found where it gives recall {:.3} (p {:.1e})\n",
+                u.line, u.context_tokens, u.depth_percent, u.topk, u.config, u.found, u.total, u.recall, u.p_value
+            ));
+        }
+    }
+    out.push_str(&format!("\nverdict: {}\n", d.verdict.text));
     if !d.not_applicable.is_empty() {
         out.push_str(&format!("not applicable to any observed configuration (same as healthy): {}\n", d.not_applicable.join(", ")));
     }
@@ -599,12 +940,94 @@ mod tests {
             log10_bayes_factor: 0.0,
             rows_changed: 0,
             recalls: vec![],
+            class: FaultClass::Partial,
+            needle_multiplier: 1.0,
         };
         let ranked = rank(vec![r("a", -3.0), r("b", -3.0 + 20f64.ln()), r("c", f64::NEG_INFINITY)]);
         assert_eq!(ranked[0].hypothesis, "b");
         assert!((ranked[0].posterior - 20.0 / 21.0).abs() < 1e-12);
         assert!((ranked[1].log10_bayes_factor + 20f64.log10()).abs() < 1e-12);
         assert_eq!(ranked[2].posterior, 0.0);
+    }
+
+    fn ranked(entries: &[(&str, f64)]) -> Vec<Ranked> {
+        rank(
+            entries
+                .iter()
+                .map(|&(h, ll)| Ranked {
+                    hypothesis: h.into(),
+                    log_likelihood: ll,
+                    posterior: 0.0,
+                    log10_bayes_factor: 0.0,
+                    rows_changed: 0,
+                    recalls: vec![],
+                    class: candidate_class(if h == HEALTHY { "" } else { h }),
+                    needle_multiplier: 1.0,
+                })
+                .collect(),
+        )
+    }
+
+    #[test]
+    fn classes_pool_their_candidates_under_a_uniform_class_prior() {
+        // Two partial candidates at likelihood 1 each, one random-loss at 1:
+        // the partial class gets the mean of its two (1), so the classes tie.
+        let r = ranked(&[("slot-shift", 0.0), ("scale-per-page", 0.0), ("stale-scale", 0.0), ("hadamard-q-only", 0.0)]);
+        let c = class_standings(&r);
+        let get = |k: FaultClass| c.iter().find(|s| s.class == k).unwrap();
+        assert_eq!(get(FaultClass::Partial).candidates, 2);
+        assert!((get(FaultClass::Partial).posterior - 1.0 / 3.0).abs() < 1e-12);
+        assert!((get(FaultClass::RandomLoss).posterior - 1.0 / 3.0).abs() < 1e-12);
+        let total: f64 = c.iter().map(|s| s.posterior).sum();
+        assert!((total - 1.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn composite_candidates_take_the_class_of_what_they_do() {
+        assert_eq!(candidate_class(""), FaultClass::Healthy);
+        assert_eq!(candidate_class("scale-unwritten-zero"), FaultClass::RandomLoss);
+        assert_eq!(candidate_class("scale-unwritten-zero+ties-lowest"), FaultClass::IndexTies);
+        assert_eq!(candidate_class("scale-unwritten-nan+ties-highest"), FaultClass::IndexTies);
+        assert_eq!(candidate_class("logits-bf16+ties-lowest"), FaultClass::Partial);
+        assert_eq!(candidate_class("slot-shift+scale-floor"), FaultClass::Layout);
+    }
+
+    #[test]
+    fn the_verdict_says_healthy_inconclusive_or_the_class() {
+        let ln10 = std::f64::consts::LN_10;
+        // Healthy within 10:1 of the best fault: consistent with healthy.
+        let r = ranked(&[(HEALTHY, -0.5 * ln10), ("slot-shift", 0.0)]);
+        assert_eq!(verdict(&r, &class_standings(&r)).kind, "healthy");
+        // Two classes within 10:1, healthy far behind: inconclusive.
+        let r = ranked(&[(HEALTHY, -5.0 * ln10), ("slot-shift", 0.0), ("hadamard-q-only", -0.5 * ln10)]);
+        let v = verdict(&r, &class_standings(&r));
+        assert_eq!(v.kind, "inconclusive", "{}", v.text);
+        assert!(v.text.contains("layout") && v.text.contains("random-loss"), "{}", v.text);
+        // One class ahead of every other by 10:1 or more: the fault.
+        let r = ranked(&[(HEALTHY, -5.0 * ln10), ("slot-shift", 0.0), ("pages-swapped", -0.2 * ln10), ("hadamard-q-only", -2.0 * ln10)]);
+        let v = verdict(&r, &class_standings(&r));
+        assert_eq!(v.kind, "fault", "{}", v.text);
+        assert!(v.text.contains("pages-swapped cannot be told"), "{}", v.text);
+    }
+
+    #[test]
+    fn two_sided_binomial_p() {
+        // 0 of 10 at p = 0.5: P(0) + P(10) = 2/1024.
+        assert!((binomial_two_sided_p(0, 10, 0.5) - 2.0 / 1024.0).abs() < 1e-12);
+        assert!((binomial_two_sided_p(5, 10, 0.5) - 1.0).abs() < 1e-12);
+        // 3 of 3 at p = 0.999: likely.
+        assert!(binomial_two_sided_p(3, 3, 0.999) > 0.99);
+        assert!(binomial_two_sided_p(0, 3, 0.999) < 1e-8);
+    }
+
+    #[test]
+    fn needle_multipliers_parse() {
+        assert_eq!(parse_needle_multipliers("0.5, 1,2,1").unwrap(), [0.5, 1.0, 2.0]);
+        assert_eq!(parse_needle_multipliers("off").unwrap(), [1.0]);
+        for bad in ["", "0", "-1", "x", "nan", "inf"] {
+            let e = parse_needle_multipliers(bad).unwrap_err().to_string();
+            assert!(e.contains("--needle-multipliers"), "{bad}: {e}");
+        }
     }
 
     #[test]

@@ -81,7 +81,7 @@ pub fn score_keys(
     let rows = keys.len() / d;
     for start in (0..rows).step_by(CHUNK_ROWS) {
         let n = CHUNK_ROWS.min(rows - start);
-        variant.store_keys(&keys[start * d..(start + n) * d], 0, d, quantized)?;
+        variant.store_keys(&keys[start * d..(start + n) * d], 0, 0, d, quantized)?;
         query.score_quantized_rows(quantized, &mut out[start..start + n]);
     }
     Ok(())

@@ -123,6 +123,25 @@ pub struct KeyCacheFaults {
     pub slot_shift: bool,
     /// `pages-swapped`: pages 2p and 2p + 1 are read in each other's place.
     pub pages_swapped: bool,
+    /// `zero-pages=P`: each page of a request is read as all-zero keys
+    /// (every logit 0) with this probability, in parts per million, drawn
+    /// per request and page (physically high blocks past a 32-bit offset).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub zero_pages_ppm: u32,
+    /// `rotated-before=R`: rows before cache row R were written rotated,
+    /// the rest unrotated (a mixed cache); queries stay rotated.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rotated_before: Option<u64>,
+}
+
+fn is_zero(x: &u32) -> bool {
+    *x == 0
+}
+
+/// Whether page `page` of the request seeded `request` reads as zeros
+/// under a share of `ppm` parts per million.
+pub fn page_zeroed(request: u64, page: u64, ppm: u32) -> bool {
+    ppm > 0 && crate::base::rng::derive(request, &[crate::base::rng::tag::CACHE, page]) % 1_000_000 < u64::from(ppm)
 }
 
 impl KeyCacheFaults {
@@ -157,11 +176,24 @@ impl KeyCacheFaults {
     }
 
     /// Keys `raw` (rows `first_row …`, `first_row` a multiple of
-    /// [`TENSOR_SPAN_ROWS`]) written through `key` into the cache with these
-    /// faults, as the scorer reads them back into `out`.
-    pub fn store(&self, key: &QuantPipeline, raw: &[f32], first_row: u64, d: usize, out: &mut QuantizedRows) -> Result<(), SimError> {
+    /// [`TENSOR_SPAN_ROWS`]) written through `key` into the cache of the
+    /// request seeded `request` with these faults, as the scorer reads them
+    /// back into `out`.
+    pub fn store(
+        &self,
+        key: &QuantPipeline,
+        raw: &[f32],
+        first_row: u64,
+        request: u64,
+        d: usize,
+        out: &mut QuantizedRows,
+    ) -> Result<(), SimError> {
         if self.is_default() {
             return Ok(key.quantize_rows_into(raw, d, out)?);
+        }
+        let layout = KeyCacheFaults { zero_pages_ppm: 0, rotated_before: None, ..*self };
+        if layout != *self {
+            return self.store_mixed(key, raw, first_row, request, d, out);
         }
         if let Some(why) = self.unsupported(key, d) {
             return Err(SimError::Hypothesis(format!("key cache faults {self:?} cannot apply to these keys: {why}")));
@@ -177,6 +209,47 @@ impl KeyCacheFaults {
         }
         self.corrupt_scale_words(&mut written.row_scales);
         self.read(&written, d, out);
+        Ok(())
+    }
+
+    /// The mixed-cache and zero-page faults on top of the others: rows from
+    /// `rotated_before` on are written without the key pipeline's rotation,
+    /// then pages drawn zero read as zero keys.
+    fn store_mixed(
+        &self,
+        key: &QuantPipeline,
+        raw: &[f32],
+        first_row: u64,
+        request: u64,
+        d: usize,
+        out: &mut QuantizedRows,
+    ) -> Result<(), SimError> {
+        let rest = KeyCacheFaults { zero_pages_ppm: 0, rotated_before: None, ..*self };
+        match self.rotated_before {
+            Some(r) if d > 0 && r < first_row + (raw.len() / d) as u64 => {
+                if key.rotation != Rotation::Hadamard {
+                    return Err(SimError::Hypothesis("rotated-before needs keys with a Hadamard rotation".into()));
+                }
+                let unrotated = QuantPipeline { rotation: Rotation::None, ..key.clone() };
+                let split = (r.saturating_sub(first_row) as usize).min(raw.len() / d);
+                // Rows before the split as written; the rest as if unrotated.
+                rest.store(key, raw, first_row, request, d, out)?;
+                if split < raw.len() / d {
+                    let mut tail = QuantizedRows::default();
+                    rest.store(&unrotated, raw, first_row, request, d, &mut tail)?;
+                    out.values[split * d..].copy_from_slice(&tail.values[split * d..]);
+                    out.row_scales[split..].copy_from_slice(&tail.row_scales[split..]);
+                }
+            }
+            _ => rest.store(key, raw, first_row, request, d, out)?,
+        }
+        if self.zero_pages_ppm > 0 {
+            for (r, row) in out.values.chunks_exact_mut(d.max(1)).enumerate() {
+                if page_zeroed(request, (first_row + r as u64) / PAGE_ROWS as u64, self.zero_pages_ppm) {
+                    row.fill(0.0);
+                }
+            }
+        }
         Ok(())
     }
 
@@ -349,7 +422,7 @@ mod tests {
 
     fn store(faults: KeyCacheFaults, key: &QuantPipeline, raw: &[f32]) -> QuantizedRows {
         let mut out = QuantizedRows::default();
-        faults.store(key, raw, 0, D, &mut out).unwrap();
+        faults.store(key, raw, 0, 0, D, &mut out).unwrap();
         out
     }
 
@@ -473,7 +546,7 @@ mod tests {
         assert!(KeyCacheFaults { scale_word: ScaleWordFault::UnwrittenZero, ..Default::default() }.unsupported(&fp8("fp4"), D).is_some());
         let mut out = QuantizedRows::default();
         let err =
-            KeyCacheFaults { scale_word: ScaleWordFault::UnwrittenZero, ..Default::default() }.store(&fp8("fp4"), &raw, 0, D, &mut out);
+            KeyCacheFaults { scale_word: ScaleWordFault::UnwrittenZero, ..Default::default() }.store(&fp8("fp4"), &raw, 0, 0, D, &mut out);
         assert!(matches!(err, Err(SimError::Hypothesis(_))));
     }
 

@@ -95,10 +95,23 @@ impl WeightFormat {
 pub struct ScoreNumerics {
     pub weights: WeightFormat,
     pub logits: LogitFormat,
+    /// Each head's dot product goes through ReLU before the weighted sum
+    /// (the indexer's design); false: the signed sum (hypothesis `no-relu`).
+    /// Left out of serialized scenarios when true, so manifests keep their bytes.
+    #[serde(default = "relu_on", skip_serializing_if = "is_relu_on")]
+    pub relu: bool,
+}
+
+fn relu_on() -> bool {
+    true
+}
+
+fn is_relu_on(relu: &bool) -> bool {
+    *relu
 }
 
 impl ScoreNumerics {
-    pub const F32: ScoreNumerics = ScoreNumerics { weights: WeightFormat::F32, logits: LogitFormat::F32 };
+    pub const F32: ScoreNumerics = ScoreNumerics { weights: WeightFormat::F32, logits: LogitFormat::F32, relu: true };
 }
 
 /// Rows of values ready to score and one scale per row: value j of row r
@@ -152,7 +165,7 @@ impl QuantPipeline {
         // (exact: e2m1 values times a power of two fit bf16) and the score is
         // computed in bf16 tensors; we model that as bf16 head weights and
         // bf16 logits (see docs/NUMERICS.md for what is not modelled).
-        let bf16_scoring = ScoreNumerics { weights: WeightFormat::Bf16, logits: LogitFormat::Bf16 };
+        let bf16_scoring = ScoreNumerics { weights: WeightFormat::Bf16, logits: LogitFormat::Bf16, relu: true };
         let (side, scoring) = match name {
             "fp32" => (plain(ElementFormat::F32), ScoreNumerics::F32),
             "bf16" => (plain(ElementFormat::Bf16), ScoreNumerics::F32),

@@ -89,27 +89,70 @@ pub fn diagnosis_section(d: &Diagnosis, obs: &Observations, chart: Option<(&str,
     let _ = writeln!(h, "<h2 id=\"diagnosis\">Diagnosis</h2>");
     let _ = writeln!(
         h,
-        "<p class=\"meta\">{} · {} rows · {} candidates · {} recall · {} simulated trials per cell · posterior under a uniform prior (docs/OBSERVATIONS.md)</p>",
+        "<p class=\"meta\">{} · {} rows · {} candidates · {} recall · {} simulated trials per cell · candidate posteriors under a uniform prior, class posteriors under one uniform over the classes (docs/OBSERVATIONS.md)</p>",
         escape(&d.observations),
         obs.rows.len(),
         d.ranking.len(),
         if d.reading == Reading::Model { "whole-model" } else { "per-layer" },
         d.trials
     );
-    h.push_str("<table><tr><th>rank</th><th class=\"l\">hypothesis</th><th>log-likelihood</th><th>posterior</th><th>log10 BF</th><th>rows changed</th></tr>\n");
-    for (i, r) in d.ranking.iter().enumerate() {
+    let _ = writeln!(h, "<p><b>Verdict:</b> {}</p>", escape(&d.verdict.text));
+    if d.needle_multipliers.len() > 1 {
+        let list = d.needle_multipliers.iter().map(|m| format!("{m}")).collect::<Vec<_>>().join(", ");
         let _ = writeln!(
             h,
-            "<tr><td>{}</td><td class=\"l\">{}</td><td>{:.3}</td><td>{}</td><td>{:.2}</td><td>{}</td></tr>",
-            i + 1,
-            escape(&r.hypothesis),
-            r.log_likelihood,
-            fmt_posterior(r.posterior),
-            r.log10_bayes_factor,
-            r.rows_changed
+            "<p>How hard the tested needle was is not known: each candidate's likelihood is profiled over {} × {list}: taken at the multiple that fits it best (the last column).</p>",
+            escape(&d.needle_knob)
+        );
+    }
+    h.push_str("<table><tr><th class=\"l\">class</th><th>posterior</th><th>log10 BF</th><th class=\"l\">best candidate</th><th class=\"l\">what it means</th></tr>\n");
+    for c in &d.classes {
+        let _ = writeln!(
+            h,
+            "<tr><td class=\"l\">{}</td><td>{}</td><td>{:.2}</td><td class=\"l\">{}</td><td class=\"l\">{}</td></tr>",
+            c.class.name(),
+            fmt_posterior(c.posterior),
+            c.log10_bayes_factor,
+            escape(&c.best),
+            escape(&c.about)
         );
     }
     h.push_str("</table>\n");
+    h.push_str("<table><tr><th>rank</th><th class=\"l\">hypothesis</th><th class=\"l\">class</th><th>log-likelihood</th><th>posterior</th><th>log10 BF</th><th>rows changed</th><th>needle ×</th></tr>\n");
+    for (i, r) in d.ranking.iter().enumerate() {
+        let _ = writeln!(
+            h,
+            "<tr><td>{}</td><td class=\"l\">{}</td><td class=\"l\">{}</td><td>{:.3}</td><td>{}</td><td>{:.2}</td><td>{}</td><td>{}</td></tr>",
+            i + 1,
+            escape(&r.hypothesis),
+            r.class.name(),
+            r.log_likelihood,
+            fmt_posterior(r.posterior),
+            r.log10_bayes_factor,
+            r.rows_changed,
+            r.needle_multiplier
+        );
+    }
+    h.push_str("</table>\n");
+    if !d.unexplained.is_empty() {
+        let _ = writeln!(h, "<p>Rows {} cannot explain (two-sided p &lt; 0.01):</p><ul>", escape(&d.ranking[0].hypothesis));
+        for u in &d.unexplained {
+            let _ = writeln!(
+                h,
+                "<li>line {}: {} tokens, depth {} %, k {}, {}: {} of {} found where it gives recall {:.3} (p {:.1e})</li>",
+                u.line,
+                tokens_label(u.context_tokens),
+                u.depth_percent,
+                u.topk,
+                escape(&u.config),
+                u.found,
+                u.total,
+                u.recall,
+                u.p_value
+            );
+        }
+        h.push_str("</ul>\n");
+    }
     if !d.not_applicable.is_empty() {
         let _ = writeln!(
             h,

@@ -38,6 +38,108 @@ impl fmt::Display for Group {
     }
 }
 
+/// The kind of failure a hypothesis stands for, as `diagnose` reports it
+/// (docs/OBSERVATIONS.md, "Classes"): what the fault does to the
+/// information the indexer has about the needle.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FaultClass {
+    /// No fault.
+    Healthy,
+    /// Scores carry no information about the needle and ties fall in random
+    /// order: the needle is kept about k times in N.
+    RandomLoss,
+    /// Scores tie and the tie order is by row index: kept or lost by depth.
+    IndexTies,
+    /// Scores keep part of the information (a coarser scale, a format, a
+    /// partly wrong position): recall falls below healthy, smoothly.
+    Partial,
+    /// The cache's writer and reader disagree about where codes and scales
+    /// live, or which rows are read.
+    Layout,
+    /// The fault acts in some indexer layers only.
+    LayerSubset,
+    /// Chunked prefill hides rows from the indexer.
+    Schedule,
+}
+
+impl FaultClass {
+    pub const ALL: [FaultClass; 7] = [
+        FaultClass::Healthy,
+        FaultClass::RandomLoss,
+        FaultClass::IndexTies,
+        FaultClass::Partial,
+        FaultClass::Layout,
+        FaultClass::LayerSubset,
+        FaultClass::Schedule,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            FaultClass::Healthy => "healthy",
+            FaultClass::RandomLoss => "random-loss",
+            FaultClass::IndexTies => "index-ties",
+            FaultClass::Partial => "partial",
+            FaultClass::Layout => "layout",
+            FaultClass::LayerSubset => "layer-subset",
+            FaultClass::Schedule => "schedule",
+        }
+    }
+
+    /// One line for tables.
+    pub fn about(self) -> &'static str {
+        match self {
+            FaultClass::Healthy => "a healthy indexer",
+            FaultClass::RandomLoss => "information destroyed, ties in random order",
+            FaultClass::IndexTies => "information destroyed, ties in row-index order",
+            FaultClass::Partial => "information partly kept",
+            FaultClass::Layout => "cache writer and reader disagree",
+            FaultClass::LayerSubset => "a fault in some layers only",
+            FaultClass::Schedule => "chunked prefill hides rows",
+        }
+    }
+
+    /// How severe, for a composite: the most severe part names it.
+    fn severity(self) -> u8 {
+        match self {
+            FaultClass::Healthy => 0,
+            FaultClass::Partial => 1,
+            FaultClass::Layout => 2,
+            FaultClass::Schedule => 3,
+            FaultClass::RandomLoss => 4,
+            FaultClass::IndexTies => 5,
+            FaultClass::LayerSubset => 6,
+        }
+    }
+}
+
+impl fmt::Display for FaultClass {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The class of a candidate `h1+h2…` (hypotheses only, no base variant):
+/// a tie maker that makes every logit equal with an index tie order is
+/// `IndexTies`; otherwise the most severe part's class.
+pub fn candidate_class(candidate: &str) -> FaultClass {
+    let parts: Vec<&str> = candidate.split('+').map(str::trim).filter(|p| !p.is_empty()).collect();
+    let infos: Vec<&HypothesisInfo> = parts.iter().filter_map(|p| info(p)).collect();
+    if infos.is_empty() {
+        return FaultClass::Healthy;
+    }
+    // Makers of ties in every logit (e4m3fn-read: every row's amax code is
+    // NaN under fp32 scales, docs/HYPOTHESES.md).
+    let all_tie = parts.iter().any(|p| matches!(*p, "scale-unwritten-zero" | "scale-unwritten-nan" | "e4m3fn-read"));
+    let index_order = parts.iter().any(|p| matches!(*p, "ties-lowest" | "ties-highest"));
+    let base = infos.iter().map(|h| h.class).max_by_key(|c| c.severity()).unwrap_or(FaultClass::Healthy);
+    if all_tie && index_order && base != FaultClass::LayerSubset {
+        FaultClass::IndexTies
+    } else {
+        base
+    }
+}
+
 /// One catalogue entry.
 #[derive(Clone, Copy, Debug)]
 pub struct HypothesisInfo {
@@ -58,6 +160,8 @@ pub struct HypothesisInfo {
     /// or kernel) or independently in each; `--fault-layers` overrides
     /// (docs/MODEL.md, "Faults across layers").
     pub layers: FaultSpread,
+    /// What kind of failure it is (`diagnose` reports classes).
+    pub class: FaultClass,
 }
 
 /// Every hypothesis, in listing order.
@@ -71,6 +175,7 @@ pub const CATALOGUE: &[HypothesisInfo] = &[
         expected: "With e4m3fn (a float format) small: channels far below an outlier keep their relative precision until they fall into subnormals (a range of about 2^15 within a row). With e2m1 blocks of 32, an outlier zeroes the rest of its block: scores lose the signal carried by those channels, recall falls at long contexts.",
         requires: None,
         layers: FaultSpread::Shared,
+        class: FaultClass::Partial,
     },
     HypothesisInfo {
         name: "hadamard-q-only",
@@ -81,6 +186,7 @@ pub const CATALOGUE: &[HypothesisInfo] = &[
         expected: "q·k is no longer the unrotated dot product (H is orthonormal only when both sides turn): scores are unrelated to the needle, recall drops to about k over the candidate rows.",
         requires: None,
         layers: FaultSpread::Shared,
+        class: FaultClass::RandomLoss,
     },
     HypothesisInfo {
         name: "hadamard-k-only",
@@ -91,6 +197,7 @@ pub const CATALOGUE: &[HypothesisInfo] = &[
         expected: "As hadamard-q-only: near-random selection.",
         requires: None,
         layers: FaultSpread::Shared,
+        class: FaultClass::RandomLoss,
     },
     HypothesisInfo {
         name: "scale-per-page",
@@ -101,6 +208,7 @@ pub const CATALOGUE: &[HypothesisInfo] = &[
         expected: "Rows with a small amax next to a large one lose resolution; needle rows next to outlier rows suffer, so recall depends on the needle's neighbours.",
         requires: None,
         layers: FaultSpread::Shared,
+        class: FaultClass::Partial,
     },
     HypothesisInfo {
         name: "scale-per-tensor",
@@ -111,6 +219,7 @@ pub const CATALOGUE: &[HypothesisInfo] = &[
         expected: "As scale-per-page, stronger: rows far below the span's largest get few fp8 levels; small-norm needles are hurt most.",
         requires: None,
         layers: FaultSpread::Shared,
+        class: FaultClass::Partial,
     },
     HypothesisInfo {
         name: "scale-floor",
@@ -121,6 +230,7 @@ pub const CATALOGUE: &[HypothesisInfo] = &[
         expected: "Each row's largest values saturate at 448 while the rest gain one bit; mild score distortion, small recall change. Needs ue8m0 key scales (fp8).",
         requires: None,
         layers: FaultSpread::Shared,
+        class: FaultClass::Partial,
     },
     HypothesisInfo {
         name: "stale-scale",
@@ -131,6 +241,7 @@ pub const CATALOGUE: &[HypothesisInfo] = &[
         expected: "Rows larger than their predecessor clip, smaller ones lose resolution; a needle row after a small row loses its peaks, so its score drops.",
         requires: None,
         layers: FaultSpread::Shared,
+        class: FaultClass::Partial,
     },
     HypothesisInfo {
         name: "logits-bf16",
@@ -141,6 +252,7 @@ pub const CATALOGUE: &[HypothesisInfo] = &[
         expected: "Many exact ties among haystack rows (8 significant bits): the tie rule starts to matter near the k-th score.",
         requires: None,
         layers: FaultSpread::Shared,
+        class: FaultClass::Partial,
     },
     HypothesisInfo {
         name: "logits-fp16",
@@ -151,6 +263,7 @@ pub const CATALOGUE: &[HypothesisInfo] = &[
         expected: "Fewer ties than bf16; overflow to inf only for logits beyond 65504.",
         requires: None,
         layers: FaultSpread::Shared,
+        class: FaultClass::Partial,
     },
     HypothesisInfo {
         name: "slot-shift",
@@ -161,6 +274,7 @@ pub const CATALOGUE: &[HypothesisInfo] = &[
         expected: "The needle's score is read at its predecessor's position: recall stays high when the needle spans several rows, falls for one-row needles at slot 0 of a page; depth-dependent at page granularity.",
         requires: None,
         layers: FaultSpread::Shared,
+        class: FaultClass::Layout,
     },
     HypothesisInfo {
         name: "pages-swapped",
@@ -171,6 +285,7 @@ pub const CATALOGUE: &[HypothesisInfo] = &[
         expected: "The needle is scored correctly but selected at the wrong position: the attention reads another page, so recall collapses beyond the coverage of the raw window and full selection.",
         requires: None,
         layers: FaultSpread::Shared,
+        class: FaultClass::Layout,
     },
     HypothesisInfo {
         name: "scale-offset",
@@ -181,6 +296,7 @@ pub const CATALOGUE: &[HypothesisInfo] = &[
         expected: "Each row's score is multiplied by its neighbour's scale over its own: with row scales that vary, scores get a random factor; the needle survives only if its neighbour's scale is not much smaller.",
         requires: None,
         layers: FaultSpread::Shared,
+        class: FaultClass::Layout,
     },
     HypothesisInfo {
         name: "e4m3fnuz-read",
@@ -191,6 +307,7 @@ pub const CATALOGUE: &[HypothesisInfo] = &[
         expected: "Halving is a uniform factor (ranking unchanged), but every -0 code turns into NaN; with ReLU as fmax(x, 0) a NaN dot product counts as 0, so heads whose key has a -0 lose their contribution. Ranking noise grows with the share of -0 codes.",
         requires: None,
         layers: FaultSpread::Shared,
+        class: FaultClass::Layout,
     },
     HypothesisInfo {
         name: "e4m3fn-read",
@@ -201,6 +318,7 @@ pub const CATALOGUE: &[HypothesisInfo] = &[
         expected: "With fp32 scales every row's amax code is 0x7f, so every row carries a NaN: the head holding it drops out (fmax ReLU), scores shrink irregularly; with ue8m0 scales only rows whose amax lands near 240 are hit.",
         requires: None,
         layers: FaultSpread::Shared,
+        class: FaultClass::Layout,
     },
     HypothesisInfo {
         name: "scale-unwritten-zero",
@@ -211,6 +329,7 @@ pub const CATALOGUE: &[HypothesisInfo] = &[
         expected: "All scores tie at 0: selection is decided by the tie rule alone, recall is about k over the candidate rows (or 0/1 by depth with a deterministic tie rule).",
         requires: None,
         layers: FaultSpread::Shared,
+        class: FaultClass::RandomLoss,
     },
     HypothesisInfo {
         name: "scale-unwritten-nan",
@@ -221,6 +340,51 @@ pub const CATALOGUE: &[HypothesisInfo] = &[
         expected: "All scores NaN: they tie, so the tie rule alone decides, as with zero-filled scales.",
         requires: None,
         layers: FaultSpread::Shared,
+        class: FaultClass::RandomLoss,
+    },
+    HypothesisInfo {
+        name: "zero-blocks=P",
+        group: Group::CacheLayout,
+        summary: "a share P of the request's cache pages read as zeros (every logit there 0)",
+        changes: "Each page of 64 rows of the request's key cache reads as all-zero keys with probability P, drawn per request (trial) and page; a zero key scores exactly 0.",
+        stands_for: "Block offsets formed in 32 bits: ROCm/aiter #4774 (deepgemm_fp8_paged_mqa_logits: every block >= 2143 scores exactly 0.0), vllm #46222 (ROCm insert/gather past 32 bits), aiter #5614. Which pages is allocation-dependent, so random per request.",
+        expected: "A needle whose page is zeroed is lost unless ties or the window save it: recall about 1 - P, the same at every depth, varying from request to request; zeroed rows tie at 0 and crowd the cut only when many scores are negative.",
+        requires: None,
+        layers: FaultSpread::Shared,
+        class: FaultClass::Layout,
+    },
+    HypothesisInfo {
+        name: "rotated-before=R",
+        group: Group::CacheLayout,
+        summary: "cache rows before row R written rotated, the rest unrotated (a mixed cache)",
+        changes: "Keys of cache rows 0 … R-1 go through the Hadamard rotation as the pipeline says; rows from R on are written without it; queries are rotated. R counts cache rows (tokens / 4 in V4's CSA layers).",
+        stands_for: "sglang #27705 (review): with fusion on, short prefills store rotated indexer K while decode stores unrotated K, so one cache mixes both.",
+        expected: "Rows before R score correctly, rows after R as with hadamard-q-only (unrelated to the needle): a needle before R is kept while the unrotated rows do not crowd it out; a needle after R is lost at random.",
+        requires: None,
+        layers: FaultSpread::Shared,
+        class: FaultClass::Layout,
+    },
+    HypothesisInfo {
+        name: "layers=SET",
+        group: Group::Selection,
+        summary: "the other hypotheses act only in these indexer layers (N, A..B, A..)",
+        changes: "Whole-model recall: the variant's faults act in the named layers of the stack (numbered 0 … L-1, 0 the simulated one; A..B excludes B, A.. runs to the last); every other layer selects as the fault-free reference does. Per-layer recall is that of a faulty layer.",
+        stands_for: "ROCm/ATOM #1466 (per-layer scale views all aliased onto layer 0's: layers >= 1 read zero scales; layers=1..), tenstorrent/tt-metal #53637 (wrong on every rank but the first).",
+        expected: "A fault in all but one layer is rescued by the healthy layer wherever it keeps the needle: whole-model recall follows the healthy layer's per-layer recall, not the fault's; at k >= the context's rows every layer selects everything and the fault is cured.",
+        requires: Some("a [stack] and the quantile needle"),
+        layers: FaultSpread::Shared,
+        class: FaultClass::LayerSubset,
+    },
+    HypothesisInfo {
+        name: "layer-share=F",
+        group: Group::Selection,
+        summary: "the other hypotheses act in a share F of the indexer layers, spread evenly",
+        changes: "Whole-model recall: layer l of the stack is faulty when floor((l+1)·F) > floor(l·F), a share F spread evenly over the layers; the others select as the fault-free reference does.",
+        stands_for: "ml-explore/mlx-lm #1453 + exo #2208: GLM-5.2's 57 'shared' layers of 78 ran randomly initialised indexers (F = 0.73); the corruption threshold tracked index_topk exactly, and index_topk 32768 cured it.",
+        expected: "The healthy layers keep what they keep: whole-model recall stays near the healthy model's wherever one healthy layer finds the needle, so the fault shows only when the healthy layers are few or the needle is hard.",
+        requires: Some("a [stack] and the quantile needle"),
+        layers: FaultSpread::Shared,
+        class: FaultClass::LayerSubset,
     },
     HypothesisInfo {
         name: "ties-lowest",
@@ -231,6 +395,7 @@ pub const CATALOGUE: &[HypothesisInfo] = &[
         expected: "Matters only with ties (bf16 logits, zero scales): needles near the start win ties, recall falls with depth.",
         requires: None,
         layers: FaultSpread::Shared,
+        class: FaultClass::Partial,
     },
     HypothesisInfo {
         name: "ties-highest",
@@ -241,6 +406,7 @@ pub const CATALOGUE: &[HypothesisInfo] = &[
         expected: "Mirror of ties-lowest: recall rises with depth when ties decide.",
         requires: None,
         layers: FaultSpread::Shared,
+        class: FaultClass::Partial,
     },
     HypothesisInfo {
         name: "nan-first",
@@ -251,6 +417,7 @@ pub const CATALOGUE: &[HypothesisInfo] = &[
         expected: "Rows with NaN logits crowd out real rows, up to k of them.",
         requires: None,
         layers: FaultSpread::Shared,
+        class: FaultClass::Partial,
     },
     HypothesisInfo {
         name: "nan-last",
@@ -261,6 +428,7 @@ pub const CATALOGUE: &[HypothesisInfo] = &[
         expected: "NaN rows are never selected; a needle whose logit is NaN is lost.",
         requires: None,
         layers: FaultSpread::Shared,
+        class: FaultClass::Partial,
     },
     HypothesisInfo {
         name: "topk-round64",
@@ -271,6 +439,7 @@ pub const CATALOGUE: &[HypothesisInfo] = &[
         expected: "No effect for k = 512 or 1024; for other k, recall of k rounded down.",
         requires: None,
         layers: FaultSpread::Shared,
+        class: FaultClass::Partial,
     },
     HypothesisInfo {
         name: "topk=N",
@@ -281,6 +450,7 @@ pub const CATALOGUE: &[HypothesisInfo] = &[
         expected: "Identical results while every row is selected (context <= k*ratio + window); beyond, recall of k = N.",
         requires: None,
         layers: FaultSpread::Shared,
+        class: FaultClass::Partial,
     },
     HypothesisInfo {
         name: "window=N",
@@ -291,6 +461,7 @@ pub const CATALOGUE: &[HypothesisInfo] = &[
         expected: "Needles in the last tokens are found or lost by the window; a smaller window shifts the end of the recall curve.",
         requires: None,
         layers: FaultSpread::Shared,
+        class: FaultClass::Partial,
     },
     HypothesisInfo {
         name: "rope-swap-q",
@@ -301,6 +472,7 @@ pub const CATALOGUE: &[HypothesisInfo] = &[
         expected: "q·k loses its relative-position structure on the rope dims: scores depend on absolute positions, recall varies with depth.",
         requires: Some("--rope on"),
         layers: FaultSpread::Shared,
+        class: FaultClass::Partial,
     },
     HypothesisInfo {
         name: "rope-swap-k",
@@ -311,6 +483,40 @@ pub const CATALOGUE: &[HypothesisInfo] = &[
         expected: "As rope-swap-q.",
         requires: Some("--rope on"),
         layers: FaultSpread::Shared,
+        class: FaultClass::Partial,
+    },
+    HypothesisInfo {
+        name: "rope-swap-both",
+        group: Group::Position,
+        summary: "query and key RoPE pairing both swapped (interleaved <-> halves)",
+        changes: "The query's and the keys' RoPE both use the other pairing layout than the model's.",
+        stands_for: "sglang #13530/#13495 (the first V3.2 release rotated the indexer's q and k with interleaved pairs where the model uses halves), vllm-ascend #4641/#7341/#7859, sglang #30111 (fused kernels hard-coded GPT-J pairing), mlx-lm #1431: five occurrences in three engines.",
+        expected: "Relative position stays consistent (both sides turn alike), so with a needle match in the rope-free dims nothing changes; only a match the model learned in specific rotary pairs (needle.rope_share > 0, the isotropic geometry) is moved, and then recall falls with distance.",
+        requires: Some("--rope on"),
+        layers: FaultSpread::Shared,
+        class: FaultClass::Partial,
+    },
+    HypothesisInfo {
+        name: "no-relu",
+        group: Group::Numerics,
+        summary: "no ReLU on the per-head dot products (signed head sum)",
+        changes: "The score is Σ_h w_h·(q_h·k) instead of Σ_h w_h·ReLU(q_h·k); computed as the ReLU sum of q less that of −q, then rounded to the variant's logits.",
+        stands_for: "1Cat-vLLM #250: the SM70 V4 port's decode kernels dropped the per-head ReLU (with a layout bug beside it).",
+        expected: "About half the per-head products are negative (sglang PR #33271), so the ranking moves: the ReLU-vs-linear top-512 overlap is 0.55-0.88 there. A needle whose heads look for it keeps positive products and mostly survives; the haystack's order near the cut changes.",
+        requires: None,
+        layers: FaultSpread::Shared,
+        class: FaultClass::Partial,
+    },
+    HypothesisInfo {
+        name: "tie-truncate=B",
+        group: Group::Selection,
+        summary: "the selector compares only the top B bits of each score (a coarse bin)",
+        changes: "Selection compares each score's order key cut to its top B bits (B = 16: sign, exponent and 7 mantissa bits, a bf16 bin), so rows of the bin holding the k-th score tie and fall in the tie order (the scenario's, random by default: the kernel's arrival order), not by their exact score.",
+        stands_for: "sglang #35257: the DSA top-k v2 kernel keeps whichever elements of the threshold's coarse bin arrive first when more share it than fit; jundot/omlx #2243 counts 47-180 exact bf16 ties at the 2048th score at 131K.",
+        expected: "Harmless while the needle sits bins above the cut; a needle in the threshold bin is kept by chance. Fewer bits, wider bins, more loss near the cut; B = 32 changes nothing.",
+        requires: None,
+        layers: FaultSpread::Shared,
+        class: FaultClass::Partial,
     },
 ];
 
@@ -328,6 +534,7 @@ pub fn long_text(h: &HypothesisInfo) -> String {
     if let Some(r) = h.requires {
         text.push_str(&format!("  requires: {r}\n"));
     }
+    text.push_str(&format!("  class: {} ({})\n", h.class.name(), h.class.about()));
     text.push_str(&format!("  across layers: {} (--fault-layers overrides)\n", h.layers.name()));
     text.push_str("  use: --precisions fp8,fp8+NAME (docs/HYPOTHESES.md)\n".replace("NAME", h.name).as_str());
     text
@@ -367,6 +574,13 @@ pub enum Hypothesis {
     Window(u64),
     RopeSwapQ,
     RopeSwapK,
+    RopeSwapBoth,
+    NoRelu,
+    TieTruncate(u32),
+    /// Parts per million.
+    ZeroBlocks(u32),
+    RotatedBefore(u64),
+    Layers(crate::score::variant::LayerSubset),
 }
 
 impl Hypothesis {
@@ -379,6 +593,23 @@ impl Hypothesis {
             return match (key.trim(), n) {
                 ("topk", Some(n)) if n >= 1 => Ok(Hypothesis::Topk(n)),
                 ("window", Some(n)) => Ok(Hypothesis::Window(n)),
+                ("zero-blocks", _) => match value.trim().parse::<f64>() {
+                    Ok(p) if p > 0.0 && p <= 1.0 && (p * 1e6).round() >= 1.0 => Ok(Hypothesis::ZeroBlocks((p * 1e6).round() as u32)),
+                    _ => Err(format!("zero-blocks=P needs a share of pages above 0 (at least 1e-6) and at most 1, not {value:?}")),
+                },
+                ("rotated-before", Some(r)) => Ok(Hypothesis::RotatedBefore(r)),
+                ("rotated-before", None) => Err(format!("rotated-before=R needs a number of cache rows ≥ 0, not {value:?}")),
+                ("layers", _) => crate::score::variant::LayerSubset::parse_range(value).map(Hypothesis::Layers),
+                ("layer-share", _) => match value.trim().parse::<f64>() {
+                    Ok(f) if f > 0.0 && f <= 1.0 => {
+                        Ok(Hypothesis::Layers(crate::score::variant::LayerSubset::Share { ppm: (f * 1e6).round() as u32 }))
+                    }
+                    _ => Err(format!("layer-share=F needs a share of layers above 0 and at most 1, not {value:?}")),
+                },
+                ("tie-truncate", _) => match value.trim().parse::<u32>() {
+                    Ok(b) if (1..=32).contains(&b) => Ok(Hypothesis::TieTruncate(b)),
+                    _ => Err(format!("tie-truncate=B needs a number of bits from 1 to 32, not {value:?}")),
+                },
                 ("topk", _) => Err(format!("topk=N needs a positive number of rows, not {value:?}")),
                 ("window", _) => Err(format!("window=N needs a number of tokens ≥ 0, not {value:?}")),
                 _ => Err(format!("unknown hypothesis {text:?}; known: {}", names())),
@@ -408,7 +639,11 @@ impl Hypothesis {
             "topk-round64" => Hypothesis::TopkRound64,
             "rope-swap-q" => Hypothesis::RopeSwapQ,
             "rope-swap-k" => Hypothesis::RopeSwapK,
-            "topk" | "window" => return Err(format!("{text} needs a value: {text}=N")),
+            "rope-swap-both" => Hypothesis::RopeSwapBoth,
+            "no-relu" => Hypothesis::NoRelu,
+            "topk" | "window" | "tie-truncate" | "zero-blocks" | "rotated-before" | "layers" | "layer-share" => {
+                return Err(format!("{text} needs a value: {text}=N"))
+            }
             _ => return Err(format!("unknown hypothesis {text:?}; known: {}", names())),
         })
     }
@@ -434,6 +669,12 @@ impl Hypothesis {
             Window(_) => "the engine's window",
             RopeSwapQ => "the query's RoPE layout",
             RopeSwapK => "the keys' RoPE layout",
+            RopeSwapBoth => "the query's and the keys' RoPE layout",
+            NoRelu => "the head activation",
+            TieTruncate(_) => "the bits the selector compares",
+            ZeroBlocks(_) => "which pages read as zeros",
+            RotatedBefore(_) => "which rows the writer rotates",
+            Layers(_) => "the layers the faults act in",
         }
     }
 
@@ -474,8 +715,24 @@ impl Hypothesis {
             TopkRound64 => v.selection.topk_multiple = Some(64),
             Topk(n) => v.selection.topk = Some(n),
             Window(n) => v.selection.window = Some(n),
-            RopeSwapQ => v.position.query_rope_layout_swapped = true,
-            RopeSwapK => v.position.key_rope_layout_swapped = true,
+            RopeSwapQ | RopeSwapK | RopeSwapBoth => {
+                let (q, k) = (self != RopeSwapK, self != RopeSwapQ);
+                if (!q || v.position.query_rope_layout_swapped) && (!k || v.position.key_rope_layout_swapped) {
+                    return Err(format!("{} already has that RoPE layout swapped", v.name));
+                }
+                v.position.query_rope_layout_swapped |= q;
+                v.position.key_rope_layout_swapped |= k;
+            }
+            NoRelu => v.scoring.relu = false,
+            Layers(set) => v.layers = set,
+            ZeroBlocks(ppm) => v.cache.zero_pages_ppm = ppm,
+            RotatedBefore(r) => {
+                if v.key.rotation != Rotation::Hadamard {
+                    return Err(format!("{} writes its keys without a Hadamard rotation: nothing to mix", v.name));
+                }
+                v.cache.rotated_before = Some(r);
+            }
+            TieTruncate(b) => v.selection.coarse_bits = Some(b),
         }
         Ok(())
     }
@@ -532,7 +789,7 @@ mod tests {
         let w = vec![1.0; heads];
         let query = IndexerQuery::new(v.query.quantize_rows(&q, D).unwrap(), &w, D, v.scoring);
         let mut keys = QuantizedRows::default();
-        v.store_keys(raw, 0, D, &mut keys).unwrap();
+        v.store_keys(raw, 0, 0, D, &mut keys).unwrap();
         let mut out = vec![0.0; raw.len() / D];
         query.score_quantized_rows(&keys, &mut out);
         out
@@ -546,7 +803,14 @@ mod tests {
     fn catalogue_names_are_unique_and_all_parse() {
         for (i, h) in CATALOGUE.iter().enumerate() {
             assert!(CATALOGUE[..i].iter().all(|e| e.name != h.name), "{}", h.name);
-            let text = h.name.replace("=N", "=100");
+            let text = h
+                .name
+                .replace("=N", "=100")
+                .replace("=B", "=16")
+                .replace("=P", "=0.25")
+                .replace("=R", "=100")
+                .replace("=SET", "=1..")
+                .replace("=F", "=0.5");
             let parsed = Hypothesis::parse(&text).unwrap();
             assert_eq!(info(&text).map(|e| e.name), Some(h.name));
             // Every hypothesis changes fp8 except nan-first, the default spelled out.
@@ -594,7 +858,7 @@ mod tests {
     fn no_hadamard_hurts_outlier_rows_and_is_exact_without_them() {
         let error = |v: &PrecisionVariant, raw: &[f32]| {
             let mut k = QuantizedRows::default();
-            v.store_keys(raw, 0, D, &mut k).unwrap();
+            v.store_keys(raw, 0, 0, D, &mut k).unwrap();
             let mut deq = k.dequantized(D);
             if v.key.rotation == Rotation::Hadamard {
                 crate::numerics::format::hadamard_rows_in_place(&mut deq, D).unwrap();
@@ -610,7 +874,7 @@ mod tests {
         let huge = keys(8, 3e4);
         let small_channel_error = |v: &PrecisionVariant| {
             let mut k = QuantizedRows::default();
-            v.store_keys(&huge, 0, D, &mut k).unwrap();
+            v.store_keys(&huge, 0, 0, D, &mut k).unwrap();
             let mut deq = k.dequantized(D);
             if v.key.rotation == Rotation::Hadamard {
                 crate::numerics::format::hadamard_rows_in_place(&mut deq, D).unwrap();
@@ -643,12 +907,79 @@ mod tests {
     }
 
     #[test]
+    fn no_relu_scores_the_signed_head_sum() {
+        let raw = keys(40, 2.0);
+        let heads = 4;
+        let q: Vec<f32> = (0..heads * D).map(|i| ((i as f32) * 0.37).sin()).collect();
+        let scale = 1.0 / ((heads * D) as f64).sqrt();
+        let signed: Vec<f64> = raw
+            .chunks_exact(D)
+            .map(|k| q.chunks_exact(D).map(|qh| scale * qh.iter().zip(k).map(|(a, b)| f64::from(a * b)).sum::<f64>()).sum())
+            .collect();
+        let relu = scores(&variant("fp32").unwrap(), &raw);
+        let plain = scores(&variant("fp32+no-relu").unwrap(), &raw);
+        for ((&p, &s), &r) in plain.iter().zip(&signed).zip(&relu) {
+            assert!((f64::from(p) - s).abs() < 1e-4 * (1.0 + s.abs()), "{p} vs {s}");
+            assert!(r >= p - 1e-5, "ReLU can only raise a score: {r} < {p}");
+        }
+        assert!(plain.iter().zip(&relu).any(|(p, r)| (p - r).abs() > 1e-3), "some head product is negative");
+        // bf16 logits round the difference, not each half.
+        let bf16 = scores(&variant("fp32+logits-bf16+no-relu").unwrap(), &raw);
+        for (b, p) in bf16.iter().zip(&plain) {
+            assert_eq!(*b, half::bf16::from_f32(*p).to_f32());
+        }
+    }
+
+    #[test]
+    fn zero_blocks_and_a_mixed_cache_change_the_rows_they_name() {
+        let raw = keys(256, 3.0);
+        // Every page zeroed: every logit 0.
+        assert!(scores(&variant("fp8+zero-blocks=1").unwrap(), &raw).iter().all(|&s| s == 0.0));
+        // A share: whole pages of 64 rows, chosen per request.
+        let v = variant("fp8+zero-blocks=0.5").unwrap();
+        let (fp8, zeroed) = (scores(&variant("fp8").unwrap(), &raw), scores(&v, &raw));
+        for page in 0..4 {
+            let rows = page * 64..(page + 1) * 64;
+            let zero = crate::numerics::key_cache::page_zeroed(0, page as u64, 500_000);
+            assert_eq!(zeroed[rows.clone()].iter().all(|&s| s == 0.0), zero, "page {page}");
+            if !zero {
+                assert_eq!(zeroed[rows.clone()], fp8[rows], "page {page}");
+            }
+        }
+        // Rotated before row 100: rows before it as fp8 writes them, rows after as without the rotation.
+        let mixed = scores(&variant("fp8+rotated-before=100").unwrap(), &raw);
+        let q_only = scores(&variant("fp8+hadamard-q-only").unwrap(), &raw);
+        assert_eq!(mixed[..100], fp8[..100]);
+        assert_eq!(mixed[100..], q_only[100..]);
+        assert!(variant("bf16+rotated-before=100").unwrap_err().contains("nothing to mix"));
+    }
+
+    #[test]
+    fn position_and_selection_parameters_are_checked() {
+        let both = variant("fp8+rope-swap-both").unwrap();
+        assert!(both.position.query_rope_layout_swapped && both.position.key_rope_layout_swapped);
+        assert_eq!(variant("fp8+rope-swap-q+rope-swap-k").unwrap().position, both.position);
+        assert!(variant("fp8+rope-swap-both+rope-swap-k").unwrap_err().contains("already"));
+        assert_eq!(variant("fp8+tie-truncate=16").unwrap().selection.coarse_bits, Some(16));
+        for (text, needle) in [
+            ("fp8+tie-truncate=0", "from 1 to 32"),
+            ("fp8+tie-truncate=33", "from 1 to 32"),
+            ("fp8+zero-blocks=1.5", "at most 1"),
+            ("fp8+zero-blocks=0", "above 0"),
+            ("fp8+rotated-before=x", "cache rows"),
+        ] {
+            let err = variant(text).unwrap_err();
+            assert!(err.contains(needle) && !err.contains('\n'), "{text}: {err}");
+        }
+    }
+
+    #[test]
     fn store_keys_without_hypotheses_is_the_key_pipeline() {
         let raw = keys(300, 30.0);
         for name in PrecisionVariant::builtin_names() {
             let v = PrecisionVariant::builtin(name).unwrap();
             let mut out = QuantizedRows::default();
-            v.store_keys(&raw, 256, D, &mut out).unwrap();
+            v.store_keys(&raw, 256, 0, D, &mut out).unwrap();
             assert_eq!(out, v.key.quantize_rows(&raw, D).unwrap(), "{name}");
         }
     }

@@ -30,6 +30,11 @@ pub struct IndexerQuery {
     /// the shape has no blocked kernel (see [`Self::blocked_shape`]). One
     /// cache line per (pair, chunk), so the kernel's loads never split.
     paired: Vec<CacheLines<[f32; 2 * LANES]>>,
+    /// Without ReLU (hypothesis `no-relu`): the signed head sum is this
+    /// query's ReLU sum (scored with f32 logits) less the negated query's,
+    /// Σ_h w_h·x_h = Σ_h w_h·ReLU(x_h) − Σ_h w_h·ReLU(−x_h), then rounded
+    /// to these logits.
+    signed: Option<(Box<IndexerQuery>, LogitFormat)>,
 }
 
 impl IndexerQuery {
@@ -46,9 +51,16 @@ impl IndexerQuery {
         let heads = weights.len();
         assert_eq!(Some(queries.values.len()), heads.checked_mul(dim), "indexer queries: {heads} heads × {dim} values expected");
         assert_eq!(queries.row_scales.len(), heads, "indexer queries: one scale per head expected");
+        if !scoring.relu {
+            let negated = QuantizedRows { values: queries.values.iter().map(|&x| -x).collect(), row_scales: queries.row_scales.clone() };
+            let plain = ScoreNumerics { logits: LogitFormat::F32, relu: true, ..scoring };
+            let mut iq = IndexerQuery::new(queries, weights, dim, plain);
+            iq.signed = Some((Box::new(IndexerQuery::new(negated, weights, dim, plain)), scoring.logits));
+            return iq;
+        }
         let scale = 1.0 / ((heads * dim) as f32).sqrt();
         let weights = weights.iter().zip(&queries.row_scales).map(|(&w, &s_q)| scoring.weights.round(w * scale * s_q)).collect();
-        let mut iq = Self { queries: queries.values, weights, dim, logits: scoring.logits, paired: Vec::new() };
+        let mut iq = Self { queries: queries.values, weights, dim, logits: scoring.logits, paired: Vec::new(), signed: None };
         if iq.blocked_shape() {
             let chunks = dim / LANES;
             iq.paired = (0..heads / 2)
@@ -128,6 +140,20 @@ impl IndexerQuery {
         if let Some(scales) = row_scales {
             assert_eq!(scales.len(), out.len(), "indexer keys: one scale per row expected");
         }
+        if let Some((negated, logits)) = &self.signed {
+            self.score_rows_kernel(keys, row_scales, out);
+            let mut minus = vec![0f32; out.len()];
+            negated.score_rows_kernel(keys, row_scales, &mut minus);
+            for (o, m) in out.iter_mut().zip(minus) {
+                *o = logits.round(*o - m);
+            }
+            return;
+        }
+        self.score_rows_kernel(keys, row_scales, out);
+    }
+
+    /// The kernel for shapes checked by [`Self::score_rows_dispatch`].
+    fn score_rows_kernel(&self, keys: &[f32], row_scales: Option<&[f32]>, out: &mut [f32]) {
         #[cfg(target_arch = "x86_64")]
         {
             let level = simd::level();
@@ -465,9 +491,10 @@ mod tests {
         keys[5 * d..6 * d].fill(0.0); // every dot zero
         keys[7 * d + 3] = -0.0;
         let scales: Vec<f32> = (0..n).map(|r| 0.5 + r as f32 / 16.0).collect();
-        for numerics in
-            [ScoreNumerics::F32, ScoreNumerics { weights: crate::numerics::pipeline::WeightFormat::Bf16, logits: LogitFormat::Bf16 }]
-        {
+        for numerics in [
+            ScoreNumerics::F32,
+            ScoreNumerics { weights: crate::numerics::pipeline::WeightFormat::Bf16, logits: LogitFormat::Bf16, relu: true },
+        ] {
             let iq = IndexerQuery::new(QuantizedRows::unscaled(q.clone(), d), &w, d, numerics);
             let want: Vec<u32> = keys.chunks(d).zip(&scales).map(|(k, &s)| iq.score_one_scaled(k, s).to_bits()).collect();
             let rows = QuantizedRows { values: keys.clone(), row_scales: scales.clone() };

@@ -94,6 +94,11 @@ pub struct SelectionOverride {
     /// Tie order for this variant instead of the scenario's.
     pub tie_rule: Option<TieRule>,
     pub nan_order: NanOrder,
+    /// The selector compares only the top this-many bits of each score's
+    /// order key (a coarse histogram bin), so rows of one bin tie and fall
+    /// in the tie order (hypothesis `tie-truncate=B`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub coarse_bits: Option<u32>,
 }
 
 impl SelectionOverride {
@@ -120,6 +125,31 @@ impl SelectionOverride {
     /// The tie rule in force when the scenario says `configured`.
     pub fn tie_rule_for(&self, configured: TieRule) -> TieRule {
         self.tie_rule.unwrap_or(configured)
+    }
+}
+
+/// `x` at the lower edge of its bin when only the top `bits` (1–32) bits of
+/// its order key are kept: the key is the f32 bit pattern with the sign bit
+/// set for x ≥ +0 and every bit flipped for x < 0, so keys sort as values;
+/// clearing its low bits moves x down to its bin's least value. NaN stays NaN.
+pub fn coarse_score(x: f32, bits: u32) -> f32 {
+    if x.is_nan() || bits >= 32 {
+        return x;
+    }
+    let b = x.to_bits();
+    let key = if b >> 31 == 0 { b | 0x8000_0000 } else { !b };
+    let kept = key & !(u32::MAX >> bits.max(1));
+    if kept >> 31 == 1 {
+        f32::from_bits(kept & 0x7fff_ffff)
+    } else {
+        // The floor of a negative bin can land on a NaN pattern; -inf is
+        // below every finite score, so order and idempotence still hold.
+        let y = f32::from_bits(!kept);
+        if y.is_nan() {
+            f32::NEG_INFINITY
+        } else {
+            y
+        }
     }
 }
 
@@ -300,6 +330,25 @@ pub fn kth_largest_many_with(scratch: &mut [f32], ks: &[usize], out: &mut Vec<f3
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn coarse_scores_keep_order_and_tie_within_a_bin() {
+        let xs = [-3.5f32, -1.0, -0.001, -0.0, 0.0, 1e-30, 0.3, 0.30001, 1.0, 1.0000001, 7.25, f32::INFINITY];
+        for bits in [1u32, 8, 12, 16, 24, 31, 32] {
+            let c: Vec<f32> = xs.iter().map(|&x| coarse_score(x, bits)).collect();
+            for (&x, &y) in xs.iter().zip(&c) {
+                assert!(y <= x, "{bits}: {x} -> {y}");
+                assert_eq!(coarse_score(y, bits), y, "{bits}: idempotent at {y}");
+            }
+            assert!(c.windows(2).all(|w| w[0] <= w[1]), "{bits}: order kept {c:?}");
+        }
+        // 16 bits of the key: sign, exponent and 7 mantissa bits, a bf16 bin.
+        assert_eq!(coarse_score(1.0000001, 16), 1.0);
+        assert_eq!(coarse_score(0.30001, 16), coarse_score(0.3, 16));
+        assert_ne!(coarse_score(0.3, 16), coarse_score(1.0, 16));
+        assert_eq!(coarse_score(1.0000001, 32), 1.0000001);
+        assert!(coarse_score(f32::NAN, 8).is_nan());
+    }
 
     #[test]
     fn tally_counts_strict_and_tied_competitors() {

@@ -155,6 +155,8 @@ struct ChunkSpecials {
 /// What scoring a chunk reads: the trial's queries and cases.
 struct ChunkWork<'w, 'a> {
     spec: &'w TrialSpec<'a>,
+    /// The trial's seed: the request whose cache pages the faults draw.
+    request: u64,
     /// The variants scored: the spec's, and the exact reference after them
     /// when the quantile needle needs one and the spec has none.
     variants: &'w [PrecisionVariant],
@@ -267,7 +269,7 @@ impl ChunkWork<'_, '_> {
             let stored = if variant.key.is_identity() && variant.cache.is_default() {
                 None
             } else {
-                variant.store_keys(&fin[..n * d], rows.start, d, quantized)?;
+                variant.store_keys(&fin[..n * d], rows.start, self.request, d, quantized)?;
                 Some(&*quantized)
             };
             let score = |q: &IndexerQuery, out: &mut [f32]| match stored {
@@ -355,7 +357,7 @@ impl ChunkWork<'_, '_> {
             if variant.cache.is_default() {
                 // Each row's stored key depends on that row alone:
                 // store and score just the rows that changed.
-                variant.store_keys(&keys[layout], start, d, quantized)?;
+                variant.store_keys(&keys[layout], start, self.request, d, quantized)?;
                 q.score_quantized_rows(quantized, &mut scores[..pres.len()]);
                 for (pre, &score) in pres.iter().zip(scores.iter()) {
                     patches.push(Patch { case: c, variant: v, row: pre.row as u32, score });
@@ -367,7 +369,7 @@ impl ChunkWork<'_, '_> {
                     let at = (pre.row - start) as usize * d;
                     patched[at..at + d].copy_from_slice(&keys[layout][j * d..(j + 1) * d]);
                 }
-                variant.store_keys(&patched, start, d, quantized)?;
+                variant.store_keys(&patched, start, self.request, d, quantized)?;
                 q.score_quantized_rows(quantized, &mut scores[..n]);
                 patches.extend((0..n).map(|r| Patch { case: c, variant: v, row: (start as usize + r) as u32, score: scores[r] }));
             }
@@ -402,7 +404,7 @@ impl ChunkWork<'_, '_> {
             for pre in chunk.cases[c].iter().filter(|p| case.placement.rows.contains(&p.row) == needle_rows) {
                 scaled_key(&pre.bare, &pre.full, scale, &mut key);
                 source.finalize_with(pre.row, &mut key, false)?;
-                exact.store_keys(&key, chunk.start, d, quantized)?;
+                exact.store_keys(&key, chunk.start, self.request, d, quantized)?;
                 q.score_quantized_rows(quantized, &mut score);
                 out.push((pre.row, score[0]));
             }
@@ -584,6 +586,18 @@ fn screened(
     Ok(out)
 }
 
+/// Per variant, its scores (first `candidates`) moved to the lower edges
+/// of its selector's bins when it has a coarse selector, else None.
+fn scored_selection_copies(scores: &[Vec<f32>], variants: &[PrecisionVariant], candidates: usize) -> Vec<Option<Vec<f32>>> {
+    variants
+        .iter()
+        .zip(scores)
+        .map(|(v, s)| {
+            v.selection.coarse_bits.map(|b| s[..candidates].iter().map(|&x| crate::score::selection::coarse_score(x, b)).collect())
+        })
+        .collect()
+}
+
 /// [`TrialSpec::score_twins`] of any list of variants.
 fn score_twins_of(v: &[PrecisionVariant]) -> Vec<Option<usize>> {
     let same = |a: &PrecisionVariant, b: &PrecisionVariant| {
@@ -722,6 +736,7 @@ impl TrialSpec<'_> {
         let keep_fin = scored.iter().zip(&twins).any(|(v, t)| t.is_none() && !v.cache.is_default());
         let work = ChunkWork {
             spec: self,
+            request: trial_seed,
             variants: scored,
             key_layouts,
             queries: &queries,
@@ -836,7 +851,10 @@ impl TrialSpec<'_> {
                     shared[row] = score;
                 }
             }
-            let assembled: Vec<&[f32]> = scores[g].iter().map(|s| &s[..candidates]).collect();
+            // A coarse selector (`tie-truncate=B`) compares bins, not scores.
+            let coarse: Vec<Option<Vec<f32>>> = scored_selection_copies(&scores[g], self.variants, candidates);
+            let assembled: Vec<&[f32]> =
+                scores[g].iter().enumerate().map(|(v, s)| coarse.get(v).and_then(Option::as_deref).unwrap_or(&s[..candidates])).collect();
             for (v, variant) in self.variants.iter().enumerate() {
                 // What this variant's engine selects with (hypotheses may change it).
                 let sel = &variant.selection;

@@ -25,6 +25,97 @@ impl PositionOverride {
     }
 }
 
+/// The indexer layers a fault acts in (hypotheses `layers=…`,
+/// `layer-share=F`); the others run the variant's healthy base. Layers are
+/// numbered 0 … L − 1 in the whole-model stack's order, 0 the simulated
+/// one (docs/MODEL.md, "Faults in some layers").
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(into = "String", try_from = "String")]
+pub enum LayerSubset {
+    /// Every layer (no subset).
+    #[default]
+    All,
+    /// Layers first … last (inclusive; `last` u32::MAX: to the end).
+    Range { first: u32, last: u32 },
+    /// A share of the layers, spread evenly: layer l is faulty when
+    /// ⌊(l + 1)·F⌋ > ⌊l·F⌋, F in parts per million.
+    Share { ppm: u32 },
+}
+
+impl LayerSubset {
+    pub fn is_all(&self) -> bool {
+        *self == LayerSubset::All
+    }
+
+    /// `N`, `A..B` (B excluded), `A..` (to the last layer).
+    pub fn parse_range(text: &str) -> Result<LayerSubset, String> {
+        let why = || format!("layers=SET needs a layer N, a range A..B (B excluded) or A.. (to the last), not {text:?}");
+        let num = |t: &str| t.trim().parse::<u32>().map_err(|_| why());
+        match text.split_once("..") {
+            None => {
+                let n = num(text)?;
+                Ok(LayerSubset::Range { first: n, last: n })
+            }
+            Some((a, b)) if b.trim().is_empty() => Ok(LayerSubset::Range { first: num(a)?, last: u32::MAX }),
+            Some((a, b)) => {
+                let (a, b) = (num(a)?, num(b)?);
+                if b <= a {
+                    return Err(format!("layers=A..B needs B above A, not {text:?}"));
+                }
+                Ok(LayerSubset::Range { first: a, last: b - 1 })
+            }
+        }
+    }
+
+    /// Whether layer `l` of `layers` is faulty.
+    pub fn contains(&self, l: usize, layers: usize) -> bool {
+        match *self {
+            LayerSubset::All => true,
+            LayerSubset::Range { first, last } => (first as usize..=last as usize).contains(&l) && l < layers,
+            LayerSubset::Share { ppm } => {
+                let f = |x: usize| (x as u64 * u64::from(ppm)) / 1_000_000;
+                f(l + 1) > f(l)
+            }
+        }
+    }
+
+    /// Why it cannot apply to a stack of `layers` indexer layers, if it cannot.
+    pub fn unsupported(&self, layers: usize) -> Option<String> {
+        match *self {
+            LayerSubset::Range { first, .. } if first as usize >= layers => {
+                Some(format!("layer {first} is past the stack's {layers} indexer layers (0 … {})", layers.saturating_sub(1)))
+            }
+            _ => None,
+        }
+    }
+}
+
+impl From<LayerSubset> for String {
+    fn from(s: LayerSubset) -> String {
+        match s {
+            LayerSubset::All => "all".into(),
+            LayerSubset::Range { first, last } if first == last => format!("{first}"),
+            LayerSubset::Range { first, last: u32::MAX } => format!("{first}.."),
+            LayerSubset::Range { first, last } => format!("{first}..{}", last + 1),
+            LayerSubset::Share { ppm } => format!("share {}", f64::from(ppm) / 1e6),
+        }
+    }
+}
+
+impl TryFrom<String> for LayerSubset {
+    type Error = String;
+    fn try_from(s: String) -> Result<LayerSubset, String> {
+        if s == "all" {
+            return Ok(LayerSubset::All);
+        }
+        if let Some(f) = s.strip_prefix("share ") {
+            let f: f64 = f.parse().map_err(|_| format!("bad layer share {s:?}"))?;
+            return Ok(LayerSubset::Share { ppm: (f * 1e6).round() as u32 });
+        }
+        LayerSubset::parse_range(&s)
+    }
+}
+
 /// A named way of storing queries and keys and scoring them, with the
 /// hypotheses applied on top of it (docs/HYPOTHESES.md). The hypothesis
 /// fields are left out of serialized scenarios when they change nothing, so
@@ -42,6 +133,9 @@ pub struct PrecisionVariant {
     pub selection: SelectionOverride,
     #[serde(default, skip_serializing_if = "PositionOverride::is_default")]
     pub position: PositionOverride,
+    /// The layers its faults act in (whole-model recall); every layer by default.
+    #[serde(default, skip_serializing_if = "LayerSubset::is_all")]
+    pub layers: LayerSubset,
 }
 
 /// Built-in variants: (name, what it stands for). Sources and the reasons
@@ -67,16 +161,17 @@ impl PrecisionVariant {
             cache: KeyCacheFaults::default(),
             selection: SelectionOverride::default(),
             position: PositionOverride::default(),
+            layers: LayerSubset::All,
         }
     }
 
     /// Quantizes a chunk of raw keys (rows `first_row …`, rows of `d`;
     /// `first_row` a multiple of 256) as they are written to the paged key
-    /// cache, and gives in `out` what the scorer reads back, with this
-    /// variant's cache faults (see [`crate::numerics::key_cache`]). Without faults this
+    /// cache of the request seeded `request` (the trial), and gives in
+    /// `out` what the scorer reads back, with this variant's cache faults (see [`crate::numerics::key_cache`]). Without faults this
     /// is exactly `self.key.quantize_rows_into(raw, d, out)`.
-    pub fn store_keys(&self, raw: &[f32], first_row: u64, d: usize, out: &mut QuantizedRows) -> Result<(), SimError> {
-        self.cache.store(&self.key, raw, first_row, d, out)
+    pub fn store_keys(&self, raw: &[f32], first_row: u64, request: u64, d: usize, out: &mut QuantizedRows) -> Result<(), SimError> {
+        self.cache.store(&self.key, raw, first_row, request, d, out)
     }
 
     /// Looks a built-in variant up by name.

@@ -22,6 +22,7 @@ use crate::model::needle::{exceedance_of, open_uniform, ranks_below, QuantileNee
 use crate::model::stack::{FaultSpread, WholeModel};
 use crate::score::hypothesis::variant_spread;
 use crate::score::trial::{TrialOutcome, TrialSpec};
+use crate::score::variant::LayerSubset;
 use rand::Rng;
 use rand_distr::StandardNormal;
 
@@ -117,8 +118,19 @@ struct CellTrial {
     variant: bool,
 }
 
-/// Indexer layers that keep the needle for some query token.
-fn layers_reached(c: &CellTrial, needle: &TrialNeedle, split: Split, t: &Transfer, draws: &[f64], layers: usize, tokens: usize) -> u64 {
+/// Indexer layers that keep the needle for some query token. Layers
+/// outside `faulty` select as the exact reference does.
+#[allow(clippy::too_many_arguments)]
+fn layers_reached(
+    c: &CellTrial,
+    needle: &TrialNeedle,
+    split: Split,
+    t: &Transfer,
+    faulty: LayerSubset,
+    draws: &[f64],
+    layers: usize,
+    tokens: usize,
+) -> u64 {
     if c.in_window {
         return layers as u64;
     }
@@ -130,7 +142,11 @@ fn layers_reached(c: &CellTrial, needle: &TrialNeedle, split: Split, t: &Transfe
     // Pin the simulated latent within the interval its outcome allows.
     let q = if c.reference { t.keep_if_kept } else { t.keep_if_lost };
     let pin = draws[0];
-    let f00 = if !(q > 0.0 && q < 1.0) {
+    let simulated_faulty = faulty.contains(0, layers);
+    let f00 = if !simulated_faulty {
+        // The simulated layer is healthy here: the fault's latent is free.
+        normal_quantile(pin)
+    } else if !(q > 0.0 && q < 1.0) {
         0.0
     } else if c.variant {
         normal_quantile(1.0 - q + pin * q)
@@ -149,14 +165,22 @@ fn layers_reached(c: &CellTrial, needle: &TrialNeedle, split: Split, t: &Transfe
         let mut f = layer_f;
         for tok in 0..tokens {
             let i = l * tokens + tok;
+            if tok > 0 {
+                f = b * f + sb * token_draws[i];
+            }
             let kept = if i == 0 {
-                c.variant
-            } else {
-                if tok > 0 {
-                    f = b * f + sb * token_draws[i];
+                if simulated_faulty {
+                    c.variant
+                } else {
+                    c.reference
                 }
+            } else {
                 let reference = ranks_below(c.hay_rows, exceedance[i], needle.uniform[i], c.fixed_above, c.k_eff);
-                f > if reference { z_kept } else { z_lost }
+                if faulty.contains(l, layers) {
+                    f > if reference { z_kept } else { z_lost }
+                } else {
+                    reference
+                }
             };
             if kept {
                 reached += 1;
@@ -233,7 +257,7 @@ pub(super) fn whole_model(spec: &TrialSpec<'_>, whole: &WholeModel, q: &Quantile
                             *x = rng.sample(StandardNormal);
                         }
                         for (r, (split, transfer)) in reached.iter_mut().zip(&runs) {
-                            r.push(layers_reached(c, &needles[t], *split, transfer, &draws, layers, tokens) as f64);
+                            r.push(layers_reached(c, &needles[t], *split, transfer, variant.layers, &draws, layers, tokens) as f64);
                         }
                     }
                     let recall_of = |r: &[f64]| {

@@ -11,7 +11,7 @@ use dsa_recall::tensors::check::{check_path, CheckOptions, CheckReport};
 use std::path::{Path, PathBuf};
 
 /// A capture's tensors by name, as the writer gives them.
-type Tensors = Vec<(String, dsa_recall::tensors::check::writer::RawOut)>;
+type Tensors<'a> = Vec<(String, dsa_recall::tensors::check::writer::RawOut<'a>)>;
 
 fn capture(layout: &str, seed: u64, edit: impl FnOnce(&mut SyntheticSpec)) -> SyntheticCapture {
     let mut spec = SyntheticSpec::small(layout, seed);
@@ -339,14 +339,14 @@ fn cli_error(path: &Path, extra: &[&str]) -> String {
 fn malformed_captures_are_refused_in_one_line_naming_the_tensor() {
     let c = capture("sglang-v32-fp8", 13, |_| {});
     let dir = tempfile::tempdir().unwrap();
-    let save = |name: &str, edit: &dyn Fn(&mut Tensors)| -> PathBuf {
+    let save = |name: &str, edit: &dyn Fn(&mut Tensors<'_>)| -> PathBuf {
         let (mut tensors, meta) = c.tensors();
         edit(&mut tensors);
         let p = dir.path().join(name);
         std::fs::write(&p, dsa_recall::tensors::check::writer::serialize(&tensors, &meta).unwrap()).unwrap();
         p
     };
-    let find = |t: &mut Tensors, n: &str| t.iter().position(|(m, _)| m == n).unwrap();
+    let find = |t: &mut Tensors<'_>, n: &str| t.iter().position(|(m, _)| m == n).unwrap();
 
     // A cache whose size is not whole blocks.
     let p = save("short.safetensors", &|t| {

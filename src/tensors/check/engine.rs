@@ -109,7 +109,8 @@ fn ulp(x: f32, format: LogitFormat) -> f64 {
 }
 
 /// The logits of `pair` read through `fault` with `change`, and their bounds.
-/// `strict` refuses bad scales (the declared reading).
+/// `strict` refuses bad scales (the declared reading). `keys` is scratch
+/// (its buffers are reused; it holds absolute values afterwards).
 pub fn score_pair(
     cap: &Capture,
     pair: &PairInput,
@@ -153,20 +154,19 @@ pub fn score_pair(
         let heads = w.len();
         let abs_q: Vec<f32> = q.iter().map(|x| x.abs()).collect();
         let abs_w: Vec<f32> = w.iter().map(|x| x.abs()).collect();
-        let mut abs_keys = QuantizedRows {
-            values: keys.values.iter().map(|x| x.abs()).collect(),
-            row_scales: keys.row_scales.iter().map(|x| x.abs()).collect(),
-        };
+        // The keys are scratch once scored: take their absolute values in place.
+        let signed = keys.row_scales.clone();
+        keys.values.iter_mut().for_each(|x| *x = x.abs());
+        keys.row_scales.iter_mut().for_each(|x| *x = x.abs());
         let mut terms = vec![0f32; n];
-        IndexerQuery::from_head_weights(abs_q, abs_w, d, LogitFormat::F32).score_quantized_rows(&abs_keys, &mut terms);
+        IndexerQuery::from_head_weights(abs_q, abs_w, d, LogitFormat::F32).score_quantized_rows(keys, &mut terms);
         // The largest |Σ_j q_hj·k_j·s| any association could form, per unit |s|·max|k|.
         let q1 = q.chunks_exact(d).map(|qh| qh.iter().map(|&x| f64::from(x.abs())).sum::<f64>()).fold(0.0, f64::max);
         let factor = tolerance.factor(d + heads + 4);
         let limit = f64::from(f32::MAX) / 16.0;
-        let bounds = abs_keys
-            .values
+        keys.values
             .chunks_exact(d)
-            .zip(keys.row_scales.iter())
+            .zip(signed.iter())
             .zip(terms.iter().zip(&logits))
             .map(|((k, &signed), (&t, &x))| {
                 let s = signed.abs();
@@ -186,9 +186,7 @@ pub fn score_pair(
                 }
                 factor * t + ulp(x, format)
             })
-            .collect();
-        abs_keys.values = Vec::new();
-        bounds
+            .collect()
     };
     Ok(Scored { logits, bounds })
 }
@@ -237,7 +235,8 @@ pub struct Comparison {
     pub equal: bool,
     pub k_eff: usize,
     pub selected: usize,
-    /// Reference rows whose logit equals the k-th largest exactly.
+    /// Reference rows sharing the k-th largest logit exactly (0 when no
+    /// other row equals it).
     pub ties_at_cut: usize,
     /// Rows whose interval [L − B, L + B] holds the k-th largest logit.
     pub within_bound_of_cut: usize,
@@ -301,6 +300,10 @@ pub fn compare(scored: &Scored, selected: &[i64], topk: usize) -> Comparison {
         above += usize::from(x > cut);
         sel_above += usize::from(in_sel[r] && x > cut);
         sel_at += usize::from(in_sel[r] && x == cut);
+    }
+    // The k-th row always equals itself: a tie needs a second row.
+    if ties < 2 {
+        ties = 0;
     }
     let recall = if k_eff == 0 { 1.0 } else { (sel_above + sel_at.min(k_eff - above)) as f64 / k_eff as f64 };
     let ordered = sel_min_hi >= out_max_lo;

@@ -338,7 +338,7 @@ pub fn render_text(r: &CheckReport) -> String {
     }
     let _ = writeln!(
         s,
-        "  ties at the cut: {} exact (at most {} in a pair); rows within the rounding bound of the cut: {}",
+        "  rows tied at the cut (sharing the k-th score exactly): {} (at most {} in a pair); rows within the rounding bound of the cut: {}",
         r.ties_at_cut, r.max_ties_at_cut, r.within_bound_of_cut
     );
     if !r.tie_orders.is_empty() {

@@ -103,8 +103,8 @@ pub struct SyntheticCapture {
     pub selected: Vec<i64>,
     /// `[pairs, seq_len]` the engine's logits.
     pub logits: Vec<f32>,
-    /// Per layer, the key rows as the reference scores them.
-    keys: Vec<QuantizedRows>,
+    /// Per pair, the reference logits.
+    reference: Vec<Vec<f32>>,
     /// Per pair, the query values and final head weights as scored.
     scored_queries: Vec<(Vec<f32>, Vec<f32>)>,
 }
@@ -139,105 +139,6 @@ impl SyntheticCapture {
             physical.swap(i, rng.random_range(0..=i));
         }
         let table: Vec<i32> = physical[..used].iter().map(|&b| b as i32).collect();
-        let scaled = l.scaled_dim();
-        let mut keys = Vec::with_capacity(spec.layers);
-        for layer in 0..spec.layers {
-            // Rows of varied size, so row scales differ.
-            let mut raw: Vec<f32> = Vec::with_capacity(spec.seq_len * d);
-            for _ in 0..spec.seq_len {
-                let size = (0.5 * rng.sample::<f32, _>(StandardNormal)).exp();
-                raw.extend((0..d).map(|_| size * rng.sample::<f32, _>(StandardNormal)));
-            }
-            if let Some((first, count)) = spec.tied_rows {
-                let src: Vec<f32> = raw[first * d..(first + 1) * d].to_vec();
-                for r in first + 1..=(first + count).min(spec.seq_len - 1) {
-                    raw[r * d..(r + 1) * d].copy_from_slice(&src);
-                }
-            }
-            let (scaled_raw, tail_raw): (Vec<f32>, Vec<f32>) = if l.tail.is_some() {
-                let mut a = Vec::new();
-                let mut b = Vec::new();
-                for row in raw.chunks_exact(d) {
-                    a.extend_from_slice(&row[..scaled]);
-                    b.extend_from_slice(&row[scaled..]);
-                }
-                (a, b)
-            } else {
-                (raw, Vec::new())
-            };
-            let mut values = scaled_raw.clone();
-            if key_pipeline.rotation == Rotation::Hadamard {
-                hadamard_rows_in_place(&mut values, scaled).map_err(sim)?;
-            }
-            let blocks_q = match &key_pipeline.scaling {
-                Some(s) => {
-                    let mut q = QuantizedBlocks::default();
-                    quantize_dequantize(&mut values, scaled, element, s, Some(&mut q)).map_err(sim)?;
-                    q
-                }
-                None => QuantizedBlocks {
-                    element,
-                    block_len: scaled,
-                    codes: values.iter().map(|&x| element.encode(x, Overflow::Cast)).collect(),
-                    scales: vec![1.0; spec.seq_len],
-                },
-            };
-            let per_row = l.scales_per_row();
-            let tail_format = l.tail.as_ref().map(|t| t.format);
-            let layer_bytes = &mut cache[layer * blocks * stride..(layer + 1) * blocks * stride];
-            let mut rows = QuantizedRows::with_capacity(spec.seq_len, d);
-            for r in 0..spec.seq_len {
-                let block = &mut layer_bytes[table[r / rpb] as usize * stride..][..stride];
-                let slot = r % rpb;
-                let codes = &blocks_q.codes[r * scaled..(r + 1) * scaled];
-                let mut code_bytes = vec![0u8; l.code_bytes_per_row()];
-                for (j, &c) in codes.iter().enumerate() {
-                    l.codes.format.put(&mut code_bytes, j, c, l.codes.low_nibble_first);
-                }
-                for (c, &b) in code_bytes.iter().enumerate() {
-                    block[code_offset(&l, slot, c)] = b;
-                }
-                let row_scales = if per_row > 0 { &blocks_q.scales[r * per_row..(r + 1) * per_row] } else { &[][..] };
-                if let Some(s) = &l.scales {
-                    for (i, &sc) in row_scales.iter().enumerate() {
-                        let off = scale_offset(&l, slot, i);
-                        s.dtype.encode(sc, &mut block[off..off + s.dtype.bytes()]);
-                    }
-                }
-                // The reference's view of the row: element values and one
-                // scale, or dequantized values.
-                let elements: Vec<f32> = codes.iter().map(|&c| element.decode(c)).collect();
-                if l.one_scale_per_row() {
-                    rows.values.extend_from_slice(&elements);
-                    rows.row_scales.push(row_scales[0]);
-                } else {
-                    let vps = l.scales.as_ref().map_or(scaled, |s| s.values_per_scale);
-                    rows.values.extend(elements.iter().enumerate().map(|(j, &v)| {
-                        if per_row == 0 {
-                            v
-                        } else {
-                            super::capture::scaled(v, row_scales[j / vps])
-                        }
-                    }));
-                    rows.row_scales.push(1.0);
-                }
-                if let (Some(t), Some(format)) = (&l.tail, tail_format) {
-                    let tail = &tail_raw[r * t.values..(r + 1) * t.values];
-                    let e = format.element().ok_or_else(|| config("tail format"))?;
-                    let w = format.bytes_for(1);
-                    for (j, &x) in tail.iter().enumerate() {
-                        let code = e.encode(x, Overflow::Cast);
-                        let mut b = vec![0u8; w];
-                        format.put(&mut b, 0, code, true);
-                        let off = slot * l.record_bytes() + t.offset + j * w;
-                        block[off..off + w].copy_from_slice(&b);
-                        rows.values.push(e.decode(code));
-                    }
-                }
-            }
-            keys.push(rows);
-        }
-
         // Queries and weights.
         let pairs = spec.layers * spec.queries_per_layer;
         let heads = spec.heads;
@@ -293,6 +194,33 @@ impl SyntheticCapture {
             weights_kernel.extend_from_slice(&kernel);
             scored_queries.push((scored, kernel));
         }
+        // Layers in parallel, each from its own stream: the same bytes
+        // whatever the thread count.
+        let seed = spec.seed;
+        let per_layer: Vec<Vec<Vec<f32>>> = {
+            use rayon::prelude::*;
+            let spec_ref = &spec;
+            let queries_ref = &scored_queries;
+            let (kp, tb) = (&key_pipeline, &table);
+            let scoring = variant.scoring.logits;
+            cache
+                .par_chunks_mut(blocks * stride)
+                .enumerate()
+                .map(|(layer, bytes)| -> Result<Vec<Vec<f32>>, Error> {
+                    let mut rng = ChaCha8Rng::seed_from_u64(crate::base::rng::mix64(seed ^ (layer as u64 + 1)));
+                    let keys = write_layer(spec_ref, kp, tb, bytes, &mut rng)?;
+                    Ok((0..spec_ref.queries_per_layer)
+                        .map(|i| {
+                            let (q, w) = &queries_ref[layer * spec_ref.queries_per_layer + i];
+                            let mut out = vec![0f32; spec_ref.seq_len];
+                            IndexerQuery::from_head_weights(q.clone(), w.clone(), d, scoring).score_quantized_rows(&keys, &mut out);
+                            out
+                        })
+                        .collect())
+                })
+                .collect::<Result<_, Error>>()?
+        };
+        let reference: Vec<Vec<f32>> = per_layer.into_iter().flatten().collect();
         let layer: Vec<i64> = (0..pairs).map(|p| (p / spec.queries_per_layer) as i64).collect();
         let query: Vec<i64> = (0..pairs).map(|p| (spec.seq_len - spec.queries_per_layer + p % spec.queries_per_layer) as i64).collect();
         let max_blocks = used;
@@ -316,24 +244,20 @@ impl SyntheticCapture {
             weights_kernel,
             selected: Vec::new(),
             logits: Vec::new(),
-            keys,
+            reference,
             scored_queries,
         };
-        let logits: Vec<Vec<f32>> = (0..out.pairs).map(|p| out.reference_logits(p)).collect();
-        for (p, l) in logits.iter().enumerate() {
-            out.set_selection(p, l, TieOrder::Lowest);
+        for p in 0..out.pairs {
+            let logits = std::mem::take(&mut out.reference[p]);
+            out.set_selection(p, &logits, TieOrder::Lowest);
+            out.reference[p] = logits;
         }
         Ok(out)
     }
 
     /// The reference logits of pair `p` (exactly what `check` computes).
     pub fn reference_logits(&self, p: usize) -> Vec<f32> {
-        let (q, w) = &self.scored_queries[p];
-        let keys = &self.keys[p / self.spec.queries_per_layer];
-        let mut out = vec![0f32; self.spec.seq_len];
-        IndexerQuery::from_head_weights(q.clone(), w.clone(), self.spec.layout.dim, self.variant.scoring.logits)
-            .score_quantized_rows(keys, &mut out);
-        out
+        self.reference[p].clone()
     }
 
     /// An engine's logits of pair `p` computed naively from bytes: every
@@ -407,14 +331,14 @@ impl SyntheticCapture {
     }
 
     /// The tensors and metadata, named as docs/TENSORS.md says.
-    pub fn tensors(&self) -> (Vec<(String, RawOut)>, String) {
+    pub fn tensors(&self) -> (Vec<(String, RawOut<'_>)>, String) {
         let s = &self.spec;
         let l = &s.layout;
         let stride = l.block_stride();
         let (pairs, heads) = (self.pairs, s.heads);
         let mut t: Vec<(String, RawOut)> = Vec::new();
         let kv_shape = if s.layers == 1 { vec![self.blocks_per_layer, stride] } else { vec![s.layers, self.blocks_per_layer, stride] };
-        t.push(("kv_cache".into(), RawOut::bytes(Dtype::U8, kv_shape, self.cache.clone())));
+        t.push(("kv_cache".into(), RawOut::bytes(Dtype::U8, kv_shape, &self.cache)));
         t.push(("block_table".into(), RawOut::i32s(&self.block_table, vec![pairs, self.max_blocks])));
         t.push(("seq_len".into(), RawOut::i64s(&vec![s.seq_len as i64; pairs], vec![pairs])));
         t.push(("layer".into(), RawOut::i64s(&self.layer, vec![pairs])));
@@ -422,7 +346,7 @@ impl SyntheticCapture {
         match s.query_form {
             QueryForm::Codes => {
                 let per_head = self.q_codes.len() / (pairs * heads);
-                t.push(("q_codes".into(), RawOut::bytes(Dtype::U8, vec![pairs, heads, per_head], self.q_codes.clone())));
+                t.push(("q_codes".into(), RawOut::bytes(Dtype::U8, vec![pairs, heads, per_head], &self.q_codes)));
                 if !self.q_scales.is_empty() {
                     t.push(("q_scales".into(), RawOut::f32s(&self.q_scales, vec![pairs, heads, self.q_scales_per_head])));
                 }
@@ -459,8 +383,15 @@ impl SyntheticCapture {
         safetensors::serialize(tensors.iter().map(|(n, t)| (n.clone(), t)), Some(info)).map_err(config)
     }
 
+    /// Streams the capture to `path` (through a temporary file renamed at
+    /// the end), never holding a second copy of the cache.
     pub fn write_safetensors(&self, path: &Path) -> Result<(), Error> {
-        crate::run::output::write_atomic(path, &self.to_safetensors()?)
+        let (tensors, meta) = self.tensors();
+        let info = std::collections::HashMap::from([(META_KEY.to_string(), meta)]);
+        let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let tmp = path.with_file_name(format!(".{name}.tmp"));
+        safetensors::serialize_to_file(tensors.iter().map(|(n, t)| (n.clone(), t)), Some(info), &tmp).map_err(config)?;
+        std::fs::rename(&tmp, path).map_err(|e| Error::io(format!("writing {}", path.display()), e))
     }
 
     /// The capture as a folder of `NAME.npy` files and `meta.json`.
@@ -472,6 +403,113 @@ impl SyntheticCapture {
         }
         crate::run::output::write_atomic(&dir.join(META_FILE), meta.as_bytes())
     }
+}
+
+/// Writes one layer's keys into its cache bytes (`layer_bytes`, every block
+/// of the layer) and gives the rows as the reference scores them.
+fn write_layer(
+    spec: &SyntheticSpec,
+    key_pipeline: &QuantPipeline,
+    table: &[i32],
+    layer_bytes: &mut [u8],
+    rng: &mut ChaCha8Rng,
+) -> Result<QuantizedRows, Error> {
+    let l = &spec.layout;
+    let (d, rpb, stride, scaled) = (l.dim, l.rows_per_block, l.block_stride(), l.scaled_dim());
+    let element = key_pipeline.element;
+    // Rows of varied size, so row scales differ.
+    let mut raw: Vec<f32> = Vec::with_capacity(spec.seq_len * d);
+    for _ in 0..spec.seq_len {
+        let size = (0.5 * rng.sample::<f32, _>(StandardNormal)).exp();
+        raw.extend((0..d).map(|_| size * rng.sample::<f32, _>(StandardNormal)));
+    }
+    if let Some((first, count)) = spec.tied_rows {
+        let src: Vec<f32> = raw[first * d..(first + 1) * d].to_vec();
+        for r in first + 1..=(first + count).min(spec.seq_len - 1) {
+            raw[r * d..(r + 1) * d].copy_from_slice(&src);
+        }
+    }
+    let (scaled_raw, tail_raw): (Vec<f32>, Vec<f32>) = if l.tail.is_some() {
+        let mut a = Vec::new();
+        let mut b = Vec::new();
+        for row in raw.chunks_exact(d) {
+            a.extend_from_slice(&row[..scaled]);
+            b.extend_from_slice(&row[scaled..]);
+        }
+        (a, b)
+    } else {
+        (raw, Vec::new())
+    };
+    let mut values = scaled_raw.clone();
+    if key_pipeline.rotation == Rotation::Hadamard {
+        hadamard_rows_in_place(&mut values, scaled).map_err(sim)?;
+    }
+    let blocks_q = match &key_pipeline.scaling {
+        Some(s) => {
+            let mut q = QuantizedBlocks::default();
+            quantize_dequantize(&mut values, scaled, element, s, Some(&mut q)).map_err(sim)?;
+            q
+        }
+        None => QuantizedBlocks {
+            element,
+            block_len: scaled,
+            codes: values.iter().map(|&x| element.encode(x, Overflow::Cast)).collect(),
+            scales: vec![1.0; spec.seq_len],
+        },
+    };
+    let per_row = l.scales_per_row();
+    let tail_format = l.tail.as_ref().map(|t| t.format);
+    let mut rows = QuantizedRows::with_capacity(spec.seq_len, d);
+    for r in 0..spec.seq_len {
+        let block = &mut layer_bytes[table[r / rpb] as usize * stride..][..stride];
+        let slot = r % rpb;
+        let codes = &blocks_q.codes[r * scaled..(r + 1) * scaled];
+        let mut code_bytes = vec![0u8; l.code_bytes_per_row()];
+        for (j, &c) in codes.iter().enumerate() {
+            l.codes.format.put(&mut code_bytes, j, c, l.codes.low_nibble_first);
+        }
+        for (c, &b) in code_bytes.iter().enumerate() {
+            block[code_offset(l, slot, c)] = b;
+        }
+        let row_scales = if per_row > 0 { &blocks_q.scales[r * per_row..(r + 1) * per_row] } else { &[][..] };
+        if let Some(s) = &l.scales {
+            for (i, &sc) in row_scales.iter().enumerate() {
+                let off = scale_offset(l, slot, i);
+                s.dtype.encode(sc, &mut block[off..off + s.dtype.bytes()]);
+            }
+        }
+        // The reference's view of the row: element values and one
+        // scale, or dequantized values.
+        let elements: Vec<f32> = codes.iter().map(|&c| element.decode(c)).collect();
+        if l.one_scale_per_row() {
+            rows.values.extend_from_slice(&elements);
+            rows.row_scales.push(row_scales[0]);
+        } else {
+            let vps = l.scales.as_ref().map_or(scaled, |s| s.values_per_scale);
+            rows.values.extend(elements.iter().enumerate().map(|(j, &v)| {
+                if per_row == 0 {
+                    v
+                } else {
+                    super::capture::scaled(v, row_scales[j / vps])
+                }
+            }));
+            rows.row_scales.push(1.0);
+        }
+        if let (Some(t), Some(format)) = (&l.tail, tail_format) {
+            let tail = &tail_raw[r * t.values..(r + 1) * t.values];
+            let e = format.element().ok_or_else(|| config("tail format"))?;
+            let w = format.bytes_for(1);
+            for (j, &x) in tail.iter().enumerate() {
+                let code = e.encode(x, Overflow::Cast);
+                let mut b = vec![0u8; w];
+                format.put(&mut b, 0, code, true);
+                let off = slot * l.record_bytes() + t.offset + j * w;
+                block[off..off + w].copy_from_slice(&b);
+                rows.values.push(e.decode(code));
+            }
+        }
+    }
+    Ok(rows)
 }
 
 /// How a synthetic engine orders tied rows.
@@ -550,25 +588,25 @@ pub fn dequantize_row(l: &CacheLayout, block: &[u8], slot: usize, out: &mut [f32
     }
 }
 
-/// A tensor to write.
-pub struct RawOut {
+/// A tensor to write (the key cache borrowed, the rest owned).
+pub struct RawOut<'a> {
     dtype: Dtype,
     shape: Vec<usize>,
-    data: Vec<u8>,
+    data: Cow<'a, [u8]>,
 }
 
-impl RawOut {
-    fn bytes(dtype: Dtype, shape: Vec<usize>, data: Vec<u8>) -> RawOut {
-        RawOut { dtype, shape, data }
+impl<'a> RawOut<'a> {
+    fn bytes(dtype: Dtype, shape: Vec<usize>, data: &'a [u8]) -> RawOut<'a> {
+        RawOut { dtype, shape, data: Cow::Borrowed(data) }
     }
-    fn f32s(v: &[f32], shape: Vec<usize>) -> RawOut {
-        RawOut { dtype: Dtype::F32, shape, data: v.iter().flat_map(|x| x.to_le_bytes()).collect() }
+    fn f32s(v: &[f32], shape: Vec<usize>) -> RawOut<'a> {
+        RawOut { dtype: Dtype::F32, shape, data: Cow::Owned(v.iter().flat_map(|x| x.to_le_bytes()).collect()) }
     }
-    fn i32s(v: &[i32], shape: Vec<usize>) -> RawOut {
-        RawOut { dtype: Dtype::I32, shape, data: v.iter().flat_map(|x| x.to_le_bytes()).collect() }
+    fn i32s(v: &[i32], shape: Vec<usize>) -> RawOut<'a> {
+        RawOut { dtype: Dtype::I32, shape, data: Cow::Owned(v.iter().flat_map(|x| x.to_le_bytes()).collect()) }
     }
-    fn i64s(v: &[i64], shape: Vec<usize>) -> RawOut {
-        RawOut { dtype: Dtype::I64, shape, data: v.iter().flat_map(|x| x.to_le_bytes()).collect() }
+    fn i64s(v: &[i64], shape: Vec<usize>) -> RawOut<'a> {
+        RawOut { dtype: Dtype::I64, shape, data: Cow::Owned(v.iter().flat_map(|x| x.to_le_bytes()).collect()) }
     }
 
     pub fn shape(&self) -> &[usize] {
@@ -577,7 +615,7 @@ impl RawOut {
 
     /// Replaces the data (for tests that corrupt a tensor).
     pub fn data_mut(&mut self) -> &mut Vec<u8> {
-        &mut self.data
+        self.data.to_mut()
     }
 
     pub fn set_shape(&mut self, shape: Vec<usize>) {
@@ -592,22 +630,13 @@ impl RawOut {
             Dtype::I64 => "<i8",
             _ => "<f4",
         };
-        let dims: Vec<String> = self.shape.iter().map(|d| d.to_string()).collect();
-        let shape = if dims.len() == 1 { format!("({},)", dims[0]) } else { format!("({})", dims.join(", ")) };
-        let mut header = format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': {shape}, }}");
-        while (10 + header.len() + 1) % 64 != 0 {
-            header.push(' ');
-        }
-        header.push('\n');
-        let mut out = b"\x93NUMPY\x01\x00".to_vec();
-        out.extend_from_slice(&(header.len() as u16).to_le_bytes());
-        out.extend_from_slice(header.as_bytes());
+        let mut out = crate::tensors::npy::npy_header(descr, &self.shape);
         out.extend_from_slice(&self.data);
         out
     }
 }
 
-impl View for &RawOut {
+impl View for &RawOut<'_> {
     fn dtype(&self) -> Dtype {
         self.dtype
     }
@@ -615,7 +644,7 @@ impl View for &RawOut {
         &self.shape
     }
     fn data(&self) -> Cow<'_, [u8]> {
-        Cow::Borrowed(&self.data)
+        Cow::Borrowed(self.data.as_ref())
     }
     fn data_len(&self) -> usize {
         self.data.len()
@@ -623,7 +652,7 @@ impl View for &RawOut {
 }
 
 /// Serializes tensors (e.g. a corrupted copy of [`SyntheticCapture::tensors`]) with metadata.
-pub fn serialize(tensors: &[(String, RawOut)], meta: &str) -> Result<Vec<u8>, Error> {
+pub fn serialize(tensors: &[(String, RawOut<'_>)], meta: &str) -> Result<Vec<u8>, Error> {
     let info = std::collections::HashMap::from([(META_KEY.to_string(), meta.to_string())]);
     safetensors::serialize(tensors.iter().map(|(n, t)| (n.clone(), t)), Some(info)).map_err(config)
 }

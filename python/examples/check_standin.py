@@ -36,8 +36,6 @@ import sys
 import tempfile
 from pathlib import Path
 
-import numpy as np
-
 try:
     import torch
     from torch import nn

@@ -167,6 +167,48 @@ pub enum Command {
     Diagnose(DiagnoseArgs),
     /// Turn an engine's capture of the indexer's top-k (sglang --enable-return-indexer-topk) into an observation file.
     Observe(ObserveArgs),
+    /// Check an engine's indexer capture against the bit-exact reference of its declared cache layout (exit 0 equal up to ties, 1 mismatch, 2 bad input).
+    Check(CheckArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct CheckArgs {
+    /// The capture: a safetensors file, or a folder of NAME.npy files and meta.json (docs/TENSORS.md).
+    #[arg(value_name = "CAPTURE", required_unless_present = "layouts")]
+    pub capture: Option<PathBuf>,
+    /// Cache layout: a built-in name or a .toml file (default: the capture's metadata).
+    #[arg(long, value_name = "NAME|FILE")]
+    pub layout: Option<String>,
+    /// Precision variant for the query and the logit/weight formats (default: the capture's, else the layout's).
+    #[arg(long, value_name = "VARIANT")]
+    pub pipeline: Option<String>,
+    /// Rows the engine selects (default: the capture's, else topk_indices' width).
+    #[arg(long, value_name = "K")]
+    pub topk: Option<usize>,
+    /// Head weights as captured: kernel (every factor folded in) or raw.
+    #[arg(long, value_name = "kernel|raw")]
+    pub weights: Option<String>,
+    /// Rows per cache block, when the engine's differs from the layout's.
+    #[arg(long, value_name = "N")]
+    pub rows_per_block: Option<usize>,
+    /// Logits must agree bit for bit (no evaluation-order bound).
+    #[arg(long)]
+    pub exact: bool,
+    /// Significant bits of the engine's accumulation for the bound (default 24, f32).
+    #[arg(long, value_name = "BITS", conflicts_with = "exact")]
+    pub rounding_bits: Option<u32>,
+    /// Skip the fault transforms on a mismatch.
+    #[arg(long)]
+    pub no_transforms: bool,
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub json: bool,
+    /// Also write the JSON report here (only after the check ran).
+    #[arg(long, value_name = "FILE")]
+    pub out: Option<PathBuf>,
+    /// List the built-in layouts, or print one as TOML.
+    #[arg(long, value_name = "NAME", num_args = 0..=1, default_missing_value = "")]
+    pub layouts: Option<String>,
 }
 
 #[derive(Args, Debug)]

@@ -42,11 +42,47 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if let Command::Check(args) = &cli.command {
+        return run_check(args);
+    }
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(Error::Sim(dsa_recall::SimError::Interrupted)) => {
             eprintln!("interrupted: rerun with --resume ({})", resume_command());
             ExitCode::from(Interrupt::exit_code())
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(if e.is_usage() { 2 } else { 1 })
+        }
+    }
+}
+
+/// `check` exits 1 on a mismatch, which is a finding, not an error.
+fn run_check(args: &cli::CheckArgs) -> ExitCode {
+    use dsa_recall::tensors::check::{command, layouts_text, CheckOptions};
+    let result = match (&args.layouts, &args.capture) {
+        (Some(name), _) => layouts_text(Some(name.as_str()).filter(|n| !n.is_empty())).map(|t| (t, 0)),
+        (None, Some(path)) => {
+            let opts = CheckOptions {
+                layout: args.layout.clone(),
+                pipeline: args.pipeline.clone(),
+                topk: args.topk,
+                weights: args.weights.clone(),
+                rows_per_block: args.rows_per_block,
+                exact: args.exact,
+                rounding_bits: args.rounding_bits,
+                no_transforms: args.no_transforms,
+                ..Default::default()
+            };
+            command(path, &opts, args.json, args.out.as_deref()).map(|o| (o.stdout, o.exit_code))
+        }
+        (None, None) => Err(dsa_recall::ConfigError::new("check", "(no capture)", "a capture file or folder, or --layouts").into()),
+    };
+    match result {
+        Ok((text, code)) => {
+            print!("{text}");
+            ExitCode::from(code)
         }
         Err(e) => {
             eprintln!("error: {e}");
@@ -67,6 +103,7 @@ fn run(cli: Cli) -> Result<(), Error> {
         Command::Calibrate(args) => run_calibrate(&args),
         Command::Diagnose(args) => run_diagnose(&args),
         Command::Observe(args) => run_observe(&args),
+        Command::Check(_) => Ok(()), // run_check, before run
         Command::Hypotheses(args) => match (args.action, args.long) {
             (Some(HypothesesAction::Show { name }), _) => {
                 let h = dsa_recall::score::hypothesis::info(&name).ok_or_else(|| {

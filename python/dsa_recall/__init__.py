@@ -10,6 +10,9 @@ NumPy in, NumPy out. The functions:
   against the exact fp32 selection (``dsa-recall replay``);
 - ``sweep(preset, **knobs)``: a sweep's cells, the columns of summary.csv;
 - ``trial(...)``: one trial's tensors, named as ``trial --dump`` names them;
+- ``check(capture, ...)``: an engine's indexer capture against the bit-exact
+  reference of its declared cache layout (``dsa-recall check``); record one
+  with ``IndexerCapture`` (``dsa_recall.capture``);
 - ``plot(...)`` / ``plot_matplotlib(...)``: the sweep's charts;
 - ``presets()``, ``hypotheses()``, ``variants()``, ``knobs()``: catalogues.
 
@@ -34,6 +37,7 @@ import numpy as np
 
 from . import _native
 from ._native import ConfigError, InputError, SimulationError
+from .capture import IndexerCapture
 
 __version__: str = _native.__version__
 
@@ -53,6 +57,10 @@ __all__ = [
     "replay",
     "sweep",
     "trial",
+    "check",
+    "CheckResult",
+    "IndexerCapture",
+    "check_layouts",
     "plot",
     "plot_matplotlib",
     "presets",
@@ -523,6 +531,77 @@ def trial(
     out.meta = json.loads(meta)
     out.summary = {n: {"survived": s, "needle_rank": r, "overlap": o} for n, s, r, o in summary}
     return out
+
+
+class CheckResult(dict):
+    """What ``check`` found: the report as a dict (the fields of ``dsa-recall
+    check --json``), plus ``verdict`` (``equal-up-to-ties`` or ``mismatch``),
+    ``exit_code`` (0 or 1, as the CLI), ``text`` (the CLI's report),
+    ``reproduced_by`` (fault transforms that reproduce the engine, most
+    specific first) and ``pairs`` (one row per (layer, query) pair: a
+    DataFrame, or ``Columns`` without pandas)."""
+
+    def __init__(self, report: Dict[str, Any], text: str) -> None:
+        super().__init__(report)
+        self.text = text
+
+    @property
+    def verdict(self) -> str:
+        return self["verdict"]
+
+    @property
+    def exit_code(self) -> int:
+        return int(self["exit_code"])
+
+    @property
+    def reproduced_by(self) -> List[str]:
+        return list(self["reproduced_by"])
+
+    @property
+    def pairs(self):
+        cols = ("pair", "layer", "query", "seq_len", "equal", "k_eff", "selected", "ties_at_cut", "within_bound_of_cut", "recall", "first_row")
+        return _table_from_records(self["per_pair"], cols, {})
+
+    def __bool__(self) -> bool:
+        return self.exit_code == 0
+
+    def __repr__(self) -> str:
+        return f"CheckResult({self.verdict}, {self['pairs_equal']}/{self['pairs']} pairs equal up to ties, reproduced by {self.reproduced_by})"
+
+
+def check(
+    capture: Any,
+    *,
+    layout: Optional[str] = None,
+    pipeline: Optional[str] = None,
+    topk: Optional[int] = None,
+    weights: Optional[str] = None,
+    rows_per_block: Optional[int] = None,
+    exact: bool = False,
+    rounding_bits: Optional[int] = None,
+    transforms: bool = True,
+) -> CheckResult:
+    """``dsa-recall check`` from Python: does an engine's indexer agree with
+    the bit-exact reference of its declared cache layout?
+
+    ``capture`` is a capture file (``.safetensors``) or folder (``NAME.npy``
+    and ``meta.json``), or an ``IndexerCapture`` (written to a temporary file
+    first). The keywords override the capture's metadata as the CLI's flags
+    do. Returns a ``CheckResult`` (truthy when equal up to ties); bad input
+    raises ``InputError``/``ConfigError`` with the CLI's one-line message.
+    """
+    if isinstance(capture, IndexerCapture):
+        with tempfile.TemporaryDirectory(prefix="dsa-recall-check-") as tmp:
+            path = capture.save(os.path.join(tmp, "capture.safetensors"))
+            report, text, _ = _native.check_capture(path, layout, pipeline, topk, weights, rows_per_block, exact, rounding_bits, transforms)
+    else:
+        report, text, _ = _native.check_capture(_path(capture), layout, pipeline, topk, weights, rows_per_block, exact, rounding_bits, transforms)
+    return CheckResult(json.loads(report), text)
+
+
+def check_layouts() -> Dict[str, str]:
+    """The built-in cache layouts of ``check``: name → TOML (with its source)."""
+    return dict(_native.check_layouts())
 
 
 def _sweep_inputs(data: Any):

@@ -97,6 +97,67 @@ def trial(
     precision_defs: Sequence[str] = (),
     **knobs: Any,
 ) -> TrialTensors: ...
+class CheckResult(Dict[str, Any]):
+    text: str
+    @property
+    def verdict(self) -> str: ...
+    @property
+    def exit_code(self) -> int: ...
+    @property
+    def reproduced_by(self) -> List[str]: ...
+    @property
+    def pairs(self) -> Table: ...
+    def __bool__(self) -> bool: ...
+
+class IndexerCapture:
+    meta: Dict[str, Any]
+    def __init__(
+        self,
+        layout: str,
+        *,
+        pipeline: Optional[str] = None,
+        weights: str = "kernel",
+        topk: Optional[int] = None,
+        index_space: str = "logical",
+        q_format: Optional[str] = None,
+        rows_per_block: Optional[int] = None,
+        block_stride_bytes: Optional[int] = None,
+        note: Optional[str] = None,
+    ) -> None: ...
+    def add(
+        self,
+        *,
+        layer: int,
+        kv_cache: ArrayLike,
+        block_table: ArrayLike,
+        seq_len: int,
+        weights: ArrayLike,
+        topk_indices: ArrayLike,
+        q: Optional[ArrayLike] = None,
+        q_codes: Optional[ArrayLike] = None,
+        q_scales: Optional[ArrayLike] = None,
+        logits: Optional[ArrayLike] = None,
+        query: Optional[int] = None,
+    ) -> None: ...
+    def hook(self, module: Any, extract: Callable[[Any, Any, Any], Any]) -> Any: ...
+    def remove(self) -> None: ...
+    def tensors(self) -> Dict[str, np.ndarray]: ...
+    def metadata(self) -> Dict[str, Any]: ...
+    def save(self, path: PathType) -> str: ...
+
+def check(
+    capture: Union[PathType, IndexerCapture],
+    *,
+    layout: Optional[str] = None,
+    pipeline: Optional[str] = None,
+    topk: Optional[int] = None,
+    weights: Optional[str] = None,
+    rows_per_block: Optional[int] = None,
+    exact: bool = False,
+    rounding_bits: Optional[int] = None,
+    transforms: bool = True,
+) -> CheckResult: ...
+def check_layouts() -> Dict[str, str]: ...
 def plot(data: Union[Table, PathType], kind: str = "recall_vs_context", *, path: Optional[PathType] = None) -> bytes: ...
 def plot_matplotlib(df: Table, ax: Any = None, *, depth: Optional[float] = None, model: bool = False) -> Any: ...
 def presets() -> List[Preset]: ...

@@ -9,6 +9,7 @@
 
 use pyo3::prelude::*;
 
+mod check;
 mod numerics;
 mod sim;
 
@@ -61,5 +62,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     numerics::register(m)?;
     sim::register(m)?;
+    check::register(m)?;
     Ok(())
 }

@@ -58,9 +58,28 @@ impl IndexerQuery {
             iq.signed = Some((Box::new(IndexerQuery::new(negated, weights, dim, plain)), scoring.logits));
             return iq;
         }
-        let scale = 1.0 / ((heads * dim) as f32).sqrt();
-        let weights = weights.iter().zip(&queries.row_scales).map(|(&w, &s_q)| scoring.weights.round(w * scale * s_q)).collect();
-        let mut iq = Self { queries: queries.values, weights, dim, logits: scoring.logits, paired: Vec::new(), signed: None };
+        let weights = Self::scaled_head_weights(weights, &queries.row_scales, dim, scoring);
+        Self::from_head_weights(queries.values, weights, dim, scoring.logits)
+    }
+
+    /// Head weight h as [`Self::new`] scores it: `round(w_h · (H·d)^-1/2 · s_q,h)`
+    /// in `scoring.weights`, with H = `weights.len()`.
+    pub fn scaled_head_weights(weights: &[f32], query_scales: &[f32], dim: usize, scoring: ScoreNumerics) -> Vec<f32> {
+        let scale = 1.0 / ((weights.len() * dim) as f32).sqrt();
+        weights.iter().zip(query_scales).map(|(&w, &s_q)| scoring.weights.round(w * scale * s_q)).collect()
+    }
+
+    /// A query whose head weights are already final (every factor folded
+    /// in, as an engine's logits kernel receives them): `queries` are
+    /// [heads × dim] values scored as they are, logit
+    /// `round(s_k · Σ_h w_h · ReLU(q_h · k))` in `logits`.
+    ///
+    /// # Panics
+    /// Unless `queries` holds exactly `weights.len()` rows of `dim` values.
+    pub fn from_head_weights(queries: Vec<f32>, weights: Vec<f32>, dim: usize, logits: LogitFormat) -> Self {
+        let heads = weights.len();
+        assert_eq!(Some(queries.len()), heads.checked_mul(dim), "indexer queries: {heads} heads × {dim} values expected");
+        let mut iq = Self { queries, weights, dim, logits, paired: Vec::new(), signed: None };
         if iq.blocked_shape() {
             let chunks = dim / LANES;
             iq.paired = (0..heads / 2)

@@ -1,9 +1,11 @@
 //! Real tensors in and out: dump one simulated trial to safetensors, and
 //! replay recorded indexer tensors (safetensors or .npy) through every
-//! precision variant. Layouts are documented in docs/TENSORS.md.
+//! precision variant, and check an engine's indexer against the bit-exact
+//! reference of its declared cache layout. Layouts are documented in docs/TENSORS.md.
 
 pub mod calibrate;
 pub mod capture;
+pub mod check;
 pub mod checkpoint;
 pub mod dump;
 pub mod npy;

@@ -60,6 +60,21 @@ pub fn parse_npy_int(b: &[u8]) -> Result<IntArray, String> {
     Ok(IntArray { shape, data })
 }
 
+/// Any C-order array as its dtype text (`<f4`, `|u1`, …), shape and
+/// payload bytes, checked to hold exactly the values the shape declares for
+/// the dtype's width (the `check` command reads byte tensors this way).
+pub fn parse_npy_raw(b: &[u8]) -> Result<(String, Vec<usize>, &[u8]), String> {
+    let (descr, shape, payload) = parse_header(b)?;
+    let width = descr
+        .trim_start_matches(['<', '|', '='])
+        .get(1..)
+        .and_then(|w| w.parse::<usize>().ok())
+        .filter(|w| [1, 2, 4, 8].contains(w) && !descr.starts_with('>'))
+        .ok_or_else(|| format!("dtype {descr:?} is not supported (use a little-endian integer or float dtype)"))?;
+    check_payload(&shape, width, payload)?;
+    Ok((descr.to_string(), shape, payload))
+}
+
 /// The dtype text, the shape and the payload bytes of a C-order array.
 fn parse_header(b: &[u8]) -> Result<(&str, Vec<usize>, &[u8]), String> {
     if b.len() < 10 || &b[..6] != b"\x93NUMPY" {
@@ -121,7 +136,8 @@ pub fn write_npy_i32(shape: &[usize], data: &[i32]) -> Vec<u8> {
     out
 }
 
-fn npy_header(descr: &str, shape: &[usize]) -> Vec<u8> {
+/// The `.npy` 1.0 header of a C-order array of `descr` (`<f4`, `|u1`, …).
+pub(crate) fn npy_header(descr: &str, shape: &[usize]) -> Vec<u8> {
     let dims: Vec<String> = shape.iter().map(|d| d.to_string()).collect();
     let shape_text = if dims.len() == 1 { format!("({},)", dims[0]) } else { format!("({})", dims.join(", ")) };
     let mut header = format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': {shape_text}, }}");

@@ -40,7 +40,12 @@ fn run(bencher: Bencher, next: bool) {
     let (params, obs) = setup();
     let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().expect("pool");
     bencher.bench_local(|| {
-        let opts = Options { hypotheses: diagnose::candidates("all").expect("all"), reading: Reading::Model, next, on_trial: &|| {} };
+        let opts = Options {
+            hypotheses: diagnose::candidates("all").expect("all"),
+            reading: Reading::Model,
+            next,
+            observer: &dsa_recall::base::observe::Silent,
+        };
         let d = pool.install(|| diagnose::diagnose(&params, &obs, &opts)).expect("diagnose");
         divan::black_box(d)
     });

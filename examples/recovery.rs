@@ -44,7 +44,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     let (truth_params, diag_params) = (params(SEED_TRUTH), params(SEED_DIAGNOSE));
     let obs = observations::parse("recovery.csv", &csv, &|v| diagnose::variant_ok(&diag_params, v))?;
-    let opts = Options { hypotheses: diagnose::candidates(CANDIDATES)?, reading: Reading::Model, next: false, on_trial: &|| {} };
+    let opts = Options {
+        hypotheses: diagnose::candidates(CANDIDATES)?,
+        reading: Reading::Model,
+        next: false,
+        observer: &dsa_recall::base::observe::Silent,
+    };
     let started = std::time::Instant::now();
     let truth = diagnose::prepare(&truth_params, &obs.path, &obs.rows, &opts)?;
     let diag = diagnose::prepare(&diag_params, &obs.path, &obs.rows, &opts)?;

@@ -3,6 +3,8 @@
 //! `dsa_recall::config::check`.
 
 use clap::{ArgMatches, Args, FromArgMatches, Parser, Subcommand};
+use dsa_recall::commands::cell::{CellCommand, CellRequest};
+use dsa_recall::commands::request::{image_formats, precision_definitions, ChartRequest, ScenarioRequest};
 use dsa_recall::config::flags::Scope;
 use dsa_recall::config::params;
 use dsa_recall::config::vary::VaryAxis;
@@ -270,7 +272,7 @@ pub struct DiagnoseArgs {
 impl DiagnoseArgs {
     /// The chart formats `--format` names.
     pub fn formats(&self) -> Vec<dsa_recall::report::chart::ImageFormat> {
-        ChartArgs { format: self.format.clone(), diff_span: None }.formats()
+        image_formats(&self.format)
     }
 }
 
@@ -314,34 +316,9 @@ pub struct ChartArgs {
 }
 
 impl ChartArgs {
-    /// The chart formats `--format` names.
-    pub fn formats(&self) -> Vec<dsa_recall::report::chart::ImageFormat> {
-        use dsa_recall::report::chart::ImageFormat;
-        match self.format.as_str() {
-            "svg" => vec![ImageFormat::Svg],
-            "both" => vec![ImageFormat::Png, ImageFormat::Svg],
-            _ => vec![ImageFormat::Png],
-        }
-    }
-
-    /// `--diff-span`: a number in (0, 1].
-    pub fn diff_span(&self) -> Result<Option<f64>, ConfigError> {
-        let Some(t) = &self.diff_span else { return Ok(None) };
-        match t.trim().parse::<f64>() {
-            Ok(v) if v > 0.0 && v <= 1.0 => Ok(Some(v)),
-            _ => Err(ConfigError::new("--diff-span", format!("{t:?}"), "a recall difference in (0, 1], e.g. 0.1")),
-        }
-    }
-}
-
-/// Parses `--detail-context` (K/M suffixes allowed).
-pub fn detail_context(text: &Option<String>) -> Result<Option<u64>, ConfigError> {
-    match text {
-        None => Ok(None),
-        Some(t) => dsa_recall::base::units::parse_size(t)
-            .filter(|&v| v > 0)
-            .map(Some)
-            .ok_or_else(|| ConfigError::new("--detail-context", format!("{t:?}"), "a context length of the sweep, e.g. 32K")),
+    /// The chart options as typed, `--detail-context` being the command's.
+    pub fn request(&self, detail_context: &Option<String>) -> ChartRequest {
+        ChartRequest { formats: image_formats(&self.format), detail_context: detail_context.clone(), diff_span: self.diff_span.clone() }
     }
 }
 
@@ -603,10 +580,6 @@ pub enum PresetsAction {
     Show { name: String },
 }
 
-fn text(v: &Option<String>) -> Option<ListSpec> {
-    v.as_ref().map(|s| ListSpec::Text(s.clone()))
-}
-
 impl ScenarioArgs {
     /// The command line's values as an overlay (absent flags leave gaps).
     /// A list on --needle-strength is `sweep`'s alone.
@@ -624,22 +597,14 @@ impl ScenarioArgs {
     fn overlay_without_axis(&self) -> Result<ScenarioParams, ConfigError> {
         let mut p = self.knobs.params()?;
         p.preset = self.preset.clone();
-        p.precision = self.precision_def.iter().map(|d| config::precision::parse_compact(d)).collect::<Result<_, _>>()?;
+        p.precision = precision_definitions(&self.precision_def)?;
         Ok(p)
     }
-}
 
-impl ScenarioArgs {
-    /// The overlay plus the grid's four lists in `run`'s and `trial`'s
-    /// singular spelling (each as typed, or absent).
-    fn with_grid(&self, grid: [&Option<String>; 4]) -> Result<ScenarioParams, ConfigError> {
-        let mut p = self.overlay()?;
-        let [contexts, depths, topk, precisions] = grid;
-        p.sweep.contexts = text(contexts);
-        p.sweep.depths = text(depths);
-        p.sweep.topk = text(topk);
-        p.sweep.precisions = text(precisions);
-        Ok(p)
+    /// The scenario request of a one-value command (its overlay checked as
+    /// in [`ScenarioArgs::overlay`]).
+    pub fn request(&self) -> Result<ScenarioRequest, ConfigError> {
+        Ok(ScenarioRequest { config: self.config.clone(), overlay: self.overlay()?, threads: self.threads })
     }
 }
 
@@ -648,6 +613,11 @@ impl SweepArgs {
         let mut p = self.scenario.overlay_without_axis()?;
         p.overlay(self.lists.params()?);
         Ok(p)
+    }
+
+    /// The scenario request: the knobs with `sweep`'s lists.
+    pub fn scenario_request(&self) -> Result<ScenarioRequest, ConfigError> {
+        Ok(ScenarioRequest { config: self.scenario.config.clone(), overlay: self.overlay()?, threads: self.scenario.threads })
     }
 
     /// The knob axis: `--vary FIELD=LIST`, or a list on `--needle-strength`.
@@ -666,15 +636,29 @@ impl SweepArgs {
 }
 
 impl TrialArgs {
-    pub fn overlay(&self) -> Result<ScenarioParams, ConfigError> {
+    pub fn request(&self) -> Result<CellRequest, ConfigError> {
         refuse_ignored(&self.scenario.knobs.params()?, TRIAL_IGNORES, "trial", "it writes the tensors of one trial, --trial")?;
-        self.scenario.with_grid([&self.context, &self.depth, &self.topk, &self.precisions])
+        Ok(CellRequest {
+            command: CellCommand::Trial,
+            scenario: self.scenario.request()?,
+            context: self.context.clone(),
+            depth: self.depth.clone(),
+            topk: self.topk.clone(),
+            precisions: self.precisions.clone(),
+        })
     }
 }
 
 impl RunArgs {
-    pub fn overlay(&self) -> Result<ScenarioParams, ConfigError> {
+    pub fn request(&self) -> Result<CellRequest, ConfigError> {
         refuse_ignored(&self.scenario.knobs.params()?, RUN_IGNORES, "run", "it reports one cell, not an effective context")?;
-        self.scenario.with_grid([&self.context, &self.depth, &self.topk, &self.precision])
+        Ok(CellRequest {
+            command: CellCommand::Run,
+            scenario: self.scenario.request()?,
+            context: self.context.clone(),
+            depth: self.depth.clone(),
+            topk: self.topk.clone(),
+            precisions: self.precision.clone(),
+        })
     }
 }

@@ -12,6 +12,8 @@
 //! - [`diagnose`]: observations in, hypotheses ranked, the next experiment out.
 //! - [`report`]: tables, charts and the HTML report.
 //! - [`tensors`]: tensor dumps and replay of recorded tensors.
+//! - [`commands`]: every command as a library function over a typed
+//!   request; the command line and the Python binding are its adapters.
 //!
 //! [`error`] holds the crate's error types. Definitions of every modelled
 //! quantity: docs/MODEL.md.
@@ -21,6 +23,7 @@
 #![allow(clippy::neg_cmp_op_on_partial_ord)]
 
 pub mod base;
+pub mod commands;
 pub mod config;
 pub mod diagnose;
 pub mod error;

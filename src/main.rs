@@ -9,8 +9,11 @@ use clap::error::ErrorKind;
 use clap::Parser;
 use cli::{
     CalibrateArgs, Cli, Command, DiagnoseArgs, HypothesesAction, MergeArgs, ObserveArgs, PlotArgs, PresetsAction, QuantizeArgs, ReplayArgs,
-    RunArgs, ScenarioArgs, SweepArgs, TrialArgs,
+    RunArgs, SweepArgs, TrialArgs,
 };
+use dsa_recall::base::observe::Silent;
+use dsa_recall::commands::diagnose::diagnosis_params;
+use dsa_recall::commands::replay::ReplayRequest;
 use dsa_recall::config::{self, Overlay, Scenario, ScenarioParams};
 use dsa_recall::error::Error;
 use dsa_recall::report;
@@ -111,26 +114,6 @@ fn run(cli: Cli) -> Result<(), Error> {
     }
 }
 
-/// Preset ← scenario file ← command line, then one validation.
-fn scenario(args: &ScenarioArgs, cli_overlay: ScenarioParams) -> Result<Scenario, Error> {
-    config::layered_scenario(args.config.as_deref(), cli_overlay)
-}
-
-/// The scenario file with the command line over it, unchecked.
-fn layered_params(args: &ScenarioArgs, cli_overlay: ScenarioParams) -> Result<ScenarioParams, Error> {
-    config::layered_params(args.config.as_deref(), cli_overlay)
-}
-
-fn thread_pool(threads: Option<usize>) -> Result<rayon::ThreadPool, Error> {
-    if threads == Some(0) {
-        return Err(dsa_recall::ConfigError::new("--threads", 0, "at least 1 (leave it out to use every core)").into());
-    }
-    rayon::ThreadPoolBuilder::new()
-        .num_threads(threads.unwrap_or(0))
-        .build()
-        .map_err(|e| Error::io("starting worker threads", std::io::Error::other(e.to_string())))
-}
-
 /// The command line that resumes an interrupted sweep: this one without
 /// `--force` and with `--resume`, quoted for a POSIX shell where needed.
 fn resume_command() -> String {
@@ -152,10 +135,11 @@ fn run_sweep(args: &SweepArgs) -> Result<(), Error> {
     if let Some(axis) = args.vary_axis()? {
         return run_vary(args, &axis);
     }
-    let s = scenario(&args.scenario, args.overlay()?)?;
+    let request = args.scenario_request()?;
+    let s = request.scenario()?;
     let shard = args.shard.as_deref().map(Shard::parse).transpose()?;
-    let plot = sweep_plot_options(args, &s)?;
-    let pool = thread_pool(args.scenario.threads)?;
+    let plot = sweep_plot_options(args, &s.contexts)?;
+    let pool = request.thread_pool()?;
     store::check_memory(&s, pool.current_num_threads())?;
     let store_opts = StoreOptions { force: args.force, resume: args.resume, shard, chunk_trials: progress::chunk_trials_knob()? };
     let interrupt = Interrupt::catch();
@@ -179,19 +163,12 @@ fn run_sweep(args: &SweepArgs) -> Result<(), Error> {
     Ok(())
 }
 
-/// `sweep`'s chart options, the rank/margin chart's context checked
-/// against the sweep's.
-fn sweep_plot_options(args: &SweepArgs, s: &Scenario) -> Result<report::PlotOptions, Error> {
-    let plot = report::PlotOptions {
-        formats: args.chart.formats(),
-        detail_context: cli::detail_context(&args.detail_context)?,
-        diff_span: args.chart.diff_span()?,
-    };
-    if let Some(c) = plot.detail_context {
-        if !s.contexts.contains(&c) {
-            let list = s.contexts.iter().map(|&c| output::tokens_label(c)).collect::<Vec<_>>().join(", ");
-            return Err(dsa_recall::ConfigError::new("--detail-context", c, format!("one of the sweep's contexts: {list}")).into());
-        }
+/// `sweep`'s chart options, the detail context checked against the
+/// sweep's `contexts` before anything is simulated.
+fn sweep_plot_options(args: &SweepArgs, contexts: &[u64]) -> Result<report::PlotOptions, Error> {
+    let plot = args.chart.request(&args.detail_context).options()?;
+    if plot.detail_context.is_some() {
+        report::detail_context(contexts, plot.detail_context)?;
     }
     Ok(plot)
 }
@@ -200,10 +177,11 @@ fn sweep_plot_options(args: &SweepArgs, s: &Scenario) -> Result<report::PlotOpti
 /// the combined results, chart and table at the top.
 fn run_vary(args: &SweepArgs, axis: &dsa_recall::config::vary::VaryAxis) -> Result<(), Error> {
     use dsa_recall::run::vary;
-    let scenarios = axis.scenarios(&layered_params(&args.scenario, args.overlay()?)?)?;
+    let request = args.scenario_request()?;
+    let scenarios = axis.scenarios(&request.params()?)?;
     let shard = args.shard.as_deref().map(Shard::parse).transpose()?;
-    let plot = sweep_plot_options(args, &scenarios[0])?;
-    let pool = thread_pool(args.scenario.threads)?;
+    let plot = sweep_plot_options(args, &scenarios[0].contexts)?;
+    let pool = request.thread_pool()?;
     store::check_memory(&scenarios[0], pool.current_num_threads())?;
     let store_opts = StoreOptions { force: args.force, resume: args.resume, shard, chunk_trials: progress::chunk_trials_knob()? };
     let interrupt = Interrupt::catch();
@@ -244,55 +222,10 @@ fn run_merge(args: &MergeArgs) -> Result<(), Error> {
     Ok(())
 }
 
-/// `run` and `trial` take one context, depth and k (and `run` one
-/// precision); `typed` says which of --context, --depth, --topk and the
-/// precision flag the command line gave, so that a list the user never typed
-/// (the preset's) is reported as a missing flag.
-fn one_cell(s: &Scenario, command: &str, one_precision: bool, typed: [bool; 4]) -> Result<(), Error> {
-    let precision_flag = if one_precision { "--precision" } else { "--precisions" };
-    let mut axes = vec![
-        (s.contexts.len(), "--context", Some(typed[0])),
-        (s.depths.len(), "--depth", Some(typed[1])),
-        (s.topks.len(), "--topk", Some(typed[2])),
-        (s.needle_offsets.len(), "--needle-offsets", None),
-    ];
-    if one_precision {
-        axes.push((s.precisions.len(), precision_flag, Some(typed[3])));
-    }
-    match axes.into_iter().find(|&(n, _, _)| n != 1) {
-        Some((n, field, Some(false))) => Err(dsa_recall::ConfigError::new(
-            field,
-            "(not given)",
-            format!("one value: `{command}` simulates one cell, and the scenario's sweep has {n} (use `sweep` for lists)"),
-        )
-        .into()),
-        Some((n, field, _)) => Err(dsa_recall::ConfigError::new(
-            field,
-            format!("{n} values"),
-            format!("`{command}` simulates one cell: give one value (use `sweep` for lists)"),
-        )
-        .into()),
-        None => Ok(()),
-    }
-}
-
-/// `run` spells the list flags of `sweep` in the singular.
-fn with_run_flags(e: Error) -> Error {
-    match e {
-        Error::Config(mut c) => {
-            for (list, single) in [("(--contexts)", "(--context)"), ("(--depths)", "(--depth)"), ("(--precisions)", "(--precision)")] {
-                c.field = c.field.replace(list, single);
-            }
-            Error::Config(c)
-        }
-        other => other,
-    }
-}
-
 fn run_cell(args: &RunArgs) -> Result<(), Error> {
-    let s = scenario(&args.scenario, args.overlay()?).map_err(with_run_flags)?;
-    one_cell(&s, "run", true, [args.context.is_some(), args.depth.is_some(), args.topk.is_some(), args.precision.is_some()])?;
-    let pool = thread_pool(args.scenario.threads)?;
+    let request = args.request()?;
+    let s = request.scenario()?;
+    let pool = request.scenario.thread_pool()?;
     let display = Progress::of_trials(sweep::group_trial_runs(&s))?;
     let cell = pool.install(|| report::run_single_cell(&s, args.print_trials, &|| display.inc()));
     display.finish();
@@ -310,21 +243,16 @@ fn run_cell(args: &RunArgs) -> Result<(), Error> {
 /// checked before simulating and written only after everything is computed.
 fn run_diagnose(args: &DiagnoseArgs) -> Result<(), Error> {
     use dsa_recall::diagnose;
-    let mut defaults = ScenarioParams::default();
-    defaults.sweep.trials = Some(200);
-    defaults.estimator.predict = Some(false);
-    let mut params = defaults;
-    params.overlay(layered_params(&args.scenario, args.scenario.overlay()?)?);
-    let params = config::resolve(params)?;
-    config::check(params.clone())?;
+    let request = args.scenario.request()?;
+    let params = diagnosis_params(request.params()?)?;
     let reading = diagnose::Reading::parse(&args.recall)?;
     let hypotheses = diagnose::candidates(&args.hypotheses)?;
     let obs = diagnose::observations::read(&args.observations, &|v| diagnose::variant_ok(&params, v))?;
     if let Some(dir) = &args.out {
         output::check_output_dir(dir, args.force)?;
     }
-    let pool = thread_pool(args.scenario.threads)?;
-    let opts = diagnose::Options { hypotheses, reading, next: !args.no_next, on_trial: &|| {} };
+    let pool = request.thread_pool()?;
+    let opts = diagnose::Options { hypotheses, reading, next: !args.no_next, observer: &Silent };
     let d = pool.install(|| diagnose::diagnose(&params, &obs, &opts))?;
     let written = match &args.out {
         Some(dir) => {
@@ -413,11 +341,7 @@ fn run_quantize(args: &QuantizeArgs) -> Result<(), Error> {
 }
 
 fn run_plot(args: &PlotArgs) -> Result<(), Error> {
-    let opts = report::PlotOptions {
-        formats: args.chart.formats(),
-        detail_context: cli::detail_context(&args.detail_context)?,
-        diff_span: args.chart.diff_span()?,
-    };
+    let opts = args.chart.request(&args.detail_context).options()?;
     let files = report::plot_dir(&args.dir, &opts)?;
     println!("wrote {} files in {}: {}", files.len(), args.dir.display(), files.join(", "));
     Ok(())
@@ -474,23 +398,18 @@ fn calibrate_from_observations(args: &CalibrateArgs, observations: &std::path::P
             config::params::parse_scenario_toml(&notes).map_err(|m| Error::ScenarioFile { path: "checkpoint".into(), message: m })?,
         );
     }
-    base.overlay(layered_params(&args.scenario, args.scenario.overlay()?)?);
+    let request = args.scenario.request()?;
+    base.overlay(request.params()?);
     if base.preset.is_none() {
         base.preset = Some(config::DEFAULT_PRESET.to_string());
     }
-    // diagnose's defaults: 200 trials per cell, no analytic prediction.
-    let mut params = ScenarioParams::default();
-    params.sweep.trials = Some(200);
-    params.estimator.predict = Some(false);
-    params.overlay(base.clone());
-    let params = config::resolve(params)?;
-    config::check(params.clone())?;
+    let params = diagnosis_params(base.clone())?;
     let reading = diagnose::Reading::parse(&args.recall)?;
     let range = args.fit_range.as_deref().map(parse_fit_range).transpose()?;
     let obs = diagnose::observations::read(observations, &|v| diagnose::variant_ok(&params, v))?;
-    let pool = thread_pool(args.scenario.threads)?;
+    let pool = request.thread_pool()?;
     let field = args.fit.as_deref().map_or_else(|| fit::default_field(&params).to_string(), |f| f.trim().to_string());
-    let opts = fit::FitOptions { field, range, reading, on_trial: &|| {} };
+    let opts = fit::FitOptions { field, range, reading, observer: &Silent };
     let f = pool.install(|| fit::fit(&params, &obs, &opts))?;
     let command = std::iter::once("dsa-recall".to_string()).chain(std::env::args().skip(1)).collect::<Vec<_>>().join(" ");
     let mut text = fit::scenario_toml(&base, &f, &command)?;
@@ -532,8 +451,7 @@ fn parse_fit_range(text: &str) -> Result<(f64, f64), Error> {
 }
 
 fn run_trial_dump(args: &TrialArgs) -> Result<(), Error> {
-    let s = scenario(&args.scenario, args.overlay()?).map_err(with_run_flags)?;
-    one_cell(&s, "trial", false, [args.context.is_some(), args.depth.is_some(), args.topk.is_some(), args.precisions.is_some()])?;
+    let s = args.request()?.scenario()?;
     let steps = Steps::new()?;
     let summary = dsa_recall::tensors::dump::dump_trial(&s, args.trial, &args.dump, &|what| steps.step(what));
     steps.finish();
@@ -558,18 +476,24 @@ fn run_trial_dump(args: &TrialArgs) -> Result<(), Error> {
 
 fn run_replay(args: &ReplayArgs) -> Result<(), Error> {
     use dsa_recall::tensors::replay::{load_capture_npy, load_capture_safetensors, replay, replay_layered, Capture, TensorNames};
-    let topks = config::lists::parse_sizes("--topk", &args.topk)?;
-    let mut variants = Vec::new();
-    for name in config::lists::parse_names("--precisions", &args.precisions)? {
-        let v = dsa_recall::score::variant::PrecisionVariant::builtin(&name).ok_or_else(|| {
-            dsa_recall::ConfigError::new(
-                "--precisions",
-                format!("{name:?}"),
-                format!("one of {}", dsa_recall::score::variant::PrecisionVariant::builtin_names().join(", ")),
-            )
-        })?;
-        variants.push(v);
-    }
+    let needle_rows = match &args.needle_rows {
+        None => None,
+        Some(list) => Some(
+            list.split(',')
+                .map(|x| {
+                    x.trim()
+                        .parse::<u64>()
+                        .map_err(|_| dsa_recall::ConfigError::new("--needle-rows", format!("{list:?}"), "row indices, e.g. 12,13"))
+                })
+                .collect::<Result<Vec<u64>, _>>()?,
+        ),
+    };
+    let request = ReplayRequest {
+        topks: config::lists::parse_sizes("--topk", &args.topk)?,
+        precisions: config::lists::parse_names("--precisions", &args.precisions)?,
+        needle_rows,
+    };
+    let variants = request.variants()?;
     let mut cap = match (&args.file, &args.q_npy, &args.k_npy, &args.weights_npy) {
         (Some(file), None, _, _) => {
             let names = TensorNames {
@@ -587,30 +511,12 @@ fn run_replay(args: &ReplayArgs) -> Result<(), Error> {
             )
         }
     };
+    request.fit(&mut cap, &variants)?;
     let shape = cap.shape();
-    for v in &variants {
-        if let Some(reason) = v.unsupported(shape.dim) {
-            return Err(dsa_recall::ConfigError::new("--precisions", &v.name, format!("not with head_dim {}: {reason}", shape.dim)).into());
-        }
-    }
-    if let Some(list) = &args.needle_rows {
-        let needle_rows: Vec<u64> = list
-            .split(',')
-            .map(|x| {
-                x.trim()
-                    .parse::<u64>()
-                    .map_err(|_| dsa_recall::ConfigError::new("--needle-rows", format!("{list:?}"), "row indices, e.g. 12,13"))
-            })
-            .collect::<Result<_, _>>()?;
-        if needle_rows.iter().any(|&r| r as usize >= shape.rows) {
-            return Err(dsa_recall::ConfigError::new("--needle-rows", list, format!("row indices below {}", shape.rows)).into());
-        }
-        *cap.needle_rows_mut() = needle_rows;
-    }
     let (rows, summaries) = match &cap {
-        Capture::Single(rec) => (replay(rec, &variants, &topks)?, vec![]),
+        Capture::Single(rec) => (replay(rec, &variants, &request.topks)?, vec![]),
         Capture::Layered(layered) => {
-            let r = replay_layered(layered, &variants, &topks)?;
+            let r = replay_layered(layered, &variants, &request.topks)?;
             (r.rows, r.summaries)
         }
     };

@@ -119,7 +119,7 @@ fn a_hypothesis_is_recovered_from_its_own_simulated_counts() {
         hypotheses: diagnose::candidates("hadamard-q-only,slot-shift,scale-offset,scale-unwritten-zero+ties-lowest").unwrap(),
         reading: Reading::Layer,
         next: false,
-        on_trial: &|| {},
+        observer: &dsa_recall::base::observe::Silent,
     };
     let d = diagnose::diagnose(&base, &obs, &opts).unwrap();
     assert_eq!(d.ranking[0].hypothesis, "hadamard-q-only", "{}", diagnose::format_table(&d));
@@ -259,7 +259,7 @@ fn recovery_share_at_twenty_prompts_matches_the_example() {
         .unwrap(),
         reading: Reading::Model,
         next: false,
-        on_trial: &|| {},
+        observer: &dsa_recall::base::observe::Silent,
     };
     let truth = diagnose::prepare(&truth_params, &obs.path, &obs.rows, &opts).unwrap();
     let diag = diagnose::prepare(&diag_params, &obs.path, &obs.rows, &opts).unwrap();

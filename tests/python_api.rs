@@ -1,9 +1,10 @@
 //! The library functions the Python binding (python/, issue 19) stands on:
 //! each must give what the command line's path gives, bit for bit.
 
+use dsa_recall::base::observe::Observer;
 use dsa_recall::config::{self, params::parse_scenario_toml, Scenario};
 use dsa_recall::run::output::results_jsonl;
-use dsa_recall::run::store::{self, Observer, StoreOptions};
+use dsa_recall::run::store::{self, StoreOptions};
 use dsa_recall::run::sweep::run_sweep;
 use dsa_recall::tensors::dump::{dump_trial, trial_tensors};
 use dsa_recall::tensors::replay::{capture_from_arrays, replay, Capture};
@@ -22,7 +23,7 @@ struct Counting {
 }
 
 impl Observer for Counting {
-    fn trial(&self) {
+    fn trial_done(&self) {
         self.trials.fetch_add(1, Ordering::Relaxed);
     }
     fn stop_requested(&self) -> bool {

@@ -517,8 +517,8 @@ def trial(
     """Trial ``trial`` of one cell (``context`` tokens, needle at ``depth``
     percent, ``topk``) under each of ``precisions``: the tensors
     ``dsa-recall trial --dump`` writes, bit for bit, as NumPy arrays."""
-    knobs = dict(knobs, contexts=context, depths=depth, topk=topk, precisions=precisions)
-    tensors, meta, summary = _native.run_trial(preset, _path(config), _knob_pairs(knobs), list(precision_defs), int(trial))
+    cell = [None if v is None else _knob_text(name, v) for name, v in (("context", context), ("depth", depth), ("topk", topk), ("precisions", precisions))]
+    tensors, meta, summary = _native.run_trial(preset, _path(config), _knob_pairs(knobs), list(precision_defs), int(trial), *cell)
     out = TrialTensors({name: np.frombuffer(data, dtype=np.dtype(dt)).reshape(shape) for name, dt, shape, data in tensors})
     out.meta = json.loads(meta)
     out.summary = {n: {"survived": s, "needle_rank": r, "overlap": o} for n, s, r, o in summary}

@@ -1,6 +1,7 @@
 //! Numbers in, numbers out: quantize, score, select, replay.
 
 use crate::{config_err, input_err, to_py};
+use dsa_recall::commands::replay::ReplayRequest;
 use dsa_recall::config::precision::{custom_variant, named_variant, parse_compact};
 use dsa_recall::numerics::quantize::QuantizeSpec;
 use dsa_recall::score::selection::TieRule;
@@ -189,20 +190,12 @@ fn replay<'py>(
     topks: Vec<u64>,
     variants: Vec<String>,
 ) -> PyResult<(Vec<String>, Vec<String>)> {
-    if topks.is_empty() || topks.contains(&0) {
-        return Err(config_err(ConfigError::new("topk", format!("{topks:?}"), "one or more positive sizes")));
-    }
+    let request = ReplayRequest { topks, precisions: variants, needle_rows };
+    let variants = request.variants().map_err(config_err)?;
     let (qs, ks, ws) = (values(&q, "q")?.to_vec(), values(&k, "k")?.to_vec(), values(&w, "w")?.to_vec());
     let mut cap = capture_from_arrays("arrays", (q_shape, qs), (k_shape, ks), (w_shape, ws)).map_err(to_py)?;
-    let shape = cap.shape();
-    let variants =
-        variants.iter().map(|name| resolve_variant("precisions", name, shape.dim)).collect::<PyResult<Vec<PrecisionVariant>>>()?;
-    if let Some(rows) = needle_rows {
-        if let Some(&bad) = rows.iter().find(|&&r| r as usize >= shape.rows) {
-            return Err(config_err(ConfigError::new("needle_rows", bad, format!("row indices below {}", shape.rows))));
-        }
-        *cap.needle_rows_mut() = rows;
-    }
+    request.fit(&mut cap, &variants).map_err(config_err)?;
+    let topks = request.topks;
     let (rows, summaries) = py
         .detach(|| match &cap {
             Capture::Single(rec) => replay_one(rec, &variants, &topks).map(|r| (r, vec![])),

@@ -5,6 +5,7 @@
 
 use super::observations::{Observation, Observations};
 use super::{clamped, log_binomial, simulate, Reading};
+use crate::base::observe::Observer;
 use crate::config::params::ScenarioParams;
 use crate::config::vary::VaryAxis;
 use crate::error::{ConfigError, Error};
@@ -46,7 +47,7 @@ pub struct FitOptions<'a> {
     /// Lowest and highest value tried; None: the knob's default range.
     pub range: Option<(f64, f64)>,
     pub reading: Reading,
-    pub on_trial: &'a (dyn Fn() + Sync),
+    pub observer: &'a dyn Observer,
 }
 
 /// One value of the knob and what it gives.
@@ -151,14 +152,14 @@ fn recalls(
     params: &ScenarioParams,
     rows: &[&Observation],
     reading: Reading,
-    on_trial: &(dyn Fn() + Sync),
+    observer: &dyn Observer,
     path: &str,
 ) -> Result<(Vec<f64>, u64), Error> {
     let cells: Vec<(u64, f64, u64)> = rows.iter().map(|r| (r.context_tokens, r.depth_percent, r.topk)).collect();
     let mut variants: Vec<String> = rows.iter().map(|r| r.config.clone()).collect();
     variants.sort();
     variants.dedup();
-    let sim = simulate(params, &cells, &variants, on_trial)?;
+    let sim = simulate(params, &cells, &variants, observer)?;
     let mut out = Vec::new();
     let mut trials = 0;
     for r in rows {
@@ -243,7 +244,7 @@ pub fn fit(params: &ScenarioParams, obs: &Observations, opts: &FitOptions<'_>) -
                 continue;
             }
             let p = with_value(params, &opts.field, v)?;
-            let (rec, n) = recalls(&p, &used, opts.reading, opts.on_trial, &obs.path)?;
+            let (rec, n) = recalls(&p, &used, opts.reading, opts.observer, &obs.path)?;
             trials = n;
             let terms: Vec<f64> = used.iter().zip(&rec).map(|(r, &q)| log_binomial(r.found, r.total, clamped(q, n))).collect();
             curve.push(GridPoint { value: v, log_likelihood: terms.iter().sum(), recalls: rec, row_log_likelihoods: terms });
@@ -300,7 +301,7 @@ pub fn fit(params: &ScenarioParams, obs: &Observations, opts: &FitOptions<'_>) -
     };
     if !others.is_empty() {
         let p = with_value(params, &opts.field, estimate)?;
-        let (rec, n) = recalls(&p, &others, opts.reading, opts.on_trial, &obs.path)?;
+        let (rec, n) = recalls(&p, &others, opts.reading, opts.observer, &obs.path)?;
         for (r, q) in others.iter().zip(rec) {
             held_out.push(row(r, estimate, q, n, "not healthy"));
         }

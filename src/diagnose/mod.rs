@@ -7,6 +7,7 @@
 pub mod fit;
 pub mod observations;
 
+use crate::base::observe::Observer;
 use crate::config::{self, ListSpec, Scenario, ScenarioParams};
 use crate::error::{ConfigError, Error};
 use crate::run::cell::CellResult;
@@ -163,7 +164,7 @@ pub fn simulate(
     params: &ScenarioParams,
     cells: &[(u64, f64, u64)],
     variants: &[String],
-    on_trial: &(dyn Fn() + Sync),
+    observer: &dyn Observer,
 ) -> Result<BTreeMap<CellKey, Simulated>, Error> {
     let mut by_depth: BTreeMap<u64, (Vec<u64>, Vec<u64>)> = BTreeMap::new();
     for &(c, d, k) in cells {
@@ -178,7 +179,7 @@ pub fn simulate(
         topks.sort_unstable();
         topks.dedup();
         let s = scenario_with(params, &contexts, f64::from_bits(bits), &topks, variants)?;
-        let outcome = run_sweep(&s, on_trial)?;
+        let outcome = run_sweep(&s, observer)?;
         let mut sums: BTreeMap<CellKey, Vec<&CellResult>> = BTreeMap::new();
         for c in &outcome.cells {
             sums.entry(key(c.context_tokens, f64::from_bits(bits), c.topk, &c.precision)).or_default().push(c);
@@ -295,7 +296,7 @@ pub struct Options<'a> {
     pub reading: Reading,
     /// Also pick the next experiment (one more simulation over a small grid).
     pub next: bool,
-    pub on_trial: &'a (dyn Fn() + Sync),
+    pub observer: &'a dyn Observer,
 }
 
 /// The candidates' simulated recalls in the observed cells: what a
@@ -342,7 +343,7 @@ pub fn prepare(params: &ScenarioParams, path: &str, rows: &[Observation], opts: 
         }
     }
     let cells: Vec<(u64, f64, u64)> = rows.iter().map(|r| (r.context_tokens, r.depth_percent, r.topk)).collect();
-    let sim = simulate(params, &cells, &variants, opts.on_trial)?;
+    let sim = simulate(params, &cells, &variants, opts.observer)?;
     Ok(Prepared { plan, not_applicable, sim, reading: opts.reading, path: path.to_string() })
 }
 
@@ -476,7 +477,7 @@ fn next_experiment(
             }
         }
     }
-    let sim = simulate(params, &cells, &variants, opts.on_trial)?;
+    let sim = simulate(params, &cells, &variants, opts.observer)?;
     let weights: Vec<f64> = {
         let z: f64 = live.iter().map(|r| r.posterior).sum();
         live.iter().map(|r| r.posterior / z).collect()

@@ -8,6 +8,7 @@
 //! the saved trials back instead of simulating them again. A trial depends
 //! only on its index, so chunk sizes cannot change a result.
 
+use crate::base::observe::Observer;
 use crate::base::rng::{self, tag};
 use crate::error::SimError;
 use crate::estimate::Estimator;
@@ -22,16 +23,16 @@ pub fn trial_seed(seed: u64, depth_percent: f64, trial: u64) -> u64 {
     rng::derive(seed, &[tag::TRIAL, depth_percent.to_bits(), trial])
 }
 
-/// Runs `trials` trials of one haystack group, in trial order. `on_trial`
-/// is called once per finished trial (for progress bars).
+/// Runs `trials` trials of one haystack group, in trial order. `observer`
+/// hears of each finished trial (for progress bars).
 pub fn run_trials<E: Estimator>(
     estimator: &E,
     spec: &TrialSpec<'_>,
     seed: u64,
     trials: u64,
-    on_trial: &(dyn Fn() + Sync),
+    observer: &dyn Observer,
 ) -> Result<Vec<E::Trial>, SimError> {
-    run_range(estimator, spec, seed, 0..trials, on_trial)
+    run_range(estimator, spec, seed, 0..trials, observer)
 }
 
 fn run_range<E: Estimator>(
@@ -39,13 +40,13 @@ fn run_range<E: Estimator>(
     spec: &TrialSpec<'_>,
     seed: u64,
     range: std::ops::Range<u64>,
-    on_trial: &(dyn Fn() + Sync),
+    observer: &dyn Observer,
 ) -> Result<Vec<E::Trial>, SimError> {
     range
         .into_par_iter()
         .map(|t| {
             let out = estimator.trial(spec, trial_seed(seed, spec.depth_percent, t));
-            on_trial();
+            observer.trial_done();
             out
         })
         .collect()
@@ -58,13 +59,13 @@ pub fn estimate<E: Estimator>(
     spec: &TrialSpec<'_>,
     seed: u64,
     trials: u64,
-    on_trial: &(dyn Fn() + Sync),
+    observer: &dyn Observer,
 ) -> Result<Vec<E::Cell>, SimError> {
-    Ok(estimator.cells(spec, &run_trials(estimator, spec, seed, trials, on_trial)?))
+    Ok(estimator.cells(spec, &run_trials(estimator, spec, seed, trials, observer)?))
 }
 
 /// Where finished trials of one haystack group are kept across
-/// interruptions, and whether to stop. Trials travel as JSON arrays.
+/// interruptions. Trials travel as JSON arrays.
 pub trait TrialLog: Sync {
     /// Trials saved earlier by estimator `name`: (first trial index, the
     /// trials from there on as a JSON array), in any order.
@@ -72,8 +73,6 @@ pub trait TrialLog: Sync {
     /// Keeps `trials` (a JSON array of `count` trials from `first` on) of
     /// estimator `name` durably before returning.
     fn save(&self, name: &str, first: u64, count: u64, trials: &str) -> Result<(), SimError>;
-    /// Whether to stop before the next chunk.
-    fn stop_requested(&self) -> bool;
     /// A fixed number of trials per chunk (a testing knob); None adapts the
     /// size to [`CHUNK_TARGET`].
     fn chunk_trials(&self) -> Option<u64>;
@@ -115,14 +114,14 @@ impl Pacer {
 /// Runs trials `0..trials` of one haystack group in chunks, taking back the
 /// trials `log` saved earlier for estimator `name` and saving each finished
 /// chunk. Returns the trials in trial order, or [`SimError::Interrupted`]
-/// when the log asks to stop (everything finished is saved by then).
+/// when the observer asks to stop (everything finished is saved by then).
 pub fn run_logged<E: Estimator>(
     estimator: &E,
     name: &str,
     spec: &TrialSpec<'_>,
     seed: u64,
     trials: u64,
-    on_trial: &(dyn Fn() + Sync),
+    observer: &dyn Observer,
     log: &dyn TrialLog,
 ) -> Result<Vec<E::Trial>, SimError> {
     let mut slots: Vec<Option<E::Trial>> = (0..trials).map(|_| None).collect();
@@ -142,13 +141,13 @@ pub fn run_logged<E: Estimator>(
             t += 1;
             continue;
         }
-        if log.stop_requested() {
+        if observer.stop_requested() {
             return Err(SimError::Interrupted);
         }
         let gap_end = (t..trials).find(|&u| slots[u as usize].is_some()).unwrap_or(trials);
         let end = gap_end.min(t + pacer.size());
         let started = Instant::now();
-        let chunk = run_range(estimator, spec, seed, t..end, on_trial)?;
+        let chunk = run_range(estimator, spec, seed, t..end, observer)?;
         pacer.record(end - t, started.elapsed());
         // Save only what reads back bit for bit (a NaN would come back as
         // null); a chunk that does not is simply not kept.
@@ -199,11 +198,16 @@ mod tests {
             self.saved.lock().unwrap().push((first, count, trials.to_string()));
             Ok(())
         }
-        fn stop_requested(&self) -> bool {
-            self.saved.lock().unwrap().len() >= self.stop_after
-        }
         fn chunk_trials(&self) -> Option<u64> {
             Some(self.chunk)
+        }
+    }
+
+    /// Asks to stop once the log holds `stop_after` chunks.
+    struct StopAfterSaves<'a>(&'a MemoryLog);
+    impl Observer for StopAfterSaves<'_> {
+        fn stop_requested(&self) -> bool {
+            self.0.saved.lock().unwrap().len() >= self.0.stop_after
         }
     }
 
@@ -215,12 +219,12 @@ mod tests {
         let spec = tiny.spec();
         let whole = run_trials(&Seeds, &spec, 9, 23, &|| {}).unwrap();
         let log = MemoryLog { earlier: Vec::new(), saved: Mutex::new(Vec::new()), chunk: 5, stop_after: 2 };
-        let stopped = run_logged(&Seeds, "seeds", &spec, 9, 23, &|| {}, &log);
+        let stopped = run_logged(&Seeds, "seeds", &spec, 9, 23, &StopAfterSaves(&log), &log);
         assert!(matches!(stopped, Err(SimError::Interrupted)));
         let saved = log.saved.into_inner().unwrap();
         let ranges: Vec<(u64, u64)> = saved.iter().map(|(f, c, _)| (*f, *c)).collect();
         assert_eq!(ranges, vec![(0, 5), (5, 5)]);
-        // Resume: only trials 10..23 run (counted by on_trial).
+        // Resume: only trials 10..23 run (counted by the observer).
         let ran = std::sync::atomic::AtomicU64::new(0);
         let earlier = saved.into_iter().map(|(f, _, t)| (f, t)).collect();
         let log = MemoryLog { earlier, saved: Mutex::new(Vec::new()), chunk: 5, stop_after: usize::MAX };

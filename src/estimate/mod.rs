@@ -22,6 +22,7 @@ pub mod stack;
 pub mod survival;
 pub mod tail;
 
+use crate::base::observe::Observer;
 use crate::error::SimError;
 use crate::model::haystack::HaystackStructure;
 use crate::model::needle::NeedleUnit;
@@ -107,11 +108,11 @@ pub fn recall_estimates(
     spec: &TrialSpec<'_>,
     seed: u64,
     trials: u64,
-    on_trial: &(dyn Fn() + Sync),
+    observer: &dyn Observer,
 ) -> Result<Vec<CellEstimate>, SimError> {
     match settings.mode {
-        EstimatorMode::Full => driver::estimate(&full::Full, spec, seed, trials, on_trial),
-        EstimatorMode::Tail => driver::estimate(&tail::Tail { rows: settings.tail_rows }, spec, seed, trials, on_trial),
+        EstimatorMode::Full => driver::estimate(&full::Full, spec, seed, trials, observer),
+        EstimatorMode::Tail => driver::estimate(&tail::Tail { rows: settings.tail_rows }, spec, seed, trials, observer),
     }
 }
 
@@ -121,14 +122,14 @@ pub fn recall_estimates_logged(
     spec: &TrialSpec<'_>,
     seed: u64,
     trials: u64,
-    on_trial: &(dyn Fn() + Sync),
+    observer: &dyn Observer,
     log: &dyn driver::TrialLog,
 ) -> Result<Vec<CellEstimate>, SimError> {
     match settings.mode {
-        EstimatorMode::Full => Ok(full::Full.cells(spec, &driver::run_logged(&full::Full, "full", spec, seed, trials, on_trial, log)?)),
+        EstimatorMode::Full => Ok(full::Full.cells(spec, &driver::run_logged(&full::Full, "full", spec, seed, trials, observer, log)?)),
         EstimatorMode::Tail => {
             let tail = tail::Tail { rows: settings.tail_rows };
-            Ok(tail.cells(spec, &driver::run_logged(&tail, "tail", spec, seed, trials, on_trial, log)?))
+            Ok(tail.cells(spec, &driver::run_logged(&tail, "tail", spec, seed, trials, observer, log)?))
         }
     }
 }
@@ -140,31 +141,31 @@ pub fn predictions(
     spec: &TrialSpec<'_>,
     seed: u64,
     trials: u64,
-    on_trial: &(dyn Fn() + Sync),
+    observer: &dyn Observer,
 ) -> Result<Option<Vec<Option<predict::CellPrediction>>>, SimError> {
     if !settings.predict {
         return Ok(None);
     }
-    driver::estimate(&predict::Predict, spec, seed, trials, on_trial).map(Some)
+    driver::estimate(&predict::Predict, spec, seed, trials, observer).map(Some)
 }
 
 /// Name of the prediction's trials in a checkpoint.
 const PREDICT_LOG_NAME: &str = "predict";
 
-/// [`predictions`] in checkpointed chunks; its trials count in `on_trial`
+/// [`predictions`] in checkpointed chunks; its trials count in `observer`
 /// too (the prediction costs about as much as the simulation).
 pub fn predictions_logged(
     settings: &EstimatorSettings,
     spec: &TrialSpec<'_>,
     seed: u64,
     trials: u64,
-    on_trial: &(dyn Fn() + Sync),
+    observer: &dyn Observer,
     log: &dyn driver::TrialLog,
 ) -> Result<Option<Vec<Option<predict::CellPrediction>>>, SimError> {
     if !settings.predict {
         return Ok(None);
     }
-    let per_trial = driver::run_logged(&predict::Predict, PREDICT_LOG_NAME, spec, seed, trials, on_trial, log)?;
+    let per_trial = driver::run_logged(&predict::Predict, PREDICT_LOG_NAME, spec, seed, trials, observer, log)?;
     Ok(Some(predict::Predict.cells(spec, &per_trial)))
 }
 

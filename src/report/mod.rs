@@ -11,6 +11,7 @@ pub mod diagnose;
 pub mod html;
 pub mod vary;
 
+use crate::base::observe::Observer;
 use crate::config::Scenario;
 use crate::error::{ConfigError, Error};
 use crate::estimate::driver::run_trials;
@@ -54,9 +55,39 @@ pub struct PlotOptions {
     pub formats: Vec<ImageFormat>,
     /// Context of the rank/margin and comparison charts; None = the longest in the sweep.
     pub detail_context: Option<u64>,
-    /// The difference heatmap's colour span ±X, in (0, 1]; None = [`diff_scale`]
-    /// of the largest difference.
-    pub diff_span: Option<f64>,
+    /// The difference heatmap's colour span ±X; None = [`diff_scale`] of
+    /// the largest difference.
+    pub diff_span: Option<DiffSpan>,
+}
+
+/// The difference heatmap's colour span ±X: a recall difference in (0, 1].
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct DiffSpan(f64);
+
+impl DiffSpan {
+    /// `x` if it lies in (0, 1].
+    pub fn new(x: f64) -> Result<DiffSpan, ConfigError> {
+        DiffSpan::checked(x).ok_or_else(|| ConfigError::new("--diff-span", x, DiffSpan::ALLOWED))
+    }
+
+    /// `--diff-span` as typed.
+    pub fn parse(text: &str) -> Result<DiffSpan, ConfigError> {
+        text.trim()
+            .parse()
+            .ok()
+            .and_then(DiffSpan::checked)
+            .ok_or_else(|| ConfigError::new("--diff-span", format!("{text:?}"), DiffSpan::ALLOWED))
+    }
+
+    pub fn get(self) -> f64 {
+        self.0
+    }
+
+    const ALLOWED: &'static str = "a recall difference in (0, 1], e.g. 0.1";
+
+    fn checked(x: f64) -> Option<DiffSpan> {
+        (x > 0.0 && x <= 1.0).then_some(DiffSpan(x))
+    }
 }
 
 impl Default for PlotOptions {
@@ -511,20 +542,27 @@ pub fn fidelity_chart(meta: &ReportMeta, cells: &[CellResult]) -> Option<Fidelit
     })
 }
 
-/// The context the rank/margin chart shows: `requested` (which must be one
-/// of the sweep's contexts) or the longest.
-pub fn detail_context(cells: &[CellResult], requested: Option<u64>) -> Result<u64, Error> {
-    let g = Grid::of(cells);
+/// The context the rank/margin and comparison charts show: `requested`
+/// (which must be one of the sweep's `contexts`, ascending) or the longest.
+/// A sweep asks before it simulates, `plot` before it draws.
+pub fn detail_context(contexts: &[u64], requested: Option<u64>) -> Result<u64, Error> {
     match requested {
-        None => g.contexts.last().copied().ok_or_else(|| Error::Chart("no cells".into())),
-        Some(c) if g.contexts.contains(&c) => Ok(c),
+        None => contexts.last().copied().ok_or_else(|| Error::Chart("no cells".into())),
+        Some(c) if contexts.contains(&c) => Ok(c),
         Some(c) => Err(ConfigError::new(
             "--detail-context",
             c,
-            format!("one of the sweep's contexts: {}", g.contexts.iter().map(|&c| tokens_label(c)).collect::<Vec<_>>().join(", ")),
+            format!("one of the sweep's contexts: {}", contexts.iter().map(|&c| tokens_label(c)).collect::<Vec<_>>().join(", ")),
         )
         .into()),
     }
+}
+
+/// Parses `--detail-context` as typed (K/M suffixes allowed).
+pub fn parse_detail_context(text: &str) -> Result<u64, ConfigError> {
+    crate::base::units::parse_size(text)
+        .filter(|&v| v > 0)
+        .ok_or_else(|| ConfigError::new("--detail-context", format!("{text:?}"), "a context length of the sweep, e.g. 32K"))
 }
 
 /// Needle rank ÷ k_eff and margin quantiles per (k, precision) at `context`
@@ -684,11 +722,6 @@ pub fn render_charts(dir: &Path, meta: &ReportMeta, cells: &[CellResult], opts: 
     if cells.is_empty() {
         return Err(Error::Chart("no cells to draw".into()));
     }
-    if let Some(x) = opts.diff_span {
-        if !(x > 0.0 && x <= 1.0) {
-            return Err(ConfigError::new("--diff-span", x, "a recall difference in (0, 1], e.g. 0.1").into());
-        }
-    }
     let all_cells = cells;
     let first_offset = needle_offsets(cells)[0];
     // The Holm family is every paired test of the sweep, all offsets included.
@@ -698,7 +731,7 @@ pub fn render_charts(dir: &Path, meta: &ReportMeta, cells: &[CellResult], opts: 
         cells.iter().zip(holm).filter(|(c, _)| c.needle_offset == first_offset).map(|(c, p)| (c.clone(), p)).unzip();
     let cells = &first[..];
     let g = Grid::of(cells);
-    let context = detail_context(cells, opts.detail_context)?;
+    let context = detail_context(&g.contexts, opts.detail_context)?;
     let by_depth = g.depths.len() >= DEPTH_CHART_MIN_DEPTHS;
     let name = |p: &Path| p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let mut files = Vec::new();
@@ -733,7 +766,7 @@ pub fn render_charts(dir: &Path, meta: &ReportMeta, cells: &[CellResult], opts: 
                 render_heatmap(&model, &path, w, h)?;
                 files.push(name(&path));
             }
-            if let Some(diff) = heatmap_diff_marked(meta, cells, &adjusted, family.size, opts.diff_span) {
+            if let Some(diff) = heatmap_diff_marked(meta, cells, &adjusted, family.size, opts.diff_span.map(DiffSpan::get)) {
                 let (w, h) = heatmap_size(diff.panels.len(), g.depths.len(), g.contexts.len());
                 let path = dir.join(format!("{HEATMAP_DIFF_STEM}.{ext}"));
                 render_heatmap(&diff, &path, w, h)?;
@@ -826,17 +859,17 @@ pub struct SingleCell {
 }
 
 /// Runs the one cell of `s` (one context, depth, k and precision).
-/// `on_trial` is called per finished trial (the prediction's too), for a
+/// `observer` hears of each finished trial (the prediction's too), for a
 /// progress bar.
-pub fn run_single_cell(s: &Scenario, print_trials: bool, on_trial: &(dyn Fn() + Sync)) -> Result<SingleCell, Error> {
+pub fn run_single_cell(s: &Scenario, print_trials: bool, observer: &dyn Observer) -> Result<SingleCell, Error> {
     let depth = s.depths.first().copied().unwrap_or(50.0);
     let spec = spec_for(s, depth);
     // Tail sampling has no per-trial outcomes to print.
     let (outcomes, cells) = match s.estimator.mode {
-        EstimatorMode::Tail => (Vec::new(), group_cells(s, &spec, on_trial)?),
+        EstimatorMode::Tail => (Vec::new(), group_cells(s, &spec, observer)?),
         EstimatorMode::Full => {
-            let outcomes = run_trials(&Full, &spec, s.seed, s.trials, on_trial)?;
-            let cells = cell_results(s, &spec, &Full.cells(&spec, &outcomes), on_trial)?;
+            let outcomes = run_trials(&Full, &spec, s.seed, s.trials, observer)?;
+            let cells = cell_results(s, &spec, &Full.cells(&spec, &outcomes), observer)?;
             (outcomes, cells)
         }
     };

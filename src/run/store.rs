@@ -12,6 +12,7 @@
 //! and a trial only on its index, so any partition of the units and any
 //! chunking gives the same cells.
 
+use crate::base::observe::{Observer, Standing};
 use crate::config::Scenario;
 use crate::error::{ConfigError, Error, SimError};
 use crate::estimate::driver::TrialLog;
@@ -133,39 +134,6 @@ pub struct StoreOptions {
     pub chunk_trials: Option<u64>,
 }
 
-/// Where a durable sweep stands, for progress displays. Trials are counted
-/// as [`sweep::group_trial_runs`] per haystack group.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Standing {
-    /// Trials finished: those of the cells on disk and those in the checkpoint.
-    pub trials_done: u64,
-    pub trials_total: u64,
-    pub cells_done: usize,
-    pub cells_total: usize,
-}
-
-/// What a durable sweep reports as it goes, and asks before each chunk of
-/// trials. A plain closure is an observer that counts trials.
-pub trait Observer: Sync {
-    /// Once, before any work: how much the directory holds already.
-    fn start(&self, _standing: &Standing) {}
-    /// A trial finished.
-    fn trial(&self) {}
-    /// A haystack group's cells were written: `cells_done` in all.
-    fn cells_written(&self, _cells_done: usize) {}
-    /// Whether to stop before the next chunk; the sweep then returns
-    /// [`SimError::Interrupted`] with everything finished saved.
-    fn stop_requested(&self) -> bool {
-        false
-    }
-}
-
-impl<F: Fn() + Sync> Observer for F {
-    fn trial(&self) {
-        self()
-    }
-}
-
 /// The checkpoint: finished chunks of trials of the haystack group in
 /// progress, one JSON line each, removed once the group's cells are in
 /// `results.jsonl`.
@@ -243,7 +211,6 @@ struct GroupLog<'a> {
     key: GroupKey,
     saved: Vec<ChunkRecord>,
     file: Mutex<Option<fs::File>>,
-    observer: &'a dyn Observer,
     chunk_trials: Option<u64>,
 }
 
@@ -263,10 +230,6 @@ impl TrialLog for GroupLog<'_> {
         }
         let f = file.as_mut().ok_or_else(|| fail(&"not open"))?;
         f.write_all(line.as_bytes()).and_then(|()| f.sync_data()).map_err(|e| fail(&e))
-    }
-
-    fn stop_requested(&self) -> bool {
-        self.observer.stop_requested()
     }
 
     fn chunk_trials(&self) -> Option<u64> {
@@ -394,7 +357,7 @@ pub fn sweep_into(dir: &Path, s: &Scenario, opts: StoreOptions, observer: &dyn O
 
     let runs = sweep::group_trial_runs(s);
     let held = groups.get(groups_done).map_or(0, |g| trials_held(&checkpoint, g, s.trials));
-    observer.start(&Standing {
+    observer.started(&Standing {
         trials_done: groups_done as u64 * runs + held,
         trials_total: groups.len() as u64 * runs,
         cells_done: kept,
@@ -409,15 +372,9 @@ pub fn sweep_into(dir: &Path, s: &Scenario, opts: StoreOptions, observer: &dyn O
         let spec = sweep::spec_for(&part, key.depth_percent);
         let (mine, rest): (Vec<ChunkRecord>, Vec<ChunkRecord>) = checkpoint.into_iter().partition(|r| r.group == *key);
         checkpoint = rest;
-        let log = GroupLog {
-            path: &checkpoint_path,
-            key: key.clone(),
-            saved: mine,
-            file: Mutex::new(None),
-            observer,
-            chunk_trials: opts.chunk_trials,
-        };
-        let new = sweep::group_cells_logged(&part, &spec, &|| observer.trial(), &log)?;
+        let log =
+            GroupLog { path: &checkpoint_path, key: key.clone(), saved: mine, file: Mutex::new(None), chunk_trials: opts.chunk_trials };
+        let new = sweep::group_cells_logged(&part, &spec, observer, &log)?;
         drop(log);
         let text = output::results_jsonl(&new);
         let io = |e| Error::io(format!("appending to {}", results_path.display()), e);
@@ -434,21 +391,15 @@ pub fn sweep_into(dir: &Path, s: &Scenario, opts: StoreOptions, observer: &dyn O
     Ok(SweepOutcome { cells, effective })
 }
 
-/// A trial log that keeps nothing: the trials of an in-memory sweep, with
-/// the observer's word on stopping.
-struct NoLog<'a> {
-    observer: &'a dyn Observer,
-}
+/// A trial log that keeps nothing: the trials of an in-memory sweep.
+struct NoLog;
 
-impl TrialLog for NoLog<'_> {
+impl TrialLog for NoLog {
     fn saved(&self, _name: &str) -> Vec<(u64, &str)> {
         Vec::new()
     }
     fn save(&self, _name: &str, _first: u64, _count: u64, _trials: &str) -> Result<(), SimError> {
         Ok(())
-    }
-    fn stop_requested(&self) -> bool {
-        self.observer.stop_requested()
     }
     fn chunk_trials(&self) -> Option<u64> {
         None
@@ -464,18 +415,18 @@ pub fn sweep_in_memory(s: &Scenario, observer: &dyn Observer) -> Result<SweepOut
     let groups = haystack_groups(&work_units(s));
     let runs = sweep::group_trial_runs(s);
     let per_unit = cells_per_unit(s);
-    observer.start(&Standing {
+    observer.started(&Standing {
         trials_done: 0,
         trials_total: groups.len() as u64 * runs,
         cells_done: 0,
         cells_total: groups.iter().map(|g| g.contexts.len()).sum::<usize>() * per_unit,
     });
-    let log = NoLog { observer };
+    let log = NoLog;
     let mut cells = Vec::new();
     for key in &groups {
         let part = Scenario { contexts: key.contexts.clone(), depths: vec![key.depth_percent], ..s.clone() };
         let spec = sweep::spec_for(&part, key.depth_percent);
-        cells.extend(sweep::group_cells_logged(&part, &spec, &|| observer.trial(), &log)?);
+        cells.extend(sweep::group_cells_logged(&part, &spec, observer, &log)?);
         observer.cells_written(cells.len());
     }
     let effective = sweep::effective_contexts(s, &cells);

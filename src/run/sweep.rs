@@ -2,6 +2,7 @@
 //! one haystack group (depth) at a time, and the effective context of each
 //! (k, precision).
 
+use crate::base::observe::Observer;
 use crate::config::Scenario;
 use crate::error::SimError;
 use crate::estimate::driver::TrialLog;
@@ -99,33 +100,33 @@ pub fn spec_for(s: &Scenario, depth: f64) -> TrialSpec<'_> {
 
 /// The cells of one haystack group under the scenario's estimator, with the
 /// prediction beside them when it is switched on.
-pub fn group_cells(s: &Scenario, spec: &TrialSpec<'_>, on_trial: &(dyn Fn() + Sync)) -> Result<Vec<CellResult>, SimError> {
-    cell_results(s, spec, &recall_estimates(&s.estimator, spec, s.seed, s.trials, on_trial)?, on_trial)
+pub fn group_cells(s: &Scenario, spec: &TrialSpec<'_>, observer: &dyn Observer) -> Result<Vec<CellResult>, SimError> {
+    cell_results(s, spec, &recall_estimates(&s.estimator, spec, s.seed, s.trials, observer)?, observer)
 }
 
 /// Cell results of one haystack group from its estimates (in
 /// [`TrialSpec::cell_index`] order), with the prediction when it is on
-/// (its trials count in `on_trial`).
+/// (its trials count in `observer`).
 pub fn cell_results(
     s: &Scenario,
     spec: &TrialSpec<'_>,
     estimates: &[CellEstimate],
-    on_trial: &(dyn Fn() + Sync),
+    observer: &dyn Observer,
 ) -> Result<Vec<CellResult>, SimError> {
-    Ok(combine(spec, estimates, predictions(&s.estimator, spec, s.seed, s.trials, on_trial)?.as_deref()))
+    Ok(combine(spec, estimates, predictions(&s.estimator, spec, s.seed, s.trials, observer)?.as_deref()))
 }
 
 /// [`group_cells`] with its trials run in chunks that `log` keeps across
 /// interruptions (the durable sweep of [`crate::run::store`]); the
-/// prediction's trials count in `on_trial` too.
+/// prediction's trials count in `observer` too.
 pub fn group_cells_logged(
     s: &Scenario,
     spec: &TrialSpec<'_>,
-    on_trial: &(dyn Fn() + Sync),
+    observer: &dyn Observer,
     log: &dyn TrialLog,
 ) -> Result<Vec<CellResult>, SimError> {
-    let estimates = recall_estimates_logged(&s.estimator, spec, s.seed, s.trials, on_trial, log)?;
-    let predicted = predictions_logged(&s.estimator, spec, s.seed, s.trials, on_trial, log)?;
+    let estimates = recall_estimates_logged(&s.estimator, spec, s.seed, s.trials, observer, log)?;
+    let predicted = predictions_logged(&s.estimator, spec, s.seed, s.trials, observer, log)?;
     Ok(combine(spec, &estimates, predicted.as_deref()))
 }
 
@@ -140,11 +141,11 @@ fn combine(spec: &TrialSpec<'_>, estimates: &[CellEstimate], predicted: Option<&
 
 /// Runs every cell of the scenario. Cells come out ordered by depth,
 /// context, k, precision.
-pub fn run_sweep(s: &Scenario, on_trial: &(dyn Fn() + Sync)) -> Result<SweepOutcome, SimError> {
+pub fn run_sweep(s: &Scenario, observer: &dyn Observer) -> Result<SweepOutcome, SimError> {
     let mut cells = Vec::new();
     for &depth in &s.depths {
         let spec = spec_for(s, depth);
-        cells.extend(group_cells(s, &spec, on_trial)?);
+        cells.extend(group_cells(s, &spec, observer)?);
     }
     let effective = effective_contexts(s, &cells);
     Ok(SweepOutcome { cells, effective })

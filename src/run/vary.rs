@@ -9,12 +9,13 @@
 //! OUT/needle.strength=0.5/        a whole sweep directory per value
 //! ```
 
+use crate::base::observe::Observer;
 use crate::config::vary::VaryAxis;
 use crate::config::Scenario;
 use crate::error::{ConfigError, Error};
 use crate::run::cell::CellResult;
 use crate::run::output::{self, reach_label, row_label, write_atomic, MANIFEST_FILE, RESULTS_FILE, SUMMARY_FILE};
-use crate::run::store::{self, Observer, StoreOptions};
+use crate::run::store::{self, StoreOptions};
 use crate::run::sweep::SweepOutcome;
 use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;

@@ -166,7 +166,7 @@ fn run_sweep(
     store::check_memory(&s, pool.current_num_threads()).map_err(to_py)?;
     let shared = Shared::default();
     let outcome: SweepOutcome = match &out {
-        None => run_watched(py, &shared, progress.as_ref(), || pool.install(|| store::sweep_in_memory(&s, &shared)))?,
+        None => run_watched(py, &shared, progress.as_ref(), || pool.install(|| sweep::run_sweep(&s, &shared)))?,
         Some(dir) => {
             let opts = StoreOptions { force, resume, shard: None, chunk_trials: None };
             let work = || {

@@ -172,8 +172,13 @@ pub fn tally_cells(spec: &TrialSpec<'_>, outcomes: &[TrialOutcome]) -> Vec<CellT
 pub struct Full;
 
 impl Estimator for Full {
+    const NAME: &'static str = "full";
     type Trial = TrialOutcome;
     type Cell = CellEstimate;
+
+    fn first_cell_outcomes(&self, trials: &[TrialOutcome]) -> Vec<NeedleOutcome> {
+        trials.iter().filter_map(|t| t.cells.first().copied()).collect()
+    }
 
     fn trial(&self, spec: &TrialSpec<'_>, trial_seed: u64) -> Result<TrialOutcome, SimError> {
         spec.run(trial_seed)

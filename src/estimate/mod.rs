@@ -10,7 +10,9 @@
 //!
 //! Adding an estimator: a file with a type implementing [`Estimator`] and a
 //! `refuses` function, a variant of [`settings::EstimatorMode`], and one arm
-//! in [`recall_estimates`] and [`refusal`].
+//! in [`recall_estimates`] and [`refusal`]. Every sweep, checkpointed or
+//! not, and `run` reach the estimators through [`recall_estimates`] and
+//! [`predictions`] alone.
 
 pub mod driver;
 pub mod full;
@@ -27,15 +29,18 @@ use crate::error::SimError;
 use crate::model::haystack::HaystackStructure;
 use crate::model::needle::NeedleUnit;
 use crate::model::physics::Physics;
-use crate::score::trial::TrialSpec;
+use crate::score::trial::{NeedleOutcome, TrialSpec};
 use crate::score::variant::PrecisionVariant;
+use driver::Checkpoint;
 use settings::{EstimatorMode, EstimatorSettings};
 
 /// An estimator: what one trial yields for every cell of a haystack group,
 /// and how the trials (in trial order) reduce to one result per cell.
 pub trait Estimator: Sync {
+    /// The name of its trials in a checkpoint.
+    const NAME: &'static str;
     /// One trial's result for every cell of the group. Serializable so that
-    /// a sweep can checkpoint finished trials ([`driver::run_logged`]).
+    /// a sweep can checkpoint finished trials ([`driver::run_chunked`]).
     type Trial: Send + PartialEq + serde::Serialize + serde::de::DeserializeOwned;
     /// One cell's result over all trials.
     type Cell;
@@ -44,6 +49,13 @@ pub trait Estimator: Sync {
 
     /// One result per cell, in [`TrialSpec::cell_index`] order.
     fn cells(&self, spec: &TrialSpec<'_>, trials: &[Self::Trial]) -> Vec<Self::Cell>;
+
+    /// Each trial's needle outcome in the group's first cell, in trial
+    /// order (`run --print-trials`); empty for estimators that do not see
+    /// single outcomes.
+    fn first_cell_outcomes(&self, _trials: &[Self::Trial]) -> Vec<NeedleOutcome> {
+        Vec::new()
+    }
 }
 
 /// The needle's rank and margin over the ranked trials of a cell; empty for
@@ -102,71 +114,59 @@ pub struct CellEstimate {
 }
 
 /// Every cell's recall under the scenario's estimator, in
-/// [`TrialSpec::cell_index`] order.
+/// [`TrialSpec::cell_index`] order, its trials run in chunks that
+/// `checkpoint` keeps ([`driver::run_chunked`]). With `first_cell`, the
+/// per-trial outcomes of the first cell go there too (full simulation only).
 pub fn recall_estimates(
     settings: &EstimatorSettings,
     spec: &TrialSpec<'_>,
     seed: u64,
     trials: u64,
     observer: &dyn Observer,
+    checkpoint: &dyn Checkpoint,
+    first_cell: Option<&mut Vec<NeedleOutcome>>,
 ) -> Result<Vec<CellEstimate>, SimError> {
+    let run = Run { spec, seed, trials, observer, checkpoint };
     match settings.mode {
-        EstimatorMode::Full => driver::estimate(&full::Full, spec, seed, trials, observer),
-        EstimatorMode::Tail => driver::estimate(&tail::Tail { rows: settings.tail_rows }, spec, seed, trials, observer),
-    }
-}
-
-/// [`recall_estimates`] in checkpointed chunks ([`driver::run_logged`]).
-pub fn recall_estimates_logged(
-    settings: &EstimatorSettings,
-    spec: &TrialSpec<'_>,
-    seed: u64,
-    trials: u64,
-    observer: &dyn Observer,
-    log: &dyn driver::TrialLog,
-) -> Result<Vec<CellEstimate>, SimError> {
-    match settings.mode {
-        EstimatorMode::Full => Ok(full::Full.cells(spec, &driver::run_logged(&full::Full, "full", spec, seed, trials, observer, log)?)),
-        EstimatorMode::Tail => {
-            let tail = tail::Tail { rows: settings.tail_rows };
-            Ok(tail.cells(spec, &driver::run_logged(&tail, "tail", spec, seed, trials, observer, log)?))
-        }
+        EstimatorMode::Full => run.cells(&full::Full, first_cell),
+        EstimatorMode::Tail => run.cells(&tail::Tail { rows: settings.tail_rows }, first_cell),
     }
 }
 
 /// Every cell's predicted recall when the prediction is switched on (None
-/// where it does not model the cell's variant).
+/// where it does not model the cell's variant); its trials count in the
+/// observer too (the prediction costs about as much as the simulation).
 pub fn predictions(
     settings: &EstimatorSettings,
     spec: &TrialSpec<'_>,
     seed: u64,
     trials: u64,
     observer: &dyn Observer,
+    checkpoint: &dyn Checkpoint,
 ) -> Result<Option<Vec<Option<predict::CellPrediction>>>, SimError> {
     if !settings.predict {
         return Ok(None);
     }
-    driver::estimate(&predict::Predict, spec, seed, trials, observer).map(Some)
+    Run { spec, seed, trials, observer, checkpoint }.cells(&predict::Predict, None).map(Some)
 }
 
-/// Name of the prediction's trials in a checkpoint.
-const PREDICT_LOG_NAME: &str = "predict";
-
-/// [`predictions`] in checkpointed chunks; its trials count in `observer`
-/// too (the prediction costs about as much as the simulation).
-pub fn predictions_logged(
-    settings: &EstimatorSettings,
-    spec: &TrialSpec<'_>,
+/// One haystack group's trials, as both dispatch functions run them.
+struct Run<'a, 'b> {
+    spec: &'a TrialSpec<'b>,
     seed: u64,
     trials: u64,
-    observer: &dyn Observer,
-    log: &dyn driver::TrialLog,
-) -> Result<Option<Vec<Option<predict::CellPrediction>>>, SimError> {
-    if !settings.predict {
-        return Ok(None);
+    observer: &'a dyn Observer,
+    checkpoint: &'a dyn Checkpoint,
+}
+
+impl Run<'_, '_> {
+    fn cells<E: Estimator>(&self, estimator: &E, first_cell: Option<&mut Vec<NeedleOutcome>>) -> Result<Vec<E::Cell>, SimError> {
+        let per_trial = driver::run_chunked(estimator, self.spec, self.seed, self.trials, self.observer, self.checkpoint)?;
+        if let Some(out) = first_cell {
+            *out = estimator.first_cell_outcomes(&per_trial);
+        }
+        Ok(estimator.cells(self.spec, &per_trial))
     }
-    let per_trial = driver::run_logged(&predict::Predict, PREDICT_LOG_NAME, spec, seed, trials, observer, log)?;
-    Ok(Some(predict::Predict.cells(spec, &per_trial)))
 }
 
 /// Why the estimator settings cannot serve a scenario, for a one-line error.

@@ -306,6 +306,7 @@ pub struct Tail {
 }
 
 impl Estimator for Tail {
+    const NAME: &'static str = "tail";
     /// The trial's seed and each cell's survival probability.
     type Trial = (u64, Vec<f64>);
     type Cell = CellEstimate;

@@ -14,10 +14,7 @@ pub mod vary;
 use crate::base::observe::Observer;
 use crate::config::Scenario;
 use crate::error::{ConfigError, Error};
-use crate::estimate::driver::run_trials;
-use crate::estimate::full::Full;
-use crate::estimate::settings::EstimatorMode;
-use crate::estimate::Estimator;
+use crate::estimate::driver::NoCheckpoint;
 use crate::model::stack::WholeModel;
 use crate::report::chart::{
     render_compare, render_fidelity, render_heatmap, render_rank_margin, render_recall_vs_context, render_recall_vs_depth, CompareChart,
@@ -26,7 +23,7 @@ use crate::report::chart::{
 };
 use crate::run::cell::{CellResult, HolmFamily};
 use crate::run::output::{self, tokens_label, write_atomic, MANIFEST_FILE, RECALL_CHART_FILE, RESULTS_FILE, SUMMARY_FILE};
-use crate::run::sweep::{cell_results, effective_contexts, group_cells, spec_for, EffectiveContext, SweepOutcome};
+use crate::run::sweep::{effective_contexts, group_cells, spec_for, EffectiveContext, SweepOutcome};
 use std::fmt::Write as _;
 use std::path::Path;
 
@@ -865,20 +862,13 @@ pub fn run_single_cell(s: &Scenario, print_trials: bool, observer: &dyn Observer
     let depth = s.depths.first().copied().unwrap_or(50.0);
     let spec = spec_for(s, depth);
     // Tail sampling has no per-trial outcomes to print.
-    let (outcomes, cells) = match s.estimator.mode {
-        EstimatorMode::Tail => (Vec::new(), group_cells(s, &spec, observer)?),
-        EstimatorMode::Full => {
-            let outcomes = run_trials(&Full, &spec, s.seed, s.trials, observer)?;
-            let cells = cell_results(s, &spec, &Full.cells(&spec, &outcomes), observer)?;
-            (outcomes, cells)
-        }
-    };
+    let mut outcomes = Vec::new();
+    let cells = group_cells(s, &spec, observer, &NoCheckpoint, Some(&mut outcomes))?;
     let result = cells.into_iter().next().ok_or_else(|| Error::Chart("no cell".into()))?;
     let mut text = String::new();
     if print_trials {
         let _ = writeln!(text, "{:>7}  {:>8}  {:>10}  {:>14}  {:>12}", "trial", "survived", "rank (>)", "rank (≥, ties)", "margin (sd)");
-        for (t, o) in outcomes.iter().enumerate() {
-            let c = &o.cells[0];
+        for (t, c) in outcomes.iter().enumerate() {
             let rank = |f: fn(&crate::score::selection::NeedleRank) -> u64| c.rank.as_ref().map_or("-".to_string(), |r| f(r).to_string());
             let margin = c.margin_sd.map_or("-".to_string(), |m| format!("{m:+.3}"));
             let _ = writeln!(

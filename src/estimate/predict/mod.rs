@@ -83,6 +83,7 @@ fn quantile_trial(spec: &TrialSpec<'_>, q: &QuantileNeedle, trial_seed: u64) -> 
 pub struct Predict;
 
 impl Estimator for Predict {
+    const NAME: &'static str = "predict";
     type Trial = Vec<Option<SurvivalEstimate>>;
     type Cell = Option<CellPrediction>;
 

@@ -1,14 +1,23 @@
 //! Command-line arguments, first layer: raw strings and numbers as typed.
-//! They become a `ScenarioParams` overlay here; validation happens once, in
-//! `dsa_recall::config::check`.
+//! Each command's become its request (`dsa_recall::commands`), which checks
+//! them once; the scenario knobs become a `ScenarioParams` overlay here and
+//! are validated in `dsa_recall::config::check`.
+
+pub mod progress;
 
 use clap::{ArgMatches, Args, FromArgMatches, Parser, Subcommand};
 use dsa_recall::commands::cell::{CellCommand, CellRequest};
+use dsa_recall::commands::diagnose::{CalibrateRequest, DiagnoseRequest};
+use dsa_recall::commands::observe::ObserveRequest;
+use dsa_recall::commands::quantize::QuantizeRequest;
+use dsa_recall::commands::replay::{ReplayInput, ReplayRequest};
 use dsa_recall::commands::request::{image_formats, precision_definitions, ChartRequest, ScenarioRequest};
+use dsa_recall::commands::sweep::{MergeRequest, SweepRequest};
 use dsa_recall::config::flags::Scope;
 use dsa_recall::config::params;
 use dsa_recall::config::vary::VaryAxis;
 use dsa_recall::config::{self, ListSpec, Overlay, ScenarioParams};
+use dsa_recall::tensors::replay::TensorNames;
 use dsa_recall::ConfigError;
 use std::path::PathBuf;
 
@@ -270,9 +279,108 @@ pub struct DiagnoseArgs {
 }
 
 impl DiagnoseArgs {
-    /// The chart formats `--format` names.
-    pub fn formats(&self) -> Vec<dsa_recall::report::chart::ImageFormat> {
-        image_formats(&self.format)
+    pub fn request(&self) -> Result<DiagnoseRequest, ConfigError> {
+        Ok(DiagnoseRequest {
+            scenario: self.scenario.request()?,
+            observations: self.observations.clone(),
+            hypotheses: self.hypotheses.clone(),
+            recall: self.recall.clone(),
+            next: !self.no_next,
+            out: self.out.clone(),
+            force: self.force,
+            formats: image_formats(&self.format),
+        })
+    }
+}
+
+impl CalibrateArgs {
+    /// `command` is the command line, for the scenario file's header.
+    pub fn request(&self, command: String) -> Result<CalibrateRequest, ConfigError> {
+        Ok(CalibrateRequest {
+            scenario: self.scenario.request()?,
+            checkpoint: self.checkpoint.clone(),
+            observations: self.observations.clone(),
+            fit: self.fit.clone(),
+            fit_range: self.fit_range.clone(),
+            recall: self.recall.clone(),
+            out: self.out.clone(),
+            command,
+        })
+    }
+}
+
+impl ObserveArgs {
+    pub fn request(&self) -> ObserveRequest {
+        ObserveRequest {
+            capture: self.capture.clone(),
+            needle_tokens: self.needle_tokens.clone(),
+            preset: self.preset.clone(),
+            compress_ratio: self.compress_ratio,
+            topk: self.topk,
+            layers: self.layers,
+            context: self.context.clone(),
+            depth: self.depth,
+            query: self.query.clone(),
+            label: self.label.clone(),
+            healthy: self.healthy,
+            out: self.out.clone(),
+        }
+    }
+}
+
+impl ReplayArgs {
+    /// The request and where its tensors come from.
+    pub fn request(&self) -> Result<(ReplayRequest, ReplayInput), ConfigError> {
+        let needle_rows = match &self.needle_rows {
+            None => None,
+            Some(list) => Some(
+                list.split(',')
+                    .map(|x| {
+                        x.trim()
+                            .parse::<u64>()
+                            .map_err(|_| ConfigError::new("--needle-rows", format!("{list:?}"), "row indices, e.g. 12,13"))
+                    })
+                    .collect::<Result<Vec<u64>, _>>()?,
+            ),
+        };
+        let request = ReplayRequest {
+            topks: config::lists::parse_sizes("--topk", &self.topk)?,
+            precisions: config::lists::parse_names("--precisions", &self.precisions)?,
+            needle_rows,
+        };
+        let input = match (&self.file, &self.q_npy, &self.k_npy, &self.weights_npy) {
+            (Some(file), None, _, _) => ReplayInput::Safetensors {
+                file: file.clone(),
+                names: TensorNames {
+                    queries: self.q_name.clone(),
+                    keys: self.k_name.clone(),
+                    weights: self.weights_name.clone(),
+                    needle_rows: self.needle_rows_name.clone(),
+                },
+            },
+            (None, Some(q), Some(k), Some(w)) => ReplayInput::Npy { queries: q.clone(), keys: k.clone(), weights: w.clone() },
+            _ => return Err(ConfigError::new("replay", "(inputs)", "a safetensors FILE, or --q-npy, --k-npy and --weights-npy")),
+        };
+        Ok((request, input))
+    }
+}
+
+impl MergeArgs {
+    pub fn request(&self) -> MergeRequest {
+        MergeRequest { shards: self.shards.clone(), out: self.out.clone(), force: self.force }
+    }
+}
+
+impl QuantizeArgs {
+    pub fn request(&self) -> QuantizeRequest {
+        QuantizeRequest {
+            format: self.format.clone(),
+            block: self.block,
+            scale: self.scale.clone(),
+            saturate: self.saturate,
+            amax_floor: self.amax_floor,
+            codes: self.codes,
+        }
     }
 }
 
@@ -615,9 +723,17 @@ impl SweepArgs {
         Ok(p)
     }
 
-    /// The scenario request: the knobs with `sweep`'s lists.
-    pub fn scenario_request(&self) -> Result<ScenarioRequest, ConfigError> {
-        Ok(ScenarioRequest { config: self.scenario.config.clone(), overlay: self.overlay()?, threads: self.scenario.threads })
+    pub fn request(&self) -> Result<SweepRequest, ConfigError> {
+        Ok(SweepRequest {
+            vary: self.vary_axis()?,
+            scenario: ScenarioRequest { config: self.scenario.config.clone(), overlay: self.overlay()?, threads: self.scenario.threads },
+            out: Some(self.out.clone()),
+            force: self.force,
+            resume: self.resume,
+            shard: self.shard.clone(),
+            charts: self.chart.request(&self.detail_context),
+            chunk_trials: progress::chunk_trials_knob()?,
+        })
     }
 
     /// The knob axis: `--vary FIELD=LIST`, or a list on `--needle-strength`.

@@ -1,13 +1,13 @@
 //! Numbers in, numbers out: quantize, score, select, replay.
 
 use crate::{config_err, input_err, to_py};
-use dsa_recall::commands::replay::ReplayRequest;
+use dsa_recall::commands::replay::{replay as replay_command, ReplayInput, ReplayRequest};
 use dsa_recall::config::precision::{custom_variant, named_variant, parse_compact};
 use dsa_recall::numerics::quantize::QuantizeSpec;
 use dsa_recall::score::selection::TieRule;
 use dsa_recall::score::variant::PrecisionVariant;
 use dsa_recall::tensors::dump::{encode_side, select_top_k, variant_logits};
-use dsa_recall::tensors::replay::{capture_from_arrays, replay as replay_one, replay_layered, Capture};
+use dsa_recall::tensors::replay::capture_from_arrays;
 use dsa_recall::ConfigError;
 use numpy::{PyArray1, PyReadonlyArrayDyn};
 use pyo3::prelude::*;
@@ -191,17 +191,9 @@ fn replay<'py>(
     variants: Vec<String>,
 ) -> PyResult<(Vec<String>, Vec<String>)> {
     let request = ReplayRequest { topks, precisions: variants, needle_rows };
-    let variants = request.variants().map_err(config_err)?;
     let (qs, ks, ws) = (values(&q, "q")?.to_vec(), values(&k, "k")?.to_vec(), values(&w, "w")?.to_vec());
-    let mut cap = capture_from_arrays("arrays", (q_shape, qs), (k_shape, ks), (w_shape, ws)).map_err(to_py)?;
-    request.fit(&mut cap, &variants).map_err(config_err)?;
-    let topks = request.topks;
-    let (rows, summaries) = py
-        .detach(|| match &cap {
-            Capture::Single(rec) => replay_one(rec, &variants, &topks).map(|r| (r, vec![])),
-            Capture::Layered(l) => replay_layered(l, &variants, &topks).map(|r| (r.rows, r.summaries)),
-        })
-        .map_err(to_py)?;
-    let rows = rows.iter().map(|r| serde_json::to_string(r).unwrap_or_default()).collect();
-    Ok((rows, summaries.iter().map(|s| serde_json::to_string(s).unwrap_or_default()).collect()))
+    let cap = capture_from_arrays("arrays", (q_shape, qs), (k_shape, ks), (w_shape, ws)).map_err(to_py)?;
+    let replayed = py.detach(|| replay_command(&request, ReplayInput::Capture(cap), None)).map_err(to_py)?;
+    let rows = replayed.rows.iter().map(|r| serde_json::to_string(r).unwrap_or_default()).collect();
+    Ok((rows, replayed.summaries.iter().map(|s| serde_json::to_string(s).unwrap_or_default()).collect()))
 }

@@ -3,13 +3,13 @@
 
 use crate::{config_err, to_py};
 use dsa_recall::base::observe::{Observer, Standing};
-use dsa_recall::commands::cell::{CellCommand, CellRequest};
+use dsa_recall::commands::cell::{trial_tensors, CellCommand, CellRequest};
 use dsa_recall::commands::request::{precision_definitions, ScenarioRequest};
+use dsa_recall::commands::sweep::{sweep, SweepRequest, Swept};
 use dsa_recall::config::params::overlay_from_flags;
 use dsa_recall::config::{self, Scenario, ScenarioParams};
 use dsa_recall::run::output;
-use dsa_recall::run::store::{self, StoreOptions};
-use dsa_recall::run::sweep::{self, SweepOutcome};
+use dsa_recall::run::sweep;
 use dsa_recall::ConfigError;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
@@ -160,25 +160,16 @@ fn run_sweep(
     force: bool,
     resume: bool,
 ) -> PyResult<(String, String, String, String)> {
-    let request = scenario_request(preset, config, &knobs, &precision_defs, threads)?;
-    let s = request.scenario().map_err(to_py)?;
-    let pool = request.thread_pool().map_err(to_py)?;
-    store::check_memory(&s, pool.current_num_threads()).map_err(to_py)?;
+    let request = SweepRequest {
+        scenario: scenario_request(preset, config, &knobs, &precision_defs, threads)?,
+        out,
+        force,
+        resume,
+        ..SweepRequest::default()
+    };
     let shared = Shared::default();
-    let outcome: SweepOutcome = match &out {
-        None => run_watched(py, &shared, progress.as_ref(), || pool.install(|| sweep::run_sweep(&s, &shared)))?,
-        Some(dir) => {
-            let opts = StoreOptions { force, resume, shard: None, chunk_trials: None };
-            let work = || {
-                pool.install(|| {
-                    let outcome = store::sweep_into(dir, &s, opts, &shared)?;
-                    let files = dsa_recall::report::write_sweep(dir, &s, &outcome, &dsa_recall::report::PlotOptions::default())?;
-                    store::finish(dir, &s, None, &outcome, &files)?;
-                    Ok(outcome)
-                })
-            };
-            run_watched(py, &shared, progress.as_ref(), work)?
-        }
+    let Swept::Grid { scenario: s, outcome, .. } = run_watched(py, &shared, progress.as_ref(), || sweep(&request, &shared))? else {
+        return Err(crate::SimulationError::new_err("a sweep without a knob axis or shard made something else than a grid"));
     };
     Ok((
         output::summary_csv(&outcome.cells),
@@ -211,8 +202,7 @@ fn run_trial<'py>(
 ) -> PyResult<(Vec<Tensor<'py>>, String, Vec<(String, bool, Option<u64>, f64)>)> {
     let scenario = scenario_request(preset, config, &knobs, &precision_defs, None)?;
     let request = CellRequest { command: CellCommand::Trial, scenario, context, depth, topk, precisions };
-    let s = request.scenario().map_err(to_py)?;
-    let t = py.detach(|| dsa_recall::tensors::dump::trial_tensors(&s, trial, &|_| {})).map_err(to_py)?;
+    let t = py.detach(|| trial_tensors(&request, trial)).map_err(to_py)?;
     let tensors =
         t.tensors.iter().map(|(name, x)| (name.clone(), x.numpy_dtype(), x.shape().to_vec(), PyBytes::new(py, x.bytes()))).collect();
     Ok((tensors, t.metadata, t.summary.variants))

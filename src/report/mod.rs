@@ -11,10 +11,8 @@ pub mod diagnose;
 pub mod html;
 pub mod vary;
 
-use crate::base::observe::Observer;
 use crate::config::Scenario;
 use crate::error::{ConfigError, Error};
-use crate::estimate::driver::NoCheckpoint;
 use crate::model::stack::WholeModel;
 use crate::report::chart::{
     render_compare, render_fidelity, render_heatmap, render_rank_margin, render_recall_vs_context, render_recall_vs_depth, CompareChart,
@@ -23,8 +21,7 @@ use crate::report::chart::{
 };
 use crate::run::cell::{CellResult, HolmFamily};
 use crate::run::output::{self, tokens_label, write_atomic, MANIFEST_FILE, RECALL_CHART_FILE, RESULTS_FILE, SUMMARY_FILE};
-use crate::run::sweep::{effective_contexts, group_cells, spec_for, EffectiveContext, SweepOutcome};
-use std::fmt::Write as _;
+use crate::run::sweep::{effective_contexts, EffectiveContext, SweepOutcome};
 use std::path::Path;
 
 /// The self-contained HTML report.
@@ -847,72 +844,6 @@ pub fn plot_dir(dir: &Path, opts: &PlotOptions) -> Result<Vec<String>, Error> {
     let (manifest, manifest_loc) = read(MANIFEST_FILE)?;
     let meta = ReportMeta::from_manifest(&manifest, &manifest_loc)?;
     render_all(dir, &meta, &cells, opts)
-}
-
-/// A single simulated cell and its text report.
-pub struct SingleCell {
-    pub result: CellResult,
-    pub text: String,
-}
-
-/// Runs the one cell of `s` (one context, depth, k and precision).
-/// `observer` hears of each finished trial (the prediction's too), for a
-/// progress bar.
-pub fn run_single_cell(s: &Scenario, print_trials: bool, observer: &dyn Observer) -> Result<SingleCell, Error> {
-    let depth = s.depths.first().copied().unwrap_or(50.0);
-    let spec = spec_for(s, depth);
-    // Tail sampling has no per-trial outcomes to print.
-    let mut outcomes = Vec::new();
-    let cells = group_cells(s, &spec, observer, &NoCheckpoint, Some(&mut outcomes))?;
-    let result = cells.into_iter().next().ok_or_else(|| Error::Chart("no cell".into()))?;
-    let mut text = String::new();
-    if print_trials {
-        let _ = writeln!(text, "{:>7}  {:>8}  {:>10}  {:>14}  {:>12}", "trial", "survived", "rank (>)", "rank (≥, ties)", "margin (sd)");
-        for (t, c) in outcomes.iter().enumerate() {
-            let rank = |f: fn(&crate::score::selection::NeedleRank) -> u64| c.rank.as_ref().map_or("-".to_string(), |r| f(r).to_string());
-            let margin = c.margin_sd.map_or("-".to_string(), |m| format!("{m:+.3}"));
-            let _ = writeln!(
-                text,
-                "{t:>7}  {:>8}  {:>10}  {:>14}  {:>12}",
-                if c.survived { "yes" } else { "no" },
-                rank(|r| r.above),
-                rank(|r| r.above_or_equal),
-                margin
-            );
-        }
-        text.push('\n');
-    }
-    let r = &result;
-    let _ = writeln!(
-        text,
-        "{} tokens, depth {} %, k={} (k_eff {}), {}: per-layer selection recall {:.4} [{:.4}, {:.4}] ({} of {} trials)",
-        r.context_tokens, r.depth_percent, r.topk, r.k_eff, r.precision, r.recall, r.ci_low, r.ci_high, r.survived, r.trials
-    );
-    if let Some(p) = r.predicted_recall {
-        let _ = writeln!(text, "analytic prediction: per-layer selection recall {p:.4}");
-    }
-    if let (Some(m), Some(lo), Some(hi), Some(kept), Some(layers)) =
-        (r.model_recall, r.model_ci_low, r.model_ci_high, r.model_survived, r.indexed_layers)
-    {
-        let reached =
-            r.layers_reached.map_or_else(String::new, |l| format!("; indexer layers that select it: {l:.2} of {layers} on average"));
-        let _ = writeln!(text, "whole-model recall {m:.4} [{lo:.4}, {hi:.4}] ({kept} of {} trials){reached}", r.trials);
-    }
-    let _ = writeln!(
-        text,
-        "needle rows {} (first token {}, in raw window: {}), candidate rows {}, coverage limit k·c+W = {}",
-        r.needle_rows, r.needle_start_token, r.needle_in_window, r.candidate_rows, r.coverage_limit
-    );
-    if let (Some(mean), Some(median)) = (r.mean_rank, r.median_rank) {
-        let _ = writeln!(
-            text,
-            "needle rank: mean {mean:.1}, median {median}, mean counting ties {:.1}, trials with ties {}; mean margin {} sd",
-            r.mean_rank_ties.unwrap_or(mean),
-            r.trials_with_ties,
-            r.mean_margin_sd.map_or("-".to_string(), |m| format!("{m:+.3}"))
-        );
-    }
-    Ok(SingleCell { result, text })
 }
 
 #[cfg(test)]

@@ -100,13 +100,6 @@ impl Progress {
         })
     }
 
-    /// A started display of one cell's `trials` trials.
-    pub fn of_trials(trials: u64) -> Result<Progress, ConfigError> {
-        let p = Progress::new(false, false)?;
-        p.begin(&Standing { trials_total: trials, ..Standing::default() });
-        Ok(p)
-    }
-
     /// Asks `interrupt` whether to stop (a sweep's signals).
     pub fn stopped_by(mut self, interrupt: &'static Interrupt) -> Progress {
         self.interrupt = Some(interrupt);

@@ -552,9 +552,10 @@ def plot(data: Any, kind: str = "recall_vs_context", *, path: Any = None) -> byt
     ``IPython.display.Image(dsa_recall.plot(df))`` shows it."""
     scen, results = _sweep_inputs(data)
     with tempfile.TemporaryDirectory(prefix="dsa-recall-plot-") as tmp:
-        files = _native.render_charts(scen, results, tmp)
-        pngs = sorted(f[:-4] for f in files if f.endswith(".png"))
-        if kind not in pngs:
+        # Only the chart that owns `kind` is drawn; every chart only to list
+        # the kinds this sweep has.
+        if kind + ".png" not in _native.render_charts(scen, results, tmp, kind):
+            pngs = sorted(f[:-4] for f in _native.render_charts(scen, results, tmp) if f.endswith(".png"))
             raise ConfigError(f"invalid kind = {kind!r}: one of {', '.join(pngs)}")
         with open(os.path.join(tmp, kind + ".png"), "rb") as f:
             png = f.read()

@@ -8,6 +8,7 @@ use dsa_recall::commands::request::{precision_definitions, ScenarioRequest};
 use dsa_recall::commands::sweep::{sweep, SweepRequest, Swept};
 use dsa_recall::config::params::overlay_from_flags;
 use dsa_recall::config::{self, Scenario, ScenarioParams};
+use dsa_recall::report::{self, chart::chart_of};
 use dsa_recall::run::output;
 use dsa_recall::run::sweep;
 use dsa_recall::ConfigError;
@@ -209,15 +210,22 @@ fn run_trial<'py>(
 }
 
 /// Writes a sweep's charts (PNG) into `dir` from its scenario JSON and
-/// results.jsonl text; returns the file names.
+/// results.jsonl text: every chart, or with `kind` only the chart of the
+/// registry (`dsa_recall::report::outputs`) that owns that name (nothing
+/// when none does). Returns the file names.
 #[pyfunction]
-fn render_charts(py: Python<'_>, scenario_json: &str, results_jsonl: &str, dir: PathBuf) -> PyResult<Vec<String>> {
+#[pyo3(signature = (scenario_json, results_jsonl, dir, kind=None))]
+fn render_charts(py: Python<'_>, scenario_json: &str, results_jsonl: &str, dir: PathBuf, kind: Option<&str>) -> PyResult<Vec<String>> {
     let s: Scenario = serde_json::from_str(scenario_json)
         .map_err(|e| config_err(ConfigError::new("scenario", "(JSON)", format!("the scenario of a sweep from this package ({e})"))))?;
-    let cells = dsa_recall::report::parse_results(results_jsonl, "results").map_err(to_py)?;
+    let cells = report::parse_results(results_jsonl, "results").map_err(to_py)?;
     py.detach(|| {
-        let meta = dsa_recall::report::ReportMeta::from_scenario(&s, &sweep::effective_contexts(&s, &cells));
-        dsa_recall::report::render_charts(&dir, &meta, &cells, &dsa_recall::report::PlotOptions::default())
+        let meta = report::ReportMeta::from_scenario(&s, &sweep::effective_contexts(&s, &cells));
+        match kind {
+            Some(k) if chart_of(k).is_none() => Ok(Vec::new()),
+            Some(k) => report::render_chart(&dir, &meta, &cells, k),
+            None => report::render_charts(&dir, &meta, &cells, &report::PlotOptions::default()),
+        }
     })
     .map_err(to_py)
 }

@@ -177,5 +177,9 @@ pub fn merge(request: &MergeRequest) -> Result<Merged, Error> {
 /// (or knob sweep) drawn again from its results, without simulating.
 /// Returns the files written.
 pub fn plot(dir: &Path, charts: &ChartRequest) -> Result<Vec<String>, Error> {
-    report::plot_dir(dir, &charts.options()?)
+    let opts = charts.options()?;
+    match vary::VaryManifest::read(dir)? {
+        Some(m) if dir.is_dir() => report::vary::plot_vary(dir, &m, &opts),
+        _ => report::plot_dir(dir, &opts),
+    }
 }

@@ -4,6 +4,7 @@
 //! and the effective context of each (k, precision).
 
 use crate::base::observe::{Observer, Standing};
+use crate::base::units::Reach;
 use crate::config::Scenario;
 use crate::error::{Error, SimError};
 use crate::estimate::driver::{Checkpoint, NoCheckpoint};
@@ -34,34 +35,29 @@ pub struct EffectiveContext {
     pub model: Option<Reach>,
 }
 
-/// How far a recall holds: the longest context at which it is at or above
-/// the threshold at every depth, that context and every shorter one.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Reach {
-    /// None when recall is below the threshold already at the shortest context.
-    pub effective_context: Option<u64>,
-    /// True when recall held at every context tested: the true value may be longer.
-    pub held_at_longest: bool,
+impl EffectiveContext {
+    /// The reach of per-layer recall.
+    pub fn layer(&self) -> Reach {
+        Reach { effective_context: self.effective_context, held_at_longest: self.held_at_longest }
+    }
 }
 
-impl Reach {
-    /// The reach of the recall `recall_of` gives each cell of (`k`,
-    /// `precision`); None when a cell has no such recall.
-    fn of(s: &Scenario, cells: &[CellResult], k: u64, precision: &str, recall_of: impl Fn(&CellResult) -> Option<f64>) -> Option<Reach> {
-        let mut reach = Reach { effective_context: None, held_at_longest: true };
-        for &context in &s.contexts {
-            let mut ok = true;
-            for c in cells.iter().filter(|c| c.topk == k && c.precision == precision && c.context_tokens == context) {
-                ok &= recall_of(c)? >= s.threshold;
-            }
-            if !ok {
-                reach.held_at_longest = false;
-                break;
-            }
-            reach.effective_context = Some(context);
+/// The reach of the recall `recall_of` gives each cell of (`k`,
+/// `precision`); None when a cell has no such recall.
+fn reach_of(s: &Scenario, cells: &[CellResult], k: u64, precision: &str, recall_of: impl Fn(&CellResult) -> Option<f64>) -> Option<Reach> {
+    let mut reach = Reach { effective_context: None, held_at_longest: true };
+    for &context in &s.contexts {
+        let mut ok = true;
+        for c in cells.iter().filter(|c| c.topk == k && c.precision == precision && c.context_tokens == context) {
+            ok &= recall_of(c)? >= s.threshold;
         }
-        Some(reach)
+        if !ok {
+            reach.held_at_longest = false;
+            break;
+        }
+        reach.effective_context = Some(context);
     }
+    Some(reach)
 }
 
 /// A finished sweep.
@@ -191,7 +187,7 @@ pub fn effective_contexts(s: &Scenario, cells: &[CellResult]) -> Vec<EffectiveCo
     let mut out = Vec::new();
     for &k in &s.topks {
         for variant in &s.precisions {
-            let layer = Reach::of(s, cells, k, &variant.name, |c| Some(c.recall))
+            let layer = reach_of(s, cells, k, &variant.name, |c| Some(c.recall))
                 .unwrap_or(Reach { effective_context: None, held_at_longest: false });
             out.push(EffectiveContext {
                 topk: k,
@@ -200,7 +196,7 @@ pub fn effective_contexts(s: &Scenario, cells: &[CellResult]) -> Vec<EffectiveCo
                 effective_context: layer.effective_context,
                 held_at_longest: layer.held_at_longest,
                 coverage_limit: s.geometry.coverage_limit(k),
-                model: Reach::of(s, cells, k, &variant.name, |c| c.model_recall),
+                model: reach_of(s, cells, k, &variant.name, |c| c.model_recall),
             });
         }
     }

@@ -13,7 +13,7 @@
 use crate::base::observe::Observer;
 use crate::base::rng::{self, tag};
 use crate::error::{Error, SimError};
-use crate::estimate::Estimator;
+use crate::estimate::estimator::Estimator;
 use crate::score::trial::TrialSpec;
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};

@@ -6,7 +6,8 @@
 
 use crate::base::stats::{mean_interval, quantiles, wilson_interval, Z95};
 use crate::error::SimError;
-use crate::estimate::{grid, stack, CellEstimate, Estimator, RankSummary};
+use crate::estimate::estimator::{CellEstimate, Estimator, RankSummary};
+use crate::estimate::{grid, stack};
 use crate::score::trial::NeedleOutcome;
 use crate::score::trial::{TrialOutcome, TrialSpec};
 

@@ -2,6 +2,7 @@
 //! [`Painter`] a chart implements, and the atomic rendering of a painter
 //! into a `.png` or `.svg` file (with the embedded font).
 
+use crate::error::Error;
 use std::path::{Path, PathBuf};
 
 use plotters::coord::Shift;
@@ -143,6 +144,20 @@ fn embed_svg_font(svg_path: &Path) -> Result<(), ChartError> {
     out.push_str(&defs);
     out.push_str(&svg[insert_at..]);
     std::fs::write(svg_path, out).map_err(io)
+}
+
+impl From<ChartError> for Error {
+    /// A chart's file name and folder are the user's: a wrong extension or a
+    /// folder that cannot be written is a usage error; drawing failures are not.
+    fn from(e: ChartError) -> Self {
+        match e {
+            ChartError::UnsupportedFormat(path) => {
+                Error::Input { location: path.display().to_string(), message: "unsupported chart file extension: use .png or .svg".into() }
+            }
+            ChartError::Io { path, source } => Error::io(format!("writing chart {}", path.display()), source),
+            other => Error::Chart(other.to_string()),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -45,7 +45,7 @@ fn run(bencher: Bencher, next: bool) {
             reading: Reading::Model,
             next,
             needle_multipliers: diagnose::NUISANCE_MULTIPLIERS.to_vec(),
-            on_trial: &|| {},
+            observer: &dsa_recall::base::observe::Silent,
         };
         let d = pool.install(|| diagnose::diagnose(&params, &obs, &opts)).expect("diagnose");
         divan::black_box(d)

@@ -94,7 +94,7 @@ fn sign_structure(context: u64, k: usize, trials: u64) -> (Vec<f64>, Vec<f64>) {
 
 /// 2560 → "2.5K".
 fn tokens(n: u64) -> String {
-    dsa_recall::run::output::tokens_label(n)
+    dsa_recall::base::units::tokens_label(n)
 }
 
 /// Selection fidelity (mean share of fp32's top-k kept, 95 % interval) of a cell.

@@ -5,9 +5,10 @@
 
 use std::path::PathBuf;
 
+use dsa_recall::base::units::Reach;
 use dsa_recall::report::chart::{
     render_compare, render_heatmap, render_recall_vs_context, render_recall_vs_depth, CompareChart, CompareRow, DepthChart, DepthPanel,
-    DepthPoint, DepthSeries, EffectiveMark, Estimate, Heatmap, HeatmapPanel, Reach, RecallChart, RecallPoint, RecallSeries,
+    DepthPoint, DepthSeries, EffectiveMark, Estimate, Heatmap, HeatmapPanel, RecallChart, RecallPoint, RecallSeries,
 };
 
 /// Wilson score interval for `successes` out of `n` trials at z = 1.96.
@@ -107,7 +108,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             precision: sr.precision.clone(),
             context_tokens: last_held(&sr.points),
             held_at_longest: false,
-            model: Some(Reach { context_tokens: last_held(&sr.model), held_at_longest: false }),
+            model: Some(Reach { effective_context: last_held(&sr.model), held_at_longest: false }),
         });
     }
     render_recall_vs_context(&whole, &dir.join("recall_vs_context_whole_model.png"), 1600, 1000)?;

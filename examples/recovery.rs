@@ -49,7 +49,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         reading: Reading::Model,
         next: false,
         needle_multipliers: vec![1.0],
-        on_trial: &|| {},
+        observer: &dsa_recall::base::observe::Silent,
     };
     let started = std::time::Instant::now();
     let truth = diagnose::prepare(&truth_params, &obs.path, &obs.rows, &opts)?;

@@ -1,12 +1,23 @@
 //! Command-line arguments, first layer: raw strings and numbers as typed.
-//! They become a `ScenarioParams` overlay here; validation happens once, in
-//! `dsa_recall::config::check`.
+//! Each command's become its request (`dsa_recall::commands`), which checks
+//! them once; the scenario knobs become a `ScenarioParams` overlay here and
+//! are validated in `dsa_recall::config::check`.
+
+pub mod progress;
 
 use clap::{ArgMatches, Args, FromArgMatches, Parser, Subcommand};
+use dsa_recall::commands::cell::{CellCommand, CellRequest};
+use dsa_recall::commands::diagnose::{CalibrateRequest, DiagnoseRequest};
+use dsa_recall::commands::observe::ObserveRequest;
+use dsa_recall::commands::quantize::QuantizeRequest;
+use dsa_recall::commands::replay::{ReplayInput, ReplayRequest};
+use dsa_recall::commands::request::{image_formats, precision_definitions, ChartRequest, ScenarioRequest};
+use dsa_recall::commands::sweep::{MergeRequest, SweepRequest};
 use dsa_recall::config::flags::Scope;
 use dsa_recall::config::params;
 use dsa_recall::config::vary::VaryAxis;
 use dsa_recall::config::{self, ListSpec, Overlay, ScenarioParams};
+use dsa_recall::tensors::replay::TensorNames;
 use dsa_recall::ConfigError;
 use std::path::PathBuf;
 
@@ -312,10 +323,126 @@ pub struct DiagnoseArgs {
     pub format: String,
 }
 
+impl CheckArgs {
+    pub fn request(&self) -> dsa_recall::tensors::check::CheckOptions {
+        dsa_recall::tensors::check::CheckOptions {
+            layout: self.layout.clone(),
+            pipeline: self.pipeline.clone(),
+            topk: self.topk,
+            weights: self.weights.clone(),
+            rows_per_block: self.rows_per_block,
+            exact: self.exact,
+            rounding_bits: self.rounding_bits,
+            no_transforms: self.no_transforms,
+            ..Default::default()
+        }
+    }
+}
+
 impl DiagnoseArgs {
-    /// The chart formats `--format` names.
-    pub fn formats(&self) -> Vec<dsa_recall::report::chart::ImageFormat> {
-        ChartArgs { format: self.format.clone(), diff_span: None }.formats()
+    pub fn request(&self) -> Result<DiagnoseRequest, ConfigError> {
+        Ok(DiagnoseRequest {
+            scenario: self.scenario.request()?,
+            observations: self.observations.clone(),
+            hypotheses: self.hypotheses.clone(),
+            recall: self.recall.clone(),
+            next: !self.no_next,
+            needle_multipliers: self.needle_multipliers.clone(),
+            out: self.out.clone(),
+            force: self.force,
+            formats: image_formats(&self.format),
+        })
+    }
+}
+
+impl CalibrateArgs {
+    /// `command` is the command line, for the scenario file's header.
+    pub fn request(&self, command: String) -> Result<CalibrateRequest, ConfigError> {
+        Ok(CalibrateRequest {
+            scenario: self.scenario.request()?,
+            checkpoint: self.checkpoint.clone(),
+            observations: self.observations.clone(),
+            fit: self.fit.clone(),
+            fit_range: self.fit_range.clone(),
+            recall: self.recall.clone(),
+            out: self.out.clone(),
+            command,
+        })
+    }
+}
+
+impl ObserveArgs {
+    pub fn request(&self) -> ObserveRequest {
+        ObserveRequest {
+            capture: self.capture.clone(),
+            needle_tokens: self.needle_tokens.clone(),
+            preset: self.preset.clone(),
+            compress_ratio: self.compress_ratio,
+            topk: self.topk,
+            layers: self.layers,
+            context: self.context.clone(),
+            depth: self.depth,
+            query: self.query.clone(),
+            label: self.label.clone(),
+            healthy: self.healthy,
+            out: self.out.clone(),
+        }
+    }
+}
+
+impl ReplayArgs {
+    /// The request and where its tensors come from.
+    pub fn request(&self) -> Result<(ReplayRequest, ReplayInput), ConfigError> {
+        let needle_rows = match &self.needle_rows {
+            None => None,
+            Some(list) => Some(
+                list.split(',')
+                    .map(|x| {
+                        x.trim()
+                            .parse::<u64>()
+                            .map_err(|_| ConfigError::new("--needle-rows", format!("{list:?}"), "row indices, e.g. 12,13"))
+                    })
+                    .collect::<Result<Vec<u64>, _>>()?,
+            ),
+        };
+        let request = ReplayRequest {
+            topks: config::lists::parse_sizes("--topk", &self.topk)?,
+            precisions: config::lists::parse_names("--precisions", &self.precisions)?,
+            needle_rows,
+        };
+        let input = match (&self.file, &self.q_npy, &self.k_npy, &self.weights_npy) {
+            (Some(file), None, _, _) => ReplayInput::Safetensors {
+                file: file.clone(),
+                names: TensorNames {
+                    queries: self.q_name.clone(),
+                    keys: self.k_name.clone(),
+                    weights: self.weights_name.clone(),
+                    needle_rows: self.needle_rows_name.clone(),
+                },
+            },
+            (None, Some(q), Some(k), Some(w)) => ReplayInput::Npy { queries: q.clone(), keys: k.clone(), weights: w.clone() },
+            _ => return Err(ConfigError::new("replay", "(inputs)", "a safetensors FILE, or --q-npy, --k-npy and --weights-npy")),
+        };
+        Ok((request, input))
+    }
+}
+
+impl MergeArgs {
+    pub fn request(&self) -> MergeRequest {
+        MergeRequest { shards: self.shards.clone(), out: self.out.clone(), force: self.force }
+    }
+}
+
+impl QuantizeArgs {
+    pub fn request(&self) -> QuantizeRequest {
+        QuantizeRequest {
+            format: self.format.clone(),
+            block: self.block,
+            scale: self.scale.clone(),
+            saturate: self.saturate,
+            amax_floor: self.amax_floor,
+            codes: self.codes,
+        }
     }
 }
 
@@ -359,34 +486,9 @@ pub struct ChartArgs {
 }
 
 impl ChartArgs {
-    /// The chart formats `--format` names.
-    pub fn formats(&self) -> Vec<dsa_recall::report::chart::ImageFormat> {
-        use dsa_recall::report::chart::ImageFormat;
-        match self.format.as_str() {
-            "svg" => vec![ImageFormat::Svg],
-            "both" => vec![ImageFormat::Png, ImageFormat::Svg],
-            _ => vec![ImageFormat::Png],
-        }
-    }
-
-    /// `--diff-span`: a number in (0, 1].
-    pub fn diff_span(&self) -> Result<Option<f64>, ConfigError> {
-        let Some(t) = &self.diff_span else { return Ok(None) };
-        match t.trim().parse::<f64>() {
-            Ok(v) if v > 0.0 && v <= 1.0 => Ok(Some(v)),
-            _ => Err(ConfigError::new("--diff-span", format!("{t:?}"), "a recall difference in (0, 1], e.g. 0.1")),
-        }
-    }
-}
-
-/// Parses `--detail-context` (K/M suffixes allowed).
-pub fn detail_context(text: &Option<String>) -> Result<Option<u64>, ConfigError> {
-    match text {
-        None => Ok(None),
-        Some(t) => dsa_recall::base::units::parse_size(t)
-            .filter(|&v| v > 0)
-            .map(Some)
-            .ok_or_else(|| ConfigError::new("--detail-context", format!("{t:?}"), "a context length of the sweep, e.g. 32K")),
+    /// The chart options as typed, `--detail-context` being the command's.
+    pub fn request(&self, detail_context: &Option<String>) -> ChartRequest {
+        ChartRequest { formats: image_formats(&self.format), detail_context: detail_context.clone(), diff_span: self.diff_span.clone() }
     }
 }
 
@@ -648,10 +750,6 @@ pub enum PresetsAction {
     Show { name: String },
 }
 
-fn text(v: &Option<String>) -> Option<ListSpec> {
-    v.as_ref().map(|s| ListSpec::Text(s.clone()))
-}
-
 impl ScenarioArgs {
     /// The command line's values as an overlay (absent flags leave gaps).
     /// A list on --needle-strength is `sweep`'s alone.
@@ -669,22 +767,14 @@ impl ScenarioArgs {
     fn overlay_without_axis(&self) -> Result<ScenarioParams, ConfigError> {
         let mut p = self.knobs.params()?;
         p.preset = self.preset.clone();
-        p.precision = self.precision_def.iter().map(|d| config::precision::parse_compact(d)).collect::<Result<_, _>>()?;
+        p.precision = precision_definitions(&self.precision_def)?;
         Ok(p)
     }
-}
 
-impl ScenarioArgs {
-    /// The overlay plus the grid's four lists in `run`'s and `trial`'s
-    /// singular spelling (each as typed, or absent).
-    fn with_grid(&self, grid: [&Option<String>; 4]) -> Result<ScenarioParams, ConfigError> {
-        let mut p = self.overlay()?;
-        let [contexts, depths, topk, precisions] = grid;
-        p.sweep.contexts = text(contexts);
-        p.sweep.depths = text(depths);
-        p.sweep.topk = text(topk);
-        p.sweep.precisions = text(precisions);
-        Ok(p)
+    /// The scenario request of a one-value command (its overlay checked as
+    /// in [`ScenarioArgs::overlay`]).
+    pub fn request(&self) -> Result<ScenarioRequest, ConfigError> {
+        Ok(ScenarioRequest { config: self.config.clone(), overlay: self.overlay()?, threads: self.threads })
     }
 }
 
@@ -693,6 +783,19 @@ impl SweepArgs {
         let mut p = self.scenario.overlay_without_axis()?;
         p.overlay(self.lists.params()?);
         Ok(p)
+    }
+
+    pub fn request(&self) -> Result<SweepRequest, ConfigError> {
+        Ok(SweepRequest {
+            vary: self.vary_axis()?,
+            scenario: ScenarioRequest { config: self.scenario.config.clone(), overlay: self.overlay()?, threads: self.scenario.threads },
+            out: Some(self.out.clone()),
+            force: self.force,
+            resume: self.resume,
+            shard: self.shard.clone(),
+            charts: self.chart.request(&self.detail_context),
+            chunk_trials: progress::chunk_trials_knob()?,
+        })
     }
 
     /// The knob axis: `--vary FIELD=LIST`, or a list on `--needle-strength`.
@@ -711,15 +814,29 @@ impl SweepArgs {
 }
 
 impl TrialArgs {
-    pub fn overlay(&self) -> Result<ScenarioParams, ConfigError> {
+    pub fn request(&self) -> Result<CellRequest, ConfigError> {
         refuse_ignored(&self.scenario.knobs.params()?, TRIAL_IGNORES, "trial", "it writes the tensors of one trial, --trial")?;
-        self.scenario.with_grid([&self.context, &self.depth, &self.topk, &self.precisions])
+        Ok(CellRequest {
+            command: CellCommand::Trial,
+            scenario: self.scenario.request()?,
+            context: self.context.clone(),
+            depth: self.depth.clone(),
+            topk: self.topk.clone(),
+            precisions: self.precisions.clone(),
+        })
     }
 }
 
 impl RunArgs {
-    pub fn overlay(&self) -> Result<ScenarioParams, ConfigError> {
+    pub fn request(&self) -> Result<CellRequest, ConfigError> {
         refuse_ignored(&self.scenario.knobs.params()?, RUN_IGNORES, "run", "it reports one cell, not an effective context")?;
-        self.scenario.with_grid([&self.context, &self.depth, &self.topk, &self.precision])
+        Ok(CellRequest {
+            command: CellCommand::Run,
+            scenario: self.scenario.request()?,
+            context: self.context.clone(),
+            depth: self.depth.clone(),
+            topk: self.topk.clone(),
+            precisions: self.precision.clone(),
+        })
     }
 }

@@ -1,4 +1,7 @@
-//! Library error types.
+//! Library error types, at the bottom of the layers: they name no module
+//! of the crate. A layer's own errors (a number format's, RoPE's, the
+//! compressor's, a chart's) live beside it and convert into these there,
+//! keeping their message.
 
 use thiserror::Error;
 
@@ -23,12 +26,15 @@ impl ConfigError {
 pub enum SimError {
     #[error("generative model: {0}")]
     Model(String),
+    /// A number format refused its arguments (`numerics::format::FormatError`).
     #[error("quantization: {0}")]
-    Format(#[from] crate::numerics::format::FormatError),
+    Format(String),
+    /// Invalid RoPE settings or arguments (`model::rope::RopeError`).
     #[error("RoPE: {0}")]
-    Rope(#[from] crate::model::rope::RopeError),
+    Rope(String),
+    /// The compressor refused its input (`model::compressor::CompressorError`).
     #[error("compressor: {0}")]
-    Compressor(#[from] crate::model::compressor::CompressorError),
+    Compressor(String),
     /// A hypothesis that cannot apply to the data it met (config validation
     /// normally refuses it first).
     #[error("hypothesis: {0}")]
@@ -66,8 +72,9 @@ pub enum Error {
     /// The run would need more memory than the machine has.
     #[error("{0}")]
     Resources(String),
-    #[error(transparent)]
-    Quantize(#[from] crate::numerics::quantize::QuantizeError),
+    /// A bad `quantize` invocation or input (`numerics::quantize::QuantizeError`).
+    #[error("{0}")]
+    Quantize(String),
     /// A missing or unreadable input file of `plot` (`location` names the
     /// file, and the line when there is one).
     #[error("{location}: {message}")]
@@ -94,20 +101,5 @@ impl Error {
                 | Error::Input { .. }
                 | Error::Io { .. }
         )
-    }
-}
-
-impl From<crate::report::chart::ChartError> for Error {
-    /// A chart's file name and folder are the user's: a wrong extension or a
-    /// folder that cannot be written is a usage error; drawing failures are not.
-    fn from(e: crate::report::chart::ChartError) -> Self {
-        use crate::report::chart::ChartError;
-        match e {
-            ChartError::UnsupportedFormat(path) => {
-                Error::Input { location: path.display().to_string(), message: "unsupported chart file extension: use .png or .svg".into() }
-            }
-            ChartError::Io { path, source } => Error::io(format!("writing chart {}", path.display()), source),
-            other => Error::Chart(other.to_string()),
-        }
     }
 }

@@ -12,15 +12,20 @@
 //! - [`diagnose`]: observations in, hypotheses ranked, the next experiment out.
 //! - [`report`]: tables, charts and the HTML report.
 //! - [`tensors`]: tensor dumps and replay of recorded tensors.
+//! - [`commands`]: every command as a library function over a typed
+//!   request; the command line and the Python binding are its adapters.
 //!
-//! [`error`] holds the crate's error types. Definitions of every modelled
-//! quantity: docs/MODEL.md.
+//! [`error`] holds the crate's error types, below every layer (it names no
+//! module of the crate; each layer's own errors convert into them). No
+//! module cycles, parent and child included: `python3 tools/import_graph.py`.
+//! Definitions of every modelled quantity: docs/MODEL.md.
 
 // `!(x > y)` is this crate's NaN guard: true when x is NaN, which the
 // rewrites clippy suggests (x <= y, partial_cmp) would change or obscure.
 #![allow(clippy::neg_cmp_op_on_partial_ord)]
 
 pub mod base;
+pub mod commands;
 pub mod config;
 pub mod diagnose;
 pub mod error;

@@ -33,24 +33,35 @@ fn small_sweep_with(dir: &Path, extra: &[&str]) {
         .success();
 }
 
-const CHARTS: [(&str, Option<(u32, u32)>); 8] = [
-    ("recall_vs_context.png", Some((1600, 1000))),
-    ("recall_vs_context_depth100.png", Some((1600, 1000))),
-    ("compare.png", Some((1600, 480))),
-    ("heatmap.png", None),
-    ("heatmap_model.png", None),
-    ("heatmap_diff.png", None),
-    ("fidelity.png", Some((1600, 1000))),
-    ("rank_margin.png", Some((1600, 1000))),
-];
+/// The small sweep's chart files, from the registry of a sweep's charts:
+/// every chart that applies to two depths (recall vs depth needs three),
+/// recall vs context once per depth; with its fixed pixel size, None for
+/// the heatmaps, sized from their grid.
+fn charts() -> Vec<(String, Option<(u32, u32)>)> {
+    let mut out = Vec::new();
+    for chart in &dsa_recall::report::chart::SWEEP_CHARTS {
+        let size = match chart.stem {
+            "recall_vs_depth" => continue,
+            "compare" => Some((1600, 480)),
+            "heatmap" | "heatmap_model" | "heatmap_diff" => None,
+            _ => Some((1600, 1000)),
+        };
+        out.push((format!("{}.png", chart.stem), size));
+        if chart.stem == "recall_vs_context" {
+            out.push(("recall_vs_context_depth100.png".to_string(), size));
+        }
+    }
+    out
+}
 
 #[test]
 fn a_sweep_writes_every_chart_and_a_self_contained_report() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("out");
     small_sweep(&dir);
-    for (name, size) in CHARTS {
-        let (w, h) = png_dims(&dir.join(name));
+    let charts = charts();
+    for (name, size) in charts.clone() {
+        let (w, h) = png_dims(&dir.join(&name));
         match size {
             Some(s) => assert_eq!((w, h), s, "{name}"),
             None => assert!(w >= 1600 && h >= 1000, "{name}: {w}×{h}"),
@@ -62,8 +73,8 @@ fn a_sweep_writes_every_chart_and_a_self_contained_report() {
 
     let manifest: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("manifest.json")).unwrap()).unwrap();
     let files: Vec<&str> = manifest["files"].as_array().unwrap().iter().map(|f| f.as_str().unwrap()).collect();
-    for (name, _) in CHARTS {
-        assert!(files.contains(&name), "{name} not in manifest files {files:?}");
+    for (name, _) in &charts {
+        assert!(files.contains(&name.as_str()), "{name} not in manifest files {files:?}");
     }
     for f in &files {
         assert!(dir.join(f).exists(), "manifest lists {f}, which is missing");
@@ -72,7 +83,12 @@ fn a_sweep_writes_every_chart_and_a_self_contained_report() {
 
     let html = std::fs::read_to_string(dir.join("report.html")).unwrap();
     assert!(html.starts_with("<!DOCTYPE html>"));
-    assert_eq!(html.matches("src=\"data:image/png;base64,").count(), CHARTS.len());
+    assert_eq!(html.matches("src=\"data:image/png;base64,").count(), charts.len());
+    // every chart's caption, as the registry gives it
+    for (name, _) in &charts {
+        let caption = dsa_recall::report::chart::chart_of(name).unwrap().caption(true);
+        assert!(html.contains(caption), "report.html lacks {name}'s caption");
+    }
     for needle in [
         "Effective context",
         "Paired comparison with fp32",
@@ -99,7 +115,8 @@ fn plot_re_renders_byte_identical_pngs_and_svgs() {
     let dir = tmp.path().join("out");
     small_sweep(&dir);
     let mut before = Vec::new();
-    for (name, _) in CHARTS.iter().chain(&[("report.html", None)]) {
+    let charts = charts();
+    for (name, _) in charts.iter().chain(&[("report.html".to_string(), None)]) {
         before.push((name.to_string(), std::fs::read(dir.join(name)).unwrap()));
         std::fs::remove_file(dir.join(name)).unwrap();
     }
@@ -110,7 +127,7 @@ fn plot_re_renders_byte_identical_pngs_and_svgs() {
     }
 
     bin().arg("plot").arg(&dir).args(["--format", "svg"]).assert().success();
-    for (name, _) in CHARTS {
+    for (name, _) in &charts {
         let svg_name = name.replace(".png", ".svg");
         let svg = std::fs::read_to_string(dir.join(&svg_name)).unwrap_or_else(|e| panic!("{svg_name}: {e}"));
         assert!(svg.contains("<svg"), "{svg_name}");
@@ -118,7 +135,7 @@ fn plot_re_renders_byte_identical_pngs_and_svgs() {
     }
     // an svg-only report embeds the SVGs
     let html = std::fs::read_to_string(dir.join("report.html")).unwrap();
-    assert_eq!(html.matches("src=\"data:image/svg+xml;base64,").count(), CHARTS.len());
+    assert_eq!(html.matches("src=\"data:image/svg+xml;base64,").count(), charts.len());
 
     // the detail context picks the rank/margin chart's context; others are refused
     bin().arg("plot").arg(&dir).args(["--detail-context", "1K"]).assert().success();
@@ -143,7 +160,7 @@ fn report_and_recall_chart_say_per_layer_selection_recall() {
     assert!(!html.contains("Needle recall"), "report.html still says \"Needle recall\"");
     assert!(!html.to_lowercase().contains("whole-model"), "report.html without a stack speaks of whole-model recall");
     assert!(!dir.join("heatmap_model.png").exists(), "a heatmap of whole-model recall without a stack");
-    assert_eq!(html.matches("src=\"data:image/png;base64,").count(), CHARTS.len() - 1);
+    assert_eq!(html.matches("src=\"data:image/png;base64,").count(), charts().len() - 1);
 
     bin().arg("plot").arg(&dir).args(["--format", "svg"]).assert().success();
     let svg = std::fs::read_to_string(dir.join("recall_vs_context.svg")).unwrap();
@@ -395,7 +412,7 @@ fn svgs_embed_a_small_font_subset_and_sweep_writes_them() {
     let files = names(&dir);
     assert!(!files.iter().any(|f| f.ends_with(".png")), "svg-only sweep wrote PNGs: {files:?}");
     let svgs: Vec<&String> = files.iter().filter(|f| f.ends_with(".svg")).collect();
-    assert_eq!(svgs.len(), CHARTS.len(), "{files:?}");
+    assert_eq!(svgs.len(), charts().len(), "{files:?}");
     for f in svgs {
         let svg = std::fs::read_to_string(dir.join(f)).unwrap();
         assert!(svg.len() < 200_000, "{f}: {} bytes", svg.len());
@@ -408,5 +425,5 @@ fn svgs_embed_a_small_font_subset_and_sweep_writes_them() {
         }
     }
     let html = std::fs::read_to_string(dir.join("report.html")).unwrap();
-    assert_eq!(html.matches("src=\"data:image/svg+xml;base64,").count(), CHARTS.len());
+    assert_eq!(html.matches("src=\"data:image/svg+xml;base64,").count(), charts().len());
 }

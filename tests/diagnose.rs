@@ -120,7 +120,7 @@ fn a_hypothesis_is_recovered_from_its_own_simulated_counts() {
         reading: Reading::Layer,
         next: false,
         needle_multipliers: vec![1.0],
-        on_trial: &|| {},
+        observer: &dsa_recall::base::observe::Silent,
     };
     let d = diagnose::diagnose(&base, &obs, &opts).unwrap();
     assert_eq!(d.ranking[0].hypothesis, "hadamard-q-only", "{}", diagnose::format_table(&d));
@@ -261,7 +261,7 @@ fn recovery_share_at_twenty_prompts_matches_the_example() {
         reading: Reading::Model,
         next: false,
         needle_multipliers: vec![1.0],
-        on_trial: &|| {},
+        observer: &dsa_recall::base::observe::Silent,
     };
     let truth = diagnose::prepare(&truth_params, &obs.path, &obs.rows, &opts).unwrap();
     let diag = diagnose::prepare(&diag_params, &obs.path, &obs.rows, &opts).unwrap();
@@ -319,7 +319,7 @@ fn a_healthy_deployment_with_another_needle_reads_as_healthy() {
         reading: Reading::Layer,
         next: false,
         needle_multipliers: multipliers,
-        on_trial: &|| {},
+        observer: &dsa_recall::base::observe::Silent,
     };
     let profiled = diagnose::prepare(&diag_params, &obs.path, &obs.rows, &opts(diagnose::NUISANCE_MULTIPLIERS.to_vec())).unwrap();
     let known = diagnose::prepare(&diag_params, &obs.path, &obs.rows, &opts(vec![1.0])).unwrap();

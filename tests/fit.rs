@@ -44,7 +44,12 @@ fn fitted_interval_covers_the_strength_the_counts_were_simulated_at() {
     }
     let base = params(42, 1.0);
     let obs = observations::parse("sim.csv", &csv, &|v| variant_ok(&base, v)).unwrap();
-    let opts = FitOptions { field: "needle.strength".into(), range: Some((0.25, 16.0)), reading: Reading::Layer, on_trial: &|| {} };
+    let opts = FitOptions {
+        field: "needle.strength".into(),
+        range: Some((0.25, 16.0)),
+        reading: Reading::Layer,
+        observer: &dsa_recall::base::observe::Silent,
+    };
     let f = fit::fit(&base, &obs, &opts).unwrap();
     let table = fit::format_table(&f);
     eprintln!("{table}");
@@ -100,7 +105,12 @@ fn fitted_interval_covers_the_exceedance_the_counts_were_simulated_at() {
     let base = config::resolve(parse_scenario_toml(&text(42, None)).unwrap()).unwrap();
     assert_eq!(fit::default_field(&base), "needle.exceedance");
     let obs = observations::parse("sim.csv", &csv, &|v| variant_ok(&base, v)).unwrap();
-    let opts = FitOptions { field: fit::default_field(&base).into(), range: None, reading: Reading::Layer, on_trial: &|| {} };
+    let opts = FitOptions {
+        field: fit::default_field(&base).into(),
+        range: None,
+        reading: Reading::Layer,
+        observer: &dsa_recall::base::observe::Silent,
+    };
     let f = fit::fit(&base, &obs, &opts).unwrap();
     let table = fit::format_table(&f);
     eprintln!("{table}");

@@ -1,9 +1,10 @@
 //! The library functions the Python binding (python/, issue 19) stands on:
 //! each must give what the command line's path gives, bit for bit.
 
+use dsa_recall::base::observe::Observer;
 use dsa_recall::config::{self, params::parse_scenario_toml, Scenario};
 use dsa_recall::run::output::results_jsonl;
-use dsa_recall::run::store::{self, Observer, StoreOptions};
+use dsa_recall::run::store::{self, StoreOptions};
 use dsa_recall::run::sweep::run_sweep;
 use dsa_recall::tensors::dump::{dump_trial, trial_tensors};
 use dsa_recall::tensors::replay::{capture_from_arrays, replay, Capture};
@@ -22,7 +23,7 @@ struct Counting {
 }
 
 impl Observer for Counting {
-    fn trial(&self) {
+    fn trial_done(&self) {
         self.trials.fetch_add(1, Ordering::Relaxed);
     }
     fn stop_requested(&self) -> bool {
@@ -35,12 +36,11 @@ impl Observer for Counting {
 fn in_memory_sweep_gives_the_cells_of_the_durable_one() {
     let s = scenario(SMALL);
     let observer = Counting { trials: AtomicU64::new(0), stop_after: u64::MAX };
-    let memory = store::sweep_in_memory(&s, &observer).unwrap();
+    let memory = run_sweep(&s, &observer).unwrap();
     assert_eq!(observer.trials.load(Ordering::Relaxed), s.trials * s.depths.len() as u64);
     let dir = tempfile::tempdir().unwrap();
     let durable = store::sweep_into(dir.path(), &s, StoreOptions::default(), &|| {}).unwrap();
     assert_eq!(results_jsonl(&memory.cells), results_jsonl(&durable.cells));
-    assert_eq!(results_jsonl(&memory.cells), results_jsonl(&run_sweep(&s, &|| {}).unwrap().cells));
     assert_eq!(memory.effective, durable.effective);
 }
 
@@ -49,7 +49,7 @@ fn in_memory_sweep_gives_the_cells_of_the_durable_one() {
 fn in_memory_sweep_stops_when_asked() {
     let s = scenario(SMALL);
     let observer = Counting { trials: AtomicU64::new(0), stop_after: 1 };
-    let err = store::sweep_in_memory(&s, &observer).unwrap_err();
+    let err = run_sweep(&s, &observer).unwrap_err();
     assert!(matches!(err, dsa_recall::Error::Sim(dsa_recall::SimError::Interrupted)), "{err}");
     assert!(observer.trials.load(Ordering::Relaxed) < s.trials * s.depths.len() as u64);
 }

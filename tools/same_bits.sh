@@ -8,7 +8,8 @@
 #
 # Ten sweeps (default; null model in four formats; pooling full; gate noise
 # with distractors and correlated tokens; V3.2; hypothesis variants; every
-# needle offset; tail mode to 1M; the prediction with and without physics),
+# needle offset; tail mode to 1M, under the strength needle it needs; the
+# prediction with and without physics),
 # each with results.jsonl, summary.csv, manifest.json, charts and
 # report.html; run, trial --dump, replay (JSON, table, chart), quantize,
 # presets and hypotheses. About 20 s on 2 cores. Set DSA_RECALL_SIMD to
@@ -34,7 +35,7 @@ q "$B" sweep --out "$O/v32" --force $T --preset deepseek-v3.2 --contexts 4K..32K
 q "$B" sweep --out "$O/hyp" --force $T --contexts 4K,16K --trials 60 \
     --precisions "bf16,fp8+slot-shift,bf16+rope-swap-k,fp4+ties-highest,fp8+scale-per-page,bf16+topk=256"
 q "$B" sweep --out "$O/offsets" --force $T --needle-offsets all --distractors 3 --contexts 4K,16K --trials 60
-q "$B" sweep --out "$O/tail" --force $T --mode tail --contexts 32K,128K,1M --trials 64 --precisions bf16,fp4
+q "$B" sweep --out "$O/tail" --force $T --needle-profile stress --mode tail --contexts 32K,128K,1M --trials 64 --precisions bf16,fp4
 q "$B" sweep --out "$O/predict" --force $T --predict on --contexts 4K,32K --trials 60
 q "$B" sweep --out "$O/predictnull" --force $T --predict on --rope off --pooling off --contexts 4K,32K --trials 60
 "$B" run --context 32K --depth 30 --topk 512 --precision fp8 --trials 40 --print-trials $T > "$O/run.txt" 2>&1

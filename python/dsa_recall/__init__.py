@@ -525,8 +525,8 @@ def trial(
     """Trial ``trial`` of one cell (``context`` tokens, needle at ``depth``
     percent, ``topk``) under each of ``precisions``: the tensors
     ``dsa-recall trial --dump`` writes, bit for bit, as NumPy arrays."""
-    knobs = dict(knobs, contexts=context, depths=depth, topk=topk, precisions=precisions)
-    tensors, meta, summary = _native.run_trial(preset, _path(config), _knob_pairs(knobs), list(precision_defs), int(trial))
+    cell = [None if v is None else _knob_text(name, v) for name, v in (("context", context), ("depth", depth), ("topk", topk), ("precisions", precisions))]
+    tensors, meta, summary = _native.run_trial(preset, _path(config), _knob_pairs(knobs), list(precision_defs), int(trial), *cell)
     out = TrialTensors({name: np.frombuffer(data, dtype=np.dtype(dt)).reshape(shape) for name, dt, shape, data in tensors})
     out.meta = json.loads(meta)
     out.summary = {n: {"survived": s, "needle_rank": r, "overlap": o} for n, s, r, o in summary}
@@ -631,9 +631,10 @@ def plot(data: Any, kind: str = "recall_vs_context", *, path: Any = None) -> byt
     ``IPython.display.Image(dsa_recall.plot(df))`` shows it."""
     scen, results = _sweep_inputs(data)
     with tempfile.TemporaryDirectory(prefix="dsa-recall-plot-") as tmp:
-        files = _native.render_charts(scen, results, tmp)
-        pngs = sorted(f[:-4] for f in files if f.endswith(".png"))
-        if kind not in pngs:
+        # Only the chart that owns `kind` is drawn; every chart only to list
+        # the kinds this sweep has.
+        if kind + ".png" not in _native.render_charts(scen, results, tmp, kind):
+            pngs = sorted(f[:-4] for f in _native.render_charts(scen, results, tmp) if f.endswith(".png"))
             raise ConfigError(f"invalid kind = {kind!r}: one of {', '.join(pngs)}")
         with open(os.path.join(tmp, kind + ".png"), "rb") as f:
             png = f.read()

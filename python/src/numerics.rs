@@ -1,12 +1,13 @@
 //! Numbers in, numbers out: quantize, score, select, replay.
 
 use crate::{config_err, input_err, to_py};
+use dsa_recall::commands::replay::{replay as replay_command, ReplayInput, ReplayRequest};
 use dsa_recall::config::precision::{custom_variant, named_variant, parse_compact};
 use dsa_recall::numerics::quantize::QuantizeSpec;
 use dsa_recall::score::selection::TieRule;
 use dsa_recall::score::variant::PrecisionVariant;
 use dsa_recall::tensors::dump::{encode_side, select_top_k, variant_logits};
-use dsa_recall::tensors::replay::{capture_from_arrays, replay as replay_one, replay_layered, Capture};
+use dsa_recall::tensors::replay::capture_from_arrays;
 use dsa_recall::ConfigError;
 use numpy::{PyArray1, PyReadonlyArrayDyn};
 use pyo3::prelude::*;
@@ -189,26 +190,10 @@ fn replay<'py>(
     topks: Vec<u64>,
     variants: Vec<String>,
 ) -> PyResult<(Vec<String>, Vec<String>)> {
-    if topks.is_empty() || topks.contains(&0) {
-        return Err(config_err(ConfigError::new("topk", format!("{topks:?}"), "one or more positive sizes")));
-    }
+    let request = ReplayRequest { topks, precisions: variants, needle_rows };
     let (qs, ks, ws) = (values(&q, "q")?.to_vec(), values(&k, "k")?.to_vec(), values(&w, "w")?.to_vec());
-    let mut cap = capture_from_arrays("arrays", (q_shape, qs), (k_shape, ks), (w_shape, ws)).map_err(to_py)?;
-    let shape = cap.shape();
-    let variants =
-        variants.iter().map(|name| resolve_variant("precisions", name, shape.dim)).collect::<PyResult<Vec<PrecisionVariant>>>()?;
-    if let Some(rows) = needle_rows {
-        if let Some(&bad) = rows.iter().find(|&&r| r as usize >= shape.rows) {
-            return Err(config_err(ConfigError::new("needle_rows", bad, format!("row indices below {}", shape.rows))));
-        }
-        *cap.needle_rows_mut() = rows;
-    }
-    let (rows, summaries) = py
-        .detach(|| match &cap {
-            Capture::Single(rec) => replay_one(rec, &variants, &topks).map(|r| (r, vec![])),
-            Capture::Layered(l) => replay_layered(l, &variants, &topks).map(|r| (r.rows, r.summaries)),
-        })
-        .map_err(to_py)?;
-    let rows = rows.iter().map(|r| serde_json::to_string(r).unwrap_or_default()).collect();
-    Ok((rows, summaries.iter().map(|s| serde_json::to_string(s).unwrap_or_default()).collect()))
+    let cap = capture_from_arrays("arrays", (q_shape, qs), (k_shape, ks), (w_shape, ws)).map_err(to_py)?;
+    let replayed = py.detach(|| replay_command(&request, ReplayInput::Capture(cap), None)).map_err(to_py)?;
+    let rows = replayed.rows.iter().map(|r| serde_json::to_string(r).unwrap_or_default()).collect();
+    Ok((rows, replayed.summaries.iter().map(|s| serde_json::to_string(s).unwrap_or_default()).collect()))
 }

@@ -2,11 +2,15 @@
 //! (presets, hypotheses, built-in variants).
 
 use crate::{config_err, to_py};
+use dsa_recall::base::observe::{Observer, Standing};
+use dsa_recall::commands::cell::{trial_tensors, CellCommand, CellRequest};
+use dsa_recall::commands::request::{precision_definitions, ScenarioRequest};
+use dsa_recall::commands::sweep::{sweep, SweepRequest, Swept};
 use dsa_recall::config::params::overlay_from_flags;
-use dsa_recall::config::{self, precision::parse_compact, Scenario, ScenarioParams};
+use dsa_recall::config::{self, Scenario, ScenarioParams};
+use dsa_recall::report::{self, chart::chart_of};
 use dsa_recall::run::output;
-use dsa_recall::run::store::{self, Observer, Standing, StoreOptions};
-use dsa_recall::run::sweep::{self, SweepOutcome};
+use dsa_recall::run::sweep;
 use dsa_recall::ConfigError;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
@@ -28,29 +32,30 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
 }
 
 /// Preset ← scenario file ← knobs (flag name without dashes, value as
-/// typed) ← custom variant definitions, checked: exactly what `sweep`
-/// builds from the same command line.
-fn build_scenario(preset: Option<String>, config: Option<PathBuf>, knobs: &[(String, String)], defs: &[String]) -> PyResult<Scenario> {
+/// typed) ← custom variant definitions: exactly the request `sweep` builds
+/// from the same command line.
+fn scenario_request(
+    preset: Option<String>,
+    config: Option<PathBuf>,
+    knobs: &[(String, String)],
+    defs: &[String],
+    threads: Option<usize>,
+) -> PyResult<ScenarioRequest> {
     let mut overlay: ScenarioParams = overlay_from_flags(knobs).map_err(config_err)?;
     overlay.preset = preset;
-    overlay.precision = defs.iter().map(|d| parse_compact(d)).collect::<Result<_, _>>().map_err(config_err)?;
-    config::layered_scenario(config.as_deref(), overlay).map_err(to_py)
+    overlay.precision = precision_definitions(defs).map_err(config_err)?;
+    Ok(ScenarioRequest { config, overlay, threads })
+}
+
+/// The checked scenario of [`scenario_request`].
+fn build_scenario(preset: Option<String>, config: Option<PathBuf>, knobs: &[(String, String)], defs: &[String]) -> PyResult<Scenario> {
+    scenario_request(preset, config, knobs, defs, None)?.scenario().map_err(to_py)
 }
 
 /// The scenario as JSON, as a manifest holds it (through `serde_json::Value`,
 /// so that f32 fields print as the manifest prints them).
 fn scenario_text(s: &Scenario) -> String {
     serde_json::to_value(s).map(|v| v.to_string()).unwrap_or_default()
-}
-
-fn thread_pool(threads: Option<usize>) -> PyResult<rayon::ThreadPool> {
-    if threads == Some(0) {
-        return Err(config_err(ConfigError::new("--threads", 0, "at least 1 (leave it out to use every core)")));
-    }
-    rayon::ThreadPoolBuilder::new()
-        .num_threads(threads.unwrap_or(0))
-        .build()
-        .map_err(|e| to_py(dsa_recall::Error::io("starting worker threads", std::io::Error::other(e.to_string()))))
 }
 
 /// The resolved scenario as JSON (what a sweep's manifest holds).
@@ -75,11 +80,11 @@ struct Shared {
 }
 
 impl Observer for Shared {
-    fn start(&self, standing: &Standing) {
+    fn started(&self, standing: &Standing) {
         self.done.store(standing.trials_done, Ordering::Relaxed);
         self.total.store(standing.trials_total, Ordering::Relaxed);
     }
-    fn trial(&self) {
+    fn trial_done(&self) {
         self.done.fetch_add(1, Ordering::Relaxed);
     }
     fn stop_requested(&self) -> bool {
@@ -156,24 +161,16 @@ fn run_sweep(
     force: bool,
     resume: bool,
 ) -> PyResult<(String, String, String, String)> {
-    let s = build_scenario(preset, config, &knobs, &precision_defs)?;
-    let pool = thread_pool(threads)?;
-    store::check_memory(&s, pool.current_num_threads()).map_err(to_py)?;
+    let request = SweepRequest {
+        scenario: scenario_request(preset, config, &knobs, &precision_defs, threads)?,
+        out,
+        force,
+        resume,
+        ..SweepRequest::default()
+    };
     let shared = Shared::default();
-    let outcome: SweepOutcome = match &out {
-        None => run_watched(py, &shared, progress.as_ref(), || pool.install(|| store::sweep_in_memory(&s, &shared)))?,
-        Some(dir) => {
-            let opts = StoreOptions { force, resume, shard: None, chunk_trials: None };
-            let work = || {
-                pool.install(|| {
-                    let outcome = store::sweep_into(dir, &s, opts, &shared)?;
-                    let files = dsa_recall::report::write_sweep(dir, &s, &outcome, &dsa_recall::report::PlotOptions::default())?;
-                    store::finish(dir, &s, None, &outcome, &files)?;
-                    Ok(outcome)
-                })
-            };
-            run_watched(py, &shared, progress.as_ref(), work)?
-        }
+    let Swept::Grid { scenario: s, outcome, .. } = run_watched(py, &shared, progress.as_ref(), || sweep(&request, &shared))? else {
+        return Err(crate::SimulationError::new_err("a sweep without a knob axis or shard made something else than a grid"));
     };
     Ok((
         output::summary_csv(&outcome.cells),
@@ -188,9 +185,10 @@ type Tensor<'py> = (String, &'static str, Vec<usize>, Bound<'py, PyBytes>);
 
 /// One trial's tensors as `trial --dump` writes them, its metadata JSON
 /// and per variant (name, survived, best needle rank, overlap with fp32).
+/// The cell's coordinates as `trial`'s flags take them.
 #[pyfunction]
-#[pyo3(signature = (preset=None, config=None, knobs=vec![], precision_defs=vec![], trial=0))]
-#[allow(clippy::type_complexity)]
+#[pyo3(signature = (preset=None, config=None, knobs=vec![], precision_defs=vec![], trial=0, context=None, depth=None, topk=None, precisions=None))]
+#[allow(clippy::type_complexity, clippy::too_many_arguments)]
 fn run_trial<'py>(
     py: Python<'py>,
     preset: Option<String>,
@@ -198,32 +196,36 @@ fn run_trial<'py>(
     knobs: Vec<(String, String)>,
     precision_defs: Vec<String>,
     trial: u64,
+    context: Option<String>,
+    depth: Option<String>,
+    topk: Option<String>,
+    precisions: Option<String>,
 ) -> PyResult<(Vec<Tensor<'py>>, String, Vec<(String, bool, Option<u64>, f64)>)> {
-    let s = build_scenario(preset, config, &knobs, &precision_defs)?;
-    // `trial` simulates one cell, as on the command line.
-    for (n, field) in
-        [(s.contexts.len(), "context"), (s.depths.len(), "depth"), (s.topks.len(), "topk"), (s.needle_offsets.len(), "needle_offsets")]
-    {
-        if n != 1 {
-            return Err(config_err(ConfigError::new(field, format!("{n} values"), "`trial` simulates one cell: give one value")));
-        }
-    }
-    let t = py.detach(|| dsa_recall::tensors::dump::trial_tensors(&s, trial, &|_| {})).map_err(to_py)?;
+    let scenario = scenario_request(preset, config, &knobs, &precision_defs, None)?;
+    let request = CellRequest { command: CellCommand::Trial, scenario, context, depth, topk, precisions };
+    let t = py.detach(|| trial_tensors(&request, trial)).map_err(to_py)?;
     let tensors =
         t.tensors.iter().map(|(name, x)| (name.clone(), x.numpy_dtype(), x.shape().to_vec(), PyBytes::new(py, x.bytes()))).collect();
     Ok((tensors, t.metadata, t.summary.variants))
 }
 
 /// Writes a sweep's charts (PNG) into `dir` from its scenario JSON and
-/// results.jsonl text; returns the file names.
+/// results.jsonl text: every chart, or with `kind` only the chart of the
+/// registry (`dsa_recall::report::outputs`) that owns that name (nothing
+/// when none does). Returns the file names.
 #[pyfunction]
-fn render_charts(py: Python<'_>, scenario_json: &str, results_jsonl: &str, dir: PathBuf) -> PyResult<Vec<String>> {
+#[pyo3(signature = (scenario_json, results_jsonl, dir, kind=None))]
+fn render_charts(py: Python<'_>, scenario_json: &str, results_jsonl: &str, dir: PathBuf, kind: Option<&str>) -> PyResult<Vec<String>> {
     let s: Scenario = serde_json::from_str(scenario_json)
         .map_err(|e| config_err(ConfigError::new("scenario", "(JSON)", format!("the scenario of a sweep from this package ({e})"))))?;
-    let cells = dsa_recall::report::parse_results(results_jsonl, "results").map_err(to_py)?;
+    let cells = report::parse_results(results_jsonl, "results").map_err(to_py)?;
     py.detach(|| {
-        let meta = dsa_recall::report::ReportMeta::from_scenario(&s, &sweep::effective_contexts(&s, &cells));
-        dsa_recall::report::render_charts(&dir, &meta, &cells, &dsa_recall::report::PlotOptions::default())
+        let meta = report::ReportMeta::from_scenario(&s, &sweep::effective_contexts(&s, &cells));
+        match kind {
+            Some(k) if chart_of(k).is_none() => Ok(Vec::new()),
+            Some(k) => report::render_chart(&dir, &meta, &cells, k),
+            None => report::render_charts(&dir, &meta, &cells, &report::PlotOptions::default()),
+        }
     })
     .map_err(to_py)
 }

@@ -202,9 +202,9 @@ def test_layered_replay_equals_the_cli(cli, tmp_path):
 
 def test_replay_refuses_bad_input():
     q, k, w = np.ones((4, 128), np.float32), np.ones((50, 128), np.float32), np.ones(4, np.float32)
-    with pytest.raises(d.ConfigError, match="needle_rows = 50: row indices below 50"):
+    with pytest.raises(d.ConfigError, match="invalid --needle-rows = 50: row indices below 50"):
         d.replay(q, k, w, needle_rows=[50])
-    with pytest.raises(d.ConfigError, match='invalid precisions = "fp9"'):
+    with pytest.raises(d.ConfigError, match='invalid --precisions = "fp9"'):
         d.replay(q, k, w, variants=["fp9"])
     with pytest.raises(ValueError, match="keys have shape"):
         d.replay(q, np.ones((50, 64), np.float32), w)

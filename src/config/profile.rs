@@ -73,10 +73,9 @@ pub fn profile_names() -> String {
 
 /// The profile named `name`.
 pub fn profile(name: &str) -> Result<&'static NeedleProfile, ConfigError> {
-    PROFILES
-        .iter()
-        .find(|p| p.name == name)
-        .ok_or_else(|| ConfigError::new(super::field_name("needle.profile"), format!("{name:?}"), format!("one of {}", profile_names())))
+    PROFILES.iter().find(|p| p.name == name).ok_or_else(|| {
+        ConfigError::new(super::params::field_name("needle.profile"), format!("{name:?}"), format!("one of {}", profile_names()))
+    })
 }
 
 impl NeedleProfile {

@@ -3,17 +3,15 @@
 //! likelihood over a grid of values simulated on one seed. Method and what
 //! it identifies: docs/CALIBRATION.md, "Calibrating from observations".
 
+pub use super::knob::{current_value, default_field, with_value, DEFAULT_FIELD, DEFAULT_QUANTILE_FIELD};
 use super::observations::{Observation, Observations};
 use super::{clamped, log_binomial, simulate, Reading};
+use crate::base::observe::Observer;
 use crate::config::params::ScenarioParams;
 use crate::config::vary::VaryAxis;
 use crate::error::{ConfigError, Error};
 use serde::Serialize;
 
-/// The knob fitted when `--fit` is not given, under the strength unit …
-pub const DEFAULT_FIELD: &str = "needle.strength";
-/// … and under the quantile needle (its median exceedance).
-pub const DEFAULT_QUANTILE_FIELD: &str = "needle.exceedance";
 /// The strength's default range: from a needle far weaker than strength 1
 /// to one four times the strength that met the public needle tests under
 /// the strength unit (16).
@@ -23,15 +21,6 @@ pub const STRENGTH_RANGE: (f64, f64) = (0.125, 64.0);
 /// haystack, five decades log-spaced.
 pub const EXCEEDANCE_RANGE: (f64, f64) = (1e-6, 0.1);
 
-/// The knob `calibrate` fits by default for resolved `params`: the needle's
-/// median exceedance under the quantile unit, its strength otherwise.
-pub fn default_field(params: &ScenarioParams) -> &'static str {
-    if params.needle.unit.as_deref() == Some("quantile") {
-        DEFAULT_QUANTILE_FIELD
-    } else {
-        DEFAULT_FIELD
-    }
-}
 /// Log-likelihood drop that bounds the 95 % interval: χ²₁(0.95) / 2.
 pub const DROP_95: f64 = 1.920_729_4;
 /// Log-spaced values of the first pass over the range.
@@ -46,7 +35,7 @@ pub struct FitOptions<'a> {
     /// Lowest and highest value tried; None: the knob's default range.
     pub range: Option<(f64, f64)>,
     pub reading: Reading,
-    pub on_trial: &'a (dyn Fn() + Sync),
+    pub observer: &'a dyn Observer,
 }
 
 /// One value of the knob and what it gives.
@@ -123,12 +112,6 @@ fn log_spaced(lo: f64, hi: f64, n: usize) -> Vec<f64> {
     (0..n).map(|i| round_sig(lo * (hi / lo).powf(i as f64 / (n - 1).max(1) as f64), 3)).collect()
 }
 
-/// The knob's value in `params`, when it is a number.
-pub fn current_value(params: &ScenarioParams, field: &str) -> Option<f64> {
-    let (section, key) = field.split_once('.')?;
-    serde_json::to_value(params).ok()?.get(section)?.get(key)?.as_f64()
-}
-
 /// Checks `field` (a numeric knob) and says whether it takes only whole values.
 fn check_field(field: &str) -> Result<bool, ConfigError> {
     let rename = |mut e: ConfigError| {
@@ -141,24 +124,19 @@ fn check_field(field: &str) -> Result<bool, ConfigError> {
     Ok(half.overlay(0, ScenarioParams::default()).is_err())
 }
 
-/// `params` with the knob at `value`.
-pub fn with_value(params: &ScenarioParams, field: &str, value: f64) -> Result<ScenarioParams, ConfigError> {
-    VaryAxis { field: field.to_string(), values: vec![value] }.overlay(0, params.clone())
-}
-
 /// The recall of each row in `rows` simulated with `params`.
 fn recalls(
     params: &ScenarioParams,
     rows: &[&Observation],
     reading: Reading,
-    on_trial: &(dyn Fn() + Sync),
+    observer: &dyn Observer,
     path: &str,
 ) -> Result<(Vec<f64>, u64), Error> {
     let cells: Vec<(u64, f64, u64)> = rows.iter().map(|r| (r.context_tokens, r.depth_percent, r.topk)).collect();
     let mut variants: Vec<String> = rows.iter().map(|r| r.config.clone()).collect();
     variants.sort();
     variants.dedup();
-    let sim = simulate(params, &cells, &variants, on_trial)?;
+    let sim = simulate(params, &cells, &variants, observer)?;
     let mut out = Vec::new();
     let mut trials = 0;
     for r in rows {
@@ -243,7 +221,7 @@ pub fn fit(params: &ScenarioParams, obs: &Observations, opts: &FitOptions<'_>) -
                 continue;
             }
             let p = with_value(params, &opts.field, v)?;
-            let (rec, n) = recalls(&p, &used, opts.reading, opts.on_trial, &obs.path)?;
+            let (rec, n) = recalls(&p, &used, opts.reading, opts.observer, &obs.path)?;
             trials = n;
             let terms: Vec<f64> = used.iter().zip(&rec).map(|(r, &q)| log_binomial(r.found, r.total, clamped(q, n))).collect();
             curve.push(GridPoint { value: v, log_likelihood: terms.iter().sum(), recalls: rec, row_log_likelihoods: terms });
@@ -300,7 +278,7 @@ pub fn fit(params: &ScenarioParams, obs: &Observations, opts: &FitOptions<'_>) -
     };
     if !others.is_empty() {
         let p = with_value(params, &opts.field, estimate)?;
-        let (rec, n) = recalls(&p, &others, opts.reading, opts.on_trial, &obs.path)?;
+        let (rec, n) = recalls(&p, &others, opts.reading, opts.observer, &obs.path)?;
         for (r, q) in others.iter().zip(rec) {
             held_out.push(row(r, estimate, q, n, "not healthy"));
         }

@@ -5,8 +5,10 @@
 //! of the observation file: docs/OBSERVATIONS.md.
 
 pub mod fit;
+pub mod knob;
 pub mod observations;
 
+use crate::base::observe::Observer;
 use crate::config::{self, ListSpec, Scenario, ScenarioParams};
 use crate::error::{ConfigError, Error};
 use crate::run::cell::CellResult;
@@ -174,7 +176,7 @@ pub fn simulate(
     params: &ScenarioParams,
     cells: &[(u64, f64, u64)],
     variants: &[String],
-    on_trial: &(dyn Fn() + Sync),
+    observer: &dyn Observer,
 ) -> Result<BTreeMap<CellKey, Simulated>, Error> {
     let mut by_depth: BTreeMap<u64, (Vec<u64>, Vec<u64>)> = BTreeMap::new();
     for &(c, d, k) in cells {
@@ -189,7 +191,7 @@ pub fn simulate(
         topks.sort_unstable();
         topks.dedup();
         let s = scenario_with(params, &contexts, f64::from_bits(bits), &topks, variants)?;
-        let outcome = run_sweep(&s, on_trial)?;
+        let outcome = run_sweep(&s, observer)?;
         let mut sums: BTreeMap<CellKey, Vec<&CellResult>> = BTreeMap::new();
         for c in &outcome.cells {
             sums.entry(key(c.context_tokens, f64::from_bits(bits), c.topk, &c.precision)).or_default().push(c);
@@ -494,7 +496,7 @@ pub struct Options<'a> {
     /// Multiples of the needle knob to profile each candidate's likelihood
     /// over ([`NUISANCE_MULTIPLIERS`]; `[1.0]`: the scenario's needle, known).
     pub needle_multipliers: Vec<f64>,
-    pub on_trial: &'a (dyn Fn() + Sync),
+    pub observer: &'a dyn Observer,
 }
 
 /// The candidates' simulated recalls in the observed cells: what a
@@ -544,7 +546,7 @@ pub fn parse_needle_multipliers(text: &str) -> Result<Vec<f64>, ConfigError> {
 /// The scenario's needle knob: the median exceedance under the quantile
 /// needle, the strength otherwise.
 pub fn needle_knob(params: &ScenarioParams) -> &'static str {
-    fit::default_field(params)
+    knob::default_field(params)
 }
 
 /// `params` with the needle knob at `multiplier` times its value.
@@ -553,9 +555,9 @@ pub fn with_needle_multiple(params: &ScenarioParams, multiplier: f64) -> Result<
         return Ok(params.clone());
     }
     let field = needle_knob(params);
-    let value = fit::current_value(params, field)
+    let value = knob::current_value(params, field)
         .ok_or_else(|| ConfigError::new("--needle-multipliers", field, "a scenario whose needle knob is a number"))?;
-    fit::with_value(params, field, value * multiplier)
+    knob::with_value(params, field, value * multiplier)
 }
 
 /// Simulates every candidate of `opts.hypotheses` in the cells of `rows`
@@ -591,7 +593,7 @@ pub fn prepare(params: &ScenarioParams, path: &str, rows: &[Observation], opts: 
     let needle_multipliers = if opts.needle_multipliers.is_empty() { vec![1.0] } else { opts.needle_multipliers.clone() };
     let sims = needle_multipliers
         .iter()
-        .map(|&m| simulate(&with_needle_multiple(params, m)?, &cells, &variants, opts.on_trial))
+        .map(|&m| simulate(&with_needle_multiple(params, m)?, &cells, &variants, opts.observer))
         .collect::<Result<Vec<_>, Error>>()?;
     let needle_knob = needle_knob(params).to_string();
     Ok(Prepared { plan, not_applicable, needle_knob, needle_multipliers, sims, reading: opts.reading, path: path.to_string() })
@@ -783,7 +785,7 @@ fn next_experiment(
             }
         }
     }
-    let sim = simulate(params, &cells, &variants, opts.on_trial)?;
+    let sim = simulate(params, &cells, &variants, opts.observer)?;
     let weights: Vec<f64> = {
         let z: f64 = live.iter().map(|r| r.posterior).sum();
         live.iter().map(|r| r.posterior / z).collect()

@@ -2,17 +2,21 @@
 //! trials in parallel with rayon, results kept in trial order so every
 //! reduction is identical whatever the thread count.
 //!
-//! A durable sweep runs the trials in chunks ([`run_logged`]): each finished
-//! chunk goes to a [`TrialLog`] (the output directory's checkpoint), so an
-//! interruption loses at most the chunk in flight, and a resumed run takes
-//! the saved trials back instead of simulating them again. A trial depends
-//! only on its index, so chunk sizes cannot change a result.
+//! A sweep runs the trials in chunks ([`run_chunked`]): before each chunk
+//! the observer may stop it, and each finished chunk goes to a
+//! [`Checkpoint`] (the output directory's, or [`NoCheckpoint`] for a run
+//! kept in memory), so an interruption loses at most the chunk in flight,
+//! and a resumed run takes the saved trials back instead of simulating them
+//! again. A trial depends only on its index, so chunk sizes cannot change a
+//! result.
 
+use crate::base::observe::Observer;
 use crate::base::rng::{self, tag};
-use crate::error::SimError;
-use crate::estimate::Estimator;
+use crate::error::{Error, SimError};
+use crate::estimate::estimator::Estimator;
 use crate::score::trial::TrialSpec;
 use rayon::prelude::*;
+use serde::{Deserialize, Serialize};
 use std::time::{Duration, Instant};
 
 /// Seed of trial `trial` of the haystack group at `depth_percent`. Depends on
@@ -22,16 +26,16 @@ pub fn trial_seed(seed: u64, depth_percent: f64, trial: u64) -> u64 {
     rng::derive(seed, &[tag::TRIAL, depth_percent.to_bits(), trial])
 }
 
-/// Runs `trials` trials of one haystack group, in trial order. `on_trial`
-/// is called once per finished trial (for progress bars).
+/// Runs `trials` trials of one haystack group, in trial order. `observer`
+/// hears of each finished trial (for progress bars).
 pub fn run_trials<E: Estimator>(
     estimator: &E,
     spec: &TrialSpec<'_>,
     seed: u64,
     trials: u64,
-    on_trial: &(dyn Fn() + Sync),
+    observer: &dyn Observer,
 ) -> Result<Vec<E::Trial>, SimError> {
-    run_range(estimator, spec, seed, 0..trials, on_trial)
+    run_range(estimator, spec, seed, 0..trials, observer)
 }
 
 fn run_range<E: Estimator>(
@@ -39,13 +43,13 @@ fn run_range<E: Estimator>(
     spec: &TrialSpec<'_>,
     seed: u64,
     range: std::ops::Range<u64>,
-    on_trial: &(dyn Fn() + Sync),
+    observer: &dyn Observer,
 ) -> Result<Vec<E::Trial>, SimError> {
     range
         .into_par_iter()
         .map(|t| {
             let out = estimator.trial(spec, trial_seed(seed, spec.depth_percent, t));
-            on_trial();
+            observer.trial_done();
             out
         })
         .collect()
@@ -58,25 +62,65 @@ pub fn estimate<E: Estimator>(
     spec: &TrialSpec<'_>,
     seed: u64,
     trials: u64,
-    on_trial: &(dyn Fn() + Sync),
+    observer: &dyn Observer,
 ) -> Result<Vec<E::Cell>, SimError> {
-    Ok(estimator.cells(spec, &run_trials(estimator, spec, seed, trials, on_trial)?))
+    Ok(estimator.cells(spec, &run_trials(estimator, spec, seed, trials, observer)?))
 }
 
-/// Where finished trials of one haystack group are kept across
-/// interruptions, and whether to stop. Trials travel as JSON arrays.
-pub trait TrialLog: Sync {
-    /// Trials saved earlier by estimator `name`: (first trial index, the
-    /// trials from there on as a JSON array), in any order.
-    fn saved(&self, name: &str) -> Vec<(u64, &str)>;
+/// A haystack group as a checkpoint names it: trials depend only on the
+/// scenario (which the caller checks), the depth and the trial index, and
+/// cell indices on the group's contexts.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct GroupKey {
+    pub depth_percent: f64,
+    pub contexts: Vec<u64>,
+}
+
+impl GroupKey {
+    /// The group `spec` simulates.
+    pub fn of(spec: &TrialSpec<'_>) -> GroupKey {
+        GroupKey { depth_percent: spec.depth_percent, contexts: spec.contexts.to_vec() }
+    }
+}
+
+/// Where finished trials are kept across interruptions, per haystack group
+/// and estimator ([`Estimator::NAME`]). Trials travel as JSON arrays.
+pub trait Checkpoint: Sync {
+    /// Trials of `estimator` in `group` saved earlier: (first trial index,
+    /// the trials from there on as a JSON array), in any order.
+    fn saved(&self, group: &GroupKey, estimator: &str) -> Vec<(u64, String)>;
     /// Keeps `trials` (a JSON array of `count` trials from `first` on) of
-    /// estimator `name` durably before returning.
-    fn save(&self, name: &str, first: u64, count: u64, trials: &str) -> Result<(), SimError>;
-    /// Whether to stop before the next chunk.
-    fn stop_requested(&self) -> bool;
+    /// `estimator` in `group` durably before returning.
+    fn save(&self, group: &GroupKey, estimator: &str, first: u64, count: u64, trials: &str) -> Result<(), SimError>;
+    /// Trials of `group` held, every estimator's counted (for progress).
+    fn trials_held(&self, group: &GroupKey, trials: u64) -> u64;
+    /// The group's cells are safe elsewhere: its trials may go.
+    fn group_done(&self, group: &GroupKey) -> Result<(), Error>;
     /// A fixed number of trials per chunk (a testing knob); None adapts the
     /// size to [`CHUNK_TARGET`].
     fn chunk_trials(&self) -> Option<u64>;
+}
+
+/// A checkpoint that keeps nothing: a run whose trials live in memory only.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NoCheckpoint;
+
+impl Checkpoint for NoCheckpoint {
+    fn saved(&self, _group: &GroupKey, _estimator: &str) -> Vec<(u64, String)> {
+        Vec::new()
+    }
+    fn save(&self, _group: &GroupKey, _estimator: &str, _first: u64, _count: u64, _trials: &str) -> Result<(), SimError> {
+        Ok(())
+    }
+    fn trials_held(&self, _group: &GroupKey, _trials: u64) -> u64 {
+        0
+    }
+    fn group_done(&self, _group: &GroupKey) -> Result<(), Error> {
+        Ok(())
+    }
+    fn chunk_trials(&self) -> Option<u64> {
+        None
+    }
 }
 
 /// What one chunk of trials should take: long enough that the pause between
@@ -113,48 +157,49 @@ impl Pacer {
 }
 
 /// Runs trials `0..trials` of one haystack group in chunks, taking back the
-/// trials `log` saved earlier for estimator `name` and saving each finished
-/// chunk. Returns the trials in trial order, or [`SimError::Interrupted`]
-/// when the log asks to stop (everything finished is saved by then).
-pub fn run_logged<E: Estimator>(
+/// trials `checkpoint` saved earlier for this estimator and saving each
+/// finished chunk. Returns the trials in trial order, or
+/// [`SimError::Interrupted`] when the observer asks to stop (everything
+/// finished is saved by then).
+pub fn run_chunked<E: Estimator>(
     estimator: &E,
-    name: &str,
     spec: &TrialSpec<'_>,
     seed: u64,
     trials: u64,
-    on_trial: &(dyn Fn() + Sync),
-    log: &dyn TrialLog,
+    observer: &dyn Observer,
+    checkpoint: &dyn Checkpoint,
 ) -> Result<Vec<E::Trial>, SimError> {
+    let group = GroupKey::of(spec);
     let mut slots: Vec<Option<E::Trial>> = (0..trials).map(|_| None).collect();
-    for (first, text) in log.saved(name) {
+    for (first, text) in checkpoint.saved(&group, E::NAME) {
         // A piece that does not parse as this estimator's trials is simulated again.
-        let Ok(pieces) = serde_json::from_str::<Vec<E::Trial>>(text) else { continue };
+        let Ok(pieces) = serde_json::from_str::<Vec<E::Trial>>(&text) else { continue };
         for (t, trial) in (first..).zip(pieces) {
             if let Some(slot @ None) = slots.get_mut(t as usize) {
                 *slot = Some(trial);
             }
         }
     }
-    let mut pacer = Pacer::new(log.chunk_trials());
+    let mut pacer = Pacer::new(checkpoint.chunk_trials());
     let mut t = 0u64;
     while t < trials {
         if slots[t as usize].is_some() {
             t += 1;
             continue;
         }
-        if log.stop_requested() {
+        if observer.stop_requested() {
             return Err(SimError::Interrupted);
         }
         let gap_end = (t..trials).find(|&u| slots[u as usize].is_some()).unwrap_or(trials);
         let end = gap_end.min(t + pacer.size());
         let started = Instant::now();
-        let chunk = run_range(estimator, spec, seed, t..end, on_trial)?;
+        let chunk = run_range(estimator, spec, seed, t..end, observer)?;
         pacer.record(end - t, started.elapsed());
         // Save only what reads back bit for bit (a NaN would come back as
         // null); a chunk that does not is simply not kept.
         if let Ok(text) = serde_json::to_string(&chunk) {
             if serde_json::from_str::<Vec<E::Trial>>(&text).is_ok_and(|back| back == chunk) {
-                log.save(name, t, end - t, &text)?;
+                checkpoint.save(&group, E::NAME, t, end - t, &text)?;
             }
         }
         for (slot, trial) in slots[t as usize..end as usize].iter_mut().zip(chunk) {
@@ -174,6 +219,7 @@ mod tests {
     /// see which trial landed where.
     struct Seeds;
     impl Estimator for Seeds {
+        const NAME: &'static str = "seeds";
         type Trial = (u64, f64);
         type Cell = (u64, f64);
         fn trial(&self, _: &TrialSpec<'_>, seed: u64) -> Result<(u64, f64), SimError> {
@@ -191,19 +237,30 @@ mod tests {
         chunk: u64,
         stop_after: usize,
     }
-    impl TrialLog for MemoryLog {
-        fn saved(&self, _: &str) -> Vec<(u64, &str)> {
-            self.earlier.iter().map(|(f, t)| (*f, t.as_str())).collect()
+    impl Checkpoint for MemoryLog {
+        fn saved(&self, _: &GroupKey, _: &str) -> Vec<(u64, String)> {
+            self.earlier.clone()
         }
-        fn save(&self, _: &str, first: u64, count: u64, trials: &str) -> Result<(), SimError> {
+        fn save(&self, _: &GroupKey, _: &str, first: u64, count: u64, trials: &str) -> Result<(), SimError> {
             self.saved.lock().unwrap().push((first, count, trials.to_string()));
             Ok(())
         }
-        fn stop_requested(&self) -> bool {
-            self.saved.lock().unwrap().len() >= self.stop_after
+        fn trials_held(&self, _: &GroupKey, _: u64) -> u64 {
+            0
+        }
+        fn group_done(&self, _: &GroupKey) -> Result<(), Error> {
+            Ok(())
         }
         fn chunk_trials(&self) -> Option<u64> {
             Some(self.chunk)
+        }
+    }
+
+    /// Asks to stop once the log holds `stop_after` chunks.
+    struct StopAfterSaves<'a>(&'a MemoryLog);
+    impl Observer for StopAfterSaves<'_> {
+        fn stop_requested(&self) -> bool {
+            self.0.saved.lock().unwrap().len() >= self.0.stop_after
         }
     }
 
@@ -215,16 +272,16 @@ mod tests {
         let spec = tiny.spec();
         let whole = run_trials(&Seeds, &spec, 9, 23, &|| {}).unwrap();
         let log = MemoryLog { earlier: Vec::new(), saved: Mutex::new(Vec::new()), chunk: 5, stop_after: 2 };
-        let stopped = run_logged(&Seeds, "seeds", &spec, 9, 23, &|| {}, &log);
+        let stopped = run_chunked(&Seeds, &spec, 9, 23, &StopAfterSaves(&log), &log);
         assert!(matches!(stopped, Err(SimError::Interrupted)));
         let saved = log.saved.into_inner().unwrap();
         let ranges: Vec<(u64, u64)> = saved.iter().map(|(f, c, _)| (*f, *c)).collect();
         assert_eq!(ranges, vec![(0, 5), (5, 5)]);
-        // Resume: only trials 10..23 run (counted by on_trial).
+        // Resume: only trials 10..23 run (counted by the observer).
         let ran = std::sync::atomic::AtomicU64::new(0);
         let earlier = saved.into_iter().map(|(f, _, t)| (f, t)).collect();
         let log = MemoryLog { earlier, saved: Mutex::new(Vec::new()), chunk: 5, stop_after: usize::MAX };
-        let resumed = run_logged(&Seeds, "seeds", &spec, 9, 23, &|| _ = ran.fetch_add(1, std::sync::atomic::Ordering::Relaxed), &log);
+        let resumed = run_chunked(&Seeds, &spec, 9, 23, &|| _ = ran.fetch_add(1, std::sync::atomic::Ordering::Relaxed), &log);
         assert_eq!(resumed.unwrap(), whole);
         assert_eq!(ran.into_inner(), 13);
     }

@@ -6,7 +6,8 @@
 
 use crate::base::stats::{mean_interval, quantiles, wilson_interval, Z95};
 use crate::error::SimError;
-use crate::estimate::{grid, stack, CellEstimate, Estimator, RankSummary};
+use crate::estimate::estimator::{CellEstimate, Estimator, RankSummary};
+use crate::estimate::{grid, stack};
 use crate::score::trial::NeedleOutcome;
 use crate::score::trial::{TrialOutcome, TrialSpec};
 
@@ -172,8 +173,13 @@ pub fn tally_cells(spec: &TrialSpec<'_>, outcomes: &[TrialOutcome]) -> Vec<CellT
 pub struct Full;
 
 impl Estimator for Full {
+    const NAME: &'static str = "full";
     type Trial = TrialOutcome;
     type Cell = CellEstimate;
+
+    fn first_cell_outcomes(&self, trials: &[TrialOutcome]) -> Vec<NeedleOutcome> {
+        trials.iter().filter_map(|t| t.cells.first().copied()).collect()
+    }
 
     fn trial(&self, spec: &TrialSpec<'_>, trial_seed: u64) -> Result<TrialOutcome, SimError> {
         spec.run(trial_seed)

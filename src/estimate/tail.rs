@@ -17,9 +17,10 @@
 use crate::base::rng::{self, tag};
 use crate::base::stats::mean_interval;
 use crate::error::SimError;
+use crate::estimate::estimator::{CellEstimate, Estimator};
 use crate::estimate::sample::{models_variant, score_keys, stratified_rows, NEEDS_INDEPENDENT_ROWS};
 use crate::estimate::survival::{settled_survival, survival_with_noisy_p, tie_share, Exceedance};
-use crate::estimate::{grid, stack, CellEstimate, Estimator};
+use crate::estimate::{grid, stack};
 use crate::model::haystack::TrialHaystack;
 use crate::model::needle::NeedleUnit;
 use crate::model::physics::Physics;
@@ -306,6 +307,7 @@ pub struct Tail {
 }
 
 impl Estimator for Tail {
+    const NAME: &'static str = "tail";
     /// The trial's seed and each cell's survival probability.
     type Trial = (u64, Vec<f64>);
     type Cell = CellEstimate;

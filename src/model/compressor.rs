@@ -61,6 +61,12 @@ pub enum CompressorError {
     Eps(f32),
 }
 
+impl From<CompressorError> for crate::error::SimError {
+    fn from(e: CompressorError) -> Self {
+        crate::error::SimError::Compressor(e.to_string())
+    }
+}
+
 /// Pools one compressed row into `out` (length `dim`), before RMSNorm.
 /// `previous` is `None` for HCA and for CSA row 0.
 pub fn pool_row(current: TokenHalf<'_>, previous: Option<TokenHalf<'_>>, dim: usize, out: &mut [f32]) -> Result<(), CompressorError> {

@@ -119,6 +119,12 @@ pub enum RopeError {
     Position { position: u128, max: u64 },
 }
 
+impl From<RopeError> for crate::error::SimError {
+    fn from(e: RopeError) -> Self {
+        crate::error::SimError::Rope(e.to_string())
+    }
+}
+
 /// A validated RoPE layout with its frequencies and angle tables.
 #[derive(Clone)]
 pub struct RopeConfig {

@@ -75,6 +75,12 @@ pub enum QuantizeError {
     Value { text: String, place: String },
 }
 
+impl From<QuantizeError> for crate::error::Error {
+    fn from(e: QuantizeError) -> Self {
+        crate::error::Error::Quantize(e.to_string())
+    }
+}
+
 impl QuantizeSpec {
     /// Validates the flags as typed on the command line.
     pub fn from_flags(

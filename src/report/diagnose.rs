@@ -4,20 +4,21 @@
 //! Everything is computed before this is called; a failure while writing
 //! removes what was written.
 
+use crate::base::units::tokens_label;
 use crate::diagnose::observations::{Observation, Observations};
 use crate::diagnose::{Diagnosis, Reading};
 use crate::error::Error;
 use crate::report::chart::likelihood::{render_likelihood, LikelihoodBar, LikelihoodChart, RowRecall};
 use crate::report::chart::ImageFormat;
 use crate::report::html::{escape, page_start};
-use crate::run::output::{tokens_label, write_atomic};
+use crate::run::output::write_atomic;
 use std::fmt::Write as _;
 use std::path::Path;
 
 pub const DIAGNOSIS_FILE: &str = "diagnosis.json";
 /// The chart's file name without its extension.
 pub const LIKELIHOOD_CHART: &str = "likelihood";
-pub use crate::report::REPORT_FILE;
+pub use crate::report::outputs::REPORT_FILE;
 
 /// Leaders whose simulated recall the chart and the report show per row.
 pub const LEADERS_SHOWN: usize = 3;

@@ -8,12 +8,13 @@
 //! effective context beside the per-layer ones; without it the report reads
 //! as it did before whole-model recall existed.
 
+use crate::base::units::{tokens_label, Reach};
 use crate::error::Error;
 use crate::model::stack::{FaultSpreadChoice, HcaReading, LayerKind};
-use crate::report::chart::Reach;
-use crate::report::{Grid, ReportMeta};
+use crate::report::chart::chart_of;
+use crate::report::meta::{Grid, ReportMeta};
 use crate::run::cell::{CellResult, HolmFamily, PairedTest, Pairing};
-use crate::run::output::{is_narrow, multiple_comparison_note, row_label, tokens_label};
+use crate::run::output::{is_narrow, multiple_comparison_note, row_label};
 use std::fmt::Write as _;
 use std::path::Path;
 
@@ -55,32 +56,9 @@ td.l,th.l{text-align:left}tr.sig td{background:#fff1c2;font-weight:bold}\
 figcaption{color:#555;font-size:13px}pre{background:#f7f7f7;padding:10px;overflow-x:auto;font-size:12px}\
 .scroll{overflow-x:auto}";
 
+/// A chart file's caption, from the registry of a sweep's charts.
 fn caption(file: &str, whole: bool) -> &'static str {
-    if file.starts_with("recall_vs_context") && whole {
-        "Whole-model recall (solid lines, Wilson 95 % bands) and per-layer selection recall (thin dashed lines, smaller markers) vs context (log2 axis), one colour per k, one marker per precision; dashed verticals mark the coverage limit k·c+W, the dotted grey line the recall threshold, dotted coloured lines the analytic prediction of per-layer recall; the legend gives each series' effective context read from both."
-    } else if file.starts_with("recall_vs_context") {
-        "Per-layer selection recall vs context (log2 axis), one line per (k, precision), Wilson 95 % bands; dashed verticals mark the coverage limit k·c+W, the dotted line the recall threshold; the legend gives each series' effective context."
-    } else if file.starts_with("recall_vs_depth") && whole {
-        "Whole-model recall (solid lines, Wilson 95 % bands) and per-layer selection recall (dashed) vs needle depth (0 % = start of the context), one panel per context (the longest four at most), one colour per k, one marker per precision; the dotted line is the recall threshold."
-    } else if file.starts_with("recall_vs_depth") {
-        "Per-layer selection recall vs needle depth (0 % = start of the context), one panel per context (the longest four at most), one line per (k, precision) with Wilson 95 % bands; the dotted line is the recall threshold."
-    } else if file.starts_with("compare") && whole {
-        "Every precision and k at one context and the detail depth: whole-model recall (large marker, thick line) and per-layer selection recall (small marker, thin line) with Wilson 95 % intervals, whole-model recall printed beside them; with a reference precision, the second panel is each selection's recall@k against the reference top-k; the dotted line is the recall threshold."
-    } else if file.starts_with("compare") {
-        "Every precision and k at one context and the detail depth: per-layer selection recall with its Wilson 95 % interval, printed beside it; with a reference precision, the second panel is each selection's recall@k against the reference top-k; the dotted line is the recall threshold."
-    } else if file.starts_with("heatmap_diff") {
-        "Per-layer selection recall difference against the baseline precision on the same haystacks (blue: better than the baseline, red: worse); a ring marks a cell whose McNemar p, Holm-adjusted over every paired test of the sweep, is below 0.05; the colour span is ±the largest difference rounded up (at least 0.1) unless --diff-span sets it."
-    } else if file.starts_with("heatmap_model") {
-        "Whole-model recall by depth (0 % = start of the context, at the top) and context length; the dashed line marks the coverage limit k·c+W of the indexed layers."
-    } else if file.starts_with("heatmap") {
-        "Per-layer selection recall by depth (0 % = start of the context, at the top) and context length; the dashed line marks the coverage limit k·c+W."
-    } else if file.starts_with("fidelity") {
-        "Selection fidelity: the share of the exact top-k kept by each quantized selection (recall@k) and the Jaccard overlap of the two sets, with 95 % intervals; the dashed line is the 0.99 pass rule."
-    } else if file.starts_with("rank_margin") {
-        "Why needles miss one layer's top-k: rank of the best needle row as a share of k_eff (beyond 1 it is lost) and its score margin to the k-th competitor (below 0 it is lost); whiskers 5–95 %, box 25–75 %, bar = median."
-    } else {
-        ""
-    }
+    chart_of(file).map_or("", |c| c.caption(whole))
 }
 
 fn mime(file: &str) -> Option<&'static str> {
@@ -102,7 +80,7 @@ fn fmt_ci(v: Option<f64>, lo: Option<f64>, hi: Option<f64>) -> String {
 }
 
 fn reach_label(reach: Reach, shortest: u64) -> String {
-    escape(&crate::report::effective_label(&reach, shortest))
+    escape(&reach.label(shortest))
 }
 
 /// One table per depth of a recall (`value`: recall and its Wilson
@@ -361,9 +339,9 @@ pub fn report_html(dir: &Path, meta: &ReportMeta, cells: &[CellResult], chart_fi
         h.push_str("<table><tr><th>k</th><th class=\"l\">precision</th><th>effective context</th><th>coverage limit k·c+W</th></tr>\n");
     }
     for e in &meta.effective {
-        let eff = reach_label(Reach::from(e), g.contexts[0]);
+        let eff = reach_label(e.layer(), g.contexts[0]);
         let model = if whole {
-            let m = e.model.map_or("–".to_string(), |m| reach_label(Reach::from(m), g.contexts[0]));
+            let m = e.model.map_or("–".to_string(), |m| reach_label(m, g.contexts[0]));
             format!("<td>{m}</td>")
         } else {
             String::new()

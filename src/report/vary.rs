@@ -6,12 +6,15 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
+use crate::base::units::tokens_label;
 use crate::config::Scenario;
 use crate::error::Error;
 use crate::report::chart::knob::{render_knob, KnobChart, KnobPanel, KnobSeries};
+use crate::report::directory::{plot_dir, write_sweep};
 use crate::report::html::{escape, page_start};
-use crate::report::{plot_dir, write_sweep, Grid, PlotOptions, REPORT_FILE};
-use crate::run::output::{tokens_label, write_atomic};
+use crate::report::meta::{Grid, PlotOptions};
+use crate::report::outputs::REPORT_FILE;
+use crate::run::output::write_atomic;
 use crate::run::store;
 use crate::run::sweep::SweepOutcome;
 use crate::run::vary::{format_table, read_vary, VaryManifest, VaryOutcome};

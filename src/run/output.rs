@@ -4,6 +4,7 @@
 //! Files are written to a temporary name in the output directory and renamed
 //! into place, so a failure never leaves a half-written file.
 
+use crate::base::units::{tokens_label, Reach};
 use crate::config::Scenario;
 use crate::error::Error;
 use crate::run::cell::{CellResult, HolmFamily, PairedTest, Pairing};
@@ -203,34 +204,6 @@ pub fn effective_context_csv(effective: &[EffectiveContext]) -> String {
     out
 }
 
-/// An effective context as tables print it: "16K", "≥ 128K" (it held at
-/// the longest context tested) or "< 1K" (it failed at `shortest`).
-pub fn reach_label(effective: Option<u64>, held_at_longest: bool, shortest: u64) -> String {
-    match (effective, held_at_longest) {
-        (None, _) => format!("< {}", tokens_label(shortest)),
-        (Some(c), true) => format!("≥ {}", tokens_label(c)),
-        (Some(c), false) => tokens_label(c),
-    }
-}
-
-/// Token counts as people say them: 1024 → "1K", 1536 → "1.5K", 1048576 → "1M".
-pub fn tokens_label(n: u64) -> String {
-    const K: u64 = 1024;
-    const M: u64 = 1024 * 1024;
-    let fmt = |v: f64, unit: &str| {
-        let s = format!("{v:.2}");
-        let s = s.trim_end_matches('0').trim_end_matches('.');
-        format!("{s}{unit}")
-    };
-    if n >= M && (n * 100).is_multiple_of(M) {
-        fmt(n as f64 / M as f64, "M")
-    } else if n >= K && (n * 100).is_multiple_of(K) {
-        fmt(n as f64 / K as f64, "K")
-    } else {
-        n.to_string()
-    }
-}
-
 /// A recall table's row label: the context, and the needle offset when the
 /// sweep has several (`4K @1`).
 pub fn row_label(context: u64, offset: Option<u64>, offsets: usize) -> String {
@@ -325,7 +298,7 @@ pub fn format_table(s: &Scenario, outcome: &SweepOutcome) -> String {
         k_pairs(&mut out, s, outcome, &holm, whole);
     }
     let _ = writeln!(out, "\neffective context (longest context with recall ≥ {} at every depth and every shorter context)", s.threshold);
-    let reach = |effective: Option<u64>, held: bool| reach_label(effective, held, s.contexts[0]);
+    let reach = |effective_context: Option<u64>, held_at_longest: bool| Reach { effective_context, held_at_longest }.label(s.contexts[0]);
     let model_column = |text: &str| if whole { format!("  {text:>12}") } else { String::new() };
     let _ = writeln!(
         out,
@@ -587,15 +560,5 @@ mod tests {
         assert_eq!(HolmFamily::of(&cells).size, 2 + 2, "fp4 at two k, and two precisions at k = 128");
         let table = format_table(&s, &crate::run::sweep::SweepOutcome { cells, effective: vec![] });
         assert!(table.contains(&multiple_comparison_note(4)), "{table}");
-    }
-
-    #[test]
-    fn token_labels() {
-        assert_eq!(tokens_label(1024), "1K");
-        assert_eq!(tokens_label(1536), "1.5K");
-        assert_eq!(tokens_label(131072), "128K");
-        assert_eq!(tokens_label(1 << 20), "1M");
-        assert_eq!(tokens_label(2176), "2176");
-        assert_eq!(tokens_label(1000), "1000");
     }
 }

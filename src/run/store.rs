@@ -1,54 +1,23 @@
 //! The output directory as durable state: a manifest written before any
 //! work, one `results.jsonl` line per finished cell appended and synced
-//! before the next unit starts, resume after an interruption, shards of the
-//! cell grid, and merging shards back into one directory.
-//!
-//! The grid is dealt in units of one (depth, context) pair (shards own
-//! units); the units of one depth form a haystack group, whose trials all
-//! its contexts share. A group's trials run in chunks saved to a checkpoint
-//! file, so an interruption loses at most the chunk in flight (about a
-//! second or two); its cells are written when the group is done. A cell's
-//! result depends only on its own coordinates (tested in `tests/model.rs`)
-//! and a trial only on its index, so any partition of the units and any
-//! chunking gives the same cells.
+//! before the next haystack group starts, resume after an interruption,
+//! and merging shards back into one directory. The work itself is the one
+//! sweep loop's ([`sweep::execute`], over a [`Plan`]); its trials go in
+//! chunks to the directory's checkpoint ([`FileCheckpoint`]), so an
+//! interruption loses at most the chunk in flight (about a second or two).
 
+use crate::base::observe::Observer;
 use crate::config::Scenario;
-use crate::error::{ConfigError, Error, SimError};
-use crate::estimate::driver::TrialLog;
+use crate::error::Error;
 use crate::run::cell::CellResult;
+use crate::run::checkpoint::FileCheckpoint;
 use crate::run::output::{self, write_atomic, MANIFEST_FILE, RESULTS_FILE};
-use crate::run::sweep::{self, EffectiveContext, SweepOutcome};
+use crate::run::plan::{cells_per_unit, Plan, Shard};
+use crate::run::sweep::{self, EffectiveContext, Sink, SweepOutcome};
 use serde::{Deserialize, Serialize};
 use std::fs::{self, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
-
-/// The I-th (1-based) of N disjoint parts of a sweep's grid.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Shard {
-    pub index: u32,
-    pub count: u32,
-}
-
-impl Shard {
-    /// Parses `I/N` with 1 ≤ I ≤ N ≤ 100000.
-    pub fn parse(text: &str) -> Result<Shard, ConfigError> {
-        let bad = || ConfigError::new("--shard", format!("{text:?}"), "I/N with 1 ≤ I ≤ N ≤ 100000, e.g. 2/8");
-        let (i, n) = text.split_once('/').ok_or_else(bad)?;
-        let (index, count): (u32, u32) = (i.trim().parse().map_err(|_| bad())?, n.trim().parse().map_err(|_| bad())?);
-        if index == 0 || index > count || count > 100_000 {
-            return Err(bad());
-        }
-        Ok(Shard { index, count })
-    }
-
-    /// Whether this shard owns work unit `unit` (units dealt round-robin in
-    /// sweep order, which spreads long and short contexts evenly).
-    pub fn owns(&self, unit: usize) -> bool {
-        unit % self.count as usize == (self.index - 1) as usize
-    }
-}
 
 /// `manifest.json`: what produced a directory and how far it got.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -133,172 +102,6 @@ pub struct StoreOptions {
     pub chunk_trials: Option<u64>,
 }
 
-/// Where a durable sweep stands, for progress displays. Trials are counted
-/// as [`sweep::group_trial_runs`] per haystack group.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Standing {
-    /// Trials finished: those of the cells on disk and those in the checkpoint.
-    pub trials_done: u64,
-    pub trials_total: u64,
-    pub cells_done: usize,
-    pub cells_total: usize,
-}
-
-/// What a durable sweep reports as it goes, and asks before each chunk of
-/// trials. A plain closure is an observer that counts trials.
-pub trait Observer: Sync {
-    /// Once, before any work: how much the directory holds already.
-    fn start(&self, _standing: &Standing) {}
-    /// A trial finished.
-    fn trial(&self) {}
-    /// A haystack group's cells were written: `cells_done` in all.
-    fn cells_written(&self, _cells_done: usize) {}
-    /// Whether to stop before the next chunk; the sweep then returns
-    /// [`SimError::Interrupted`] with everything finished saved.
-    fn stop_requested(&self) -> bool {
-        false
-    }
-}
-
-impl<F: Fn() + Sync> Observer for F {
-    fn trial(&self) {
-        self()
-    }
-}
-
-/// The checkpoint: finished chunks of trials of the haystack group in
-/// progress, one JSON line each, removed once the group's cells are in
-/// `results.jsonl`.
-pub const CHECKPOINT_FILE: &str = "checkpoint.jsonl";
-
-/// Which haystack group a checkpoint line belongs to. Trials depend only on
-/// the scenario (checked through the manifest), the depth and the trial
-/// index, and cell indices on the group's contexts.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-struct GroupKey {
-    depth_percent: f64,
-    contexts: Vec<u64>,
-}
-
-/// One checkpoint line: `count` trials of estimator `estimator` from trial
-/// `first` on.
-#[derive(Debug, Serialize, Deserialize)]
-struct ChunkRecord {
-    group: GroupKey,
-    estimator: String,
-    first: u64,
-    count: u64,
-    trials: Box<serde_json::value::RawValue>,
-}
-
-/// Reads the checkpoint, dropping a torn last line and cutting it from the
-/// file too (a line appended after it would otherwise be glued to it).
-fn read_checkpoint(path: &Path) -> Result<Vec<ChunkRecord>, Error> {
-    let text = match fs::read_to_string(path) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(Error::io(format!("reading {}", path.display()), e)),
-    };
-    let complete = text.rfind('\n').map_or("", |i| &text[..=i]);
-    if complete.len() < text.len() {
-        let cut = OpenOptions::new().write(true).open(path).and_then(|f| {
-            f.set_len(complete.len() as u64)?;
-            f.sync_data()
-        });
-        cut.map_err(|e| Error::io(format!("truncating {}", path.display()), e))?;
-    }
-    complete
-        .lines()
-        .enumerate()
-        .map(|(n, line)| {
-            serde_json::from_str(line).map_err(|e| Error::Corrupt {
-                path: format!("{}:{}", path.display(), n + 1),
-                message: format!("{e}; delete the file to simulate its trials again"),
-            })
-        })
-        .collect()
-}
-
-/// Trials of `group` the records hold, without double counting overlaps.
-fn trials_held(records: &[ChunkRecord], group: &GroupKey, trials: u64) -> u64 {
-    let mut names: Vec<&str> = records.iter().map(|r| r.estimator.as_str()).collect();
-    names.sort_unstable();
-    names.dedup();
-    let mut held = 0;
-    for name in names {
-        let mut seen = vec![false; trials as usize];
-        for r in records.iter().filter(|r| r.estimator == name && r.group == *group) {
-            for slot in seen.iter_mut().skip(r.first as usize).take(r.count as usize) {
-                *slot = true;
-            }
-        }
-        held += seen.iter().filter(|&&s| s).count() as u64;
-    }
-    held
-}
-
-/// The checkpoint of one haystack group as the trial driver sees it.
-struct GroupLog<'a> {
-    path: &'a Path,
-    key: GroupKey,
-    saved: Vec<ChunkRecord>,
-    file: Mutex<Option<fs::File>>,
-    observer: &'a dyn Observer,
-    chunk_trials: Option<u64>,
-}
-
-impl TrialLog for GroupLog<'_> {
-    fn saved(&self, name: &str) -> Vec<(u64, &str)> {
-        self.saved.iter().filter(|r| r.estimator == name).map(|r| (r.first, r.trials.get())).collect()
-    }
-
-    fn save(&self, name: &str, first: u64, count: u64, trials: &str) -> Result<(), SimError> {
-        let fail = |e: &dyn std::fmt::Display| SimError::Checkpoint(format!("writing {}: {e}", self.path.display()));
-        let trials = serde_json::value::RawValue::from_string(trials.to_string()).map_err(|e| fail(&e))?;
-        let record = ChunkRecord { group: self.key.clone(), estimator: name.to_string(), first, count, trials };
-        let line = serde_json::to_string(&record).map_err(|e| fail(&e))? + "\n";
-        let mut file = self.file.lock().unwrap_or_else(|p| p.into_inner());
-        if file.is_none() {
-            *file = Some(OpenOptions::new().create(true).append(true).open(self.path).map_err(|e| fail(&e))?);
-        }
-        let f = file.as_mut().ok_or_else(|| fail(&"not open"))?;
-        f.write_all(line.as_bytes()).and_then(|()| f.sync_data()).map_err(|e| fail(&e))
-    }
-
-    fn stop_requested(&self) -> bool {
-        self.observer.stop_requested()
-    }
-
-    fn chunk_trials(&self) -> Option<u64> {
-        self.chunk_trials
-    }
-}
-
-fn remove_checkpoint(path: &Path) -> Result<(), Error> {
-    match fs::remove_file(path) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(Error::io(format!("removing {}", path.display()), e)),
-        _ => Ok(()),
-    }
-}
-
-/// The units of work of a scenario in sweep order: (depth, context).
-pub fn work_units(s: &Scenario) -> Vec<(f64, u64)> {
-    s.depths.iter().flat_map(|&d| s.contexts.iter().map(move |&c| (d, c))).collect()
-}
-
-/// Consecutive units of one depth: a haystack group, whose trials are shared
-/// by all its contexts.
-fn haystack_groups(units: &[(f64, u64)]) -> Vec<GroupKey> {
-    let mut groups: Vec<GroupKey> = Vec::new();
-    for &(depth, context) in units {
-        match groups.last_mut() {
-            Some(g) if g.depth_percent == depth => g.contexts.push(context),
-            _ => groups.push(GroupKey { depth_percent: depth, contexts: vec![context] }),
-        }
-    }
-    groups
-}
-
 /// Cells already on disk, as raw lines (kept byte for byte) and parsed.
 struct StoredCells {
     lines: Vec<String>,
@@ -327,11 +130,6 @@ fn read_results(path: &Path) -> Result<StoredCells, Error> {
     Ok(stored)
 }
 
-/// Cells of one (depth, context) unit: every needle offset, k and precision.
-fn cells_per_unit(s: &Scenario) -> usize {
-    s.needle_offsets.len() * s.topks.len() * s.precisions.len()
-}
-
 /// Rewrites `results.jsonl` atomically from whole lines (kept byte for byte).
 pub fn write_result_lines(path: &Path, lines: &[String]) -> Result<(), Error> {
     let text: String = lines.iter().flat_map(|l| [l.as_str(), "\n"]).collect();
@@ -341,18 +139,17 @@ pub fn write_result_lines(path: &Path, lines: &[String]) -> Result<(), Error> {
 /// Runs the scenario into `dir` durably. Returns every cell of the
 /// directory's part of the grid (all of it unless sharded), in sweep order.
 ///
-/// Each haystack group's trials run in chunks saved to [`CHECKPOINT_FILE`];
-/// its cells are appended to `results.jsonl` when the group is done. With
-/// `resume`, whole groups already in `results.jsonl` are kept and the
-/// checkpoint's trials are taken back. When `observer` asks to stop, the
-/// sweep returns [`SimError::Interrupted`] and the directory can be resumed.
+/// Each haystack group's trials run in chunks saved to the checkpoint
+/// ([`FileCheckpoint`]); its cells are appended to `results.jsonl` when the
+/// group is done. With `resume`, whole groups already in `results.jsonl`
+/// are kept and the checkpoint's trials are taken back. When `observer`
+/// asks to stop, the sweep returns [`crate::SimError::Interrupted`] and the
+/// directory can be resumed.
 pub fn sweep_into(dir: &Path, s: &Scenario, opts: StoreOptions, observer: &dyn Observer) -> Result<SweepOutcome, Error> {
     let results_path = dir.join(RESULTS_FILE);
-    let checkpoint_path = dir.join(CHECKPOINT_FILE);
     let manifest = Manifest::new(s, opts.shard);
-    let mut done = StoredCells { lines: Vec::new(), cells: Vec::new() };
-    let mut checkpoint = Vec::new();
-    if opts.resume {
+    let mut plan = Plan::new(s, opts.shard);
+    let checkpoint = if opts.resume {
         let old = Manifest::read(dir)?;
         if let Some(field) = first_difference(&old.scenario, &manifest.scenario, "") {
             return Err(Error::Mismatch(format!(
@@ -363,123 +160,48 @@ pub fn sweep_into(dir: &Path, s: &Scenario, opts: StoreOptions, observer: &dyn O
         if old.shard != opts.shard {
             return Err(Error::Mismatch(format!("{} holds a different --shard than the one given", dir.display())));
         }
-        done = read_results(&results_path)?;
-        checkpoint = read_checkpoint(&checkpoint_path)?;
+        let mut done = read_results(&results_path)?;
+        let checkpoint = FileCheckpoint::resumed(dir, opts.chunk_trials)?;
+        if done.cells.len() > plan.cells_total() {
+            return Err(Error::Mismatch(format!("{} holds more cells than this sweep has", results_path.display())));
+        }
+        let kept = plan.resume_from(done.cells);
+        done.lines.truncate(kept);
+        write_result_lines(&results_path, &done.lines)?;
+        checkpoint
     } else {
         output::prepare_output_dir(dir, opts.force)?;
-        remove_checkpoint(&checkpoint_path)?;
+        let checkpoint = FileCheckpoint::fresh(dir, opts.chunk_trials)?;
         write_atomic(&results_path, b"")?;
-    }
-
-    let units: Vec<(f64, u64)> =
-        work_units(s).into_iter().enumerate().filter(|(i, _)| opts.shard.is_none_or(|sh| sh.owns(*i))).map(|(_, u)| u).collect();
-    let groups = haystack_groups(&units);
-    let per_unit = cells_per_unit(s);
-    if done.cells.len() > units.len() * per_unit {
-        return Err(Error::Mismatch(format!("{} holds more cells than this sweep has", results_path.display())));
-    }
-    // Keep whole groups only, as a prefix of the sweep order (a kill while a
-    // group's lines were being appended leaves part of one).
-    let (mut groups_done, mut kept) = (0, 0);
-    while groups_done < groups.len() && kept + groups[groups_done].contexts.len() * per_unit <= done.cells.len() {
-        kept += groups[groups_done].contexts.len() * per_unit;
-        groups_done += 1;
-    }
-    if opts.resume {
-        done.lines.truncate(kept);
-        done.cells.truncate(kept);
-        write_result_lines(&results_path, &done.lines)?;
-    }
+        checkpoint
+    };
     manifest.write(dir)?;
-
-    let runs = sweep::group_trial_runs(s);
-    let held = groups.get(groups_done).map_or(0, |g| trials_held(&checkpoint, g, s.trials));
-    observer.start(&Standing {
-        trials_done: groups_done as u64 * runs + held,
-        trials_total: groups.len() as u64 * runs,
-        cells_done: kept,
-        cells_total: units.len() * per_unit,
-    });
-
-    let mut file =
-        OpenOptions::new().append(true).open(&results_path).map_err(|e| Error::io(format!("opening {}", results_path.display()), e))?;
-    let mut cells = done.cells;
-    for key in &groups[groups_done..] {
-        let part = Scenario { contexts: key.contexts.clone(), depths: vec![key.depth_percent], ..s.clone() };
-        let spec = sweep::spec_for(&part, key.depth_percent);
-        let (mine, rest): (Vec<ChunkRecord>, Vec<ChunkRecord>) = checkpoint.into_iter().partition(|r| r.group == *key);
-        checkpoint = rest;
-        let log = GroupLog {
-            path: &checkpoint_path,
-            key: key.clone(),
-            saved: mine,
-            file: Mutex::new(None),
-            observer,
-            chunk_trials: opts.chunk_trials,
-        };
-        let new = sweep::group_cells_logged(&part, &spec, &|| observer.trial(), &log)?;
-        drop(log);
-        let text = output::results_jsonl(&new);
-        let io = |e| Error::io(format!("appending to {}", results_path.display()), e);
-        file.write_all(text.as_bytes()).map_err(io)?;
-        file.sync_data().map_err(io)?;
-        // Only once the cells are safe: a kill in between leaves lines of a
-        // finished group, which a resume ignores.
-        remove_checkpoint(&checkpoint_path)?;
-        cells.extend(new);
-        observer.cells_written(cells.len());
-    }
-    remove_checkpoint(&checkpoint_path)?;
-    let effective = if opts.shard.is_none() { sweep::effective_contexts(s, &cells) } else { Vec::new() };
-    Ok(SweepOutcome { cells, effective })
+    let mut sink = ResultsFile::open(&results_path)?;
+    let outcome = sweep::execute(plan, &checkpoint, observer, &mut sink)?;
+    checkpoint.finish()?;
+    Ok(outcome)
 }
 
-/// A trial log that keeps nothing: the trials of an in-memory sweep, with
-/// the observer's word on stopping.
-struct NoLog<'a> {
-    observer: &'a dyn Observer,
+/// `results.jsonl`, open for appending: each group's lines are synced
+/// before its checkpoint is dropped.
+struct ResultsFile<'a> {
+    path: &'a Path,
+    file: fs::File,
 }
 
-impl TrialLog for NoLog<'_> {
-    fn saved(&self, _name: &str) -> Vec<(u64, &str)> {
-        Vec::new()
-    }
-    fn save(&self, _name: &str, _first: u64, _count: u64, _trials: &str) -> Result<(), SimError> {
-        Ok(())
-    }
-    fn stop_requested(&self) -> bool {
-        self.observer.stop_requested()
-    }
-    fn chunk_trials(&self) -> Option<u64> {
-        None
+impl<'a> ResultsFile<'a> {
+    fn open(path: &'a Path) -> Result<Self, Error> {
+        let file = OpenOptions::new().append(true).open(path).map_err(|e| Error::io(format!("opening {}", path.display()), e))?;
+        Ok(ResultsFile { path, file })
     }
 }
 
-/// [`sweep_into`] without a directory (the Python binding's `sweep`): the
-/// same haystack groups, trial chunks and observer calls, nothing written.
-/// Gives the same cells as [`sweep_into`] and [`sweep::run_sweep`], bit for
-/// bit; when `observer` asks to stop, returns [`SimError::Interrupted`] and
-/// the finished trials are lost.
-pub fn sweep_in_memory(s: &Scenario, observer: &dyn Observer) -> Result<SweepOutcome, Error> {
-    let groups = haystack_groups(&work_units(s));
-    let runs = sweep::group_trial_runs(s);
-    let per_unit = cells_per_unit(s);
-    observer.start(&Standing {
-        trials_done: 0,
-        trials_total: groups.len() as u64 * runs,
-        cells_done: 0,
-        cells_total: groups.iter().map(|g| g.contexts.len()).sum::<usize>() * per_unit,
-    });
-    let log = NoLog { observer };
-    let mut cells = Vec::new();
-    for key in &groups {
-        let part = Scenario { contexts: key.contexts.clone(), depths: vec![key.depth_percent], ..s.clone() };
-        let spec = sweep::spec_for(&part, key.depth_percent);
-        cells.extend(sweep::group_cells_logged(&part, &spec, &|| observer.trial(), &log)?);
-        observer.cells_written(cells.len());
+impl Sink for ResultsFile<'_> {
+    fn write_group(&mut self, cells: &[CellResult]) -> Result<(), Error> {
+        let io = |e| Error::io(format!("appending to {}", self.path.display()), e);
+        self.file.write_all(output::results_jsonl(cells).as_bytes()).map_err(io)?;
+        self.file.sync_data().map_err(io)
     }
-    let effective = sweep::effective_contexts(s, &cells);
-    Ok(SweepOutcome { cells, effective })
 }
 
 /// Marks a directory complete: its manifest gets the effective contexts and
@@ -638,18 +360,6 @@ pub fn check_memory(s: &Scenario, threads: usize) -> Result<(), Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn shard_parsing_and_ownership() {
-        assert_eq!(Shard::parse("2/3").unwrap(), Shard { index: 2, count: 3 });
-        for bad in ["0/3", "4/3", "3", "a/b", "1/0", ""] {
-            assert!(Shard::parse(bad).unwrap_err().to_string().starts_with("invalid --shard"), "{bad}");
-        }
-        let shards: Vec<Shard> = (1..=3).map(|i| Shard { index: i, count: 3 }).collect();
-        for unit in 0..20 {
-            assert_eq!(shards.iter().filter(|s| s.owns(unit)).count(), 1);
-        }
-    }
 
     #[test]
     fn first_difference_names_the_field() {

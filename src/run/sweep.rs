@@ -1,15 +1,19 @@
 //! A sweep: the grid of cells (depth × context × k × precision), simulated
-//! one haystack group (depth) at a time, and the effective context of each
-//! (k, precision).
+//! one haystack group (depth) at a time by the one loop every sweep runs
+//! ([`execute`]: durable or in memory, whole or sharded, resumed or not),
+//! and the effective context of each (k, precision).
 
+use crate::base::observe::{Observer, Standing};
+use crate::base::units::Reach;
 use crate::config::Scenario;
-use crate::error::SimError;
-use crate::estimate::driver::TrialLog;
+use crate::error::{Error, SimError};
+use crate::estimate::driver::{Checkpoint, NoCheckpoint};
 use crate::estimate::grid;
 use crate::estimate::predict::CellPrediction;
-use crate::estimate::{predictions, predictions_logged, recall_estimates, recall_estimates_logged, CellEstimate};
+use crate::estimate::{predictions, recall_estimates, CellEstimate};
 use crate::run::cell::CellResult;
-use crate::score::trial::TrialSpec;
+use crate::run::plan::Plan;
+use crate::score::trial::{NeedleOutcome, TrialSpec};
 use serde::{Deserialize, Serialize};
 
 /// Selection fidelity is measured against this variant when a sweep has it.
@@ -31,34 +35,29 @@ pub struct EffectiveContext {
     pub model: Option<Reach>,
 }
 
-/// How far a recall holds: the longest context at which it is at or above
-/// the threshold at every depth, that context and every shorter one.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Reach {
-    /// None when recall is below the threshold already at the shortest context.
-    pub effective_context: Option<u64>,
-    /// True when recall held at every context tested: the true value may be longer.
-    pub held_at_longest: bool,
+impl EffectiveContext {
+    /// The reach of per-layer recall.
+    pub fn layer(&self) -> Reach {
+        Reach { effective_context: self.effective_context, held_at_longest: self.held_at_longest }
+    }
 }
 
-impl Reach {
-    /// The reach of the recall `recall_of` gives each cell of (`k`,
-    /// `precision`); None when a cell has no such recall.
-    fn of(s: &Scenario, cells: &[CellResult], k: u64, precision: &str, recall_of: impl Fn(&CellResult) -> Option<f64>) -> Option<Reach> {
-        let mut reach = Reach { effective_context: None, held_at_longest: true };
-        for &context in &s.contexts {
-            let mut ok = true;
-            for c in cells.iter().filter(|c| c.topk == k && c.precision == precision && c.context_tokens == context) {
-                ok &= recall_of(c)? >= s.threshold;
-            }
-            if !ok {
-                reach.held_at_longest = false;
-                break;
-            }
-            reach.effective_context = Some(context);
+/// The reach of the recall `recall_of` gives each cell of (`k`,
+/// `precision`); None when a cell has no such recall.
+fn reach_of(s: &Scenario, cells: &[CellResult], k: u64, precision: &str, recall_of: impl Fn(&CellResult) -> Option<f64>) -> Option<Reach> {
+    let mut reach = Reach { effective_context: None, held_at_longest: true };
+    for &context in &s.contexts {
+        let mut ok = true;
+        for c in cells.iter().filter(|c| c.topk == k && c.precision == precision && c.context_tokens == context) {
+            ok &= recall_of(c)? >= s.threshold;
         }
-        Some(reach)
+        if !ok {
+            reach.held_at_longest = false;
+            break;
+        }
+        reach.effective_context = Some(context);
     }
+    Some(reach)
 }
 
 /// A finished sweep.
@@ -98,34 +97,18 @@ pub fn spec_for(s: &Scenario, depth: f64) -> TrialSpec<'_> {
 }
 
 /// The cells of one haystack group under the scenario's estimator, with the
-/// prediction beside them when it is switched on.
-pub fn group_cells(s: &Scenario, spec: &TrialSpec<'_>, on_trial: &(dyn Fn() + Sync)) -> Result<Vec<CellResult>, SimError> {
-    cell_results(s, spec, &recall_estimates(&s.estimator, spec, s.seed, s.trials, on_trial)?, on_trial)
-}
-
-/// Cell results of one haystack group from its estimates (in
-/// [`TrialSpec::cell_index`] order), with the prediction when it is on
-/// (its trials count in `on_trial`).
-pub fn cell_results(
+/// prediction beside them when it is switched on (its trials count in the
+/// observer too), every trial run in chunks `checkpoint` keeps. With
+/// `first_cell`, the first cell's per-trial outcomes go there too.
+pub fn group_cells(
     s: &Scenario,
     spec: &TrialSpec<'_>,
-    estimates: &[CellEstimate],
-    on_trial: &(dyn Fn() + Sync),
+    observer: &dyn Observer,
+    checkpoint: &dyn Checkpoint,
+    first_cell: Option<&mut Vec<NeedleOutcome>>,
 ) -> Result<Vec<CellResult>, SimError> {
-    Ok(combine(spec, estimates, predictions(&s.estimator, spec, s.seed, s.trials, on_trial)?.as_deref()))
-}
-
-/// [`group_cells`] with its trials run in chunks that `log` keeps across
-/// interruptions (the durable sweep of [`crate::run::store`]); the
-/// prediction's trials count in `on_trial` too.
-pub fn group_cells_logged(
-    s: &Scenario,
-    spec: &TrialSpec<'_>,
-    on_trial: &(dyn Fn() + Sync),
-    log: &dyn TrialLog,
-) -> Result<Vec<CellResult>, SimError> {
-    let estimates = recall_estimates_logged(&s.estimator, spec, s.seed, s.trials, on_trial, log)?;
-    let predicted = predictions_logged(&s.estimator, spec, s.seed, s.trials, on_trial, log)?;
+    let estimates = recall_estimates(&s.estimator, spec, s.seed, s.trials, observer, checkpoint, first_cell)?;
+    let predicted = predictions(&s.estimator, spec, s.seed, s.trials, observer, checkpoint)?;
     Ok(combine(spec, &estimates, predicted.as_deref()))
 }
 
@@ -138,16 +121,64 @@ fn combine(spec: &TrialSpec<'_>, estimates: &[CellEstimate], predicted: Option<&
         .collect()
 }
 
-/// Runs every cell of the scenario. Cells come out ordered by depth,
-/// context, k, precision.
-pub fn run_sweep(s: &Scenario, on_trial: &(dyn Fn() + Sync)) -> Result<SweepOutcome, SimError> {
-    let mut cells = Vec::new();
-    for &depth in &s.depths {
-        let spec = spec_for(s, depth);
-        cells.extend(group_cells(s, &spec, on_trial)?);
+/// Where a sweep's cells go as each haystack group finishes (before the
+/// group's checkpoint is dropped).
+pub trait Sink {
+    fn write_group(&mut self, cells: &[CellResult]) -> Result<(), Error>;
+}
+
+/// A sink that keeps nothing: the cells live in the returned outcome only.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NoSink;
+
+impl Sink for NoSink {
+    fn write_group(&mut self, _cells: &[CellResult]) -> Result<(), Error> {
+        Ok(())
     }
-    let effective = effective_contexts(s, &cells);
+}
+
+/// Runs the plan's groups not yet done, in sweep order: each group's trials
+/// in chunks `checkpoint` keeps, its cells to `sink`, then its checkpoint
+/// dropped. Returns every cell of the plan (those done earlier first), in
+/// sweep order, with the effective contexts unless the plan is a shard's.
+/// When `observer` asks to stop, returns [`SimError::Interrupted`] with
+/// everything finished in `sink` and `checkpoint`. Any partition of the
+/// grid, chunking or interruption gives the same cells: a cell depends only
+/// on its coordinates and a trial only on its index.
+pub fn execute(
+    mut plan: Plan<'_>,
+    checkpoint: &dyn Checkpoint,
+    observer: &dyn Observer,
+    sink: &mut dyn Sink,
+) -> Result<SweepOutcome, Error> {
+    let s = plan.scenario;
+    let runs = group_trial_runs(s);
+    let held = plan.groups.get(plan.groups_done).map_or(0, |g| checkpoint.trials_held(g, s.trials));
+    observer.started(&Standing {
+        trials_done: plan.groups_done as u64 * runs + held,
+        trials_total: plan.groups.len() as u64 * runs,
+        cells_done: plan.done.len(),
+        cells_total: plan.cells_total(),
+    });
+    let mut cells = std::mem::take(&mut plan.done);
+    for group in &plan.groups[plan.groups_done..] {
+        let part = plan.group_scenario(group);
+        let spec = spec_for(&part, group.depth_percent);
+        let new = group_cells(&part, &spec, observer, checkpoint, None)?;
+        sink.write_group(&new)?;
+        checkpoint.group_done(group)?;
+        cells.extend(new);
+        observer.cells_written(cells.len());
+    }
+    let effective = if plan.shard.is_none() { effective_contexts(s, &cells) } else { Vec::new() };
     Ok(SweepOutcome { cells, effective })
+}
+
+/// Runs every cell of the scenario in memory ([`execute`] with no
+/// checkpoint and no sink). Cells come out ordered by depth, context, k,
+/// precision.
+pub fn run_sweep(s: &Scenario, observer: &dyn Observer) -> Result<SweepOutcome, Error> {
+    execute(Plan::new(s, None), &NoCheckpoint, observer, &mut NoSink)
 }
 
 /// For each (k, precision): the longest context L such that recall is at or
@@ -156,7 +187,7 @@ pub fn effective_contexts(s: &Scenario, cells: &[CellResult]) -> Vec<EffectiveCo
     let mut out = Vec::new();
     for &k in &s.topks {
         for variant in &s.precisions {
-            let layer = Reach::of(s, cells, k, &variant.name, |c| Some(c.recall))
+            let layer = reach_of(s, cells, k, &variant.name, |c| Some(c.recall))
                 .unwrap_or(Reach { effective_context: None, held_at_longest: false });
             out.push(EffectiveContext {
                 topk: k,
@@ -165,7 +196,7 @@ pub fn effective_contexts(s: &Scenario, cells: &[CellResult]) -> Vec<EffectiveCo
                 effective_context: layer.effective_context,
                 held_at_longest: layer.held_at_longest,
                 coverage_limit: s.geometry.coverage_limit(k),
-                model: Reach::of(s, cells, k, &variant.name, |c| c.model_recall),
+                model: reach_of(s, cells, k, &variant.name, |c| c.model_recall),
             });
         }
     }

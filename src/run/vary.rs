@@ -9,12 +9,13 @@
 //! OUT/needle.strength=0.5/        a whole sweep directory per value
 //! ```
 
+use crate::base::observe::Observer;
 use crate::config::vary::VaryAxis;
 use crate::config::Scenario;
 use crate::error::{ConfigError, Error};
 use crate::run::cell::CellResult;
-use crate::run::output::{self, reach_label, row_label, write_atomic, MANIFEST_FILE, RESULTS_FILE, SUMMARY_FILE};
-use crate::run::store::{self, Observer, StoreOptions};
+use crate::run::output::{self, row_label, write_atomic, MANIFEST_FILE, RESULTS_FILE, SUMMARY_FILE};
+use crate::run::store::{self, StoreOptions};
 use crate::run::sweep::SweepOutcome;
 use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
@@ -280,9 +281,9 @@ pub fn format_table(outcome: &VaryOutcome) -> String {
             let text = match sweep.effective.get(e_index) {
                 None => "-".to_string(),
                 Some(e) => {
-                    let layer = reach_label(e.effective_context, e.held_at_longest, shortest);
+                    let layer = e.layer().label(shortest);
                     match e.model {
-                        Some(m) if whole => format!("{} / {layer}", reach_label(m.effective_context, m.held_at_longest, shortest)),
+                        Some(m) if whole => format!("{} / {layer}", m.label(shortest)),
                         _ => layer,
                     }
                 }

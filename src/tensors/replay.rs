@@ -545,40 +545,6 @@ pub fn replay_layered(cap: &Layered, variants: &[PrecisionVariant], topks: &[u64
     Ok(LayeredReplay { rows: out, summaries })
 }
 
-/// The replay summarised per (k, variant) over query tokens, for the chart.
-pub fn overlap_bars(rows: &[ReplayRow]) -> Vec<crate::report::chart::overlap::OverlapBar> {
-    let mut bars: Vec<crate::report::chart::overlap::OverlapBar> = Vec::new();
-    let mut counts: Vec<usize> = Vec::new();
-    for r in rows {
-        match bars.iter().position(|b| b.topk == r.topk && b.precision == r.precision) {
-            Some(i) => {
-                let b = &mut bars[i];
-                b.mean_recall += r.selection_recall;
-                b.mean_jaccard += r.jaccard;
-                b.min_recall = b.min_recall.min(r.selection_recall);
-                b.max_recall = b.max_recall.max(r.selection_recall);
-                counts[i] += 1;
-            }
-            None => {
-                bars.push(crate::report::chart::overlap::OverlapBar {
-                    topk: r.topk,
-                    precision: r.precision.clone(),
-                    mean_recall: r.selection_recall,
-                    min_recall: r.selection_recall,
-                    max_recall: r.selection_recall,
-                    mean_jaccard: r.jaccard,
-                });
-                counts.push(1);
-            }
-        }
-    }
-    for (b, n) in bars.iter_mut().zip(counts) {
-        b.mean_recall /= n as f64;
-        b.mean_jaccard /= n as f64;
-    }
-    bars
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

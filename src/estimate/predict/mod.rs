@@ -11,11 +11,12 @@ pub mod sampled;
 
 use crate::base::special::binomial_cdf_below;
 use crate::error::SimError;
+use crate::estimate::estimator::Estimator;
+use crate::estimate::grid;
 use crate::estimate::predict::closed::{closed_form_trial, prediction_applies};
 use crate::estimate::predict::sampled::predict_trial_sampled;
 use crate::estimate::sample::{models_variant, NEEDS_INDEPENDENT_ROWS};
 use crate::estimate::survival::SurvivalEstimate;
-use crate::estimate::{grid, Estimator};
 use crate::model::needle::{exceedance_of, QuantileNeedle};
 use crate::model::physics::Physics;
 use crate::score::trial::TrialSpec;
@@ -83,6 +84,7 @@ fn quantile_trial(spec: &TrialSpec<'_>, q: &QuantileNeedle, trial_seed: u64) -> 
 pub struct Predict;
 
 impl Estimator for Predict {
+    const NAME: &'static str = "predict";
     type Trial = Vec<Option<SurvivalEstimate>>;
     type Cell = Option<CellPrediction>;
 

@@ -17,3 +17,9 @@ pub enum FormatError {
     #[error("amax floor {floor} must be finite and non-negative")]
     InvalidAmaxFloor { floor: f32 },
 }
+
+impl From<FormatError> for crate::error::SimError {
+    fn from(e: FormatError) -> Self {
+        crate::error::SimError::Format(e.to_string())
+    }
+}

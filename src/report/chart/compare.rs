@@ -14,9 +14,9 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, VPos};
 
+use super::canvas::{draw_err, render_atomically, ChartError, Painter};
 use super::recall_vs_context::{draw_dashed, draw_marker, text_color, Encoding};
 use super::style::{text_at, ui_scale, Dash, Marker, GRID, INK, INK_SOFT};
-use super::{draw_err, render_atomically, ChartError, Painter};
 
 /// A share with its 95 % interval.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -286,6 +286,73 @@ impl Painter for CompareChart {
         Ok(())
     }
 }
+
+// The chart in a sweep: built from the cells, and its entry in the registry.
+
+use crate::base::units::tokens_label;
+use crate::report::meta::{draw, find, Grid, ReportMeta, SweepChart};
+use crate::run::cell::CellResult;
+
+pub(crate) fn estimate(value: f64, low: f64, high: f64) -> Estimate {
+    let value = value.clamp(0.0, 1.0);
+    Estimate { value, low: low.clamp(0.0, value), high: high.clamp(value, 1.0) }
+}
+
+/// Every (k, precision) at `context` and the detail depth: per-layer and
+/// whole-model recall, and selection recall against the reference.
+pub fn compare_chart(meta: &ReportMeta, cells: &[CellResult], context: u64) -> CompareChart {
+    let g = Grid::of(cells);
+    let depth = g.detail_depth();
+    let trials = cells.first().map_or(0, |c| c.trials);
+    let mut rows = Vec::new();
+    for &k in &g.topks {
+        for p in &g.precisions {
+            let Some(c) = find(cells, depth, context, k, p) else { continue };
+            let model = match (c.model_recall, c.model_ci_low, c.model_ci_high) {
+                (Some(v), Some(lo), Some(hi)) => Some(estimate(v, lo, hi)),
+                _ => None,
+            };
+            let selection = match (c.selection_recall, c.selection_recall_ci_low, c.selection_recall_ci_high) {
+                (Some(v), Some(lo), Some(hi)) => Some(estimate(v, lo, hi)),
+                _ => None,
+            };
+            rows.push(CompareRow {
+                topk: k as u32,
+                precision: p.clone(),
+                layer: estimate(c.recall, c.ci_low, c.ci_high),
+                model,
+                selection,
+            });
+        }
+    }
+    let whole = rows.iter().any(|r| r.model.is_some());
+    let what = if whole { "Whole-model and per-layer selection recall" } else { "Per-layer selection recall" };
+    let stack = meta.stack_label().filter(|_| whole).map_or_else(String::new, |s| format!(" · whole model: {s}"));
+    let chosen = if g.contexts.len() > 1 { " (detail context: --detail-context picks another)" } else { "" };
+    CompareChart {
+        title: format!("{what} by precision and k at {} tokens · {}", tokens_label(context), meta.preset),
+        subtitle: format!(
+            "{}{chosen} · needle depth {depth} %, {} · {trials} trials per row · seed {}{stack}",
+            meta.physics_label(),
+            meta.needle,
+            meta.seed
+        ),
+        reference: cells.iter().find_map(|c| c.fidelity_reference.clone()),
+        rows,
+        threshold: Some(meta.threshold),
+    }
+}
+
+pub const CHART: SweepChart = SweepChart {
+    stem: "compare",
+    when: "always, at the detail context and depth (with one context it replaces recall_vs_context, whose one x position would overlap every marker)",
+    caption: "Every precision and k at one context and the detail depth: per-layer selection recall with its Wilson 95 % interval, printed beside it; with a reference precision, the second panel is each selection's recall@k against the reference top-k; the dotted line is the recall threshold.",
+    caption_whole: Some("Every precision and k at one context and the detail depth: whole-model recall (large marker, thick line) and per-layer selection recall (small marker, thin line) with Wilson 95 % intervals, whole-model recall printed beside them; with a reference precision, the second panel is each selection's recall@k against the reference top-k; the dotted line is the recall threshold."),
+    render: |c, dir, ext| {
+        let chart = compare_chart(c.meta, &c.cells, c.context);
+        draw(dir, "compare", ext, |path| Ok(render_compare(&chart, path, 1600, chart.height())?))
+    },
+};
 
 #[cfg(test)]
 mod tests {

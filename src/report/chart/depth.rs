@@ -10,9 +10,9 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, VPos};
 
+use super::canvas::{draw_err, render_atomically, ChartError, Painter};
 use super::recall_vs_context::{draw_dashed, draw_marker, Encoding};
 use super::style::{text_at, text_vertical, ui_scale, Dash, Marker, GRID, INK, INK_SOFT};
-use super::{draw_err, render_atomically, ChartError, Painter};
 
 /// Recall at one depth with its interval.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -250,6 +250,86 @@ impl Painter for DepthChart {
         Ok(())
     }
 }
+
+// The chart in a sweep: built from the cells, and its entry in the registry.
+
+use super::compare::estimate;
+use crate::base::units::tokens_label;
+use crate::report::meta::{draw, find, Grid, ReportMeta, SweepChart};
+use crate::run::cell::CellResult;
+
+/// Panels of the recall-vs-depth chart: the longest contexts.
+pub const DEPTH_CHART_MAX_PANELS: usize = 4;
+
+/// Recall vs depth, one panel per context (the longest
+/// [`DEPTH_CHART_MAX_PANELS`]), one line per (k, precision).
+pub fn recall_vs_depth_chart(meta: &ReportMeta, cells: &[CellResult]) -> DepthChart {
+    let g = Grid::of(cells);
+    let trials = cells.first().map_or(0, |c| c.trials);
+    let shown = &g.contexts[g.contexts.len().saturating_sub(DEPTH_CHART_MAX_PANELS)..];
+    let point = |d: f64, r: Option<f64>, lo: Option<f64>, hi: Option<f64>| {
+        let e = estimate(r?, lo?, hi?);
+        Some(DepthPoint { depth_percent: d, recall: e.value, ci_low: e.low, ci_high: e.high })
+    };
+    let panels = shown
+        .iter()
+        .map(|&ctx| {
+            let mut series = Vec::new();
+            for &k in &g.topks {
+                for p in &g.precisions {
+                    let mine: Vec<&CellResult> = g.depths.iter().filter_map(|&d| find(cells, d, ctx, k, p)).collect();
+                    let points: Vec<DepthPoint> =
+                        mine.iter().filter_map(|c| point(c.depth_percent, Some(c.recall), Some(c.ci_low), Some(c.ci_high))).collect();
+                    let model =
+                        mine.iter().filter_map(|c| point(c.depth_percent, c.model_recall, c.model_ci_low, c.model_ci_high)).collect();
+                    if !points.is_empty() {
+                        series.push(DepthSeries { topk: k as u32, precision: p.clone(), points, model });
+                    }
+                }
+            }
+            DepthPanel { title: format!("{} tokens", tokens_label(ctx)), series }
+        })
+        .collect::<Vec<_>>();
+    let whole = panels.iter().flat_map(|p| &p.series).any(|s| !s.model.is_empty());
+    let which = if shown.len() < g.contexts.len() {
+        format!("the longest {} of {} contexts", shown.len(), g.contexts.len())
+    } else {
+        "every context".to_string()
+    };
+    let title = if whole {
+        "Whole-model recall (solid) and per-layer selection recall (dashed) vs needle depth"
+    } else {
+        "Per-layer selection recall vs needle depth"
+    };
+    let stack = meta.stack_label().filter(|_| whole).map_or_else(String::new, |s| format!(" · whole model: {s}"));
+    DepthChart {
+        title: format!("{title} · {}", meta.preset),
+        subtitle: format!(
+            "{which} · {} · {}, {} tokens · {trials} trials per point · Wilson 95 % bands · seed {}{stack}",
+            meta.physics_label(),
+            meta.needle,
+            meta.needle_tokens,
+            meta.seed
+        ),
+        panels,
+        threshold: Some(meta.threshold),
+    }
+}
+
+pub const CHART: SweepChart = SweepChart {
+    stem: "recall_vs_depth",
+    when: "three depths or more",
+    caption: "Per-layer selection recall vs needle depth (0 % = start of the context), one panel per context (the longest four at most), one line per (k, precision) with Wilson 95 % bands; the dotted line is the recall threshold.",
+    caption_whole: Some("Whole-model recall (solid lines, Wilson 95 % bands) and per-layer selection recall (dashed) vs needle depth (0 % = start of the context), one panel per context (the longest four at most), one colour per k, one marker per precision; the dotted line is the recall threshold."),
+    render: |c, dir, ext| {
+        if !c.by_depth() {
+            return Ok(Vec::new());
+        }
+        let chart = recall_vs_depth_chart(c.meta, &c.cells);
+        let h = if chart.panels.len() > 3 { 1400 } else { 1000 };
+        draw(dir, "recall_vs_depth", ext, |path| Ok(render_recall_vs_depth(&chart, path, 1600, h)?))
+    },
+};
 
 #[cfg(test)]
 mod tests {

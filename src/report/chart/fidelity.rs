@@ -14,8 +14,10 @@ use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, VPos};
 
 use super::recall_vs_context::{draw_dashed, draw_marker, Encoding};
-use super::style::{format_tokens, text, text_at, ui_scale, Dash, TickedAxis, GRID, INK, INK_SOFT};
-use super::{draw_err, render_atomically, ChartError, Painter};
+use crate::base::units::tokens_label;
+
+use super::canvas::{draw_err, render_atomically, ChartError, Painter};
+use super::style::{text, text_at, ui_scale, Dash, TickedAxis, GRID, INK, INK_SOFT};
 
 /// One measured value with its 95 % interval.
 #[derive(Debug, Clone, PartialEq)]
@@ -159,7 +161,7 @@ impl FidelityChart {
                 if (e - e_first) % label_every != 0 || !(0..63).contains(&e) {
                     String::new()
                 } else {
-                    format_tokens(1u64 << e)
+                    tokens_label(1u64 << e)
                 }
             })
             .y_label_formatter(&|v: &f64| format!("{v:.decimals$}"))
@@ -322,6 +324,68 @@ impl Painter for FidelityChart {
         Ok(())
     }
 }
+
+// The chart in a sweep: built from the cells, and its entry in the registry.
+
+use crate::report::meta::{draw, find, Grid, ReportMeta, SweepChart};
+use crate::run::cell::CellResult;
+
+/// The engines' pass rule for top-k overlap, drawn on the fidelity chart.
+pub const FIDELITY_PASS_RULE: f64 = 0.99;
+
+/// A cell's (mean, 95 % interval low, high) of one fidelity measure.
+type MeanAndInterval = (Option<f64>, Option<f64>, Option<f64>);
+
+/// Selection fidelity against the reference at the detail depth. None
+/// when no cell has a fidelity reference.
+pub fn fidelity_chart(meta: &ReportMeta, cells: &[CellResult]) -> Option<FidelityChart> {
+    let g = Grid::of(cells);
+    let depth = g.detail_depth();
+    let reference = cells.iter().find_map(|c| c.fidelity_reference.clone())?;
+    let trials = cells.first().map_or(0, |c| c.trials);
+    let mut series = Vec::new();
+    for &k in &g.topks {
+        for p in &g.precisions {
+            let mine: Vec<&CellResult> = g.contexts.iter().filter_map(|&c| find(cells, depth, c, k, p)).collect();
+            let pick = |f: fn(&CellResult) -> MeanAndInterval| -> Vec<FidelityPoint> {
+                mine.iter()
+                    .filter_map(|c| match f(c) {
+                        (Some(mean), Some(lo), Some(hi)) => Some(FidelityPoint {
+                            context_tokens: c.context_tokens,
+                            mean: mean.clamp(0.0, 1.0),
+                            ci_low: lo.clamp(0.0, 1.0),
+                            ci_high: hi.clamp(0.0, 1.0),
+                        }),
+                        _ => None,
+                    })
+                    .collect()
+            };
+            let selection_recall = pick(|c| (c.selection_recall, c.selection_recall_ci_low, c.selection_recall_ci_high));
+            let jaccard = pick(|c| (c.jaccard, c.jaccard_ci_low, c.jaccard_ci_high));
+            if !selection_recall.is_empty() || !jaccard.is_empty() {
+                series.push(FidelitySeries { topk: k as u32, precision: p.clone(), selection_recall, jaccard });
+            }
+        }
+    }
+    (!series.is_empty()).then(|| FidelityChart {
+        title: format!("Selection fidelity against the {reference} top-k · {}", meta.preset),
+        subtitle: format!("needle depth {depth} % · {trials} trials per point · mean and 95 % interval over trials · seed {}", meta.seed),
+        reference,
+        series,
+        pass_rule: Some(FIDELITY_PASS_RULE),
+    })
+}
+
+pub const CHART: SweepChart = SweepChart {
+    stem: "fidelity",
+    when: "with a reference precision (fp32)",
+    caption: "Selection fidelity: the share of the exact top-k kept by each quantized selection (recall@k) and the Jaccard overlap of the two sets, with 95 % intervals; the dashed line is the 0.99 pass rule.",
+    caption_whole: None,
+    render: |c, dir, ext| match fidelity_chart(c.meta, &c.cells) {
+        Some(f) => draw(dir, "fidelity", ext, |path| Ok(render_fidelity(&f, path, 1600, 1000)?)),
+        None => Ok(Vec::new()),
+    },
+};
 
 #[cfg(test)]
 mod tests {

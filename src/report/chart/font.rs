@@ -9,8 +9,6 @@ use std::sync::OnceLock;
 
 use plotters::style::FontStyle;
 
-use super::ChartError;
-
 /// The only font family name used in chart text styles.
 pub const FONT_FAMILY: &str = "DejaVu Sans";
 
@@ -22,14 +20,13 @@ static REGISTERED: OnceLock<Result<(), String>> = OnceLock::new();
 /// Registers the embedded font with plotters exactly once per process.
 ///
 /// Every render function calls this before drawing; calling it again is cheap.
-pub fn ensure_font_registered() -> Result<(), ChartError> {
+pub fn ensure_font_registered() -> Result<(), String> {
     REGISTERED
         .get_or_init(|| {
             plotters::style::register_font(FONT_FAMILY, FontStyle::Normal, DEJAVU_SANS_TTF)
                 .map_err(|_| format!("embedded font {FONT_FAMILY} could not be parsed"))
         })
         .clone()
-        .map_err(ChartError::Font)
 }
 
 /// `<defs><style>` block embedding the font as a base64 `@font-face`, so SVG

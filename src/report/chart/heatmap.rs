@@ -9,11 +9,13 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, VPos};
 
+use crate::base::units::tokens_label;
+
+use super::canvas::{draw_err, render_atomically, ChartError, Painter};
 use super::style::{
-    contrast_text_color, dash_polyline, diverging_color, format_thousands, format_tokens, recall_color, text_at, text_vertical, ui_scale,
-    Dash, INK, INK_SOFT, MISSING_CELL,
+    contrast_text_color, dash_polyline, diverging_color, format_thousands, recall_color, text_at, text_vertical, ui_scale, Dash, INK,
+    INK_SOFT, MISSING_CELL,
 };
-use super::{draw_err, render_atomically, ChartError, Painter};
 
 /// One depth × context grid.
 #[derive(Debug, Clone, PartialEq)]
@@ -296,7 +298,7 @@ impl Heatmap {
                 continue;
             }
             let cx = (col_x(j as i32) + col_x(j as i32 + 1)) / 2;
-            root.draw(&Text::new(format_tokens(*c), (cx, gy1 + px(6.0)), tick_style_x.clone())).map_err(draw_err)?;
+            root.draw(&Text::new(tokens_label(*c), (cx, gy1 + px(6.0)), tick_style_x.clone())).map_err(draw_err)?;
         }
         let depth_every = if nrows as f64 * 20.0 * s > (gy1 - gy0) as f64 { 2 } else { 1 };
         for (i, d) in p.depths_percent.iter().enumerate() {
@@ -348,6 +350,190 @@ impl Heatmap {
         Ok(())
     }
 }
+
+// The chart in a sweep: built from the cells, and its entry in the registry.
+
+use crate::base::units::Reach;
+use crate::report::meta::DiffSpan;
+use crate::report::meta::{draw, find, Grid, ReportMeta, SweepChart};
+use crate::run::cell::{CellResult, HolmFamily};
+use crate::run::sweep::EffectiveContext;
+
+/// Pixel size of a heatmap with `panels` panels of `depths` × `contexts` cells.
+pub fn heatmap_size(panels: usize, depths: usize, contexts: usize) -> (u32, u32) {
+    let cols = if panels <= 3 { panels.max(1) } else { (panels as f64).sqrt().ceil() as usize };
+    let rows = panels.div_ceil(cols);
+    let w = 260 + cols * (90 + 78 * contexts);
+    let h = 140 + rows * (110 + 36 * depths.max(3));
+    (w.clamp(1600, 6000) as u32, h.clamp(1000, 6000) as u32)
+}
+
+/// Depth × context per-layer selection recall, one panel per (k, precision).
+pub fn heatmap(meta: &ReportMeta, cells: &[CellResult]) -> Heatmap {
+    let trials = cells.first().map_or(0, |c| c.trials);
+    let title =
+        format!("Per-layer selection recall by depth and context · {} · {} · {trials} trials per cell", meta.preset, meta.physics_label());
+    let layer = |e: &EffectiveContext| Some(e.layer());
+    recall_heatmap(meta, cells, title, |c| Some(c.recall), layer)
+}
+
+/// Depth × context whole-model recall, one panel per (k, precision); None
+/// when no cell has it (no `[stack]`).
+pub fn heatmap_model(meta: &ReportMeta, cells: &[CellResult]) -> Option<Heatmap> {
+    if cells.iter().all(|c| c.model_recall.is_none()) {
+        return None;
+    }
+    let trials = cells.first().map_or(0, |c| c.trials);
+    // As long as the per-layer title: the stack is in the recall charts' subtitle.
+    let title = format!("Whole-model recall by depth and context · {} · {} · {trials} trials per cell", meta.preset, meta.physics_label());
+    let model = |e: &EffectiveContext| e.model;
+    Some(recall_heatmap(meta, cells, title, |c| c.model_recall, model))
+}
+
+/// Depth × context of the recall `value` reads from a cell, one panel per
+/// (k, precision), each titled with the effective context `reach` reads.
+fn recall_heatmap(
+    meta: &ReportMeta,
+    cells: &[CellResult],
+    title: String,
+    value: impl Fn(&CellResult) -> Option<f64>,
+    reach: impl Fn(&EffectiveContext) -> Option<Reach>,
+) -> Heatmap {
+    let g = Grid::of(cells);
+    let mut panels = Vec::new();
+    for &k in &g.topks {
+        for p in &g.precisions {
+            let recall = g.depths.iter().map(|&d| g.contexts.iter().map(|&c| find(cells, d, c, k, p).and_then(&value)).collect()).collect();
+            let eff = meta.effective.iter().find(|e| e.topk == k && e.precision == *p).and_then(&reach);
+            let title = match eff {
+                Some(e) => format!("k={k}, {p} · eff. {}", e.label(g.contexts[0])),
+                None => format!("k={k}, {p}"),
+            };
+            panels.push(HeatmapPanel {
+                title,
+                depths_percent: g.depths.clone(),
+                contexts: g.contexts.clone(),
+                recall,
+                coverage_limit: cells.iter().find(|c| c.topk == k).map(|c| c.coverage_limit),
+                marked: Vec::new(),
+            });
+        }
+    }
+    Heatmap { title, panels, diverging: false, diverging_limit: None, note: None }
+}
+
+/// The diverging colour scale's default half-width for differences up to
+/// `largest`: the smallest of 0.1, 0.25, 0.5 and 1 that holds it. Never
+/// below 0.1, so that a few points of noise stay pale instead of saturated.
+pub fn diff_scale(largest: f64) -> f64 {
+    [0.1, 0.25, 0.5].into_iter().find(|&l| largest <= l + 1e-12).unwrap_or(1.0)
+}
+
+/// Significance level of the difference heatmap's marks (Holm-adjusted).
+pub const DIFF_MARK_ALPHA: f64 = 0.05;
+
+/// Recall difference of every other precision against the baseline (the
+/// first precision), per k, on the same haystacks, marked where the
+/// Holm-adjusted McNemar p over `cells` is below [`DIFF_MARK_ALPHA`], with
+/// the default colour span. None with one precision.
+pub fn heatmap_diff(meta: &ReportMeta, cells: &[CellResult]) -> Option<Heatmap> {
+    let holm = HolmFamily::of(cells);
+    heatmap_diff_marked(meta, cells, &holm.precision, holm.size, None)
+}
+
+/// [`heatmap_diff`] with the adjusted p given and a colour span.
+/// `adjusted[i]` is `cells[i]`'s Holm-adjusted McNemar p over the sweep's
+/// `family` paired tests ([`HolmFamily`], precision and k pairs): cells
+/// below [`DIFF_MARK_ALPHA`] are marked. `span`: the colour span (None:
+/// [`diff_scale`]).
+pub fn heatmap_diff_marked(
+    meta: &ReportMeta,
+    cells: &[CellResult],
+    adjusted: &[Option<f64>],
+    family: usize,
+    span: Option<f64>,
+) -> Option<Heatmap> {
+    let g = Grid::of(cells);
+    let baseline = g.precisions.first()?.clone();
+    let at = |d: f64, c: u64, k: u64, p: &str| {
+        cells.iter().position(|x| x.depth_percent == d && x.context_tokens == c && x.topk == k && x.precision == p)
+    };
+    let significant = |i: usize| adjusted.get(i).copied().flatten().is_some_and(|p| p < DIFF_MARK_ALPHA);
+    let mut panels = Vec::new();
+    let mut tests = 0;
+    for &k in &g.topks {
+        for p in g.precisions.iter().skip(1) {
+            let index: Vec<Vec<Option<usize>>> = g.depths.iter().map(|&d| g.contexts.iter().map(|&c| at(d, c, k, p)).collect()).collect();
+            tests += index.iter().flatten().flatten().filter(|&&i| adjusted.get(i).copied().flatten().is_some()).count();
+            panels.push(HeatmapPanel {
+                title: format!("k={k}: {p} − {baseline}"),
+                depths_percent: g.depths.clone(),
+                contexts: g.contexts.clone(),
+                recall: index.iter().map(|r| r.iter().map(|i| i.and_then(|i| cells[i].recall_diff)).collect()).collect(),
+                coverage_limit: cells.iter().find(|c| c.topk == k).map(|c| c.coverage_limit),
+                marked: index.iter().map(|r| r.iter().map(|i| i.is_some_and(significant)).collect()).collect(),
+            });
+        }
+    }
+    let largest = panels.iter().flat_map(|p| p.recall.iter().flatten().flatten()).fold(0.0f64, |m, v| m.max(v.abs()));
+    let limit = span.unwrap_or_else(|| diff_scale(largest));
+    let note = format!(
+        "ring: McNemar p < {DIFF_MARK_ALPHA} after Holm adjustment over all {family} paired tests of the sweep ({tests} shown) · colour span ±{limit}{}",
+        if span.is_some() { " (--diff-span)" } else { "" }
+    );
+    (!panels.is_empty()).then(|| Heatmap {
+        title: format!("Per-layer selection recall difference against {baseline} on the same haystacks · {}", meta.preset),
+        panels,
+        diverging: true,
+        diverging_limit: Some(limit),
+        note: Some(note),
+    })
+}
+
+pub const CHART: SweepChart = SweepChart {
+    stem: "heatmap",
+    when: "two depths or more",
+    caption: "Per-layer selection recall by depth (0 % = start of the context, at the top) and context length; the dashed line marks the coverage limit k·c+W.",
+    caption_whole: None,
+    render: |c, dir, ext| {
+        if c.grid.depths.len() < 2 {
+            return Ok(Vec::new());
+        }
+        let hm = heatmap(c.meta, &c.cells);
+        let (w, h) = heatmap_size(hm.panels.len(), c.grid.depths.len(), c.grid.contexts.len());
+        draw(dir, "heatmap", ext, |path| Ok(render_heatmap(&hm, path, w, h)?))
+    },
+};
+
+pub const MODEL_CHART: SweepChart = SweepChart {
+    stem: "heatmap_model",
+    when: "two depths or more, with whole-model recall",
+    caption: "Whole-model recall by depth (0 % = start of the context, at the top) and context length; the dashed line marks the coverage limit k·c+W of the indexed layers.",
+    caption_whole: None,
+    render: |c, dir, ext| {
+        let Some(model) = heatmap_model(c.meta, &c.cells).filter(|_| c.grid.depths.len() >= 2) else { return Ok(Vec::new()) };
+        // Sized as the per-layer heatmap, which it sits beside.
+        let (w, h) = heatmap_size(heatmap(c.meta, &c.cells).panels.len(), c.grid.depths.len(), c.grid.contexts.len());
+        draw(dir, "heatmap_model", ext, |path| Ok(render_heatmap(&model, path, w, h)?))
+    },
+};
+
+pub const DIFF_CHART: SweepChart = SweepChart {
+    stem: "heatmap_diff",
+    when: "two depths or more, and two precisions or more",
+    caption: "Per-layer selection recall difference against the baseline precision on the same haystacks (blue: better than the baseline, red: worse); a ring marks a cell whose McNemar p, Holm-adjusted over every paired test of the sweep, is below 0.05; the colour span is ±the largest difference rounded up (at least 0.1) unless --diff-span sets it.",
+    caption_whole: None,
+    render: |c, dir, ext| {
+        if c.grid.depths.len() < 2 {
+            return Ok(Vec::new());
+        }
+        let Some(diff) = heatmap_diff_marked(c.meta, &c.cells, &c.adjusted, c.family_size, c.diff_span.map(DiffSpan::get)) else {
+            return Ok(Vec::new());
+        };
+        let (w, h) = heatmap_size(diff.panels.len(), c.grid.depths.len(), c.grid.contexts.len());
+        draw(dir, "heatmap_diff", ext, |path| Ok(render_heatmap(&diff, path, w, h)?))
+    },
+};
 
 #[cfg(test)]
 mod tests {

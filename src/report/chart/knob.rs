@@ -10,8 +10,8 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, VPos};
 
+use super::canvas::{draw_err, render_atomically, ChartError, Painter};
 use super::style::{dash_polyline, palette_color, text, text_at, ui_scale, Dash, GRID, INK, INK_SOFT};
-use super::{draw_err, render_atomically, ChartError, Painter};
 
 /// One line: a (k, precision) across the knob's values.
 #[derive(Debug, Clone, PartialEq)]

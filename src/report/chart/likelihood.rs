@@ -10,8 +10,8 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, VPos};
 
+use super::canvas::{draw_err, render_atomically, ChartError, Painter};
 use super::style::{palette_color, text, text_at, ui_scale, GRID, INK, INK_SOFT};
-use super::{draw_err, render_atomically, ChartError, Painter};
 use crate::base::stats::{wilson_interval, Z95};
 
 /// One candidate, in rank order.

@@ -9,8 +9,8 @@ use std::path::Path;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
+use super::canvas::{draw_err, render_atomically, ChartError, Painter};
 use super::style::{palette_color, text, ui_scale, GRID, INK, INK_SOFT};
-use super::{draw_err, render_atomically, ChartError, Painter};
 
 /// One bar: a (k, precision) summarised over query tokens.
 #[derive(Debug, Clone, PartialEq)]

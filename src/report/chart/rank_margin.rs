@@ -14,9 +14,9 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, VPos};
 
+use super::canvas::{draw_err, render_atomically, ChartError, Painter};
 use super::recall_vs_context::{draw_dashed, Encoding};
 use super::style::{text, text_at, ui_scale, Dash, TickedAxis, GRID, INK, INK_SOFT, RECALL_LOW};
-use super::{draw_err, render_atomically, ChartError, Painter};
 
 /// Quantiles of one (top-k, precision) at one context.
 #[derive(Debug, Clone, PartialEq)]
@@ -305,6 +305,54 @@ impl Painter for RankMarginChart {
         Ok(())
     }
 }
+
+// The chart in a sweep: built from the cells, and its entry in the registry.
+
+use crate::base::units::tokens_label;
+use crate::report::meta::{draw, find, Grid, ReportMeta, SweepChart};
+use crate::run::cell::CellResult;
+
+/// Needle rank ÷ k_eff and margin quantiles per (k, precision) at `context`
+/// and the detail depth.
+pub fn rank_margin_chart(meta: &ReportMeta, cells: &[CellResult], context: u64) -> RankMarginChart {
+    let g = Grid::of(cells);
+    let depth = g.detail_depth();
+    let trials = cells.first().map_or(0, |c| c.trials);
+    let mut rows = Vec::new();
+    for &k in &g.topks {
+        for p in &g.precisions {
+            if let Some(c) = find(cells, depth, context, k, p) {
+                rows.push(DistributionRow {
+                    topk: k as u32,
+                    precision: p.clone(),
+                    rank_share: c.rank_share_quantiles,
+                    margin_sd: c.margin_sd_quantiles,
+                    recall: Some(c.recall),
+                });
+            }
+        }
+    }
+    RankMarginChart {
+        title: format!("Why needles miss one layer's top-k: rank and margin at {} tokens · {}", tokens_label(context), meta.preset),
+        subtitle: format!(
+            "needle depth {depth} %, {} · {trials} trials per row · rank = competitors scoring above the best needle row",
+            meta.needle
+        ),
+        rows,
+    }
+}
+
+pub const CHART: SweepChart = SweepChart {
+    stem: "rank_margin",
+    when: "always, at the detail context and depth",
+    caption: "Why needles miss one layer's top-k: rank of the best needle row as a share of k_eff (beyond 1 it is lost) and its score margin to the k-th competitor (below 0 it is lost); whiskers 5–95 %, box 25–75 %, bar = median.",
+    caption_whole: None,
+    render: |c, dir, ext| {
+        let rm = rank_margin_chart(c.meta, &c.cells, c.context);
+        let h = (300 + 70 * rm.rows.len()).clamp(1000, 4000) as u32;
+        draw(dir, "rank_margin", ext, |path| Ok(render_rank_margin(&rm, path, 1600, h)?))
+    },
+};
 
 #[cfg(test)]
 mod tests {

@@ -19,11 +19,12 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, VPos};
 
+use crate::base::units::{tokens_label, Reach};
+
+use super::canvas::{draw_err, render_atomically, ChartError, Painter};
 use super::style::{
-    dash_polyline, format_thousands, format_tokens, lerp_color, palette_color, text, text_at, ui_scale, Dash, Marker, TickedAxis, GRID,
-    INK, INK_SOFT,
+    dash_polyline, format_thousands, lerp_color, palette_color, text, text_at, ui_scale, Dash, Marker, TickedAxis, GRID, INK, INK_SOFT,
 };
-use super::{draw_err, render_atomically, ChartError, Painter};
 
 /// One measured point: recall at a context length with its confidence interval.
 #[derive(Debug, Clone, PartialEq)]
@@ -83,26 +84,6 @@ pub struct EffectiveMark {
     pub model: Option<Reach>,
 }
 
-/// How far a recall holds: its effective context.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Reach {
-    /// The longest context that held (None: failed at the shortest).
-    pub context_tokens: Option<u64>,
-    /// Recall held at every tested context: the true value may be longer.
-    pub held_at_longest: bool,
-}
-
-impl Reach {
-    /// "16K", "≥ 128K" or "< 1K" (`shortest` = the shortest tested context).
-    pub fn label(&self, shortest: u64) -> String {
-        match (self.context_tokens, self.held_at_longest) {
-            (None, _) => format!("< {}", format_tokens(shortest)),
-            (Some(c), true) => format!("≥ {}", format_tokens(c)),
-            (Some(c), false) => format_tokens(c),
-        }
-    }
-}
-
 impl EffectiveMark {
     /// "eff. 16K", "eff. ≥ 128K" or "eff. < 1K" (`shortest` = the shortest tested context).
     pub fn label(&self, shortest: u64) -> String {
@@ -117,7 +98,7 @@ impl EffectiveMark {
     }
 
     fn layer(&self) -> Reach {
-        Reach { context_tokens: self.context_tokens, held_at_longest: self.held_at_longest }
+        Reach { effective_context: self.context_tokens, held_at_longest: self.held_at_longest }
     }
 }
 
@@ -509,7 +490,7 @@ impl Painter for RecallChart {
                 if (e - e_first) % label_every as i64 != 0 || !(0..63).contains(&e) {
                     String::new()
                 } else {
-                    format_tokens(1u64 << e)
+                    tokens_label(1u64 << e)
                 }
             })
             .y_label_formatter(&|v: &f64| format!("{v:.1}"))
@@ -748,6 +729,143 @@ impl Painter for RecallChart {
     }
 }
 
+// The chart in a sweep: built from the cells, and its entry in the registry.
+
+use crate::config::Scenario;
+use crate::error::Error;
+use crate::report::meta::{file_name, needle_offsets, Grid, ReportMeta, SweepChart, RECALL_VS_CONTEXT};
+use crate::run::cell::CellResult;
+use crate::run::sweep::effective_contexts;
+
+/// The recall-vs-context chart of one depth (per-layer selection recall:
+/// docs/MODEL.md, "What is measured").
+pub fn recall_chart(meta: &ReportMeta, cells: &[CellResult], depth: f64) -> RecallChart {
+    let g = Grid::of(cells);
+    let trials = cells.first().map_or(0, |c| c.trials);
+    let mut series = Vec::new();
+    let offsets = needle_offsets(cells);
+    for &k in &g.topks {
+        for p in &g.precisions {
+            for &offset in &offsets {
+                let of_series = |c: &&CellResult| c.depth_percent == depth && c.topk == k && c.precision == *p && c.needle_offset == offset;
+                let points: Vec<RecallPoint> = cells
+                    .iter()
+                    .filter(of_series)
+                    .map(|c| RecallPoint { context_tokens: c.context_tokens, recall: c.recall, ci_low: c.ci_low, ci_high: c.ci_high })
+                    .collect();
+                let model: Vec<RecallPoint> = cells
+                    .iter()
+                    .filter(of_series)
+                    .filter_map(|c| {
+                        Some(RecallPoint {
+                            context_tokens: c.context_tokens,
+                            recall: c.model_recall?,
+                            ci_low: c.model_ci_low?,
+                            ci_high: c.model_ci_high?,
+                        })
+                    })
+                    .collect();
+                let predicted: Vec<(u64, f64)> =
+                    cells.iter().filter(of_series).filter_map(|c| c.predicted_recall.map(|r| (c.context_tokens, r))).collect();
+                let model_band: Vec<(u64, f64, f64)> = cells
+                    .iter()
+                    .filter(of_series)
+                    .filter_map(|c| Some((c.context_tokens, c.model_band_low?, c.model_band_high?)))
+                    .collect();
+                // One line per needle offset when the sweep has that axis.
+                let label = match offset {
+                    Some(o) if offsets.len() > 1 => format!("{p} @ offset {o}"),
+                    _ => p.clone(),
+                };
+                if !points.is_empty() {
+                    series.push(RecallSeries { topk: k as u32, precision: label, points, predicted, model, model_band });
+                }
+            }
+        }
+    }
+    let coverage_limits =
+        g.topks.iter().filter_map(|&k| cells.iter().find(|c| c.topk == k).map(|c| (k as u32, c.coverage_limit))).collect();
+    let whole = series.iter().any(|s| !s.model.is_empty());
+    let (title, stack) = match meta.stack_label() {
+        Some(stack) if whole => (
+            format!(
+                "Whole-model recall (solid) and per-layer selection recall (dashed) vs context · {} · {}",
+                meta.preset,
+                meta.physics_label()
+            ),
+            format!(" · whole model: {stack}"),
+        ),
+        _ => (format!("Per-layer selection recall vs context · {} · {}", meta.preset, meta.physics_label()), String::new()),
+    };
+    RecallChart {
+        title,
+        subtitle: format!(
+            "needle depth {depth} %, {}, {} tokens · {trials} trials per point · Wilson 95 % bands · seed {}{stack}",
+            meta.needle, meta.needle_tokens, meta.seed
+        ),
+        series,
+        coverage_limits,
+        effective_threshold: Some(meta.threshold),
+        effective: meta
+            .effective
+            .iter()
+            .map(|e| EffectiveMark {
+                topk: e.topk as u32,
+                precision: e.precision.clone(),
+                context_tokens: e.effective_context,
+                held_at_longest: e.held_at_longest,
+                model: e.model,
+            })
+            .collect(),
+    }
+}
+
+/// Recall vs context, one line per (k, precision), one chart per depth
+/// (`recall_vs_context.png` for the first depth, `recall_vs_context_depthD.png`
+/// for the others); effective contexts are computed from `cells`.
+pub fn render_recall_chart(s: &Scenario, cells: &[CellResult], path: &Path) -> Result<(), Error> {
+    let meta = ReportMeta::from_scenario(s, &effective_contexts(s, cells));
+    render_recall_charts(&meta, cells, path).map(|_| ())
+}
+
+fn recall_chart_path(first: &Path, index: usize, depth: f64) -> std::path::PathBuf {
+    if index == 0 {
+        return first.to_path_buf();
+    }
+    let stem = first.file_stem().map(|x| x.to_string_lossy().into_owned()).unwrap_or_default();
+    let ext = first.extension().map(|x| x.to_string_lossy().into_owned()).unwrap_or_else(|| "png".into());
+    first.with_file_name(format!("{stem}_depth{depth}.{ext}"))
+}
+
+fn render_recall_charts(meta: &ReportMeta, cells: &[CellResult], path: &Path) -> Result<Vec<std::path::PathBuf>, Error> {
+    let g = Grid::of(cells);
+    let mut written = Vec::new();
+    for (i, &depth) in g.depths.iter().enumerate() {
+        let target = recall_chart_path(path, i, depth);
+        render_recall_vs_context(&recall_chart(meta, cells, depth), &target, 1600, 1000)?;
+        written.push(target);
+    }
+    Ok(written)
+}
+
+pub const CHART: SweepChart = SweepChart {
+    stem: RECALL_VS_CONTEXT,
+    when: "several contexts: one per depth with up to two depths, else one at the detail depth beside recall_vs_depth",
+    caption: "Per-layer selection recall vs context (log2 axis), one line per (k, precision), Wilson 95 % bands; dashed verticals mark the coverage limit k·c+W, the dotted line the recall threshold; the legend gives each series' effective context.",
+    caption_whole: Some("Whole-model recall (solid lines, Wilson 95 % bands) and per-layer selection recall (thin dashed lines, smaller markers) vs context (log2 axis), one colour per k, one marker per precision; dashed verticals mark the coverage limit k·c+W, the dotted grey line the recall threshold, dotted coloured lines the analytic prediction of per-layer recall; the legend gives each series' effective context read from both."),
+    render: |c, dir, ext| {
+        let first = dir.join(format!("{RECALL_VS_CONTEXT}.{ext}"));
+        if c.grid.contexts.len() < 2 {
+            return Ok(Vec::new());
+        }
+        if c.by_depth() {
+            render_recall_vs_context(&recall_chart(c.meta, c.all_cells, c.grid.detail_depth()), &first, 1600, 1000)?;
+            return Ok(vec![file_name(&first)]);
+        }
+        Ok(render_recall_charts(c.meta, c.all_cells, &first)?.iter().map(|p| file_name(p)).collect())
+    },
+};
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -797,7 +915,7 @@ mod tests {
             sr.model = curve(knee + 3.0);
             sr.predicted = curve(knee + 0.3).iter().map(|p| (p.context_tokens, p.recall)).collect();
         }
-        c.effective[0].model = Some(Reach { context_tokens: Some(1 << 17), held_at_longest: true });
+        c.effective[0].model = Some(Reach { effective_context: Some(1 << 17), held_at_longest: true });
         c
     }
 
@@ -919,7 +1037,7 @@ mod tests {
         assert!(!svg.contains("whole-model") && !svg.contains("model 8K"));
         // An effective mark's model reach alone does not switch the chart.
         let mut c = demo_chart();
-        c.effective[0].model = Some(Reach { context_tokens: Some(1 << 16), held_at_longest: false });
+        c.effective[0].model = Some(Reach { effective_context: Some(1 << 16), held_at_longest: false });
         let again = dir.path().join("again.png");
         render_recall_vs_context(&c, &again, 800, 500).unwrap();
         assert_eq!(std::fs::read(&plain).unwrap(), std::fs::read(&again).unwrap());
@@ -949,7 +1067,7 @@ mod tests {
 
     #[test]
     fn reach_labels() {
-        let r = |c: Option<u64>, held| Reach { context_tokens: c, held_at_longest: held };
+        let r = |c: Option<u64>, held| Reach { effective_context: c, held_at_longest: held };
         assert_eq!(r(None, false).label(1024), "< 1K");
         assert_eq!(r(Some(2048), false).label(1024), "2K");
         assert_eq!(r(Some(1 << 17), true).label(1024), "≥ 128K");

@@ -7,32 +7,6 @@ use plotters::style::{FontTransform, IntoFont, RGBColor, TextStyle};
 
 use super::font::FONT_FAMILY;
 
-/// Formats a token count for a log2 axis tick: `512`, `1K`, `1.5K`, `128K`, `1M`.
-///
-/// Values below 1024 are printed in full; larger values use binary K (2^10)
-/// and M (2^20) units with at most one decimal (trailing `.0` dropped).
-pub fn format_tokens(n: u64) -> String {
-    const K: u64 = 1 << 10;
-    const M: u64 = 1 << 20;
-    const G: u64 = 1 << 30;
-    let (unit, suffix) = if n >= G {
-        (G, "G")
-    } else if n >= M {
-        (M, "M")
-    } else if n >= K {
-        (K, "K")
-    } else {
-        return n.to_string();
-    };
-    if n.is_multiple_of(unit) {
-        return format!("{}{suffix}", n / unit);
-    }
-    let v = n as f64 / unit as f64;
-    let s = format!("{v:.1}");
-    let s = s.strip_suffix(".0").unwrap_or(&s).to_string();
-    format!("{s}{suffix}")
-}
-
 /// Formats an integer with thousands separators: `2176` → `"2,176"`.
 pub fn format_thousands(n: u64) -> String {
     let digits = n.to_string();
@@ -277,19 +251,6 @@ impl Ranged for TickedAxis {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn token_tick_labels() {
-        assert_eq!(format_tokens(512), "512");
-        assert_eq!(format_tokens(1024), "1K");
-        assert_eq!(format_tokens(1536), "1.5K");
-        assert_eq!(format_tokens(2048), "2K");
-        assert_eq!(format_tokens(131072), "128K");
-        assert_eq!(format_tokens(262144), "256K");
-        assert_eq!(format_tokens(1048576), "1M");
-        assert_eq!(format_tokens(3 << 19), "1.5M");
-        assert_eq!(format_tokens(0), "0");
-    }
 
     #[test]
     fn thousands_separators() {

@@ -3,7 +3,7 @@
 //! "Capture format"). Every refusal is one line naming the tensor and field.
 
 use super::layout::{CacheLayout, CodeFormat, PageTable, RowReader, ScaleDtype};
-use super::CheckOptions;
+use super::options::CheckOptions;
 use crate::config::precision::{custom_variant, named_variant, parse_compact};
 use crate::error::Error;
 use crate::numerics::pipeline::QuantizedRows;
@@ -137,7 +137,7 @@ pub struct CaptureFiles {
 
 fn bad(path: &Path, tensor: &str, message: impl Into<String>) -> Error {
     if tensor.is_empty() {
-        return super::super::bad_file(path, message);
+        return crate::tensors::bad_file(path, message);
     }
     Error::Input { location: format!("{}: tensor {tensor}", path.display()), message: message.into() }
 }
@@ -158,13 +158,13 @@ impl CaptureFiles {
             for file in entries {
                 let name = file.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
                 if name == META_FILE {
-                    let bytes = super::super::read_bounded(&file)?;
+                    let bytes = crate::tensors::read_bounded(&file)?;
                     metadata = Some(String::from_utf8(bytes).map_err(|_| bad(&file, "", "is not UTF-8 text"))?);
                 } else if let Some(tensor) = name.strip_suffix(".npy") {
-                    let bytes = super::super::read_bounded(&file)?;
+                    let bytes = crate::tensors::read_bounded(&file)?;
                     total += bytes.len() as u64;
-                    if total > super::super::MAX_FILE_BYTES {
-                        return Err(bad(path, "", format!("holds more than the {} bytes this tool reads", super::super::MAX_FILE_BYTES)));
+                    if total > crate::tensors::MAX_FILE_BYTES {
+                        return Err(bad(path, "", format!("holds more than the {} bytes this tool reads", crate::tensors::MAX_FILE_BYTES)));
                     }
                     buffers.push((tensor.to_string(), bytes));
                 }
@@ -174,7 +174,7 @@ impl CaptureFiles {
             }
             return Ok(CaptureFiles { path: path.to_path_buf(), buffers, metadata });
         }
-        let bytes = super::super::read_bounded(path)?;
+        let bytes = crate::tensors::read_bounded(path)?;
         let metadata = safetensors::SafeTensors::read_metadata(&bytes)
             .map_err(|e| bad(path, "", format!("not a valid safetensors file: {e}")))?
             .1

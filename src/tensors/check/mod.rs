@@ -10,6 +10,7 @@
 pub mod capture;
 pub mod engine;
 pub mod layout;
+pub mod options;
 pub mod transforms;
 pub mod writer;
 
@@ -17,32 +18,12 @@ use crate::error::Error;
 use capture::{Capture, CaptureFiles, WeightsForm};
 use engine::{compare, logits_error, score_pair, Comparison, ScoreChange, Scored, Tolerance};
 use layout::ReadFault;
+pub use options::CheckOptions;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::Path;
 use transforms::TransformResult;
-
-/// What the command line (or the capture's metadata) sets; None defers to
-/// the capture's metadata, then the layout's defaults.
-#[derive(Clone, Debug, Default)]
-pub struct CheckOptions {
-    /// A built-in layout's name, a `.toml` file, or TOML text.
-    pub layout: Option<String>,
-    pub pipeline: Option<String>,
-    pub topk: Option<usize>,
-    /// `kernel` or `raw`.
-    pub weights: Option<String>,
-    pub rows_per_block: Option<usize>,
-    pub q_format: Option<String>,
-    pub block_stride_bytes: Option<u64>,
-    /// Logits must match bit for bit (no evaluation-order bound).
-    pub exact: bool,
-    /// Significant bits of the engine's accumulation (default 24, f32).
-    pub rounding_bits: Option<u32>,
-    /// Skip the fault transforms.
-    pub no_transforms: bool,
-}
 
 impl CheckOptions {
     fn tolerance(&self) -> Result<Tolerance, Error> {

@@ -1,9 +1,9 @@
 //! Progress of the binary's long commands, and the signals that stop a
 //! sweep cleanly. On a terminal, a bar with elapsed time and ETA; anywhere
 //! else (Slurm logs, `| tee`), a plain line every few seconds and no escape
-//! codes. The library only calls back (`store::Observer`, `on_trial`).
+//! codes. The library only calls back (`dsa_recall::base::observe::Observer`).
 
-use dsa_recall::run::store::{Observer, Standing};
+use dsa_recall::base::observe::{Observer, Standing};
 use dsa_recall::ConfigError;
 use indicatif::{ProgressBar, ProgressStyle};
 use std::io::IsTerminal;
@@ -100,13 +100,6 @@ impl Progress {
         })
     }
 
-    /// A started display of one cell's `trials` trials.
-    pub fn of_trials(trials: u64) -> Result<Progress, ConfigError> {
-        let p = Progress::new(false, false)?;
-        p.begin(&Standing { trials_total: trials, ..Standing::default() });
-        Ok(p)
-    }
-
     /// Asks `interrupt` whether to stop (a sweep's signals).
     pub fn stopped_by(mut self, interrupt: &'static Interrupt) -> Progress {
         self.interrupt = Some(interrupt);
@@ -196,11 +189,11 @@ impl Progress {
 }
 
 impl Observer for Progress {
-    fn start(&self, standing: &Standing) {
+    fn started(&self, standing: &Standing) {
         self.begin(standing);
     }
 
-    fn trial(&self) {
+    fn trial_done(&self) {
         self.inc();
     }
 

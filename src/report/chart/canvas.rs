@@ -1,0 +1,174 @@
+//! What every chart shares: its error type, the image formats, the
+//! [`Painter`] a chart implements, and the atomic rendering of a painter
+//! into a `.png` or `.svg` file (with the embedded font).
+
+use crate::error::Error;
+use std::path::{Path, PathBuf};
+
+use plotters::coord::Shift;
+use plotters::prelude::{BitMapBackend, DrawingArea, DrawingBackend, IntoDrawingArea, SVGBackend};
+
+use super::font::{ensure_font_registered, svg_font_defs};
+use super::subset::svg_text_chars;
+
+/// Smallest accepted image side, in pixels.
+pub const MIN_SIDE_PX: u32 = 200;
+/// Largest accepted image side, in pixels.
+pub const MAX_SIDE_PX: u32 = 16_384;
+
+/// Errors from chart rendering.
+#[derive(Debug, thiserror::Error)]
+pub enum ChartError {
+    /// The chart data cannot be drawn (empty, non-finite, out of range, …).
+    #[error("invalid chart input: {0}")]
+    InvalidInput(String),
+    /// The output path has an extension other than `.png` / `.svg`.
+    #[error("unsupported chart file extension in {0:?}: use .png or .svg")]
+    UnsupportedFormat(PathBuf),
+    /// The embedded font could not be registered.
+    #[error("font error: {0}")]
+    Font(String),
+    /// plotters failed while drawing or encoding.
+    #[error("drawing failed: {0}")]
+    Draw(String),
+    /// Creating, renaming or removing a file failed.
+    #[error("I/O error on {path:?}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Converts any plotters error into [`ChartError::Draw`].
+pub(crate) fn draw_err<E: std::fmt::Display>(e: E) -> ChartError {
+    ChartError::Draw(e.to_string())
+}
+
+/// Output image format, chosen from the file extension.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ImageFormat {
+    Png,
+    Svg,
+}
+
+impl ImageFormat {
+    /// `.png` → [`ImageFormat::Png`], `.svg` → [`ImageFormat::Svg`]
+    /// (case-insensitive); anything else is an error.
+    pub fn from_path(path: &Path) -> Result<Self, ChartError> {
+        match path.extension().and_then(|e| e.to_str()).map(|e| e.to_ascii_lowercase()).as_deref() {
+            Some("png") => Ok(ImageFormat::Png),
+            Some("svg") => Ok(ImageFormat::Svg),
+            _ => Err(ChartError::UnsupportedFormat(path.to_path_buf())),
+        }
+    }
+
+    pub fn extension(self) -> &'static str {
+        match self {
+            ImageFormat::Png => "png",
+            ImageFormat::Svg => "svg",
+        }
+    }
+}
+
+/// Something that can paint itself on any plotters backend.
+pub(crate) trait Painter {
+    fn paint<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<(), ChartError>;
+}
+
+pub(crate) fn check_size(width: u32, height: u32) -> Result<(), ChartError> {
+    let ok = |s: u32| (MIN_SIDE_PX..=MAX_SIDE_PX).contains(&s);
+    if ok(width) && ok(height) {
+        Ok(())
+    } else {
+        Err(ChartError::InvalidInput(format!("image size {width}×{height} outside {MIN_SIDE_PX}..={MAX_SIDE_PX} px per side")))
+    }
+}
+
+/// Renders `painter` into a temporary file next to `path`, then renames it
+/// into place. On any failure the temporary file is removed.
+pub(crate) fn render_atomically<P: Painter>(painter: &P, path: &Path, width: u32, height: u32) -> Result<(), ChartError> {
+    check_size(width, height)?;
+    let format = ImageFormat::from_path(path)?;
+    ensure_font_registered().map_err(ChartError::Font)?;
+
+    let file_name =
+        path.file_name().and_then(|f| f.to_str()).ok_or_else(|| ChartError::InvalidInput(format!("no usable file name in {path:?}")))?;
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    std::fs::create_dir_all(&dir).map_err(|source| ChartError::Io { path: dir.clone(), source })?;
+    // Keep the real extension last: the bitmap encoder picks the format from it.
+    let tmp = dir.join(format!(".{file_name}.{}.tmp.{}", std::process::id(), format.extension()));
+    // Fail on an unwritable folder here, with the path, rather than inside
+    // the backend with its debug text.
+    std::fs::File::create(&tmp).map_err(|source| ChartError::Io { path: path.to_path_buf(), source })?;
+
+    let result = (|| -> Result<(), ChartError> {
+        match format {
+            ImageFormat::Png => {
+                let root = BitMapBackend::new(&tmp, (width, height)).into_drawing_area();
+                painter.paint(&root)?;
+                root.present().map_err(draw_err)?;
+            }
+            ImageFormat::Svg => {
+                {
+                    let root = SVGBackend::new(&tmp, (width, height)).into_drawing_area();
+                    painter.paint(&root)?;
+                    root.present().map_err(draw_err)?;
+                }
+                embed_svg_font(&tmp)?;
+            }
+        }
+        std::fs::rename(&tmp, path).map_err(|source| ChartError::Io { path: path.to_path_buf(), source })
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
+}
+
+/// Inserts the embedded font's `@font-face` (the glyphs the SVG's text uses) right after the `<svg …>` tag.
+fn embed_svg_font(svg_path: &Path) -> Result<(), ChartError> {
+    let io = |source| ChartError::Io { path: svg_path.to_path_buf(), source };
+    let svg = std::fs::read_to_string(svg_path).map_err(io)?;
+    let insert_at = svg
+        .find("<svg")
+        .and_then(|start| svg[start..].find('>').map(|end| start + end + 1))
+        .ok_or_else(|| ChartError::Draw("SVG backend wrote no <svg> element".into()))?;
+    let defs = svg_font_defs(&svg_text_chars(&svg));
+    let mut out = String::with_capacity(svg.len() + defs.len() + 1);
+    out.push_str(&svg[..insert_at]);
+    out.push('\n');
+    out.push_str(&defs);
+    out.push_str(&svg[insert_at..]);
+    std::fs::write(svg_path, out).map_err(io)
+}
+
+impl From<ChartError> for Error {
+    /// A chart's file name and folder are the user's: a wrong extension or a
+    /// folder that cannot be written is a usage error; drawing failures are not.
+    fn from(e: ChartError) -> Self {
+        match e {
+            ChartError::UnsupportedFormat(path) => {
+                Error::Input { location: path.display().to_string(), message: "unsupported chart file extension: use .png or .svg".into() }
+            }
+            ChartError::Io { path, source } => Error::io(format!("writing chart {}", path.display()), source),
+            other => Error::Chart(other.to_string()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn format_from_extension() {
+        assert_eq!(ImageFormat::from_path(Path::new("a/b.png")).unwrap(), ImageFormat::Png);
+        assert_eq!(ImageFormat::from_path(Path::new("b.SVG")).unwrap(), ImageFormat::Svg);
+        assert!(matches!(ImageFormat::from_path(Path::new("b.jpg")), Err(ChartError::UnsupportedFormat(_))));
+        assert!(ImageFormat::from_path(Path::new("noext")).is_err());
+    }
+}

@@ -1,0 +1,75 @@
+//! A sweep's output directory: its derived files written after a sweep
+//! (tables, charts, `report.html`), and `plot`'s drawing them again from
+//! `results.jsonl` and `manifest.json` without simulating.
+
+use crate::config::Scenario;
+use crate::error::Error;
+use crate::report::html::report_html;
+use crate::report::meta::{PlotOptions, ReportMeta};
+use crate::report::outputs::{render_charts, DATA_FILES, REPORT_FILE};
+use crate::run::cell::CellResult;
+use crate::run::output::{self, write_atomic, EFFECTIVE_CONTEXT_FILE, MANIFEST_FILE, RESULTS_FILE, SUMMARY_FILE};
+use crate::run::sweep::SweepOutcome;
+use std::path::Path;
+
+/// Renders the charts and `report.html` (which embeds them); returns every file name written.
+pub fn render_all(dir: &Path, meta: &ReportMeta, cells: &[CellResult], opts: &PlotOptions) -> Result<Vec<String>, Error> {
+    let mut files = render_charts(dir, meta, cells, opts)?;
+    let html = report_html(dir, meta, cells, &files)?;
+    write_atomic(&dir.join(REPORT_FILE), html.as_bytes())?;
+    files.push(REPORT_FILE.to_string());
+    Ok(files)
+}
+
+/// Writes every output file of a sweep into `dir` (which must exist).
+/// The manifest goes last: its presence marks a complete output directory.
+/// results.jsonl and the manifest are the store's (`crate::run::store`): returns
+/// every file the directory holds, for the manifest's list.
+pub fn write_sweep(dir: &Path, s: &Scenario, outcome: &SweepOutcome, opts: &PlotOptions) -> Result<Vec<String>, Error> {
+    write_atomic(&dir.join(SUMMARY_FILE), output::summary_csv(&outcome.cells).as_bytes())?;
+    write_atomic(&dir.join(EFFECTIVE_CONTEXT_FILE), output::effective_context_csv(&outcome.effective).as_bytes())?;
+    let meta = ReportMeta::from_scenario(s, &outcome.effective);
+    let mut files: Vec<String> = DATA_FILES.iter().map(|f| f.to_string()).collect();
+    files.extend(render_all(dir, &meta, &outcome.cells, opts)?);
+    Ok(files)
+}
+
+/// Reads `results.jsonl` (one cell per line; `location` names the file).
+pub fn parse_results(text: &str, location: &str) -> Result<Vec<CellResult>, Error> {
+    let mut cells = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let cell: CellResult = serde_json::from_str(line)
+            .map_err(|e| Error::Input { location: format!("{location} line {}", i + 1), message: format!("not a result cell: {e}") })?;
+        cells.push(cell);
+    }
+    if cells.is_empty() {
+        return Err(Error::Input { location: location.to_string(), message: "no result cells".into() });
+    }
+    Ok(cells)
+}
+
+/// `dsa-recall plot DIR` on a sweep directory: re-renders every chart and
+/// `report.html` from `results.jsonl` and `manifest.json` (a knob sweep's
+/// top directory is [`crate::report::vary::plot_vary`]'s).
+pub fn plot_dir(dir: &Path, opts: &PlotOptions) -> Result<Vec<String>, Error> {
+    if !dir.is_dir() {
+        return Err(Error::Input {
+            location: dir.display().to_string(),
+            message: "no such directory (give a sweep's output directory)".into(),
+        });
+    }
+    let read = |name: &str| {
+        let path = dir.join(name);
+        std::fs::read_to_string(&path)
+            .map_err(|e| Error::Input { location: path.display().to_string(), message: format!("cannot read: {e}") })
+            .map(|t| (t, path.display().to_string()))
+    };
+    let (results, results_loc) = read(RESULTS_FILE)?;
+    let cells = parse_results(&results, &results_loc)?;
+    let (manifest, manifest_loc) = read(MANIFEST_FILE)?;
+    let meta = ReportMeta::from_manifest(&manifest, &manifest_loc)?;
+    render_all(dir, &meta, &cells, opts)
+}

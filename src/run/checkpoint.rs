@@ -1,0 +1,142 @@
+//! The checkpoint file of a durable sweep: finished chunks of trials of the
+//! haystack group in progress, one JSON line each, removed once the group's
+//! cells are in `results.jsonl`. A resumed sweep takes them back.
+
+use crate::error::{Error, SimError};
+use crate::estimate::driver::{Checkpoint, GroupKey};
+use serde::{Deserialize, Serialize};
+use std::fs::{self, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+/// The checkpoint's file name in an output directory.
+pub const CHECKPOINT_FILE: &str = "checkpoint.jsonl";
+
+/// One checkpoint line: `count` trials of estimator `estimator` from trial
+/// `first` on.
+#[derive(Debug, Serialize, Deserialize)]
+struct ChunkRecord {
+    group: GroupKey,
+    estimator: String,
+    first: u64,
+    count: u64,
+    trials: Box<serde_json::value::RawValue>,
+}
+
+/// [`CHECKPOINT_FILE`] in an output directory: the records read back when a
+/// sweep resumes, and the file each finished chunk is appended to.
+pub struct FileCheckpoint {
+    path: PathBuf,
+    records: Mutex<Vec<ChunkRecord>>,
+    file: Mutex<Option<fs::File>>,
+    chunk_trials: Option<u64>,
+}
+
+impl FileCheckpoint {
+    /// A new checkpoint in `dir` (an earlier one is removed).
+    pub fn fresh(dir: &Path, chunk_trials: Option<u64>) -> Result<FileCheckpoint, Error> {
+        let path = dir.join(CHECKPOINT_FILE);
+        remove(&path)?;
+        Ok(FileCheckpoint { path, records: Mutex::new(Vec::new()), file: Mutex::new(None), chunk_trials })
+    }
+
+    /// The checkpoint `dir` holds, read back (a torn last line is dropped).
+    pub fn resumed(dir: &Path, chunk_trials: Option<u64>) -> Result<FileCheckpoint, Error> {
+        let path = dir.join(CHECKPOINT_FILE);
+        let records = read(&path)?;
+        Ok(FileCheckpoint { path, records: Mutex::new(records), file: Mutex::new(None), chunk_trials })
+    }
+
+    /// Removes the file (the sweep is over).
+    pub fn finish(self) -> Result<(), Error> {
+        remove(&self.path)
+    }
+}
+
+impl Checkpoint for FileCheckpoint {
+    fn saved(&self, group: &GroupKey, estimator: &str) -> Vec<(u64, String)> {
+        let records = self.records.lock().unwrap_or_else(|p| p.into_inner());
+        records.iter().filter(|r| r.estimator == estimator && r.group == *group).map(|r| (r.first, r.trials.get().to_string())).collect()
+    }
+
+    fn save(&self, group: &GroupKey, estimator: &str, first: u64, count: u64, trials: &str) -> Result<(), SimError> {
+        let fail = |e: &dyn std::fmt::Display| SimError::Checkpoint(format!("writing {}: {e}", self.path.display()));
+        let trials = serde_json::value::RawValue::from_string(trials.to_string()).map_err(|e| fail(&e))?;
+        let record = ChunkRecord { group: group.clone(), estimator: estimator.to_string(), first, count, trials };
+        let line = serde_json::to_string(&record).map_err(|e| fail(&e))? + "\n";
+        let mut file = self.file.lock().unwrap_or_else(|p| p.into_inner());
+        if file.is_none() {
+            *file = Some(OpenOptions::new().create(true).append(true).open(&self.path).map_err(|e| fail(&e))?);
+        }
+        let f = file.as_mut().ok_or_else(|| fail(&"not open"))?;
+        f.write_all(line.as_bytes()).and_then(|()| f.sync_data()).map_err(|e| fail(&e))
+    }
+
+    /// Trials of `group` the records hold, without double counting overlaps.
+    fn trials_held(&self, group: &GroupKey, trials: u64) -> u64 {
+        let records = self.records.lock().unwrap_or_else(|p| p.into_inner());
+        let mut names: Vec<&str> = records.iter().map(|r| r.estimator.as_str()).collect();
+        names.sort_unstable();
+        names.dedup();
+        let mut held = 0;
+        for name in names {
+            let mut seen = vec![false; trials as usize];
+            for r in records.iter().filter(|r| r.estimator == name && r.group == *group) {
+                for slot in seen.iter_mut().skip(r.first as usize).take(r.count as usize) {
+                    *slot = true;
+                }
+            }
+            held += seen.iter().filter(|&&s| s).count() as u64;
+        }
+        held
+    }
+
+    /// Only once the group's cells are safe: a kill in between leaves lines
+    /// of a finished group, which a resume ignores.
+    fn group_done(&self, group: &GroupKey) -> Result<(), Error> {
+        self.records.lock().unwrap_or_else(|p| p.into_inner()).retain(|r| r.group != *group);
+        // The next group's first chunk creates the file again.
+        *self.file.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        remove(&self.path)
+    }
+
+    fn chunk_trials(&self) -> Option<u64> {
+        self.chunk_trials
+    }
+}
+
+/// Reads the checkpoint, dropping a torn last line and cutting it from the
+/// file too (a line appended after it would otherwise be glued to it).
+fn read(path: &Path) -> Result<Vec<ChunkRecord>, Error> {
+    let text = match fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(Error::io(format!("reading {}", path.display()), e)),
+    };
+    let complete = text.rfind('\n').map_or("", |i| &text[..=i]);
+    if complete.len() < text.len() {
+        let cut = OpenOptions::new().write(true).open(path).and_then(|f| {
+            f.set_len(complete.len() as u64)?;
+            f.sync_data()
+        });
+        cut.map_err(|e| Error::io(format!("truncating {}", path.display()), e))?;
+    }
+    complete
+        .lines()
+        .enumerate()
+        .map(|(n, line)| {
+            serde_json::from_str(line).map_err(|e| Error::Corrupt {
+                path: format!("{}:{}", path.display(), n + 1),
+                message: format!("{e}; delete the file to simulate its trials again"),
+            })
+        })
+        .collect()
+}
+
+fn remove(path: &Path) -> Result<(), Error> {
+    match fs::remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(Error::io(format!("removing {}", path.display()), e)),
+        _ => Ok(()),
+    }
+}

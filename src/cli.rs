@@ -174,7 +174,7 @@ pub enum Command {
     Hypotheses(HypothesesArgs),
     /// Write a scenario TOML whose knobs come from real data: a checkpoint's indexer weights, and/or a fit to healthy observations.
     Calibrate(CalibrateArgs),
-    /// Rank the failure hypotheses on an observation file (docs/OBSERVATIONS.md) and pick the next experiment.
+    /// Rank the failure hypotheses on an observation file (docs/OBSERVATIONS.md) and pick the next experiment. Simulates 200 trials per cell unless --trials or the scenario file sets them (the --trials default below is for sweeps).
     Diagnose(DiagnoseArgs),
     /// Turn an engine's capture of the indexer's top-k (sglang --enable-return-indexer-topk) into an observation file.
     Observe(ObserveArgs),

@@ -123,6 +123,10 @@ pub struct KeyCacheFaults {
     pub slot_shift: bool,
     /// `pages-swapped`: pages 2p and 2p + 1 are read in each other's place.
     pub pages_swapped: bool,
+    /// `block-row0`: every row of a page is read (codes and scale) from the
+    /// page's row 0.
+    #[serde(skip_serializing_if = "is_false")]
+    pub block_row0: bool,
     /// `zero-pages=P`: each page of a request is read as all-zero keys
     /// (every logit 0) with this probability, in parts per million, drawn
     /// per request and page (physically high blocks past a 32-bit offset).
@@ -136,6 +140,10 @@ pub struct KeyCacheFaults {
 
 fn is_zero(x: &u32) -> bool {
     *x == 0
+}
+
+fn is_false(x: &bool) -> bool {
+    !*x
 }
 
 /// Whether page `page` of the request seeded `request` reads as zeros
@@ -344,6 +352,9 @@ impl KeyCacheFaults {
         if self.slot_shift {
             slot = (slot + 1) % PAGE_ROWS;
         }
+        if self.block_row0 {
+            slot = 0;
+        }
         page * PAGE_ROWS + slot
     }
 
@@ -513,6 +524,19 @@ mod tests {
         assert_eq!(row(&shifted, 64), row(&own, 65));
         // Row 99 (slot 35 of a partial page) reads slot 36, never written.
         assert_eq!(row(&shifted, 99), (vec![0.0; D], 0.0));
+    }
+
+    #[test]
+    fn block_row0_reads_every_row_of_a_page_from_its_first() {
+        let raw = keys(100);
+        let key = fp8("fp8");
+        let own = key.quantize_rows(&raw, D).unwrap();
+        let read = store(KeyCacheFaults { block_row0: true, ..Default::default() }, &key, &raw);
+        let row = |q: &QuantizedRows, r: usize| (q.values[r * D..(r + 1) * D].to_vec(), q.row_scales[r]);
+        for r in 0..100 {
+            assert_eq!(row(&read, r), row(&own, r / PAGE_ROWS * PAGE_ROWS), "row {r}");
+        }
+        assert_ne!(row(&own, 1), row(&own, 0));
     }
 
     #[test]

@@ -288,6 +288,17 @@ pub const CATALOGUE: &[HypothesisInfo] = &[
         class: FaultClass::Layout,
     },
     HypothesisInfo {
+        name: "block-row0",
+        group: Group::CacheLayout,
+        summary: "every row of a page read from the page's row 0 (codes and scale)",
+        changes: "The reader fetches each row of a page of 64 rows from the page's first slot: all 64 rows of a page score alike, so the page's rows tie and the tie rule orders them.",
+        stands_for: "ROCm/aiter #5591 and #5614 (a paged logits kernel whose row offset is dropped: every token of a block reads token 0), 1Cat-vLLM #250 (only token 0 of each block read the right values).",
+        expected: "Scores are constant within each page: a needle is found only through its page's row 0, so recall falls to about what a page-level selection of random rows keeps; bf16 keys are hit as much as fp8. A capture shows it at once: block-constant logits (dsa-recall check's block-row0 transform).",
+        requires: None,
+        layers: FaultSpread::Shared,
+        class: FaultClass::Layout,
+    },
+    HypothesisInfo {
         name: "scale-offset",
         group: Group::CacheLayout,
         summary: "each row's scale read from the next slot's scale word",
@@ -560,6 +571,7 @@ pub enum Hypothesis {
     LogitsFp16,
     SlotShift,
     PagesSwapped,
+    BlockRow0,
     ScaleOffset,
     E4m3fnuzRead,
     E4m3fnRead,
@@ -627,6 +639,7 @@ impl Hypothesis {
             "logits-fp16" => Hypothesis::LogitsFp16,
             "slot-shift" => Hypothesis::SlotShift,
             "pages-swapped" => Hypothesis::PagesSwapped,
+            "block-row0" => Hypothesis::BlockRow0,
             "scale-offset" => Hypothesis::ScaleOffset,
             "e4m3fnuz-read" => Hypothesis::E4m3fnuzRead,
             "e4m3fn-read" => Hypothesis::E4m3fnRead,
@@ -658,7 +671,7 @@ impl Hypothesis {
             ScaleFloor => "the key scale's rounding",
             StaleScale => "which row's scale a row is quantized with",
             LogitsBf16 | LogitsFp16 => "the logit format",
-            SlotShift => "the slot a row is read from",
+            SlotShift | BlockRow0 => "the slot a row is read from",
             PagesSwapped => "the page a row is read from",
             ScaleOffset | ScaleUnwrittenZero | ScaleUnwrittenNan => "what the scale words hold",
             E4m3fnuzRead | E4m3fnRead => "the fp8 flavour of the cache",
@@ -703,6 +716,7 @@ impl Hypothesis {
             }
             SlotShift => v.cache.slot_shift = true,
             PagesSwapped => v.cache.pages_swapped = true,
+            BlockRow0 => v.cache.block_row0 = true,
             ScaleOffset => v.cache.scale_word = ScaleWordFault::NextSlot,
             ScaleUnwrittenZero => v.cache.scale_word = ScaleWordFault::UnwrittenZero,
             ScaleUnwrittenNan => v.cache.scale_word = ScaleWordFault::UnwrittenNan,
@@ -928,6 +942,19 @@ mod tests {
         for (b, p) in bf16.iter().zip(&plain) {
             assert_eq!(*b, half::bf16::from_f32(*p).to_f32());
         }
+    }
+
+    #[test]
+    fn block_row0_makes_scores_page_constant_in_every_format() {
+        let raw = keys(200, 3.0);
+        for base in ["fp8", "bf16", "fp4"] {
+            let (own, read) = (scores(&variant(base).unwrap(), &raw), scores(&variant(&format!("{base}+block-row0")).unwrap(), &raw));
+            for (r, &s) in read.iter().enumerate() {
+                assert_eq!(s.to_bits(), own[r / 64 * 64].to_bits(), "{base} row {r}");
+            }
+            assert!(own[..64].iter().any(|&s| s != own[0]), "{base}: the keys differ within a page");
+        }
+        assert!(variant("fp8+block-row0+slot-shift").unwrap_err().contains("both set the slot"));
     }
 
     #[test]

@@ -935,17 +935,7 @@ mod tests {
 
     #[test]
     fn ranking_posteriors_and_bayes_factors() {
-        let r = |h: &str, ll: f64| Ranked {
-            hypothesis: h.into(),
-            log_likelihood: ll,
-            posterior: 0.0,
-            log10_bayes_factor: 0.0,
-            rows_changed: 0,
-            recalls: vec![],
-            class: FaultClass::Partial,
-            needle_multiplier: 1.0,
-        };
-        let ranked = rank(vec![r("a", -3.0), r("b", -3.0 + 20f64.ln()), r("c", f64::NEG_INFINITY)]);
+        let ranked = ranked(&[("a", -3.0), ("b", -3.0 + 20f64.ln()), ("c", f64::NEG_INFINITY)]);
         assert_eq!(ranked[0].hypothesis, "b");
         assert!((ranked[0].posterior - 20.0 / 21.0).abs() < 1e-12);
         assert!((ranked[1].log10_bayes_factor + 20f64.log10()).abs() < 1e-12);

@@ -31,7 +31,7 @@ import os
 import sys
 import tempfile
 import time
-from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Sequence, Union
+from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -644,18 +644,33 @@ def plot(data: Any, kind: str = "recall_vs_context", *, path: Any = None) -> byt
     return png
 
 
-def plot_matplotlib(df: Any, ax: Any = None, *, depth: Optional[float] = None, model: bool = False):
+def _recall_series(df: Any, model: Optional[bool]) -> Tuple[str, str]:
+    """The column ``plot_matplotlib`` draws and its axis label: whole-model
+    recall (the CLI's main chart leads with it) unless ``model`` is False or
+    the sweep has no whole-model column (per-layer estimators)."""
+    have_model = "model_recall" in df and np.isfinite(np.asarray(df["model_recall"], dtype=float)).any()
+    if model is None:
+        model = have_model
+    if model and not have_model:
+        raise ValueError("plot_matplotlib(model=True): this sweep has no whole-model recall (model_recall is empty); use model=False")
+    return ("model_recall", "whole-model recall") if model else ("recall", "per-layer selection recall")
+
+
+def plot_matplotlib(df: Any, ax: Any = None, *, depth: Optional[float] = None, model: Optional[bool] = None):
     """Recall against context with matplotlib, one line per (k, precision),
-    from what ``sweep()`` returned; ``depth`` picks one needle depth (default:
-    the mean over depths), ``model`` plots whole-model recall. Returns the axes."""
+    from what ``sweep()`` returned. ``model`` picks whole-model recall (the
+    default, as on the CLI's main chart, when the sweep has it) or per-layer
+    selection recall (``model=False``); ``depth`` picks one needle depth
+    (default: the mean over the sweep's depths, said in the title). Returns
+    the axes."""
     try:
         import matplotlib.pyplot as plt
     except ImportError:
         raise ImportError("plot_matplotlib needs matplotlib (pip install matplotlib); plot(df) gives the PNG without it") from None
 
+    col, label = _recall_series(df, model)
     if ax is None:
         _, ax = plt.subplots(figsize=(8, 4.5))
-    col = "model_recall" if model else "recall"
     ctx, k, prec, dep, rec = (np.asarray(df[c]) for c in ("context_tokens", "topk", "precision", "depth_percent", col))
     keep = np.ones(len(ctx), dtype=bool) if depth is None else dep == depth
     for kk in sorted(set(k[keep].tolist())):
@@ -664,9 +679,16 @@ def plot_matplotlib(df: Any, ax: Any = None, *, depth: Optional[float] = None, m
             xs = sorted(set(ctx[sel].tolist()))
             ys = [float(np.nanmean(rec[sel & (ctx == x)].astype(float))) for x in xs]
             ax.plot(xs, ys, marker="o", label=f"k={kk} {p}")
+    depths = sorted(set(dep[keep].tolist()))
+    where = f"needle at depth {depths[0]:g} %" if len(depths) == 1 else "mean over needle depths " + ", ".join(f"{d:g}" for d in depths) + " %"
+    scenario = getattr(df, "attrs", {}).get("scenario") or {}
+    needle = scenario.get("needle_profile") if isinstance(scenario, dict) else None
+    if needle:
+        where += f", {needle} needle"
+    ax.set_title(f"{label} vs context, {where}", fontsize="medium")
     ax.set_xscale("log", base=2)
     ax.set_xlabel("context (tokens)")
-    ax.set_ylabel("whole-model recall" if model else "needle recall")
+    ax.set_ylabel(label)
     ax.set_ylim(-0.02, 1.02)
     ax.grid(alpha=0.3)
     ax.legend(fontsize="small")

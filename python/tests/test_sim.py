@@ -252,6 +252,24 @@ def test_plot_matplotlib_draws_one_line_per_series():
     ax = d.plot_matplotlib(df)
     assert len(ax.get_lines()) == 2
     assert d.plot_matplotlib(df, depth=60).get_lines()[0].get_xdata().tolist() == [1024, 4096]
+    # Issue 30, item 12: the default is the CLI main chart's whole-model
+    # recall, labelled so; per-layer recall is asked for and labelled so.
+    assert ax.get_ylabel() == "whole-model recall"
+    assert "mean over needle depths 0, 60 %" in ax.get_title()
+    per_layer = d.plot_matplotlib(df, model=False, depth=60)
+    assert per_layer.get_ylabel() == "per-layer selection recall"
+    assert "depth 60 %" in per_layer.get_title()
+
+
+def test_plot_matplotlib_reads_whole_model_recall_by_default():
+    # Without matplotlib: the column and label the chart would draw.
+    df = d.sweep(progress=False, **GRID)
+    assert d._recall_series(df, None) == ("model_recall", "whole-model recall")
+    assert d._recall_series(df, False) == ("recall", "per-layer selection recall")
+    no_model = {k: v for k, v in df.items() if k != "model_recall"}
+    assert d._recall_series(no_model, None) == ("recall", "per-layer selection recall")
+    with pytest.raises(ValueError, match="model=True.*no whole-model recall"):
+        d._recall_series(no_model, True)
 
 
 def test_help_answers_the_usual_questions():

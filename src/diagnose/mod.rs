@@ -13,7 +13,7 @@ use crate::config::{self, ListSpec, Scenario, ScenarioParams};
 use crate::error::{ConfigError, Error};
 use crate::run::cell::CellResult;
 use crate::run::sweep::run_sweep;
-use crate::score::hypothesis::{candidate_class, FaultClass, Hypothesis, CATALOGUE};
+use crate::score::hypothesis::{candidate_class, candidate_summary, FaultClass, Hypothesis, CATALOGUE};
 use observations::Observation;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -237,6 +237,8 @@ pub struct Ranked {
     pub class: FaultClass,
     /// The multiple of the needle knob that fits it best (1 without a nuisance grid).
     pub needle_multiplier: f64,
+    /// log10 of how much better that multiple fits than the scenario's own needle (≥ 0).
+    pub needle_gain_log10: f64,
 }
 
 /// One class's standing: the candidates of a class pooled under a prior
@@ -262,6 +264,8 @@ pub struct Unexplained {
     pub depth_percent: f64,
     pub topk: u64,
     pub config: String,
+    /// The row's own label for `config`.
+    pub label: String,
     pub found: u64,
     pub total: u64,
     /// The best candidate's recall there, and the two-sided p of the count.
@@ -293,6 +297,7 @@ pub fn unexplained_rows(rows: &[Observation], ranking: &[Ranked], trials: u64) -
                 depth_percent: r.depth_percent,
                 topk: r.topk,
                 config: r.config.clone(),
+                label: r.label.clone(),
                 found: r.found,
                 total: r.total,
                 recall: p,
@@ -319,6 +324,8 @@ pub struct NextExperiment {
     pub depth_percent: f64,
     pub topk: u64,
     pub config: String,
+    /// The observation file's own label for that configuration.
+    pub label: String,
     /// Mutual information (nats) between the posterior and one prompt's outcome.
     pub information_per_prompt: f64,
     /// The two leading hypotheses and their simulated recall in this cell.
@@ -648,7 +655,12 @@ impl Prepared {
                 lls.push(ll);
                 recalls_at.push(recalls);
             }
-            let best = (0..lls.len()).max_by(|&a, &b| lls[a].total_cmp(&lls[b]).then(b.cmp(&a))).unwrap_or(0);
+            // On a tie the scenario's own needle is reported: the counts do
+            // not prefer another multiple.
+            let central = self.central();
+            let top = (0..lls.len()).max_by(|&a, &b| lls[a].total_cmp(&lls[b]).then(b.cmp(&a))).unwrap_or(0);
+            let best = if lls.get(central).is_some_and(|&c| c >= lls[top]) { central } else { top };
+            let needle_gain_log10 = lls.get(central).map_or(0.0, |&c| (lls[best] - c) / std::f64::consts::LN_10);
             ranked.push(Ranked {
                 hypothesis: h.clone(),
                 log_likelihood: lls[best],
@@ -658,6 +670,7 @@ impl Prepared {
                 recalls: recalls_at.swap_remove(best),
                 class: candidate_class(h),
                 needle_multiplier: self.needle_multipliers[best],
+                needle_gain_log10,
             });
         }
         Ok((rank(ranked), trials))
@@ -682,7 +695,8 @@ pub fn diagnose(params: &ScenarioParams, obs: &observations::Observations, opts:
     // The next experiment is simulated with the best candidate's needle.
     let next_params = with_needle_multiple(params, ranking.first().map_or(1.0, |r| r.needle_multiplier))?;
     let next = if opts.next && ranking.len() >= 2 { next_experiment(&next_params, rows, &prepared.plan, &ranking, opts)? } else { None };
-    let notes = if rows.iter().any(|r| r.query_position.is_some()) { vec![QUERY_POSITION_NOTE.to_string()] } else { Vec::new() };
+    let mut notes = if rows.iter().any(|r| r.query_position.is_some()) { vec![QUERY_POSITION_NOTE.to_string()] } else { Vec::new() };
+    notes.extend(calibrate_first(&ranking, &prepared.needle_knob, &prepared.needle_multipliers));
     let classes = class_standings(&ranking);
     let mut verdict = verdict(&ranking, &classes);
     let unexplained = unexplained_rows(rows, &ranking, trials);
@@ -708,6 +722,26 @@ pub fn diagnose(params: &ScenarioParams, obs: &observations::Observations, opts:
         next,
         notes,
     })
+}
+
+/// When the best candidate fits at least 10:1 better at the easiest or
+/// hardest needle profiled than at the scenario's own, the scenario's needle likely differs from the user's prompts
+/// by more than the profile spans: a calibration on rows from a healthy
+/// configuration pins it (docs/CALIBRATION.md) before faults are compared.
+fn calibrate_first(ranking: &[Ranked], knob: &str, multipliers: &[f64]) -> Option<String> {
+    let best = ranking.first()?;
+    let (lo, hi) = multipliers.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &m| (lo.min(m), hi.max(m)));
+    let at_edge = best.needle_multiplier == lo || best.needle_multiplier == hi;
+    if multipliers.len() < 2 || !at_edge || best.needle_gain_log10 < DECISIVE_LOG10 {
+        return None;
+    }
+    Some(format!(
+        "{} fits at least 10:1 better at {knob} × {} (the edge of the profile {}) than with the scenario's own needle: your prompts' needle may differ from it by more than the profile spans; \
+         calibrate first (dsa-recall calibrate with rows from a configuration you know is healthy, docs/CALIBRATION.md) and diagnose against the calibrated scenario",
+        best.hypothesis,
+        best.needle_multiplier,
+        multipliers.iter().map(|m| format!("{m}")).collect::<Vec<_>>().join(", ")
+    ))
 }
 
 /// Counts drawn for a recovery study: row i gets Binomial(`prompts`, `recalls[i]`) found, from `seed`.
@@ -815,6 +849,7 @@ fn next_experiment(
                     depth_percent: d,
                     topk: k,
                     config: (*config).clone(),
+                    label: rows.iter().find(|r| &r.config == *config).map_or_else(|| (*config).clone(), |r| r.label.clone()),
                     information_per_prompt: info,
                     leaders: [live[0].hypothesis.clone(), live[1].hypothesis.clone()],
                     leader_recalls: [recalls[0], recalls[1]],
@@ -847,7 +882,7 @@ pub fn format_table(d: &Diagnosis) -> String {
     );
     let multi = d.needle_multipliers.len() > 1;
     out.push_str(&format!(
-        "{:>4}  {:<44} {:<12} {:>12} {:>10} {:>10} {:>8}{}\n",
+        "{:>4}  {:<44} {:<12} {:>12} {:>10} {:>10} {:>8}{}  {}\n",
         "rank",
         "hypothesis",
         "class",
@@ -855,11 +890,12 @@ pub fn format_table(d: &Diagnosis) -> String {
         "posterior",
         "log10 BF",
         "changes",
-        if multi { "  needle ×" } else { "" }
+        if multi { "  needle ×" } else { "" },
+        "what it is"
     ));
     for (i, r) in d.ranking.iter().enumerate() {
         out.push_str(&format!(
-            "{:>4}  {:<44} {:<12} {:>12.3} {:>10.4} {:>10.2} {:>8}{}\n",
+            "{:>4}  {:<44} {:<12} {:>12.3} {:>10.4} {:>10.2} {:>8}{}  {}\n",
             i + 1,
             r.hypothesis,
             r.class.name(),
@@ -867,7 +903,8 @@ pub fn format_table(d: &Diagnosis) -> String {
             r.posterior,
             r.log10_bayes_factor,
             format!("{} rows", r.rows_changed),
-            if multi { format!("  {:>8}", r.needle_multiplier) } else { String::new() }
+            if multi { format!("  {:>8}", r.needle_multiplier) } else { String::new() },
+            candidate_summary(&r.hypothesis)
         ));
     }
     out.push_str("\nclasses (prior uniform over the classes, then over each class's candidates)\n");
@@ -880,7 +917,7 @@ pub fn format_table(d: &Diagnosis) -> String {
         for u in &d.unexplained {
             out.push_str(&format!(
                 "  line {}: {} tokens, depth {} %, k {}, {}: {} of {} found where it gives recall {:.3} (p {:.1e})\n",
-                u.line, u.context_tokens, u.depth_percent, u.topk, u.config, u.found, u.total, u.recall, u.p_value
+                u.line, u.context_tokens, u.depth_percent, u.topk, u.label, u.found, u.total, u.recall, u.p_value
             ));
         }
     }
@@ -902,7 +939,7 @@ pub fn format_table(d: &Diagnosis) -> String {
             n.context_tokens,
             n.depth_percent,
             n.topk,
-            n.config,
+            if n.label == n.config { n.label.clone() } else { format!("{} ({})", n.label, n.config) },
             n.information_per_prompt,
             n.leaders[0],
             n.leader_recalls[0],
@@ -955,9 +992,28 @@ mod tests {
                     recalls: vec![],
                     class: candidate_class(if h == HEALTHY { "" } else { h }),
                     needle_multiplier: 1.0,
+                    needle_gain_log10: 0.0,
                 })
                 .collect(),
         )
+    }
+
+    // Issue 30, item 14: "calibrate first" only when the best candidate
+    // fits 10:1 better at an edge of the needle profile than at ×1.
+    #[test]
+    fn calibrate_first_needs_a_decisive_edge() {
+        let mut r = ranked(&[("block-row0", -3.0), (HEALTHY, -9.0)]);
+        let grid = [0.5, 1.0, 2.0];
+        assert_eq!(calibrate_first(&r, "needle.exceedance", &grid), None, "at ×1");
+        r[0].needle_multiplier = 0.5;
+        r[0].needle_gain_log10 = 0.9;
+        assert_eq!(calibrate_first(&r, "needle.exceedance", &grid), None, "under 10:1");
+        r[0].needle_gain_log10 = 1.2;
+        let note = calibrate_first(&r, "needle.exceedance", &grid).unwrap();
+        assert!(note.contains("block-row0") && note.contains("× 0.5") && note.contains("calibrate first"), "{note}");
+        r[0].needle_multiplier = 1.0;
+        assert_eq!(calibrate_first(&r, "needle.exceedance", &grid), None, "inside the profile");
+        assert_eq!(calibrate_first(&r, "needle.exceedance", &[1.0]), None, "no profile");
     }
 
     #[test]

@@ -551,6 +551,18 @@ pub fn long_text(h: &HypothesisInfo) -> String {
     text
 }
 
+/// One line a person reads beside a candidate's code name: each part's
+/// catalogue summary, joined by "; " (healthy for the empty candidate).
+pub fn candidate_summary(candidate: &str) -> String {
+    let parts: Vec<&str> = candidate.split('+').map(str::trim).filter(|p| !p.is_empty()).collect();
+    let lines: Vec<&str> = parts.iter().filter_map(|p| info(p)).map(|h| h.summary).collect();
+    if lines.is_empty() {
+        FaultClass::Healthy.about().to_string()
+    } else {
+        lines.join("; ")
+    }
+}
+
 /// The catalogue entry named `name` (`topk=N` and `topk` both find `topk=N`).
 pub fn info(name: &str) -> Option<&'static HypothesisInfo> {
     let bare = name.split('=').next().unwrap_or(name);
@@ -787,6 +799,16 @@ pub fn compose(text: &str, lookup: impl Fn(&str) -> Option<PrecisionVariant>) ->
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    // Issue 30, item 14: a person reads what a candidate is beside its name.
+    #[test]
+    fn candidate_summaries_join_their_parts() {
+        assert_eq!(candidate_summary(""), "a healthy indexer");
+        assert_eq!(candidate_summary("block-row0"), info("block-row0").unwrap().summary);
+        let both = candidate_summary("scale-unwritten-zero+ties-highest");
+        assert_eq!(both, format!("{}; {}", info("scale-unwritten-zero").unwrap().summary, info("ties-highest").unwrap().summary));
+        assert_eq!(candidate_summary("topk=1024"), info("topk=N").unwrap().summary);
+    }
     use crate::numerics::pipeline::{QuantizedRows, ScoreNumerics};
     use crate::score::indexer::IndexerQuery;
 

@@ -513,6 +513,9 @@ pub struct TrialArgs {
     /// Write the trial's tensors to this safetensors file.
     #[arg(long, value_name = "FILE")]
     pub dump: PathBuf,
+    /// Write the dump even when it would exceed 1 GiB (refused otherwise).
+    #[arg(long)]
+    pub allow_large_output: bool,
 }
 
 #[derive(Args, Debug)]

@@ -86,9 +86,11 @@ impl Error {
         Error::Io { context: context.into(), source }
     }
 
-    /// Whether the error lies in what the user asked for (arguments, input
-    /// files, paths that cannot be read or written): exit code 2, against 1
-    /// for failures of the run itself.
+    /// Whether the error lies in what the user asked for or in the user's
+    /// environment (arguments, input files, a corrupt or edited file, paths
+    /// that cannot be read or written, a full disk, the checkpoint file that
+    /// cannot be written): exit code 2, against 1 for failures of the run
+    /// itself (a bug or a model that cannot apply).
     pub fn is_usage(&self) -> bool {
         matches!(
             self,
@@ -100,6 +102,8 @@ impl Error {
                 | Error::Quantize(_)
                 | Error::Input { .. }
                 | Error::Io { .. }
+                | Error::Corrupt { .. }
+                | Error::Sim(SimError::Checkpoint(_))
         )
     }
 }

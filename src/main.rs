@@ -100,7 +100,7 @@ fn run(cli: Cli) -> Result<(), Error> {
         Command::Trial(args) => {
             let request = args.request()?;
             let steps = Steps::new()?;
-            let dumped = cell::trial(&request, args.trial, &args.dump, &|what| steps.step(what));
+            let dumped = cell::trial(&request, args.trial, &args.dump, args.allow_large_output, &|what| steps.step(what));
             steps.finish();
             print!("{}", dumped?.text());
         }

@@ -185,7 +185,7 @@ fn spawn_sweep(args: &[String], out: &Path, extra_env: &[(&str, &str)]) -> std::
 /// Waits until the checkpoint holds a whole chunk line.
 fn wait_for_checkpoint(dir: &Path) {
     let start = Instant::now();
-    let chunk_line = |t: String| t.split_inclusive('\n').any(|l| l.starts_with("{\"group\"") && l.ends_with('\n'));
+    let chunk_line = |t: String| t.split_inclusive('\n').any(|l| l.starts_with("{\"crc32\"") && l.ends_with('\n'));
     while !std::fs::read_to_string(dir.join("checkpoint.jsonl")).is_ok_and(chunk_line) {
         assert!(start.elapsed() < Duration::from_secs(120), "no checkpoint chunk within 2 minutes");
         std::thread::sleep(Duration::from_millis(5));

@@ -61,7 +61,7 @@ fn trial_tensors_are_the_dump_files_tensors() {
     let t = trial_tensors(&s, 2, &|_| {}).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("t.safetensors");
-    dump_trial(&s, 2, &path, &|_| {}).unwrap();
+    dump_trial(&s, 2, &path, false, &|_| {}).unwrap();
     let bytes = std::fs::read(&path).unwrap();
     let file = safetensors::SafeTensors::deserialize(&bytes).unwrap();
     assert_eq!(file.len(), t.tensors.len());

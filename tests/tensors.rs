@@ -27,7 +27,7 @@ fn dump_with(dir: &Path, extra: &str) -> std::path::PathBuf {
     let text = format!("[sweep]\ncontexts = \"8K\"\ndepths = \"50\"\ntopk = \"256\"\nprecisions = \"{VARIANTS}\"\n{extra}");
     let s = config::check(config::resolve(parse_scenario_toml(&text).unwrap()).unwrap()).unwrap();
     let path = dir.join("trial.safetensors");
-    let summary = dump_trial(&s, 2, &path, &|_| {}).unwrap();
+    let summary = dump_trial(&s, 2, &path, false, &|_| {}).unwrap();
     assert_eq!((summary.rows, summary.k_eff), (2048, 256));
     path
 }
@@ -202,7 +202,7 @@ fn a_dump_with_physics_agrees_with_the_trial_engine() {
     let tmp = tempfile::tempdir().unwrap();
     for trial in 0..6u64 {
         let path = tmp.path().join(format!("t{trial}.safetensors"));
-        let summary = dump_trial(&s, trial, &path, &|_| {}).unwrap();
+        let summary = dump_trial(&s, trial, &path, false, &|_| {}).unwrap();
         let outcome = spec.run(dsa_recall::estimate::driver::trial_seed(s.seed, 50.0, trial)).unwrap();
         for (v, (name, survived, rank, _)) in summary.variants.iter().enumerate() {
             let cell = &outcome.cells[spec.cell_index(0, 0, 0, v)];

@@ -231,11 +231,12 @@ impl Dumped {
 }
 
 /// `trial --dump`: trial `trial` of the cell with every variant of the
-/// request, its tensors written to `path` (safetensors). `on_step` names
-/// each step as it starts.
-pub fn trial(request: &CellRequest, trial: u64, path: &Path, on_step: &dyn Fn(&str)) -> Result<Dumped, Error> {
+/// request, its tensors written to `path` (safetensors); over
+/// [`dump::MAX_DUMP_BYTES`] only with `allow_large`. `on_step` names each
+/// step as it starts.
+pub fn trial(request: &CellRequest, trial: u64, path: &Path, allow_large: bool, on_step: &dyn Fn(&str)) -> Result<Dumped, Error> {
     let s = request.scenario()?;
-    let summary = dump::dump_trial(&s, trial, path, on_step)?;
+    let summary = dump::dump_trial(&s, trial, path, allow_large, on_step)?;
     Ok(Dumped { scenario: Box::new(s), trial, path: path.to_path_buf(), summary })
 }
 

@@ -92,6 +92,7 @@ pub fn diagnose(request: &DiagnoseRequest, observer: &dyn Observer) -> Result<Di
     let written = match &request.out {
         Some(dir) => {
             let existed = dir.exists();
+            let _lock = crate::base::files::DirLock::create(dir)?;
             output::prepare_output_dir(dir, request.force)?;
             let files = report::diagnose::write_diagnosis(dir, &diagnosis, &obs, &request.formats);
             if files.is_err() && !existed {
@@ -156,6 +157,7 @@ pub fn calibrate(request: &CalibrateRequest, observer: &dyn Observer) -> Result<
             )
             .into());
         }
+        crate::base::files::output_target(&request.out)?;
         let text = calibrate::run_calibrate(&request.checkpoint, preset, &request.out)?;
         return Ok(format!("{text}# → {}\n", request.out.display()));
     };
@@ -165,6 +167,9 @@ pub fn calibrate(request: &CalibrateRequest, observer: &dyn Observer) -> Result<
 /// `calibrate --observations`: the fit, its scenario TOML and curve CSV
 /// (both through temporary files: nothing is written on error).
 fn calibrate_from_observations(request: &CalibrateRequest, observations: &Path, observer: &dyn Observer) -> Result<String, Error> {
+    for p in [request.out.clone(), request.out.with_extension("fit.csv")] {
+        crate::base::files::output_target(&p)?;
+    }
     let mut base = ScenarioParams::default();
     let mut notes = String::new();
     if !request.checkpoint.is_empty() {
@@ -202,11 +207,7 @@ fn calibrate_from_observations(request: &CalibrateRequest, observations: &Path, 
     let csv_path = out.with_extension("fit.csv");
     let writes = [(out, text.as_str()), (&csv_path, fit::curve_csv(&f).as_str())].map(|(p, t)| (p.clone(), t.to_string()));
     for (p, t) in &writes {
-        let tmp = p.with_extension("partial");
-        std::fs::write(&tmp, t).map_err(|e| Error::io(format!("writing {}", tmp.display()), e))?;
-    }
-    for (p, _) in &writes {
-        std::fs::rename(p.with_extension("partial"), p).map_err(|e| Error::io(format!("writing {}", p.display()), e))?;
+        crate::base::files::write_file(p, t.as_bytes())?;
     }
     Ok(format!("{}wrote {} and {}\n", fit::format_table(&f), out.display(), csv_path.display()))
 }

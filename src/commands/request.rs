@@ -47,10 +47,16 @@ pub fn precision_definitions(defs: &[String]) -> Result<Vec<PrecisionParams>, Co
     defs.iter().map(|d| parse_compact(d)).collect()
 }
 
-/// A pool of `threads` workers (None: one per core); 0 is refused.
+/// Most worker threads a run may ask for: far past any machine's useful
+/// count, and still quick to start (a thousand threads start in under a
+/// second; a hundred thousand take minutes before the first trial).
+pub const MAX_THREADS: usize = 1024;
+
+/// A pool of `threads` workers (None: one per core); 0 and more than
+/// [`MAX_THREADS`] are refused.
 pub fn thread_pool(threads: Option<usize>) -> Result<rayon::ThreadPool, Error> {
-    if threads == Some(0) {
-        return Err(ConfigError::new("--threads", 0, "at least 1 (leave it out to use every core)").into());
+    if let Some(n) = threads.filter(|&n| n == 0 || n > MAX_THREADS) {
+        return Err(ConfigError::new("--threads", n, format!("from 1 to {MAX_THREADS} (leave it out to use every core)")).into());
     }
     rayon::ThreadPoolBuilder::new()
         .num_threads(threads.unwrap_or(0))

@@ -1,7 +1,11 @@
 //! `sweep` (a grid, a shard of one, or one grid per value of a knob),
 //! `merge` (shards back into one directory) and `plot` (a finished
-//! directory's charts drawn again).
+//! directory's charts drawn again). Each holds its directory's lock
+//! ([`DirLock`]) while it writes there: a second process on the same
+//! directory is refused, naming the holder. Shards write one directory
+//! each, so they never contend.
 
+use crate::base::files::DirLock;
 use crate::base::observe::Observer;
 use crate::commands::request::{ChartRequest, ScenarioRequest};
 use crate::config::vary::VaryAxis;
@@ -82,6 +86,8 @@ pub fn sweep(request: &SweepRequest, observer: &dyn Observer) -> Result<Swept, E
         return Ok(Swept::Grid { out: None, scenario: Box::new(s), outcome });
     };
     let opts = StoreOptions { force: request.force, resume: request.resume, shard, chunk_trials: request.chunk_trials };
+    // Held until the charts and the final manifest are written.
+    let _lock = DirLock::create(dir)?;
     let outcome = pool.install(|| store::sweep_into(dir, &s, opts, observer))?;
     if observer.stop_requested() {
         // The stop came after the last chunk: every cell is on disk, and a
@@ -118,6 +124,8 @@ fn sweep_vary(request: &SweepRequest, axis: &VaryAxis, observer: &dyn Observer) 
         crate::error::ConfigError::new("vary", axis.field.clone(), "an output directory: each value's sweep is written to its own")
     })?;
     let opts = StoreOptions { force: request.force, resume: request.resume, shard, chunk_trials: request.chunk_trials };
+    // One lock on the top directory covers every value's subdirectory.
+    let _lock = DirLock::create(dir)?;
     let finish_value = |dir: &Path, s: &Scenario, o: &SweepOutcome| report::vary::complete_value(dir, s, o, &plot);
     let outcome = pool.install(|| vary::sweep_vary(dir, axis, &scenarios, opts, observer, &finish_value))?;
     if observer.stop_requested() {
@@ -165,6 +173,7 @@ pub fn merge(request: &MergeRequest) -> Result<Merged, Error> {
     let merged = store::merge_shards(&request.shards)?;
     let s: Scenario = store::scenario_from_manifest(&merged.manifest)?;
     let (lines, cells) = store::order_cells(&s, merged.lines, merged.cells)?;
+    let _lock = DirLock::create(&request.out)?;
     output::prepare_output_dir(&request.out, request.force)?;
     store::write_result_lines(&request.out.join(RESULTS_FILE), &lines)?;
     let effective = sweep::effective_contexts(&s, &cells);
@@ -178,6 +187,8 @@ pub fn merge(request: &MergeRequest) -> Result<Merged, Error> {
 /// Returns the files written.
 pub fn plot(dir: &Path, charts: &ChartRequest) -> Result<Vec<String>, Error> {
     let opts = charts.options()?;
+    // A missing directory is plot_dir's error to report.
+    let _lock = if dir.is_dir() { Some(DirLock::acquire(dir)?) } else { None };
     match vary::VaryManifest::read(dir)? {
         Some(m) if dir.is_dir() => report::vary::plot_vary(dir, &m, &opts),
         _ => report::plot_dir(dir, &opts),

@@ -748,7 +748,7 @@ fn stride_positions(text: &str, ratio: u64, path: &str) -> Result<Option<Vec<u64
 /// Reads and parses a scenario file.
 pub fn load_scenario_file(path: &std::path::Path) -> Result<ScenarioParams, Error> {
     // An unreadable scenario file is bad usage (exit 2), like a malformed one.
-    let text = std::fs::read_to_string(path)
+    let text = crate::base::files::read_text_capped(path, crate::base::files::SCENARIO_FILE_CAP)
         .map_err(|e| Error::ScenarioFile { path: path.display().to_string(), message: format!("cannot read the scenario file: {e}") })?;
     params::parse_scenario_toml(&text).map_err(|message| Error::ScenarioFile { path: path.display().to_string(), message })
 }

@@ -65,7 +65,7 @@ impl Reading {
 /// (every catalogue entry without a parameter, and each tie maker with
 /// `ties-lowest` and `ties-highest`), `H` or `H1+H2` (parametrized ones with
 /// their value: `topk=1024`), so `all,topk=1024` is the catalogue and one
-/// more. "healthy" is always a candidate.
+/// more. "healthy" is always a candidate, and at least one other is needed.
 pub fn candidates(list: &str) -> Result<Vec<String>, ConfigError> {
     let mut out = vec![HEALTHY.to_string()];
     if list.split(',').any(|i| i.trim() == "all") {
@@ -87,6 +87,14 @@ pub fn candidates(list: &str) -> Result<Vec<String>, ConfigError> {
         if !out.iter().any(|o| o == item) {
             out.push(item.to_string());
         }
+    }
+    if out.len() == 1 {
+        // Healthy alone would win with posterior 1 whatever the data say.
+        return Err(ConfigError::new(
+            "--hypotheses",
+            format!("{list:?}"),
+            "at least one hypothesis besides healthy: all, or a comma-separated list such as slot-shift,no-hadamard",
+        ));
     }
     Ok(out)
 }
@@ -1098,6 +1106,10 @@ mod tests {
         let more = candidates("all,topk=1024,slot-shift").unwrap();
         assert_eq!(more.len(), all.len() + 1);
         assert_eq!(more.last().unwrap(), "topk=1024");
+        for nothing in ["", " , ", "healthy"] {
+            let err = candidates(nothing).unwrap_err().to_string();
+            assert!(err.contains("at least one hypothesis besides healthy"), "{nothing:?}: {err}");
+        }
         let err = candidates("slot-shift,nope").unwrap_err().to_string();
         assert!(err.contains("--hypotheses") && err.contains("nope"), "{err}");
     }

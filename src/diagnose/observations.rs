@@ -45,7 +45,8 @@ fn bad(path: &str, line: usize, message: String) -> Error {
 /// Reads and checks the file at `path`; `known` says whether a variant
 /// name (after `# map`) is one the scenario can simulate, or why not.
 pub fn read(path: &std::path::Path, known: &dyn Fn(&str) -> Result<(), String>) -> Result<Observations, Error> {
-    let text = std::fs::read_to_string(path).map_err(|e| Error::Input { location: path.display().to_string(), message: e.to_string() })?;
+    let text = crate::base::files::read_text_capped(path, crate::base::files::OBSERVATIONS_FILE_CAP)
+        .map_err(|e| Error::Input { location: path.display().to_string(), message: e.to_string() })?;
     parse(&path.display().to_string(), &text, known)
 }
 

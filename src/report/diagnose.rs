@@ -4,6 +4,7 @@
 //! Everything is computed before this is called; a failure while writing
 //! removes what was written.
 
+use crate::base::files::write_file;
 use crate::base::units::tokens_label;
 use crate::diagnose::observations::{Observation, Observations};
 use crate::diagnose::{Diagnosis, Reading};
@@ -11,7 +12,6 @@ use crate::error::Error;
 use crate::report::chart::likelihood::{render_likelihood, LikelihoodBar, LikelihoodChart, RowRecall};
 use crate::report::chart::ImageFormat;
 use crate::report::html::{escape, page_start};
-use crate::run::output::write_atomic;
 use std::fmt::Write as _;
 use std::path::Path;
 
@@ -272,10 +272,10 @@ pub fn write_diagnosis(dir: &Path, d: &Diagnosis, obs: &Observations, formats: &
         }
         // Serializing plain numbers and strings cannot fail.
         let json = serde_json::to_string_pretty(d).unwrap_or_default() + "\n";
-        write_atomic(&dir.join(DIAGNOSIS_FILE), json.as_bytes())?;
+        write_file(&dir.join(DIAGNOSIS_FILE), json.as_bytes())?;
         written.push(DIAGNOSIS_FILE.into());
         let html = report_html(d, obs, embedded.as_ref().map(|(m, b)| (*m, b.as_slice())));
-        write_atomic(&dir.join(REPORT_FILE), html.as_bytes())?;
+        write_file(&dir.join(REPORT_FILE), html.as_bytes())?;
         written.push(REPORT_FILE.into());
         Ok(())
     })();

@@ -6,6 +6,7 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
+use crate::base::files::write_file;
 use crate::base::units::tokens_label;
 use crate::config::Scenario;
 use crate::error::Error;
@@ -14,7 +15,6 @@ use crate::report::directory::{plot_dir, write_sweep};
 use crate::report::html::{escape, page_start};
 use crate::report::meta::{Grid, PlotOptions};
 use crate::report::outputs::REPORT_FILE;
-use crate::run::output::write_atomic;
 use crate::run::store;
 use crate::run::sweep::SweepOutcome;
 use crate::run::vary::{format_table, read_vary, VaryManifest, VaryOutcome};
@@ -118,7 +118,7 @@ pub fn write_vary(dir: &Path, outcome: &VaryOutcome, opts: &PlotOptions) -> Resu
         }
     }
     let html = report_html(dir, outcome, &files)?;
-    write_atomic(&dir.join(REPORT_FILE), html.as_bytes())?;
+    write_file(&dir.join(REPORT_FILE), html.as_bytes())?;
     files.push(REPORT_FILE.to_string());
     Ok(files)
 }

@@ -1,6 +1,12 @@
 //! The checkpoint file of a durable sweep: finished chunks of trials of the
 //! haystack group in progress, one JSON line each, removed once the group's
 //! cells are in `results.jsonl`. A resumed sweep takes them back.
+//!
+//! Each line carries the CRC-32 of its chunk (`{"crc32":"…","chunk":{…}}`),
+//! so a line changed after it was written (by hand, or by a disk) is refused
+//! on resume, naming the file and line, instead of changing the results.
+//! A checkpoint from before the checksum is refused the same way: deleting
+//! it costs only the trials of the one group in progress.
 
 use crate::error::{Error, SimError};
 use crate::estimate::driver::{Checkpoint, GroupKey};
@@ -22,6 +28,37 @@ struct ChunkRecord {
     first: u64,
     count: u64,
     trials: Box<serde_json::value::RawValue>,
+}
+
+/// A checkpoint line as stored: the chunk's JSON exactly as written, and
+/// its CRC-32 (8 hex digits).
+#[derive(Deserialize)]
+struct CheckedLine<'a> {
+    crc32: String,
+    #[serde(borrow)]
+    chunk: &'a serde_json::value::RawValue,
+}
+
+/// One stored line for `record`.
+fn checked_line(record: &ChunkRecord) -> serde_json::Result<String> {
+    let chunk = serde_json::to_string(record)?;
+    Ok(format!("{{\"crc32\":\"{:08x}\",\"chunk\":{chunk}}}\n", crc32fast::hash(chunk.as_bytes())))
+}
+
+/// The record a stored line holds, or why it cannot be trusted.
+fn parse_line(line: &str) -> Result<ChunkRecord, String> {
+    let checked: CheckedLine = match serde_json::from_str(line) {
+        Ok(c) => c,
+        Err(e) if serde_json::from_str::<ChunkRecord>(line).is_ok() => {
+            return Err(format!("no checksum: written by an older dsa-recall ({e})"));
+        }
+        Err(e) => return Err(e.to_string()),
+    };
+    let want = format!("{:08x}", crc32fast::hash(checked.chunk.get().as_bytes()));
+    if checked.crc32 != want {
+        return Err(format!("checksum {} does not match the line's {want}: the line was changed after it was written", checked.crc32));
+    }
+    serde_json::from_str(checked.chunk.get()).map_err(|e| e.to_string())
 }
 
 /// [`CHECKPOINT_FILE`] in an output directory: the records read back when a
@@ -64,7 +101,7 @@ impl Checkpoint for FileCheckpoint {
         let fail = |e: &dyn std::fmt::Display| SimError::Checkpoint(format!("writing {}: {e}", self.path.display()));
         let trials = serde_json::value::RawValue::from_string(trials.to_string()).map_err(|e| fail(&e))?;
         let record = ChunkRecord { group: group.clone(), estimator: estimator.to_string(), first, count, trials };
-        let line = serde_json::to_string(&record).map_err(|e| fail(&e))? + "\n";
+        let line = checked_line(&record).map_err(|e| fail(&e))?;
         let mut file = self.file.lock().unwrap_or_else(|p| p.into_inner());
         if file.is_none() {
             *file = Some(OpenOptions::new().create(true).append(true).open(&self.path).map_err(|e| fail(&e))?);
@@ -109,11 +146,16 @@ impl Checkpoint for FileCheckpoint {
 /// Reads the checkpoint, dropping a torn last line and cutting it from the
 /// file too (a line appended after it would otherwise be glued to it).
 fn read(path: &Path) -> Result<Vec<ChunkRecord>, Error> {
-    let text = match fs::read_to_string(path) {
+    const HINT: &str = "delete the file to simulate its trials again (finished cells in results.jsonl are kept)";
+    let bytes = match fs::read(path) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
         Err(e) => return Err(Error::io(format!("reading {}", path.display()), e)),
     };
+    let text = String::from_utf8(bytes).map_err(|e| {
+        let line = e.as_bytes()[..e.utf8_error().valid_up_to()].iter().filter(|&&b| b == b'\n').count() + 1;
+        Error::Corrupt { path: format!("{}:{line}", path.display()), message: format!("not UTF-8 text; {HINT}") }
+    })?;
     let complete = text.rfind('\n').map_or("", |i| &text[..=i]);
     if complete.len() < text.len() {
         let cut = OpenOptions::new().write(true).open(path).and_then(|f| {
@@ -126,10 +168,7 @@ fn read(path: &Path) -> Result<Vec<ChunkRecord>, Error> {
         .lines()
         .enumerate()
         .map(|(n, line)| {
-            serde_json::from_str(line).map_err(|e| Error::Corrupt {
-                path: format!("{}:{}", path.display(), n + 1),
-                message: format!("{e}; delete the file to simulate its trials again"),
-            })
+            parse_line(line).map_err(|e| Error::Corrupt { path: format!("{}:{}", path.display(), n + 1), message: format!("{e}; {HINT}") })
         })
         .collect()
 }
@@ -138,5 +177,45 @@ fn remove(path: &Path) -> Result<(), Error> {
     match fs::remove_file(path) {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(Error::io(format!("removing {}", path.display()), e)),
         _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(first: u64) -> ChunkRecord {
+        let trials = serde_json::value::RawValue::from_string("[[true,3]]".into()).unwrap();
+        ChunkRecord { group: GroupKey { depth_percent: 50.0, contexts: vec![1024] }, estimator: "full".into(), first, count: 1, trials }
+    }
+
+    #[test]
+    fn a_line_reads_back_and_any_change_is_refused() {
+        let line = checked_line(&record(4)).unwrap();
+        assert!(line.starts_with("{\"crc32\":\"") && line.ends_with("}\n"), "{line}");
+        assert_eq!(parse_line(line.trim_end()).unwrap().first, 4);
+        for (from, to) in [("true", "false"), ("\"first\":4", "\"first\":5"), ("\"first\":4", "\"first\":-7")] {
+            let edited = line.replacen(from, to, 1);
+            assert_ne!(edited, line);
+            let e = parse_line(edited.trim_end()).unwrap_err();
+            assert!(e.contains("checksum"), "{from} → {to}: {e}");
+        }
+        let old = serde_json::to_string(&record(4)).unwrap();
+        assert!(parse_line(&old).unwrap_err().starts_with("no checksum"));
+    }
+
+    #[test]
+    fn a_corrupt_file_names_its_line_and_exits_2() {
+        let d = tempfile::tempdir().unwrap();
+        let path = d.path().join(CHECKPOINT_FILE);
+        let good = checked_line(&record(0)).unwrap();
+        fs::write(&path, format!("{good}{}", good.replace("true", "false"))).unwrap();
+        let e = read(&path).unwrap_err();
+        assert!(e.is_usage() && e.to_string().contains("checkpoint.jsonl:2: "), "{e}");
+        fs::write(&path, [good.as_bytes(), b"\xff\n"].concat()).unwrap();
+        assert!(read(&path).unwrap_err().to_string().contains("checkpoint.jsonl:2: not a valid dsa-recall file: not UTF-8"));
+        // A torn last line (a kill mid-write) is dropped, not refused.
+        fs::write(&path, format!("{good}{}", &good[..20])).unwrap();
+        assert_eq!(read(&path).unwrap().len(), 1);
     }
 }

@@ -1,8 +1,9 @@
 //! What a sweep leaves behind: `results.jsonl`, `summary.csv`,
 //! `manifest.json`, charts, and the table on stdout.
 //!
-//! Files are written to a temporary name in the output directory and renamed
-//! into place, so a failure never leaves a half-written file.
+//! Files are written through [`crate::base::files::write_file`] (a temporary
+//! name in the output directory, renamed into place), so a failure never
+//! leaves a half-written file.
 
 use crate::base::units::{tokens_label, Reach};
 use crate::config::Scenario;
@@ -11,7 +12,6 @@ use crate::run::cell::{CellResult, HolmFamily, PairedTest, Pairing};
 use crate::run::sweep::{EffectiveContext, SweepOutcome};
 use std::fmt::Write as _;
 use std::fs;
-use std::io::Write as _;
 use std::path::Path;
 
 pub const RESULTS_FILE: &str = "results.jsonl";
@@ -27,27 +27,17 @@ pub fn prepare_output_dir(dir: &Path, force: bool) -> Result<(), Error> {
 }
 
 /// What [`prepare_output_dir`] refuses, checked without creating anything
-/// (for commands that compute before they write).
+/// (for commands that compute before they write). The lock file of the
+/// directory's [`crate::base::files::DirLock`] does not count.
 pub fn check_output_dir(dir: &Path, force: bool) -> Result<(), Error> {
     if dir.exists() {
-        let mut entries = fs::read_dir(dir).map_err(|e| Error::io(format!("reading output directory {}", dir.display()), e))?;
+        let entries = fs::read_dir(dir).map_err(|e| Error::io(format!("reading output directory {}", dir.display()), e))?;
+        let mut entries = entries.filter(|e| e.as_ref().map_or(true, |e| e.file_name() != crate::base::files::LOCK_FILE));
         if entries.next().is_some() && !force {
             return Err(Error::OutputNotEmpty(dir.display().to_string()));
         }
     }
     Ok(())
-}
-
-/// Writes `bytes` to `path` through a temporary file and a rename.
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), Error> {
-    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let tmp = path.with_file_name(format!(".{name}.tmp"));
-    let io = |e| Error::io(format!("writing {}", path.display()), e);
-    let mut f = fs::File::create(&tmp).map_err(io)?;
-    f.write_all(bytes).map_err(io)?;
-    f.sync_all().map_err(io)?;
-    drop(f);
-    fs::rename(&tmp, path).map_err(io)
 }
 
 /// One JSON object per cell, in sweep order.

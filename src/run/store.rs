@@ -6,12 +6,13 @@
 //! chunks to the directory's checkpoint ([`FileCheckpoint`]), so an
 //! interruption loses at most the chunk in flight (about a second or two).
 
+use crate::base::files::write_file;
 use crate::base::observe::Observer;
 use crate::config::Scenario;
 use crate::error::Error;
 use crate::run::cell::CellResult;
 use crate::run::checkpoint::FileCheckpoint;
-use crate::run::output::{self, write_atomic, MANIFEST_FILE, RESULTS_FILE};
+use crate::run::output::{self, MANIFEST_FILE, RESULTS_FILE};
 use crate::run::plan::{cells_per_unit, Plan, Shard};
 use crate::run::sweep::{self, EffectiveContext, Sink, SweepOutcome};
 use serde::{Deserialize, Serialize};
@@ -53,12 +54,12 @@ impl Manifest {
 
     fn write(&self, dir: &Path) -> Result<(), Error> {
         let text = serde_json::to_string_pretty(self).unwrap_or_default() + "\n";
-        write_atomic(&dir.join(MANIFEST_FILE), text.as_bytes())
+        write_file(&dir.join(MANIFEST_FILE), text.as_bytes())
     }
 
     pub fn read(dir: &Path) -> Result<Manifest, Error> {
         let path = dir.join(MANIFEST_FILE);
-        let text = fs::read_to_string(&path).map_err(|e| match e.kind() {
+        let text = crate::base::files::read_text_capped(&path, crate::base::files::JSON_FILE_CAP).map_err(|e| match e.kind() {
             std::io::ErrorKind::NotFound => {
                 Error::Mismatch(format!("{} has no {MANIFEST_FILE}: it is not a dsa-recall output directory", dir.display()))
             }
@@ -133,7 +134,7 @@ fn read_results(path: &Path) -> Result<StoredCells, Error> {
 /// Rewrites `results.jsonl` atomically from whole lines (kept byte for byte).
 pub fn write_result_lines(path: &Path, lines: &[String]) -> Result<(), Error> {
     let text: String = lines.iter().flat_map(|l| [l.as_str(), "\n"]).collect();
-    write_atomic(path, text.as_bytes())
+    write_file(path, text.as_bytes())
 }
 
 /// Runs the scenario into `dir` durably. Returns every cell of the
@@ -172,7 +173,7 @@ pub fn sweep_into(dir: &Path, s: &Scenario, opts: StoreOptions, observer: &dyn O
     } else {
         output::prepare_output_dir(dir, opts.force)?;
         let checkpoint = FileCheckpoint::fresh(dir, opts.chunk_trials)?;
-        write_atomic(&results_path, b"")?;
+        write_file(&results_path, b"")?;
         checkpoint
     };
     manifest.write(dir)?;

@@ -9,12 +9,13 @@
 //! OUT/needle.strength=0.5/        a whole sweep directory per value
 //! ```
 
+use crate::base::files::write_file;
 use crate::base::observe::Observer;
 use crate::config::vary::VaryAxis;
 use crate::config::Scenario;
 use crate::error::{ConfigError, Error};
 use crate::run::cell::CellResult;
-use crate::run::output::{self, row_label, write_atomic, MANIFEST_FILE, RESULTS_FILE, SUMMARY_FILE};
+use crate::run::output::{self, row_label, MANIFEST_FILE, RESULTS_FILE, SUMMARY_FILE};
 use crate::run::store::{self, StoreOptions};
 use crate::run::sweep::SweepOutcome;
 use serde::{Deserialize, Serialize};
@@ -51,14 +52,14 @@ impl VaryManifest {
     }
 
     fn write(&self, dir: &Path) -> Result<(), Error> {
-        write_atomic(&dir.join(MANIFEST_FILE), (serde_json::to_string_pretty(self).unwrap_or_default() + "\n").as_bytes())
+        write_file(&dir.join(MANIFEST_FILE), (serde_json::to_string_pretty(self).unwrap_or_default() + "\n").as_bytes())
     }
 
     /// The knob sweep manifest in `dir`, or None when `dir` holds an
     /// ordinary sweep (its manifest has no `vary`).
     pub fn read(dir: &Path) -> Result<Option<VaryManifest>, Error> {
         let path = dir.join(MANIFEST_FILE);
-        let text = match fs::read_to_string(&path) {
+        let text = match crate::base::files::read_text_capped(&path, crate::base::files::JSON_FILE_CAP) {
             Ok(t) => t,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(Error::io(format!("reading {}", path.display()), e)),
@@ -137,8 +138,8 @@ pub fn sweep_vary(
         sweeps.push((s.clone(), outcome));
     }
     let outcome = VaryOutcome { axis: axis.clone(), sweeps };
-    write_atomic(&dir.join(RESULTS_FILE), results_jsonl(&outcome).as_bytes())?;
-    write_atomic(&dir.join(SUMMARY_FILE), summary_csv(&outcome).as_bytes())?;
+    write_file(&dir.join(RESULTS_FILE), results_jsonl(&outcome).as_bytes())?;
+    write_file(&dir.join(SUMMARY_FILE), summary_csv(&outcome).as_bytes())?;
     Ok(outcome)
 }
 

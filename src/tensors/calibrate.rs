@@ -429,8 +429,6 @@ pub fn run_calibrate(inputs: &[PathBuf], preset: Option<&str>, out: &std::path::
         message: format!("calibrated scenario does not parse: {m}"),
     })?;
     config::check(config::resolve(params)?)?;
-    let tmp = out.with_extension("toml.partial");
-    std::fs::write(&tmp, &text).map_err(|e| Error::io(format!("writing {}", tmp.display()), e))?;
-    std::fs::rename(&tmp, out).map_err(|e| Error::io(format!("writing {}", out.display()), e))?;
+    crate::base::files::write_file(out, text.as_bytes())?;
     Ok(text)
 }

@@ -419,6 +419,7 @@ pub fn observe(paths: &[std::path::PathBuf], spec: &Spec, out: &Path) -> Result<
             ConfigError::new("--config", format!("{:?}", spec.label), "a configuration label without commas, e.g. fp8-fp32scale").into()
         );
     }
+    crate::base::files::output_target(out)?;
     let mut counts = Vec::new();
     let mut sources = Vec::new();
     for p in paths {
@@ -428,9 +429,7 @@ pub fn observe(paths: &[std::path::PathBuf], spec: &Spec, out: &Path) -> Result<
         }
     }
     let text = to_csv(&add_up(counts), spec, &sources);
-    let tmp = out.with_extension("csv.partial");
-    std::fs::write(&tmp, &text).map_err(|e| Error::io(format!("writing {}", tmp.display()), e))?;
-    std::fs::rename(&tmp, out).map_err(|e| Error::io(format!("writing {}", out.display()), e))?;
+    crate::base::files::write_file(out, text.as_bytes())?;
     Ok(text)
 }
 

@@ -115,7 +115,8 @@ fn read_header(path: &Path) -> Result<BTreeMap<String, Entry>, Error> {
 
 /// The shards an index JSON names, by tensor.
 fn read_index(path: &Path) -> Result<BTreeMap<String, PathBuf>, Error> {
-    let text = super::read_bounded(path)?;
+    let text = crate::base::files::read_capped(path, crate::base::files::JSON_FILE_CAP)
+        .map_err(|e| bad_file(path, format!("cannot read: {e}")))?;
     let json: serde_json::Value =
         serde_json::from_slice(&text).map_err(|e| bad_file(path, format!("not a safetensors index: not JSON ({e})")))?;
     let map = json
@@ -126,6 +127,15 @@ fn read_index(path: &Path) -> Result<BTreeMap<String, PathBuf>, Error> {
     let mut out = BTreeMap::new();
     for (name, file) in map {
         let file = file.as_str().ok_or_else(|| bad_file(path, format!("weight_map entry {name:?} is not a file name")))?;
+        // Lexically inside the index's directory: no `..`, root or drive.
+        // (A symlink in the directory is followed: the Hugging Face cache
+        // links each shard to a blob elsewhere.)
+        if file.is_empty() || !Path::new(file).components().all(|c| matches!(c, std::path::Component::Normal(_))) {
+            return Err(bad_file(
+                path,
+                format!("weight_map entry {name:?} = {file:?}: a file name inside the index's directory (no \"..\" or absolute paths)"),
+            ));
+        }
         let shard = dir.join(file);
         if !shard.is_file() {
             return Err(bad_file(path, format!("weight_map sends tensor {name} to {file}, which does not exist")));

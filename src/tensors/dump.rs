@@ -261,15 +261,56 @@ pub fn trial_tensors(s: &Scenario, trial: u64, on_step: &dyn Fn(&str)) -> Result
     Ok(TrialTensors { tensors, metadata, summary })
 }
 
+/// Largest dump written without `allow_large` (`--allow-large-output`): 1 GiB.
+pub const MAX_DUMP_BYTES: u64 = 1 << 30;
+
+/// Bytes a dump of the scenario's first cell holds at least: its f32 query,
+/// weights and keys, and per variant the element codes (narrowest unsigned
+/// type), logits and selected indices (block scales left out).
+pub fn dump_size_estimate(s: &Scenario) -> u64 {
+    let rows = s.geometry.candidate_rows(s.contexts[0]);
+    let (d, heads) = (s.model.shape.head_dim as u64, s.model.shape.heads as u64);
+    let k = s.topks[0].min(rows);
+    let code_bytes = |bits: u32| match bits {
+        0..=8 => 1,
+        9..=16 => 2,
+        _ => 4,
+    };
+    let per_variant: u64 = s
+        .precisions
+        .iter()
+        .map(|v| heads * d * code_bytes(v.query.element.bits()) + rows * d * code_bytes(v.key.element.bits()) + rows * 4 + k * 8)
+        .sum();
+    heads * d * 4 + heads * 4 + rows * d * 4 + per_variant
+}
+
 /// Writes trial `trial` of the scenario's single cell (its first context,
 /// depth and k) to `path`, with every precision variant of the scenario.
-/// `on_step` names each step as it starts (for a progress display).
-pub fn dump_trial(s: &Scenario, trial: u64, path: &Path, on_step: &dyn Fn(&str)) -> Result<DumpSummary, Error> {
+/// A dump over [`MAX_DUMP_BYTES`] is refused before anything is simulated
+/// unless `allow_large`. `on_step` names each step as it starts (for a
+/// progress display).
+pub fn dump_trial(s: &Scenario, trial: u64, path: &Path, allow_large: bool, on_step: &dyn Fn(&str)) -> Result<DumpSummary, Error> {
+    crate::base::files::output_target(path)?;
+    let size = dump_size_estimate(s);
+    if size > MAX_DUMP_BYTES && !allow_large {
+        use crate::base::files::size_label;
+        return Err(bad_file(
+            path,
+            format!(
+                "the trial's tensors would take at least {:.1} GiB (context {} tokens, {} precisions), more than {}; \
+                 pass --allow-large-output to write it anyway, or use a shorter --context",
+                size as f64 / (1u64 << 30) as f64,
+                s.contexts[0],
+                s.precisions.len(),
+                size_label(MAX_DUMP_BYTES)
+            ),
+        ));
+    }
     let TrialTensors { tensors, metadata, summary } = trial_tensors(s, trial, on_step)?;
     let info: HashMap<String, String> = [("dsa_recall".to_string(), metadata)].into_iter().collect();
     on_step(&format!("writing {}", path.display()));
     let bytes = safetensors::serialize(tensors.iter().map(|(n, t)| (n.clone(), t)), Some(info))
         .map_err(|e| bad_file(path, format!("cannot serialize: {e}")))?;
-    crate::run::output::write_atomic(path, &bytes)?;
+    crate::base::files::write_file(path, &bytes)?;
     Ok(summary)
 }

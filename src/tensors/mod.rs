@@ -21,11 +21,12 @@ pub(crate) fn bad_file(path: &std::path::Path, message: impl Into<String>) -> Er
     Error::Input { location: path.display().to_string(), message: message.into() }
 }
 
-/// Reads a whole file after checking its size against [`MAX_FILE_BYTES`].
+/// Reads a whole file after checking its size against [`MAX_FILE_BYTES`]
+/// (and reading no more than that from a file with no size, a device).
 pub(crate) fn read_bounded(path: &std::path::Path) -> Result<Vec<u8>, Error> {
     let meta = std::fs::metadata(path).map_err(|e| bad_file(path, format!("cannot read: {e}")))?;
     if meta.len() > MAX_FILE_BYTES {
         return Err(bad_file(path, format!("{} bytes is more than the {} bytes this tool reads", meta.len(), MAX_FILE_BYTES)));
     }
-    std::fs::read(path).map_err(|e| bad_file(path, format!("cannot read: {e}")))
+    crate::base::files::read_capped(path, MAX_FILE_BYTES).map_err(|e| bad_file(path, format!("cannot read: {e}")))
 }

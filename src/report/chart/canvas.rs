@@ -5,6 +5,7 @@
 use crate::error::Error;
 use std::path::{Path, PathBuf};
 
+use image::ImageEncoder;
 use plotters::coord::Shift;
 use plotters::prelude::{BitMapBackend, DrawingArea, DrawingBackend, IntoDrawingArea, SVGBackend};
 
@@ -38,6 +39,10 @@ pub enum ChartError {
         #[source]
         source: std::io::Error,
     },
+    /// Writing the image failed or its path was refused
+    /// ([`crate::base::files::write_file`]'s error, kept as it is).
+    #[error(transparent)]
+    Output(Error),
 }
 
 /// Converts any plotters error into [`ChartError::Draw`].
@@ -85,65 +90,58 @@ pub(crate) fn check_size(width: u32, height: u32) -> Result<(), ChartError> {
     }
 }
 
-/// Renders `painter` into a temporary file next to `path`, then renames it
-/// into place. On any failure the temporary file is removed.
+/// Renders `painter` in memory and writes the image to `path` through
+/// [`crate::base::files::write_file`] (a temporary file renamed into place;
+/// nothing is left on failure). The PNG is encoded exactly as plotters'
+/// file backend encodes it (image's default PNG encoder, RGB8).
 pub(crate) fn render_atomically<P: Painter>(painter: &P, path: &Path, width: u32, height: u32) -> Result<(), ChartError> {
     check_size(width, height)?;
     let format = ImageFormat::from_path(path)?;
     ensure_font_registered().map_err(ChartError::Font)?;
-
-    let file_name =
-        path.file_name().and_then(|f| f.to_str()).ok_or_else(|| ChartError::InvalidInput(format!("no usable file name in {path:?}")))?;
+    path.file_name().and_then(|f| f.to_str()).ok_or_else(|| ChartError::InvalidInput(format!("no usable file name in {path:?}")))?;
     let dir = match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => PathBuf::from("."),
     };
     std::fs::create_dir_all(&dir).map_err(|source| ChartError::Io { path: dir.clone(), source })?;
-    // Keep the real extension last: the bitmap encoder picks the format from it.
-    let tmp = dir.join(format!(".{file_name}.{}.tmp.{}", std::process::id(), format.extension()));
-    // Fail on an unwritable folder here, with the path, rather than inside
-    // the backend with its debug text.
-    std::fs::File::create(&tmp).map_err(|source| ChartError::Io { path: path.to_path_buf(), source })?;
-
-    let result = (|| -> Result<(), ChartError> {
-        match format {
-            ImageFormat::Png => {
-                let root = BitMapBackend::new(&tmp, (width, height)).into_drawing_area();
+    let bytes = match format {
+        ImageFormat::Png => {
+            let mut pixels = vec![0u8; width as usize * height as usize * 3];
+            {
+                let root = BitMapBackend::with_buffer(&mut pixels, (width, height)).into_drawing_area();
                 painter.paint(&root)?;
                 root.present().map_err(draw_err)?;
             }
-            ImageFormat::Svg => {
-                {
-                    let root = SVGBackend::new(&tmp, (width, height)).into_drawing_area();
-                    painter.paint(&root)?;
-                    root.present().map_err(draw_err)?;
-                }
-                embed_svg_font(&tmp)?;
-            }
+            let mut png = Vec::new();
+            image::codecs::png::PngEncoder::new(&mut png).write_image(&pixels, width, height, image::ColorType::Rgb8).map_err(draw_err)?;
+            png
         }
-        std::fs::rename(&tmp, path).map_err(|source| ChartError::Io { path: path.to_path_buf(), source })
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    result
+        ImageFormat::Svg => {
+            let mut svg = String::new();
+            {
+                let root = SVGBackend::with_string(&mut svg, (width, height)).into_drawing_area();
+                painter.paint(&root)?;
+                root.present().map_err(draw_err)?;
+            }
+            embed_svg_font(&svg)?.into_bytes()
+        }
+    };
+    crate::base::files::write_file(path, &bytes).map_err(ChartError::Output)
 }
 
 /// Inserts the embedded font's `@font-face` (the glyphs the SVG's text uses) right after the `<svg …>` tag.
-fn embed_svg_font(svg_path: &Path) -> Result<(), ChartError> {
-    let io = |source| ChartError::Io { path: svg_path.to_path_buf(), source };
-    let svg = std::fs::read_to_string(svg_path).map_err(io)?;
+fn embed_svg_font(svg: &str) -> Result<String, ChartError> {
     let insert_at = svg
         .find("<svg")
         .and_then(|start| svg[start..].find('>').map(|end| start + end + 1))
         .ok_or_else(|| ChartError::Draw("SVG backend wrote no <svg> element".into()))?;
-    let defs = svg_font_defs(&svg_text_chars(&svg));
+    let defs = svg_font_defs(&svg_text_chars(svg));
     let mut out = String::with_capacity(svg.len() + defs.len() + 1);
     out.push_str(&svg[..insert_at]);
     out.push('\n');
     out.push_str(&defs);
     out.push_str(&svg[insert_at..]);
-    std::fs::write(svg_path, out).map_err(io)
+    Ok(out)
 }
 
 impl From<ChartError> for Error {
@@ -155,6 +153,7 @@ impl From<ChartError> for Error {
                 Error::Input { location: path.display().to_string(), message: "unsupported chart file extension: use .png or .svg".into() }
             }
             ChartError::Io { path, source } => Error::io(format!("writing chart {}", path.display()), source),
+            ChartError::Output(e) => e,
             other => Error::Chart(other.to_string()),
         }
     }

@@ -416,7 +416,7 @@ pub fn command(path: &Path, opts: &CheckOptions, json: bool, out: Option<&Path>)
     let report = check_path(path, opts)?;
     let text = serde_json::to_string_pretty(&report).map_err(|e| Error::Chart(e.to_string()))?;
     if let Some(out) = out {
-        crate::run::output::write_atomic(out, text.as_bytes())?;
+        crate::base::files::write_file(out, text.as_bytes())?;
     }
     Ok(CommandOutput { stdout: if json { text + "\n" } else { render_text(&report) }, exit_code: report.exit_code })
 }

@@ -388,10 +388,9 @@ impl SyntheticCapture {
     pub fn write_safetensors(&self, path: &Path) -> Result<(), Error> {
         let (tensors, meta) = self.tensors();
         let info = std::collections::HashMap::from([(META_KEY.to_string(), meta)]);
-        let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-        let tmp = path.with_file_name(format!(".{name}.tmp"));
-        safetensors::serialize_to_file(tensors.iter().map(|(n, t)| (n.clone(), t)), Some(info), &tmp).map_err(config)?;
-        std::fs::rename(&tmp, path).map_err(|e| Error::io(format!("writing {}", path.display()), e))
+        crate::base::files::write_file_with(path, |_, tmp| {
+            safetensors::serialize_to_file(tensors.iter().map(|(n, t)| (n.clone(), t)), Some(info), tmp).map_err(config)
+        })
     }
 
     /// The capture as a folder of `NAME.npy` files and `meta.json`.
@@ -399,9 +398,9 @@ impl SyntheticCapture {
         std::fs::create_dir_all(dir).map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
         let (tensors, meta) = self.tensors();
         for (name, t) in &tensors {
-            crate::run::output::write_atomic(&dir.join(format!("{name}.npy")), &t.to_npy())?;
+            crate::base::files::write_file(&dir.join(format!("{name}.npy")), &t.to_npy())?;
         }
-        crate::run::output::write_atomic(&dir.join(META_FILE), meta.as_bytes())
+        crate::base::files::write_file(&dir.join(META_FILE), meta.as_bytes())
     }
 }
 

@@ -1046,6 +1046,12 @@ mod tests {
         assert_eq!(candidate_class("scale-unwritten-nan+ties-highest"), FaultClass::IndexTies);
         assert_eq!(candidate_class("logits-bf16+ties-lowest"), FaultClass::Partial);
         assert_eq!(candidate_class("slot-shift+scale-floor"), FaultClass::Layout);
+        // Every page read as zeros destroys all information (issue 28, the
+        // all-zero scores of ml-explore/mlx-lm#1454); a share of pages is layout.
+        assert_eq!(candidate_class("zero-blocks=1"), FaultClass::RandomLoss);
+        assert_eq!(candidate_class("zero-blocks=1+ties-highest"), FaultClass::IndexTies);
+        assert_eq!(candidate_class("zero-blocks=0.5"), FaultClass::Layout);
+        assert_eq!(candidate_class("zero-blocks=0.5+ties-highest"), FaultClass::Layout);
     }
 
     #[test]

@@ -130,9 +130,14 @@ pub fn candidate_class(candidate: &str) -> FaultClass {
     }
     // Makers of ties in every logit (e4m3fn-read: every row's amax code is
     // NaN under fp32 scales, docs/HYPOTHESES.md).
-    let all_tie = parts.iter().any(|p| matches!(*p, "scale-unwritten-zero" | "scale-unwritten-nan" | "e4m3fn-read"));
+    // zero-blocks=1 reads every page as zeros: every logit 0, a tie too.
+    let every_page_zero = |p: &str| p.strip_prefix("zero-blocks=").and_then(|v| v.trim().parse::<f64>().ok()).is_some_and(|v| v >= 1.0);
+    let all_tie = parts.iter().any(|p| matches!(*p, "scale-unwritten-zero" | "scale-unwritten-nan" | "e4m3fn-read") || every_page_zero(p));
     let index_order = parts.iter().any(|p| matches!(*p, "ties-lowest" | "ties-highest"));
-    let base = infos.iter().map(|h| h.class).max_by_key(|c| c.severity()).unwrap_or(FaultClass::Healthy);
+    // Every page zero is not a layout scramble but no information at all,
+    // as the unwritten-scale makers are (random-loss).
+    let classes = parts.iter().filter_map(|p| info(p).map(|h| if every_page_zero(p) { FaultClass::RandomLoss } else { h.class }));
+    let base = classes.max_by_key(|c| c.severity()).unwrap_or(FaultClass::Healthy);
     if all_tie && index_order && base != FaultClass::LayerSubset {
         FaultClass::IndexTies
     } else {

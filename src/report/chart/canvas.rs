@@ -153,6 +153,12 @@ impl From<ChartError> for Error {
                 Error::Input { location: path.display().to_string(), message: "unsupported chart file extension: use .png or .svg".into() }
             }
             ChartError::Io { path, source } => Error::io(format!("writing chart {}", path.display()), source),
+            // Say that it was a chart the tool was writing, as before the
+            // writer was shared.
+            ChartError::Output(Error::Io { context, source }) => match context.strip_prefix("writing ") {
+                Some(rest) => Error::io(format!("writing chart {rest}"), source),
+                None => Error::Io { context, source },
+            },
             ChartError::Output(e) => e,
             other => Error::Chart(other.to_string()),
         }

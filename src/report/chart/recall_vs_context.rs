@@ -23,7 +23,8 @@ use crate::base::units::{tokens_label, Reach};
 
 use super::canvas::{draw_err, render_atomically, ChartError, Painter};
 use super::style::{
-    dash_polyline, format_thousands, lerp_color, palette_color, text, text_at, ui_scale, Dash, Marker, TickedAxis, GRID, INK, INK_SOFT,
+    dash_polyline, format_thousands, lerp_color, palette_color, text, text_at, ui_scale, Dash, Marker, TickedAxis, TickedChart, GRID, INK,
+    INK_SOFT,
 };
 
 /// One measured point: recall at a context length with its confidence interval.
@@ -336,9 +337,6 @@ fn assign_label_rows(labels: &mut [CoverageLabel], gap: i32) {
     }
 }
 
-/// The plotting area of a recall chart: log2 context on x, recall on y.
-type RecallPlot<'a, DB> = ChartContext<'a, DB, Cartesian2d<TickedAxis, TickedAxis>>;
-
 /// Scale, encoding, fonts and strokes shared by every part of one recall chart.
 struct Frame {
     s: f64,
@@ -504,7 +502,7 @@ impl RecallChart {
     fn coverage_labels<DB: DrawingBackend>(
         &self,
         root: &DrawingArea<DB, Shift>,
-        probe: &RecallPlot<'_, DB>,
+        probe: &TickedChart<'_, DB>,
         f: &Frame,
         axis: &ContextAxis,
     ) -> Result<Vec<CoverageLabel>, ChartError> {
@@ -527,7 +525,7 @@ impl RecallChart {
     fn draw_guides<DB: DrawingBackend>(
         &self,
         root: &DrawingArea<DB, Shift>,
-        chart: &RecallPlot<'_, DB>,
+        chart: &TickedChart<'_, DB>,
         f: &Frame,
         cov_labels: &[CoverageLabel],
     ) -> Result<(), ChartError> {
@@ -572,7 +570,7 @@ impl RecallChart {
     fn draw_bands<DB: DrawingBackend>(
         &self,
         root: &DrawingArea<DB, Shift>,
-        chart: &mut RecallPlot<'_, DB>,
+        chart: &mut TickedChart<'_, DB>,
         f: &Frame,
         axis: &ContextAxis,
     ) -> Result<(), ChartError> {
@@ -620,7 +618,7 @@ impl RecallChart {
     fn draw_lines<DB: DrawingBackend>(
         &self,
         root: &DrawingArea<DB, Shift>,
-        chart: &RecallPlot<'_, DB>,
+        chart: &TickedChart<'_, DB>,
         f: &Frame,
     ) -> Result<(), ChartError> {
         let s = f.s;

@@ -870,6 +870,13 @@ pub fn format_table(d: &Diagnosis) -> String {
             if multi { format!("  {:>8}", r.needle_multiplier) } else { String::new() }
         ));
     }
+    push_classes_and_verdict(d, &mut out);
+    out
+}
+
+/// The class table, the rows no candidate explains, the verdict, notes and
+/// the next experiment, under the ranking.
+fn push_classes_and_verdict(d: &Diagnosis, out: &mut String) {
     out.push_str("\nclasses (prior uniform over the classes, then over each class's candidates)\n");
     out.push_str(&format!("{:<14} {:>10} {:>10}  {:<44} {}\n", "class", "posterior", "log10 BF", "best candidate", "what it means"));
     for c in &d.classes {
@@ -914,7 +921,6 @@ pub fn format_table(d: &Diagnosis) -> String {
             }
         ));
     }
-    out
 }
 
 #[cfg(test)]

@@ -262,6 +262,16 @@ pub fn format_table(outcome: &VaryOutcome) -> String {
             }
         }
     }
+    push_effective_table(outcome, whole, &mut out);
+    out
+}
+
+/// The effective-context table of a vary table: one row per (k, precision),
+/// one column per value of the axis.
+fn push_effective_table(outcome: &VaryOutcome, whole: bool, out: &mut String) {
+    let Some((first, first_sweep)) = outcome.sweeps.first() else { return };
+    let axis = &outcome.axis;
+    let width = if whole { 15 } else { 7 };
     let _ = writeln!(
         out,
         "\neffective context (recall ≥ {} at every depth and every shorter context){} by {}",
@@ -292,5 +302,4 @@ pub fn format_table(outcome: &VaryOutcome) -> String {
         }
         out.push('\n');
     }
-    out
 }

@@ -131,7 +131,8 @@ pub fn sweep_vary(
         let sub = dir.join(axis.dir_name(i));
         // A value never started (or killed before its manifest) starts afresh.
         let resume = opts.resume && sub.join(MANIFEST_FILE).exists();
-        let sub_opts = StoreOptions { force: opts.force || opts.resume, resume, shard: None, chunk_trials: opts.chunk_trials };
+        // Every other option (one added later too) holds for each value's sweep.
+        let sub_opts = StoreOptions { force: opts.force || opts.resume, resume, shard: None, ..opts };
         let outcome = store::sweep_into(&sub, s, sub_opts, observer)?;
         finish_value(&sub, s, &outcome)?;
         sweeps.push((s.clone(), outcome));

@@ -175,24 +175,15 @@ fn crossing(curve: &[GridPoint], inside: usize, outside: usize, level: f64) -> f
     round_sig((la + t * (lb - la)).exp(), 3)
 }
 
-/// Fits `opts.field` to the healthy rows of `obs`, simulated with `params`
-/// (resolved, unchecked) on the scenario's seed at every value.
-pub fn fit(params: &ScenarioParams, obs: &Observations, opts: &FitOptions<'_>) -> Result<Fit, Error> {
-    let integer = check_field(&opts.field)?;
-    if !obs.rows.iter().any(|r| r.healthy.is_some()) {
-        return Err(Error::Input {
-            location: obs.path.clone(),
-            message: "no healthy column: calibrate fits to the configurations known to work (add healthy = true or false per row)".into(),
-        });
-    }
-    let used: Vec<&Observation> = obs.rows.iter().filter(|r| r.healthy == Some(true)).collect();
-    if used.is_empty() {
-        return Err(Error::Input {
-            location: obs.path.clone(),
-            message: "no row has healthy = true: calibrate fits to the configurations known to work".into(),
-        });
-    }
-    let (lo, hi) = match opts.range {
+/// The point of `curve` with the highest likelihood (the first on ties).
+fn best_point(c: &[GridPoint]) -> usize {
+    (0..c.len()).fold(0, |b, i| if c[i].log_likelihood > c[b].log_likelihood { i } else { b })
+}
+
+/// The values tried: the options' range, else the knob's default range,
+/// else a decade either side of its scenario value.
+fn fit_range(params: &ScenarioParams, opts: &FitOptions<'_>) -> Result<(f64, f64), Error> {
+    Ok(match opts.range {
         Some(r) => r,
         None if opts.field == DEFAULT_FIELD => STRENGTH_RANGE,
         None if opts.field == DEFAULT_QUANTILE_FIELD => EXCEEDANCE_RANGE,
@@ -211,7 +202,104 @@ pub fn fit(params: &ScenarioParams, obs: &Observations, opts: &FitOptions<'_>) -
                 .into())
             }
         },
-    };
+    })
+}
+
+/// The 95 % likelihood interval around the best point `b` of `curve`:
+/// (low, high, open at the low end, open at the high end).
+fn interval_95(curve: &[GridPoint], b: usize) -> (f64, f64, bool, bool) {
+    let max = curve[b].log_likelihood;
+    let level = max - DROP_95;
+    let mut i = b;
+    while i > 0 && curve[i - 1].log_likelihood >= level {
+        i -= 1;
+    }
+    let mut j = b;
+    while j + 1 < curve.len() && curve[j + 1].log_likelihood >= level {
+        j += 1;
+    }
+    let (open_low, open_high) = (i == 0, j + 1 == curve.len());
+    let low = if open_low { curve[0].value } else { crossing(curve, i, i - 1, level) };
+    let high = if open_high { curve[j].value } else { crossing(curve, j, j + 1, level) };
+    (low, high, open_low, open_high)
+}
+
+/// The check: rows outside the fit at the estimate; or, when every row
+/// is healthy, each row predicted from the fit to the others (`trials` per
+/// point of `curve`).
+fn held_out(
+    params: &ScenarioParams,
+    obs: &Observations,
+    opts: &FitOptions<'_>,
+    used: &[&Observation],
+    curve: &[GridPoint],
+    trials: u64,
+) -> Result<Vec<HeldOut>, Error> {
+    let estimate = curve[best_point(curve)].value;
+    let others: Vec<&Observation> = obs.rows.iter().filter(|r| r.healthy != Some(true)).collect();
+    let mut held_out = Vec::new();
+    if !others.is_empty() {
+        let p = with_value(params, &opts.field, estimate)?;
+        let (rec, n) = recalls(&p, &others, opts.reading, opts.observer, &obs.path)?;
+        for (r, q) in others.iter().zip(rec) {
+            held_out.push(held_out_row(r, estimate, q, n, "not healthy"));
+        }
+    } else if used.len() >= 2 {
+        for (k, r) in used.iter().enumerate() {
+            // The others' maximum; where they leave a plateau (a row at 0 or
+            // all found says only "at least"), the value nearest the estimate.
+            let rest = |g: &GridPoint| g.log_likelihood - g.row_log_likelihoods[k];
+            let far = |g: &GridPoint| (g.value.ln() - estimate.ln()).abs();
+            let at = (0..curve.len()).fold(0, |b, i| {
+                let (x, y) = (rest(&curve[i]), rest(&curve[b]));
+                if x > y + 1e-9 || (x >= y - 1e-9 && far(&curve[i]) < far(&curve[b])) {
+                    i
+                } else {
+                    b
+                }
+            });
+            held_out.push(held_out_row(r, curve[at].value, curve[at].recalls[k], trials, "left out"));
+        }
+    }
+    Ok(held_out)
+}
+
+/// One held-out row: predicted recall `p` at value `at` (`n` trials).
+fn held_out_row(r: &Observation, at: f64, p: f64, n: u64, kind: &'static str) -> HeldOut {
+    HeldOut {
+        line: r.line,
+        context_tokens: r.context_tokens,
+        depth_percent: r.depth_percent,
+        topk: r.topk,
+        config: r.label.clone(),
+        layer: r.layer,
+        found: r.found,
+        total: r.total,
+        at,
+        predicted: p,
+        range_95: binomial_range_95(r.total, clamped(p, n)),
+        kind,
+    }
+}
+
+/// Fits `opts.field` to the healthy rows of `obs`, simulated with `params`
+/// (resolved, unchecked) on the scenario's seed at every value.
+pub fn fit(params: &ScenarioParams, obs: &Observations, opts: &FitOptions<'_>) -> Result<Fit, Error> {
+    let integer = check_field(&opts.field)?;
+    if !obs.rows.iter().any(|r| r.healthy.is_some()) {
+        return Err(Error::Input {
+            location: obs.path.clone(),
+            message: "no healthy column: calibrate fits to the configurations known to work (add healthy = true or false per row)".into(),
+        });
+    }
+    let used: Vec<&Observation> = obs.rows.iter().filter(|r| r.healthy == Some(true)).collect();
+    if used.is_empty() {
+        return Err(Error::Input {
+            location: obs.path.clone(),
+            message: "no row has healthy = true: calibrate fits to the configurations known to work".into(),
+        });
+    }
+    let (lo, hi) = fit_range(params, opts)?;
     let snap = |v: f64| if integer { v.round().max(1.0) } else { v };
     let mut curve: Vec<GridPoint> = Vec::new();
     let mut trials = 0;
@@ -230,9 +318,8 @@ pub fn fit(params: &ScenarioParams, obs: &Observations, opts: &FitOptions<'_>) -
         Ok(())
     };
     evaluate(log_spaced(lo, hi, COARSE_POINTS), &mut curve)?;
-    let best = |c: &[GridPoint]| (0..c.len()).fold(0, |b, i| if c[i].log_likelihood > c[b].log_likelihood { i } else { b });
     // Refine between the best value's neighbours.
-    let b = best(&curve);
+    let b = best_point(&curve);
     let v = curve[b].value;
     let mut extra = Vec::new();
     if b > 0 {
@@ -242,63 +329,12 @@ pub fn fit(params: &ScenarioParams, obs: &Observations, opts: &FitOptions<'_>) -
         extra.extend(log_spaced(v, curve[b + 1].value, REFINE_POINTS + 2));
     }
     evaluate(extra, &mut curve)?;
-    let b = best(&curve);
+    let b = best_point(&curve);
     let max = curve[b].log_likelihood;
-    let level = max - DROP_95;
-    let mut i = b;
-    while i > 0 && curve[i - 1].log_likelihood >= level {
-        i -= 1;
-    }
-    let mut j = b;
-    while j + 1 < curve.len() && curve[j + 1].log_likelihood >= level {
-        j += 1;
-    }
-    let (open_low, open_high) = (i == 0, j + 1 == curve.len());
-    let low = if open_low { curve[0].value } else { crossing(&curve, i, i - 1, level) };
-    let high = if open_high { curve[j].value } else { crossing(&curve, j, j + 1, level) };
+    let (low, high, open_low, open_high) = interval_95(&curve, b);
     let estimate = curve[b].value;
 
-    // The check: rows outside the fit at the estimate; or, when every row
-    // is healthy, each row predicted from the fit to the others.
-    let others: Vec<&Observation> = obs.rows.iter().filter(|r| r.healthy != Some(true)).collect();
-    let mut held_out = Vec::new();
-    let row = |r: &Observation, at: f64, p: f64, n: u64, kind: &'static str| HeldOut {
-        line: r.line,
-        context_tokens: r.context_tokens,
-        depth_percent: r.depth_percent,
-        topk: r.topk,
-        config: r.label.clone(),
-        layer: r.layer,
-        found: r.found,
-        total: r.total,
-        at,
-        predicted: p,
-        range_95: binomial_range_95(r.total, clamped(p, n)),
-        kind,
-    };
-    if !others.is_empty() {
-        let p = with_value(params, &opts.field, estimate)?;
-        let (rec, n) = recalls(&p, &others, opts.reading, opts.observer, &obs.path)?;
-        for (r, q) in others.iter().zip(rec) {
-            held_out.push(row(r, estimate, q, n, "not healthy"));
-        }
-    } else if used.len() >= 2 {
-        for (k, r) in used.iter().enumerate() {
-            // The others' maximum; where they leave a plateau (a row at 0 or
-            // all found says only "at least"), the value nearest the estimate.
-            let rest = |g: &GridPoint| g.log_likelihood - g.row_log_likelihoods[k];
-            let far = |g: &GridPoint| (g.value.ln() - estimate.ln()).abs();
-            let at = (0..curve.len()).fold(0, |b, i| {
-                let (x, y) = (rest(&curve[i]), rest(&curve[b]));
-                if x > y + 1e-9 || (x >= y - 1e-9 && far(&curve[i]) < far(&curve[b])) {
-                    i
-                } else {
-                    b
-                }
-            });
-            held_out.push(row(r, curve[at].value, curve[at].recalls[k], trials, "left out"));
-        }
-    }
+    let held_out = held_out(params, obs, opts, &used, &curve, trials)?;
     Ok(Fit {
         observations: obs.path.clone(),
         field: opts.field.clone(),

@@ -915,6 +915,13 @@ pub fn format_table(d: &Diagnosis) -> String {
             candidate_summary(&r.hypothesis)
         ));
     }
+    push_classes_and_verdict(d, &mut out);
+    out
+}
+
+/// The class table, the rows no candidate explains, the verdict, notes and
+/// the next experiment, under the ranking.
+fn push_classes_and_verdict(d: &Diagnosis, out: &mut String) {
     out.push_str("\nclasses (prior uniform over the classes, then over each class's candidates)\n");
     out.push_str(&format!("{:<14} {:>10} {:>10}  {:<44} {}\n", "class", "posterior", "log10 BF", "best candidate", "what it means"));
     for c in &d.classes {
@@ -959,7 +966,6 @@ pub fn format_table(d: &Diagnosis) -> String {
             }
         ));
     }
-    out
 }
 
 #[cfg(test)]

@@ -209,24 +209,12 @@ fn tail_trial_positional(spec: &TrialSpec<'_>, trial_seed: u64, tail_rows: u64) 
     Ok(out)
 }
 
-/// [`tail_trial`] for the null model: no position, one query for every
-/// context, and the sample's haystack half is the trial's own first rows.
-fn tail_trial_null(spec: &TrialSpec<'_>, trial_seed: u64, tail_rows: u64) -> Result<Vec<f64>, SimError> {
-    let d = spec.model.shape.head_dim;
-    let haystack = TrialHaystack::draw(spec.model, trial_seed)?;
-    let queries: Vec<IndexerQuery> = spec
-        .variants
-        .iter()
-        .map(|v| {
-            let q = v.query.quantize_rows(&haystack.queries, d)?;
-            Ok(IndexerQuery::new(q, &haystack.weights, d, v.scoring))
-        })
-        .collect::<Result<_, SimError>>()?;
-
-    // The rows: M/2 haystack rows, then M/2 proposal rows z + θ.
+/// The null model's tail sample: M/2 haystack rows, then M/2 proposal
+/// rows z + θ, with each row's importance weight.
+fn null_sample_rows(haystack: &TrialHaystack, tail_rows: u64, d: usize) -> (Vec<f32>, Vec<f64>) {
     let half = (tail_rows / 2) as usize;
     let rows = 2 * half;
-    let theta = tilt(&haystack);
+    let theta = tilt(haystack);
     let theta_sq: f64 = theta.iter().map(|t| t * t).sum();
     let shift: Vec<f32> = theta.iter().zip(haystack.channel_std()).map(|(&t, &s)| (t * f64::from(s)) as f32).collect();
     let (common, sigma) = (haystack.common(), haystack.channel_std());
@@ -247,6 +235,25 @@ fn tail_trial_null(spec: &TrialSpec<'_>, trial_seed: u64, tail_rows: u64) -> Res
             1.0 / (0.5 + 0.5 * (tz - 0.5 * theta_sq).exp())
         })
         .collect();
+    (keys, weights)
+}
+
+/// [`tail_trial`] for the null model: no position, one query for every
+/// context, and the sample's haystack half is the trial's own first rows.
+fn tail_trial_null(spec: &TrialSpec<'_>, trial_seed: u64, tail_rows: u64) -> Result<Vec<f64>, SimError> {
+    let d = spec.model.shape.head_dim;
+    let haystack = TrialHaystack::draw(spec.model, trial_seed)?;
+    let queries: Vec<IndexerQuery> = spec
+        .variants
+        .iter()
+        .map(|v| {
+            let q = v.query.quantize_rows(&haystack.queries, d)?;
+            Ok(IndexerQuery::new(q, &haystack.weights, d, v.scoring))
+        })
+        .collect::<Result<_, SimError>>()?;
+
+    let (keys, weights) = null_sample_rows(&haystack, tail_rows, d);
+    let rows = weights.len();
 
     let mut samples = Vec::with_capacity(spec.variants.len());
     let mut scores = vec![0.0f32; rows];

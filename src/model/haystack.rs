@@ -205,6 +205,45 @@ pub struct TrialHaystack {
     structure: Option<TrialStructure>,
 }
 
+/// The content subspace's basis (empty without one), with a share of each
+/// query moved into it: q_h ← √(1−f)·q_h + √f·√(d/r)·U·x_h, the same
+/// expected norm. Own streams, so that a null structure leaves every other
+/// draw as it was.
+fn content_subspace(st: &HaystackStructure, trial_seed: u64, queries: &mut [f32], d: usize) -> Vec<f32> {
+    if !st.has_content() {
+        return Vec::new();
+    }
+    let mut srng = rng::stream(trial_seed, &[tag::STRUCTURE]);
+    let basis = orthonormal_basis(&mut srng, st.content_rank, d);
+    if st.query_content_share > 0.0 {
+        let (a, b) = ((1.0 - st.query_content_share).sqrt(), (st.query_content_share * d as f64 / st.content_rank as f64).sqrt());
+        for q in queries.chunks_exact_mut(d) {
+            let x: Vec<f64> = (0..st.content_rank).map(|_| srng.sample::<f64, _>(StandardNormal)).collect();
+            for (j, v) in q.iter_mut().enumerate() {
+                let content: f64 = x.iter().enumerate().map(|(m, &xm)| xm * f64::from(basis[m * d + j])).sum();
+                *v = (a * f64::from(*v) + b * content) as f32;
+            }
+        }
+    }
+    basis
+}
+
+/// Pulls the needle heads' queries towards one shared direction (head
+/// coherence). Its own stream, so that coherence 0 leaves every other draw
+/// as it was.
+fn share_retrieval_direction(model: &GenerativeModel, trial_seed: u64, queries: &mut [f32], d: usize) {
+    if model.head_coherence > 0.0 && model.needle_heads > 0 {
+        let mut shared_rng = rng::stream(trial_seed, &[tag::RETRIEVAL]);
+        let shared: Vec<f64> = (0..d).map(|_| shared_rng.sample::<f64, _>(StandardNormal)).collect();
+        let (a, b) = (model.head_coherence.sqrt(), (1.0 - model.head_coherence).sqrt());
+        for q in queries.chunks_exact_mut(d).take(model.needle_heads) {
+            for (x, &r) in q.iter_mut().zip(&shared) {
+                *x = (a * r + b * f64::from(*x)) as f32;
+            }
+        }
+    }
+}
+
 impl TrialHaystack {
     /// Draws a trial from `trial_seed`.
     pub fn draw(model: &GenerativeModel, trial_seed: u64) -> Result<Self, SimError> {
@@ -237,35 +276,9 @@ impl TrialHaystack {
         let common: Vec<f32> = direction.iter().map(|&u| (model.key_common * random_norm * u) as f32).collect();
 
         let mut queries = queries;
-        let mut basis = Vec::new();
         let st = &model.structure;
-        if st.has_content() {
-            // Own streams, so that a null structure leaves every other draw as it was.
-            let mut srng = rng::stream(trial_seed, &[tag::STRUCTURE]);
-            basis = orthonormal_basis(&mut srng, st.content_rank, d);
-            if st.query_content_share > 0.0 {
-                // q_h ← √(1−f)·q_h + √f·√(d/r)·U·x_h: the same expected norm, a share f in the subspace.
-                let (a, b) = ((1.0 - st.query_content_share).sqrt(), (st.query_content_share * d as f64 / st.content_rank as f64).sqrt());
-                for q in queries.chunks_exact_mut(d) {
-                    let x: Vec<f64> = (0..st.content_rank).map(|_| srng.sample::<f64, _>(StandardNormal)).collect();
-                    for (j, v) in q.iter_mut().enumerate() {
-                        let content: f64 = x.iter().enumerate().map(|(m, &xm)| xm * f64::from(basis[m * d + j])).sum();
-                        *v = (a * f64::from(*v) + b * content) as f32;
-                    }
-                }
-            }
-        }
-        if model.head_coherence > 0.0 && model.needle_heads > 0 {
-            // Its own stream, so that coherence 0 leaves every other draw as it was.
-            let mut shared_rng = rng::stream(trial_seed, &[tag::RETRIEVAL]);
-            let shared: Vec<f64> = (0..d).map(|_| shared_rng.sample::<f64, _>(StandardNormal)).collect();
-            let (a, b) = (model.head_coherence.sqrt(), (1.0 - model.head_coherence).sqrt());
-            for q in queries.chunks_exact_mut(d).take(model.needle_heads) {
-                for (x, &r) in q.iter_mut().zip(&shared) {
-                    *x = (a * r + b * f64::from(*x)) as f32;
-                }
-            }
-        }
+        let basis = content_subspace(st, trial_seed, &mut queries, d);
+        share_retrieval_direction(model, trial_seed, &mut queries, d);
         let needle_offset = needle_offset(model, &queries, &channel_std)?;
         // Key of this trial's Philox row stream: row i's normals are Philox
         // blocks with counter (·, 0, i) under this key.

@@ -107,6 +107,23 @@ struct TokenChunk {
     gates: [Vec<f32>; 2],
 }
 
+/// The pooling weights when no gate noise redraws them per row: [with the
+/// overlapping half, own half only].
+fn fixed_pool_weights(gate_bias: &[Vec<f32>; 2], overlap: bool, d: usize) -> Result<[Vec<f32>; 2], compressor::CompressorError> {
+    let full = compressor::pool_weights(&gate_bias[0], overlap.then_some(&gate_bias[1][..]), d)?;
+    let own = compressor::pool_weights(&gate_bias[0], None, d)?;
+    Ok([full, own])
+}
+
+/// The same RoPE with the other pair layout (`rope-swap-k`).
+fn with_other_pairing(r: RopeConfig) -> RopeConfig {
+    let other = match r.pairing() {
+        Pairing::Interleaved => Pairing::Halves,
+        Pairing::Halves => Pairing::Interleaved,
+    };
+    r.with_pairing(other)
+}
+
 impl<'a> TrialRows<'a> {
     pub fn new(
         model: &GenerativeModel,
@@ -147,13 +164,8 @@ impl<'a> TrialRows<'a> {
 
         let gate_noise = physics.gate_noise_std as f32;
         // A bad bias (not finite) is left to pool_row, which reports it.
-        let fixed_weights = (pools && !(gate_noise > 0.0))
-            .then(|| -> Result<[Vec<f32>; 2], compressor::CompressorError> {
-                let full = compressor::pool_weights(&gate_bias[0], geometry.overlap.then_some(&gate_bias[1][..]), d)?;
-                let own = compressor::pool_weights(&gate_bias[0], None, d)?;
-                Ok([full, own])
-            })
-            .and_then(Result::ok);
+        let fixed_weights =
+            (pools && !(gate_noise > 0.0)).then(|| fixed_pool_weights(&gate_bias, geometry.overlap, d)).and_then(Result::ok);
         let token_level = physics.token_level(geometry.ratio);
         let row_norm = physics.row_norm(geometry.ratio);
         let (norm_weight, norm_bias) = norm_parameters(physics, row_norm, d, trial_seed);
@@ -163,13 +175,7 @@ impl<'a> TrialRows<'a> {
             geometry,
             d,
             rope: physics.rope.config(),
-            rope_swapped: physics.rope.config().map(|r| {
-                let other = match r.pairing() {
-                    Pairing::Interleaved => Pairing::Halves,
-                    Pairing::Halves => Pairing::Interleaved,
-                };
-                r.with_pairing(other)
-            }),
+            rope_swapped: physics.rope.config().map(with_other_pairing),
             pools,
             row_norm,
             norm_weight,

@@ -106,35 +106,7 @@ pub fn diagnosis_section(d: &Diagnosis, obs: &Observations, chart: Option<(&str,
             escape(&d.needle_knob)
         );
     }
-    h.push_str("<table><tr><th class=\"l\">class</th><th>posterior</th><th>log10 BF</th><th class=\"l\">best candidate</th><th class=\"l\">what it means</th></tr>\n");
-    for c in &d.classes {
-        let _ = writeln!(
-            h,
-            "<tr><td class=\"l\">{}</td><td>{}</td><td>{:.2}</td><td class=\"l\">{}</td><td class=\"l\">{}</td></tr>",
-            c.class.name(),
-            fmt_posterior(c.posterior),
-            c.log10_bayes_factor,
-            escape(&c.best),
-            escape(&c.about)
-        );
-    }
-    h.push_str("</table>\n");
-    h.push_str("<table><tr><th>rank</th><th class=\"l\">hypothesis</th><th class=\"l\">class</th><th>log-likelihood</th><th>posterior</th><th>log10 BF</th><th>rows changed</th><th>needle ×</th></tr>\n");
-    for (i, r) in d.ranking.iter().enumerate() {
-        let _ = writeln!(
-            h,
-            "<tr><td>{}</td><td class=\"l\">{}</td><td class=\"l\">{}</td><td>{:.3}</td><td>{}</td><td>{:.2}</td><td>{}</td><td>{}</td></tr>",
-            i + 1,
-            escape(&r.hypothesis),
-            r.class.name(),
-            r.log_likelihood,
-            fmt_posterior(r.posterior),
-            r.log10_bayes_factor,
-            r.rows_changed,
-            r.needle_multiplier
-        );
-    }
-    h.push_str("</table>\n");
+    push_ranking_tables(&mut h, d);
     if !d.unexplained.is_empty() {
         let _ = writeln!(h, "<p>Rows {} cannot explain (two-sided p &lt; 0.01):</p><ul>", escape(&d.ranking[0].hypothesis));
         for u in &d.unexplained {
@@ -169,37 +141,16 @@ pub fn diagnosis_section(d: &Diagnosis, obs: &Observations, chart: Option<(&str,
             d.ranking.len().min(LEADERS_SHOWN)
         );
     }
-    let _ = writeln!(h, "<h3>Next experiment</h3>");
-    match &d.next {
-        None => h.push_str("<p>Not sought (<code>--no-next</code>, or fewer than two candidates).</p>\n"),
-        Some(n) if n.information_per_prompt < 1e-6 => {
-            let _ = writeln!(
-                h,
-                "<p>None in the grid: {} and {} predict the same recall in every cell simulated. A measurement of another kind is needed to separate them.</p>",
-                escape(&n.leaders[0]),
-                escape(&n.leaders[1])
-            );
-        }
-        Some(n) => {
-            let _ = writeln!(
-                h,
-                "<p><b>{} tokens, needle depth {} %, k {}, {}</b>: {:.3} nats per prompt. {} predicts recall {:.3}, {} {:.3}; {}.</p>",
-                tokens_label(n.context_tokens),
-                n.depth_percent,
-                n.topk,
-                escape(&n.config),
-                n.information_per_prompt,
-                escape(&n.leaders[0]),
-                n.leader_recalls[0],
-                escape(&n.leaders[1]),
-                n.leader_recalls[1],
-                match n.prompts_for_20_to_1 {
-                    Some(p) => format!("{p} prompt(s) for 20:1 odds between them, the leader true"),
-                    None => "this cell does not tell them apart".into(),
-                }
-            );
-        }
+    push_next_experiment(&mut h, d);
+    push_observations_table(&mut h, d, obs);
+    for note in &d.notes {
+        let _ = writeln!(h, "<p>{}</p>", escape(note));
     }
+    h
+}
+
+/// Each observed row beside the recall the leaders simulate for it.
+fn push_observations_table(h: &mut String, d: &Diagnosis, obs: &Observations) {
     let _ = writeln!(h, "<h3>Observations against the leaders</h3>");
     let leaders: Vec<_> = d.ranking.iter().take(LEADERS_SHOWN).collect();
     h.push_str("<div class=\"scroll\"><table><tr><th>line</th><th>context</th><th>depth %</th><th>k</th><th class=\"l\">configuration</th><th>layer</th><th>found / total</th><th>observed [Wilson 95 %]</th>");
@@ -232,10 +183,74 @@ pub fn diagnosis_section(d: &Diagnosis, obs: &Observations, chart: Option<(&str,
         h.push_str("</tr>\n");
     }
     h.push_str("</table></div>\n<p>Simulated recalls outside the observed interval are in red. Leader columns are in rank order.</p>\n");
-    for note in &d.notes {
-        let _ = writeln!(h, "<p>{}</p>", escape(note));
+}
+
+/// The "Next experiment" subsection.
+fn push_next_experiment(h: &mut String, d: &Diagnosis) {
+    let _ = writeln!(h, "<h3>Next experiment</h3>");
+    match &d.next {
+        None => h.push_str("<p>Not sought (<code>--no-next</code>, or fewer than two candidates).</p>\n"),
+        Some(n) if n.information_per_prompt < 1e-6 => {
+            let _ = writeln!(
+                h,
+                "<p>None in the grid: {} and {} predict the same recall in every cell simulated. A measurement of another kind is needed to separate them.</p>",
+                escape(&n.leaders[0]),
+                escape(&n.leaders[1])
+            );
+        }
+        Some(n) => {
+            let _ = writeln!(
+                h,
+                "<p><b>{} tokens, needle depth {} %, k {}, {}</b>: {:.3} nats per prompt. {} predicts recall {:.3}, {} {:.3}; {}.</p>",
+                tokens_label(n.context_tokens),
+                n.depth_percent,
+                n.topk,
+                escape(&n.config),
+                n.information_per_prompt,
+                escape(&n.leaders[0]),
+                n.leader_recalls[0],
+                escape(&n.leaders[1]),
+                n.leader_recalls[1],
+                match n.prompts_for_20_to_1 {
+                    Some(p) => format!("{p} prompt(s) for 20:1 odds between them, the leader true"),
+                    None => "this cell does not tell them apart".into(),
+                }
+            );
+        }
     }
-    h
+}
+
+/// The class table and the candidates' ranking.
+fn push_ranking_tables(h: &mut String, d: &Diagnosis) {
+    h.push_str("<table><tr><th class=\"l\">class</th><th>posterior</th><th>log10 BF</th><th class=\"l\">best candidate</th><th class=\"l\">what it means</th></tr>\n");
+    for c in &d.classes {
+        let _ = writeln!(
+            h,
+            "<tr><td class=\"l\">{}</td><td>{}</td><td>{:.2}</td><td class=\"l\">{}</td><td class=\"l\">{}</td></tr>",
+            c.class.name(),
+            fmt_posterior(c.posterior),
+            c.log10_bayes_factor,
+            escape(&c.best),
+            escape(&c.about)
+        );
+    }
+    h.push_str("</table>\n");
+    h.push_str("<table><tr><th>rank</th><th class=\"l\">hypothesis</th><th class=\"l\">class</th><th>log-likelihood</th><th>posterior</th><th>log10 BF</th><th>rows changed</th><th>needle ×</th></tr>\n");
+    for (i, r) in d.ranking.iter().enumerate() {
+        let _ = writeln!(
+            h,
+            "<tr><td>{}</td><td class=\"l\">{}</td><td class=\"l\">{}</td><td>{:.3}</td><td>{}</td><td>{:.2}</td><td>{}</td><td>{}</td></tr>",
+            i + 1,
+            escape(&r.hypothesis),
+            r.class.name(),
+            r.log_likelihood,
+            fmt_posterior(r.posterior),
+            r.log10_bayes_factor,
+            r.rows_changed,
+            r.needle_multiplier
+        );
+    }
+    h.push_str("</table>\n");
 }
 
 /// The whole report page of a diagnosis.

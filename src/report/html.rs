@@ -326,7 +326,123 @@ pub fn report_html(dir: &Path, meta: &ReportMeta, cells: &[CellResult], chart_fi
         );
     }
 
-    // effective context
+    push_effective_section(&mut h, meta, &g, whole);
+
+    push_charts(&mut h, dir, chart_files, whole)?;
+
+    // recall tables
+    let narrow = is_narrow(g.contexts.len() * g.offsets.len(), g.topks.len() * g.precisions.len());
+    if narrow {
+        let stack = meta.stack_label().filter(|_| whole).map_or_else(String::new, |s| format!("; whole-model recall: {}", escape(&s)));
+        let _ = writeln!(
+            h,
+            "<h2>Recall per cell</h2><p>One row per (k, precision): recall with its Wilson 95 % interval{stack}; selection recall with its 95 % interval; the per-layer recall difference from the baseline precision on the same haystacks (tested below).</p>"
+        );
+        narrow_tables(&mut h, &g, cells, meta.threshold);
+    } else {
+        let _ = writeln!(h, "<h2>Per-layer selection recall per cell</h2><p>Per-layer selection recall with its Wilson 95 % interval.</p>");
+        recall_tables(&mut h, &g, cells, meta.threshold, |x| Some((x.recall, x.ci_low, x.ci_high)));
+    }
+    if whole && !narrow {
+        let stack = meta.stack_label().map_or_else(String::new, |s| format!(" ({s})"));
+        let _ = writeln!(
+            h,
+            "<h2 id=\"whole-model\">Whole-model recall per cell</h2><p>Whole-model recall{stack} with its Wilson 95 % interval, on the same trials as the per-layer tables above.</p>"
+        );
+        recall_tables(&mut h, &g, cells, meta.threshold, |x| Some((x.model_recall?, x.model_ci_low?, x.model_ci_high?)));
+    }
+
+    push_paired_sections(&mut h, &g, cells, whole);
+
+    push_fidelity_section(&mut h, cells);
+
+    // configuration
+    let _ = writeln!(h, "<h2 id=\"configuration\">Configuration</h2><p>The resolved scenario (as in <code>manifest.json</code>).</p>");
+    let _ = writeln!(h, "<pre>{}</pre>", escape(&serde_json::to_string_pretty(&meta.scenario).unwrap_or_default()));
+    h.push_str("</body></html>\n");
+    Ok(h)
+}
+
+/// The selection-fidelity table, when the sweep measured it.
+fn push_fidelity_section(h: &mut String, cells: &[CellResult]) {
+    let fid: Vec<&CellResult> = cells.iter().filter(|c| c.selection_recall.is_some()).collect();
+    if !fid.is_empty() {
+        let reference = fid[0].fidelity_reference.clone().unwrap_or_default();
+        let _ = writeln!(
+            h,
+            "<h2>Selection fidelity against {}</h2><p>Share of the {} top-k_eff rows the variant also selects (recall@k) and the Jaccard overlap of the two sets: mean over trials and 95 % interval. Engines' pass rule: ≥ 0.99.</p>",
+            escape(&reference),
+            escape(&reference)
+        );
+        h.push_str("<div class=\"scroll\"><table><tr><th>context</th><th>depth</th><th>k</th><th class=\"l\">precision</th><th>recall@k</th><th>Jaccard</th></tr>\n");
+        for c in &fid {
+            let _ = writeln!(
+                h,
+                "<tr><td>{}</td><td>{} %</td><td>{}</td><td class=\"l\">{}</td><td>{}</td><td>{}</td></tr>",
+                tokens_label(c.context_tokens),
+                c.depth_percent,
+                c.topk,
+                escape(&c.precision),
+                fmt_ci(c.selection_recall, c.selection_recall_ci_low, c.selection_recall_ci_high),
+                fmt_ci(c.jaccard, c.jaccard_ci_low, c.jaccard_ci_high)
+            );
+        }
+        h.push_str("</table></div>\n");
+    }
+}
+
+/// The paired comparisons with the baseline precision and the smallest k:
+/// one Holm family for both tables.
+fn push_paired_sections(h: &mut String, g: &Grid, cells: &[CellResult], whole: bool) {
+    let holm = HolmFamily::of(cells);
+    let paired = holm.tests(cells, Pairing::Precision);
+    if let Some(first) = paired.first() {
+        let base = escape(first.cell.baseline.as_deref().unwrap_or_default());
+        let _ = writeln!(
+            h,
+            "<h2>Paired comparison with {base}</h2><p>Each variant against {base} on the same haystacks: recall difference, trials kept only by the variant / only by {base}, the exact two-sided McNemar p-value, and the same adjusted by Holm over every paired test of the sweep.</p>"
+        );
+        paired_table(h, g, &paired, "baseline recall", false, holm.size);
+    }
+    let k_paired = holm.tests(cells, Pairing::TopK);
+    if let Some(first) = k_paired.first() {
+        let k0 = first.cell.k_baseline.unwrap_or_default();
+        let model = if whole { " and of whole-model recall" } else { "" };
+        let _ = writeln!(
+            h,
+            "<h2 id=\"k-pairs\">Paired comparison with k={k0}</h2><p>What a larger k buys: each k against k={k0}, same context, depth and precision, on the same haystacks: difference of per-layer recall{model}, trials kept only at the larger k / only at k={k0}, the exact two-sided McNemar p-value, and the same adjusted by Holm over every paired test of the sweep.</p>"
+        );
+        paired_table(h, g, &k_paired, &format!("recall at k={k0}"), whole, holm.size);
+    }
+}
+
+/// The "Charts" section: each chart embedded with its caption (an SVG only
+/// when no PNG of the same chart exists).
+fn push_charts(h: &mut String, dir: &Path, chart_files: &[String], whole: bool) -> Result<(), Error> {
+    let _ = writeln!(h, "<h2>Charts</h2>");
+    for file in chart_files {
+        let Some(kind) = mime(file) else { continue };
+        if kind == "image/svg+xml" && chart_files.iter().any(|f| *f == file.replace(".svg", ".png")) {
+            continue;
+        }
+        let path = dir.join(file);
+        let bytes = std::fs::read(&path).map_err(|e| Error::io(format!("reading {}", path.display()), e))?;
+        let _ = writeln!(
+            h,
+            "<figure id=\"{}\"><img alt=\"{}\" src=\"data:{kind};base64,{}\"><figcaption><b>{}</b> · {}</figcaption></figure>",
+            escape(file),
+            escape(file),
+            crate::report::chart::font::base64(&bytes),
+            escape(file),
+            caption(file, whole)
+        );
+    }
+
+    Ok(())
+}
+
+/// The "Effective context" section: one row per (k, precision).
+fn push_effective_section(h: &mut String, meta: &ReportMeta, g: &Grid, whole: bool) {
     let _ = writeln!(h, "<h2>Effective context</h2>");
     let _ = writeln!(
         h,
@@ -355,102 +471,6 @@ pub fn report_html(dir: &Path, meta: &ReportMeta, cells: &[CellResult], chart_fi
         );
     }
     h.push_str("</table>\n");
-
-    // charts
-    let _ = writeln!(h, "<h2>Charts</h2>");
-    for file in chart_files {
-        let Some(kind) = mime(file) else { continue };
-        if kind == "image/svg+xml" && chart_files.iter().any(|f| *f == file.replace(".svg", ".png")) {
-            continue;
-        }
-        let path = dir.join(file);
-        let bytes = std::fs::read(&path).map_err(|e| Error::io(format!("reading {}", path.display()), e))?;
-        let _ = writeln!(
-            h,
-            "<figure id=\"{}\"><img alt=\"{}\" src=\"data:{kind};base64,{}\"><figcaption><b>{}</b> · {}</figcaption></figure>",
-            escape(file),
-            escape(file),
-            crate::report::chart::font::base64(&bytes),
-            escape(file),
-            caption(file, whole)
-        );
-    }
-
-    // recall tables
-    let narrow = is_narrow(g.contexts.len() * g.offsets.len(), g.topks.len() * g.precisions.len());
-    if narrow {
-        let stack = meta.stack_label().filter(|_| whole).map_or_else(String::new, |s| format!("; whole-model recall: {}", escape(&s)));
-        let _ = writeln!(
-            h,
-            "<h2>Recall per cell</h2><p>One row per (k, precision): recall with its Wilson 95 % interval{stack}; selection recall with its 95 % interval; the per-layer recall difference from the baseline precision on the same haystacks (tested below).</p>"
-        );
-        narrow_tables(&mut h, &g, cells, meta.threshold);
-    } else {
-        let _ = writeln!(h, "<h2>Per-layer selection recall per cell</h2><p>Per-layer selection recall with its Wilson 95 % interval.</p>");
-        recall_tables(&mut h, &g, cells, meta.threshold, |x| Some((x.recall, x.ci_low, x.ci_high)));
-    }
-    if whole && !narrow {
-        let stack = meta.stack_label().map_or_else(String::new, |s| format!(" ({s})"));
-        let _ = writeln!(
-            h,
-            "<h2 id=\"whole-model\">Whole-model recall per cell</h2><p>Whole-model recall{stack} with its Wilson 95 % interval, on the same trials as the per-layer tables above.</p>"
-        );
-        recall_tables(&mut h, &g, cells, meta.threshold, |x| Some((x.model_recall?, x.model_ci_low?, x.model_ci_high?)));
-    }
-
-    // paired comparisons: one Holm family for both tables
-    let holm = HolmFamily::of(cells);
-    let paired = holm.tests(cells, Pairing::Precision);
-    if let Some(first) = paired.first() {
-        let base = escape(first.cell.baseline.as_deref().unwrap_or_default());
-        let _ = writeln!(
-            h,
-            "<h2>Paired comparison with {base}</h2><p>Each variant against {base} on the same haystacks: recall difference, trials kept only by the variant / only by {base}, the exact two-sided McNemar p-value, and the same adjusted by Holm over every paired test of the sweep.</p>"
-        );
-        paired_table(&mut h, &g, &paired, "baseline recall", false, holm.size);
-    }
-    let k_paired = holm.tests(cells, Pairing::TopK);
-    if let Some(first) = k_paired.first() {
-        let k0 = first.cell.k_baseline.unwrap_or_default();
-        let model = if whole { " and of whole-model recall" } else { "" };
-        let _ = writeln!(
-            h,
-            "<h2 id=\"k-pairs\">Paired comparison with k={k0}</h2><p>What a larger k buys: each k against k={k0}, same context, depth and precision, on the same haystacks: difference of per-layer recall{model}, trials kept only at the larger k / only at k={k0}, the exact two-sided McNemar p-value, and the same adjusted by Holm over every paired test of the sweep.</p>"
-        );
-        paired_table(&mut h, &g, &k_paired, &format!("recall at k={k0}"), whole, holm.size);
-    }
-
-    // fidelity
-    let fid: Vec<&CellResult> = cells.iter().filter(|c| c.selection_recall.is_some()).collect();
-    if !fid.is_empty() {
-        let reference = fid[0].fidelity_reference.clone().unwrap_or_default();
-        let _ = writeln!(
-            h,
-            "<h2>Selection fidelity against {}</h2><p>Share of the {} top-k_eff rows the variant also selects (recall@k) and the Jaccard overlap of the two sets: mean over trials and 95 % interval. Engines' pass rule: ≥ 0.99.</p>",
-            escape(&reference),
-            escape(&reference)
-        );
-        h.push_str("<div class=\"scroll\"><table><tr><th>context</th><th>depth</th><th>k</th><th class=\"l\">precision</th><th>recall@k</th><th>Jaccard</th></tr>\n");
-        for c in &fid {
-            let _ = writeln!(
-                h,
-                "<tr><td>{}</td><td>{} %</td><td>{}</td><td class=\"l\">{}</td><td>{}</td><td>{}</td></tr>",
-                tokens_label(c.context_tokens),
-                c.depth_percent,
-                c.topk,
-                escape(&c.precision),
-                fmt_ci(c.selection_recall, c.selection_recall_ci_low, c.selection_recall_ci_high),
-                fmt_ci(c.jaccard, c.jaccard_ci_low, c.jaccard_ci_high)
-            );
-        }
-        h.push_str("</table></div>\n");
-    }
-
-    // configuration
-    let _ = writeln!(h, "<h2 id=\"configuration\">Configuration</h2><p>The resolved scenario (as in <code>manifest.json</code>).</p>");
-    let _ = writeln!(h, "<pre>{}</pre>", escape(&serde_json::to_string_pretty(&meta.scenario).unwrap_or_default()));
-    h.push_str("</body></html>\n");
-    Ok(h)
 }
 
 #[cfg(test)]

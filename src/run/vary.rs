@@ -132,7 +132,8 @@ pub fn sweep_vary(
         let sub = dir.join(axis.dir_name(i));
         // A value never started (or killed before its manifest) starts afresh.
         let resume = opts.resume && sub.join(MANIFEST_FILE).exists();
-        let sub_opts = StoreOptions { force: opts.force || opts.resume, resume, shard: None, chunk_trials: opts.chunk_trials };
+        // Every other option (one added later too) holds for each value's sweep.
+        let sub_opts = StoreOptions { force: opts.force || opts.resume, resume, shard: None, ..opts };
         let outcome = store::sweep_into(&sub, s, sub_opts, observer)?;
         finish_value(&sub, s, &outcome)?;
         sweeps.push((s.clone(), outcome));
@@ -263,6 +264,16 @@ pub fn format_table(outcome: &VaryOutcome) -> String {
             }
         }
     }
+    push_effective_table(outcome, whole, &mut out);
+    out
+}
+
+/// The effective-context table of a vary table: one row per (k, precision),
+/// one column per value of the axis.
+fn push_effective_table(outcome: &VaryOutcome, whole: bool, out: &mut String) {
+    let Some((first, first_sweep)) = outcome.sweeps.first() else { return };
+    let axis = &outcome.axis;
+    let width = if whole { 15 } else { 7 };
     let _ = writeln!(
         out,
         "\neffective context (recall ≥ {} at every depth and every shorter context){} by {}",
@@ -293,5 +304,4 @@ pub fn format_table(outcome: &VaryOutcome) -> String {
         }
         out.push('\n');
     }
-    out
 }

@@ -113,6 +113,31 @@ struct Case {
 /// parallel (2048 rows: a job's setup is small beside its work).
 const CHUNKS_PER_JOB: usize = 8;
 
+/// The variants a trial scores and where the quantile needle's exact
+/// scores come from.
+struct ScoredSet {
+    variants: Vec<PrecisionVariant>,
+    /// The exact variant among the spec's (its count: none).
+    reference: usize,
+    /// A variant that screens the rows for the exact reference, with its rounding bound.
+    screen: Option<(usize, f64)>,
+}
+
+/// A trial's queries per group ([group][scored variant]), how many key
+/// layouts its variants read, and the candidate rows each group scores.
+struct QueryGroups {
+    queries: Vec<Vec<IndexerQuery>>,
+    key_layouts: usize,
+    rows: Vec<usize>,
+}
+
+/// Buffers reused while judging a trial's cases.
+struct JudgeBuffers {
+    scratch: Vec<f32>,
+    kth: Vec<f32>,
+    row_order: Vec<u32>,
+}
+
 /// One chunk's rows of one (query group, variant) score array.
 struct ScorePiece<'s> {
     group: usize,
@@ -202,6 +227,38 @@ impl ChunkWork<'_, '_> {
         usize::from(v.position.key_rope_layout_swapped && self.key_layouts == 2)
     }
 
+    /// Scores every chunk of rows (up to `max_rows`) into `scores`
+    /// ([group][variant][row]); returns each chunk's special rows.
+    fn score_all(&self, source: &mut TrialRows, scores: &mut [Vec<Vec<f32>>], max_rows: usize) -> Result<Vec<ChunkSpecials>, SimError> {
+        // Each chunk's piece of every (group, variant) score array.
+        let chunk_count = max_rows.div_ceil(CHUNK_ROWS);
+        let mut pieces: Vec<Vec<ScorePiece>> = (0..chunk_count).map(|_| Vec::new()).collect();
+        for (g, group) in scores.iter_mut().enumerate() {
+            for (v, variant_scores) in group.iter_mut().enumerate() {
+                for (c, piece) in variant_scores.chunks_mut(CHUNK_ROWS).enumerate() {
+                    pieces[c].push(ScorePiece { group: g, variant: v, scores: piece });
+                }
+            }
+        }
+        let score_chunk = |source: &mut TrialRows, scratch: &mut ChunkScratch, (c, mut pieces): (usize, Vec<ScorePiece>)| {
+            self.score_chunk(source, scratch, c * CHUNK_ROWS, &mut pieces)
+        };
+        // Every row is a pure function of its position when chunks are
+        // independent: then chunks may be scored on several threads (one
+        // source clone and one scratch per rayon job) with the same bits.
+        if source.chunks_are_independent() && rayon::current_num_threads() > 1 && chunk_count >= 2 * CHUNKS_PER_JOB {
+            pieces
+                .into_par_iter()
+                .enumerate()
+                .with_min_len(CHUNKS_PER_JOB)
+                .map_init(|| (source.clone(), ChunkScratch::new(self)), |(source, scratch), chunk| score_chunk(source, scratch, chunk))
+                .collect::<Result<_, _>>()
+        } else {
+            let mut scratch = ChunkScratch::new(self);
+            pieces.into_iter().enumerate().map(|chunk| score_chunk(source, &mut scratch, chunk)).collect::<Result<_, _>>()
+        }
+    }
+
     /// Generates, finalizes, stores and scores the chunk of rows from
     /// `start` into `pieces`; returns the cases' special rows in it.
     fn score_chunk(
@@ -216,28 +273,8 @@ impl ChunkWork<'_, '_> {
         let rows = start as u64..(start + n) as u64;
         let ChunkScratch { pre, swapped_fin, chunk_scores, quantized } = scratch;
         source.next_chunk(rows.start, &mut pre[..n * d])?;
-        let mut specials =
-            ChunkSpecials { start: rows.start, n, cases: Vec::with_capacity(self.cases.len()), fin: Vec::new(), norms: Vec::new() };
-        for case in self.cases {
-            // `special` is ascending: the rows of this chunk are one run.
-            let first = case.special.partition_point(|&r| r < rows.start);
-            let last = case.special.partition_point(|&r| r < rows.end);
-            let mut here = Vec::with_capacity(last - first);
-            for &row in &case.special[first..last] {
-                let at = (row - rows.start) as usize * d;
-                let mut full = vec![0.0; d];
-                source.special_row(row, &case.items, &pre[at..at + d], &mut full)?;
-                source.add_recency(row, case.candidates as u64, &mut full);
-                let mut bare = Vec::new();
-                if self.keep_bare {
-                    bare.resize(d, 0.0);
-                    source.special_row_scaled(row, &case.items, &pre[at..at + d], 0.0, &mut bare)?;
-                    source.add_recency(row, case.candidates as u64, &mut bare);
-                }
-                here.push(SpecialPre { row, full, bare });
-            }
-            specials.cases.push(here);
-        }
+        let cases = self.special_rows(source, &pre[..n * d], &rows)?;
+        let mut specials = ChunkSpecials { start: rows.start, n, cases, fin: Vec::new(), norms: Vec::new() };
         if key_layouts == 2 {
             swapped_fin[..n * d].copy_from_slice(&pre[..n * d]);
             source.finalize_with(rows.start, &mut swapped_fin[..n * d], true)?;
@@ -257,19 +294,64 @@ impl ChunkWork<'_, '_> {
                 specials.fin.push(swapped_fin[..n * d].to_vec());
             }
         }
+        let fins: [&[f32]; 2] = [&pre[..n * d], &swapped_fin[..]];
+        self.score_variants(fins, rows.start, n, quantized, &mut chunk_scores[..n], pieces)?;
+        self.copy_twin_scores(pieces);
+        Ok(specials)
+    }
 
+    /// Each case's special rows among the chunk's generated rows `pre`
+    /// (rows `rows`), before finalizing.
+    fn special_rows(&self, source: &mut TrialRows, pre: &[f32], rows: &std::ops::Range<u64>) -> Result<Vec<Vec<SpecialPre>>, SimError> {
+        let d = self.spec.model.shape.head_dim;
+        let mut cases = Vec::with_capacity(self.cases.len());
+        for case in self.cases {
+            // `special` is ascending: the rows of this chunk are one run.
+            let first = case.special.partition_point(|&r| r < rows.start);
+            let last = case.special.partition_point(|&r| r < rows.end);
+            let mut here = Vec::with_capacity(last - first);
+            for &row in &case.special[first..last] {
+                let at = (row - rows.start) as usize * d;
+                let mut full = vec![0.0; d];
+                source.special_row(row, &case.items, &pre[at..at + d], &mut full)?;
+                source.add_recency(row, case.candidates as u64, &mut full);
+                let mut bare = Vec::new();
+                if self.keep_bare {
+                    bare.resize(d, 0.0);
+                    source.special_row_scaled(row, &case.items, &pre[at..at + d], 0.0, &mut bare)?;
+                    source.add_recency(row, case.candidates as u64, &mut bare);
+                }
+                here.push(SpecialPre { row, full, bare });
+            }
+            cases.push(here);
+        }
+        Ok(cases)
+    }
+
+    /// Stores the chunk's `n` finalized rows (per key layout, `fins`) as each
+    /// variant keeps them and scores them into its pieces; twins are skipped.
+    fn score_variants(
+        &self,
+        fins: [&[f32]; 2],
+        start: u64,
+        n: usize,
+        quantized: &mut QuantizedRows,
+        chunk_scores: &mut [f32],
+        pieces: &mut [ScorePiece],
+    ) -> Result<(), SimError> {
+        let d = self.spec.model.shape.head_dim;
         for (v, variant) in self.variants.iter().enumerate() {
             if self.twins[v].is_some() {
                 continue;
             }
-            let fin: &[f32] = if self.layout_of(variant) == 1 { swapped_fin } else { pre };
+            let fin: &[f32] = fins[self.layout_of(variant)];
             // Exact keys in a fault-free cache are what was generated:
             // scored in place, without a copy (the same bits: their
             // row scales would be 1).
             let stored = if variant.key.is_identity() && variant.cache.is_default() {
                 None
             } else {
-                variant.store_keys(&fin[..n * d], rows.start, self.request, d, quantized)?;
+                variant.store_keys(&fin[..n * d], start, self.request, d, quantized)?;
                 Some(&*quantized)
             };
             let score = |q: &IndexerQuery, out: &mut [f32]| match stored {
@@ -281,13 +363,17 @@ impl ChunkWork<'_, '_> {
                 if piece.scores.len() == n {
                     score(q, piece.scores);
                 } else {
-                    score(q, &mut chunk_scores[..n]);
+                    score(q, chunk_scores);
                     let m = piece.scores.len();
                     piece.scores.copy_from_slice(&chunk_scores[..m]);
                 }
             }
         }
-        // A twin's scores are its original's, bit for bit: copied, not recomputed.
+        Ok(())
+    }
+
+    /// A twin's scores are its original's, bit for bit: copied, not recomputed.
+    fn copy_twin_scores(&self, pieces: &mut [ScorePiece]) {
         for (v, u) in self.twins.iter().enumerate().filter_map(|(v, u)| u.map(|u| (v, u))) {
             for i in 0..pieces.len() {
                 let Some(j) = pieces.iter().position(|p| p.group == pieces[i].group && p.variant == u).filter(|_| pieces[i].variant == v)
@@ -304,7 +390,6 @@ impl ChunkWork<'_, '_> {
                 to.scores.copy_from_slice(from.scores);
             }
         }
-        Ok(specials)
     }
 
     /// The finalized keys, per key layout, of case `c`'s special rows in
@@ -685,48 +770,13 @@ impl TrialSpec<'_> {
         let haystack = TrialHaystack::draw(self.model, trial_seed)?;
         let mut source = TrialRows::new(self.model, self.physics, self.geometry, &haystack, trial_seed)?;
         let quantile = self.model.needle_unit.quantile().copied();
-
-        // The quantile needle is placed by exact scores: score an fp32 beside
-        // the spec's variants when none of them is exact.
-        let reference = self.reference_variant();
-        let fp32 = || PrecisionVariant::builtin("fp32").ok_or_else(|| SimError::Model("the fp32 variant is missing".into()));
-        // Without an exact variant, a bf16-like one screens the rows when rows
-        // can be regenerated alone; else an fp32 is scored beside the rest.
-        let screen = match quantile {
-            Some(_) if reference == self.variants.len() && source.chunks_are_independent() && !FULL_REFERENCE.with(|f| f.get()) => {
-                self.variants.iter().enumerate().find_map(|(i, v)| v.rounding_bound().map(|e| (i, e)))
-            }
-            _ => None,
-        };
-        let mut scored: Vec<PrecisionVariant> = self.variants.to_vec();
-        if quantile.is_some() && reference == self.variants.len() && screen.is_none() {
-            scored.push(fp32()?);
-        }
+        let ScoredSet { variants: scored, reference, screen } = self.scored_set(quantile.is_some(), &source)?;
         let scored = &scored[..];
 
-        // One query per context with RoPE (see `query_group`).
-        let positional = self.physics.rope != RopeChoice::Off;
-        let groups = if positional { self.contexts.len() } else { 1 };
-        let queries: Vec<Vec<IndexerQuery>> =
-            (0..groups).map(|g| context_queries(&haystack, &source, scored, self.contexts[g])).collect::<Result<_, _>>()?;
-        // Keys rotated with the other pair layout, for `rope-swap-k` variants.
-        let key_layouts = if positional && scored.iter().any(|v| v.position.key_rope_layout_swapped) { 2 } else { 1 };
-        let candidates_of = |ci: usize| self.geometry.candidate_rows(self.contexts[ci]) as usize;
-        let group_rows: Vec<usize> = (0..groups)
-            .map(|g| if positional { candidates_of(g) } else { (0..self.contexts.len()).map(candidates_of).max().unwrap_or(0) })
-            .collect();
+        let QueryGroups { queries, key_layouts, rows: group_rows } = self.query_groups(&haystack, &source, scored)?;
+        let groups = queries.len();
         let max_rows = group_rows.iter().copied().max().unwrap_or(0);
-
-        let mut cases: Vec<Case> = Vec::with_capacity(self.contexts.len() * self.needle_offsets.len());
-        for ci in 0..self.contexts.len() {
-            for (oi, &offset) in self.needle_offsets.iter().enumerate() {
-                let placement = self.placement(self.contexts[ci], offset);
-                let candidates = candidates_of(ci);
-                let items = source.items(self.contexts[ci], placement.tokens.clone());
-                let special = source.special_rows(&items, candidates as u64);
-                cases.push(Case { ci, oi, placement, candidates, items, special, patches: vec![Vec::new(); scored.len()] });
-            }
-        }
+        let mut cases = self.cases(&source, scored.len());
 
         // Score every row once per (query group, variant), chunk by chunk;
         // rows that hold needle or distractor tokens are keyed per case
@@ -746,34 +796,7 @@ impl TrialSpec<'_> {
             keep_fin,
             keep_norms: screen.is_some(),
         };
-        // Each chunk's piece of every (group, variant) score array.
-        let chunk_count = max_rows.div_ceil(CHUNK_ROWS);
-        let mut pieces: Vec<Vec<ScorePiece>> = (0..chunk_count).map(|_| Vec::new()).collect();
-        for (g, group) in scores.iter_mut().enumerate() {
-            for (v, variant_scores) in group.iter_mut().enumerate() {
-                for (c, piece) in variant_scores.chunks_mut(CHUNK_ROWS).enumerate() {
-                    pieces[c].push(ScorePiece { group: g, variant: v, scores: piece });
-                }
-            }
-        }
-        let score_chunk = |source: &mut TrialRows, scratch: &mut ChunkScratch, (c, mut pieces): (usize, Vec<ScorePiece>)| {
-            work.score_chunk(source, scratch, c * CHUNK_ROWS, &mut pieces)
-        };
-        // Every row is a pure function of its position when chunks are
-        // independent: then chunks may be scored on several threads (one
-        // source clone and one scratch per rayon job) with the same bits.
-        let chunk_specials: Vec<ChunkSpecials> =
-            if source.chunks_are_independent() && rayon::current_num_threads() > 1 && chunk_count >= 2 * CHUNKS_PER_JOB {
-                pieces
-                    .into_par_iter()
-                    .enumerate()
-                    .with_min_len(CHUNKS_PER_JOB)
-                    .map_init(|| (source.clone(), ChunkScratch::new(&work)), |(source, scratch), chunk| score_chunk(source, scratch, chunk))
-                    .collect::<Result<_, _>>()?
-            } else {
-                let mut scratch = ChunkScratch::new(&work);
-                pieces.into_iter().enumerate().map(|chunk| score_chunk(&mut source, &mut scratch, chunk)).collect::<Result<_, _>>()?
-            };
+        let chunk_specials = work.score_all(&mut source, &mut scores, max_rows)?;
         let norms: Vec<f32> = chunk_specials.iter().flat_map(|c| c.norms.iter().copied()).collect();
         // Only chunks that hold special rows matter from here on.
         let chunk_specials: Vec<ChunkSpecials> = chunk_specials.into_iter().filter(|c| c.cases.iter().any(|p| !p.is_empty())).collect();
@@ -784,7 +807,7 @@ impl TrialSpec<'_> {
         let mut needle = Vec::new();
         if let Some(q) = quantile {
             let draw = draw.unwrap_or_else(|| q.draw(trial_seed));
-            let exact_variant = fp32()?;
+            let exact_variant = PrecisionVariant::builtin("fp32").ok_or_else(|| SimError::Model("the fp32 variant is missing".into()))?;
             let mut exact_queries: Vec<IndexerQuery> = Vec::new();
             let exact = match screen {
                 None => Exact::Scored(reference),
@@ -820,10 +843,70 @@ impl TrialSpec<'_> {
         for patch in patches {
             cases[patch.case].patches[patch.variant].push((patch.row, patch.score));
         }
+        let cells = self.judge_cases(&cases, &mut scores, max_rows, trial_seed);
+        Ok(TrialOutcome { cells, seed: trial_seed, needle })
+    }
 
+    /// The trial's query groups: one per context with RoPE (see
+    /// `query_group`), else one for all.
+    fn query_groups(&self, haystack: &TrialHaystack, source: &TrialRows, scored: &[PrecisionVariant]) -> Result<QueryGroups, SimError> {
+        let positional = self.physics.rope != RopeChoice::Off;
+        let groups = if positional { self.contexts.len() } else { 1 };
+        let queries: Vec<Vec<IndexerQuery>> =
+            (0..groups).map(|g| context_queries(haystack, source, scored, self.contexts[g])).collect::<Result<_, _>>()?;
+        // Keys rotated with the other pair layout, for `rope-swap-k` variants.
+        let key_layouts = if positional && scored.iter().any(|v| v.position.key_rope_layout_swapped) { 2 } else { 1 };
+        let candidates_of = |ci: usize| self.geometry.candidate_rows(self.contexts[ci]) as usize;
+        let rows: Vec<usize> = (0..groups)
+            .map(|g| if positional { candidates_of(g) } else { (0..self.contexts.len()).map(candidates_of).max().unwrap_or(0) })
+            .collect();
+        Ok(QueryGroups { queries, key_layouts, rows })
+    }
+
+    /// The variants a trial scores: the spec's, and an fp32 after them
+    /// when the quantile needle needs exact scores and neither an exact
+    /// variant nor a screening one is there.
+    fn scored_set(&self, quantile: bool, source: &TrialRows) -> Result<ScoredSet, SimError> {
+        // The quantile needle is placed by exact scores: score an fp32 beside
+        // the spec's variants when none of them is exact.
+        let reference = self.reference_variant();
+        // Without an exact variant, a bf16-like one screens the rows when rows
+        // can be regenerated alone; else an fp32 is scored beside the rest.
+        let screen = if quantile && reference == self.variants.len() && source.chunks_are_independent() && !FULL_REFERENCE.with(|f| f.get())
+        {
+            self.variants.iter().enumerate().find_map(|(i, v)| v.rounding_bound().map(|e| (i, e)))
+        } else {
+            None
+        };
+        let mut variants: Vec<PrecisionVariant> = self.variants.to_vec();
+        if quantile && reference == self.variants.len() && screen.is_none() {
+            variants.push(PrecisionVariant::builtin("fp32").ok_or_else(|| SimError::Model("the fp32 variant is missing".into()))?);
+        }
+        Ok(ScoredSet { variants, reference, screen })
+    }
+
+    /// One case per (context, needle offset), context-major, with its
+    /// placement, items and special rows.
+    fn cases(&self, source: &TrialRows, scored: usize) -> Vec<Case> {
+        let mut cases: Vec<Case> = Vec::with_capacity(self.contexts.len() * self.needle_offsets.len());
+        for ci in 0..self.contexts.len() {
+            for (oi, &offset) in self.needle_offsets.iter().enumerate() {
+                let placement = self.placement(self.contexts[ci], offset);
+                let candidates = self.geometry.candidate_rows(self.contexts[ci]) as usize;
+                let items = source.items(self.contexts[ci], placement.tokens.clone());
+                let special = source.special_rows(&items, candidates as u64);
+                cases.push(Case { ci, oi, placement, candidates, items, special, patches: vec![Vec::new(); scored] });
+            }
+        }
+        cases
+    }
+
+    /// Every cell of the trial: each case's scores (the shared ones with
+    /// its patches written in place, put back after the case) judged per
+    /// variant, top-k and, with a fidelity reference, against it.
+    fn judge_cases(&self, cases: &[Case], scores: &mut [Vec<Vec<f32>>], max_rows: usize, trial_seed: u64) -> Vec<NeedleOutcome> {
         let mut cells = vec![NeedleOutcome::LOST; self.cell_count()];
-        let mut scratch: Vec<f32> = Vec::with_capacity(max_rows);
-        let mut kth = Vec::new();
+        let mut bufs = JudgeBuffers { scratch: Vec::with_capacity(max_rows), kth: Vec::new(), row_order: Vec::new() };
         let priority = |row: usize| rng::derive(trial_seed, &[tag::TIE, row as u64]);
         // Fidelity compares whole top-k sets, so it needs every row's place in
         // the tie order, and each variant's scores with the needle rows in.
@@ -831,17 +914,11 @@ impl TrialSpec<'_> {
             Some(_) if self.variants.len() > 1 => (0..max_rows).map(|i| tie_key(self.tie_rule, i, priority)).collect(),
             _ => Vec::new(),
         };
-        let mut row_order: Vec<u32> = Vec::new();
-        // The case's scores are the shared ones with its patches written in
-        // place (originals saved here and put back after the case).
+        // The originals of the patched scores, put back after the case.
         let mut saved: Vec<(usize, usize, f32)> = Vec::new();
-
-        for case in &cases {
-            let (ci, oi, candidates) = (case.ci, case.oi, case.candidates);
-            let placement = &case.placement;
-            let skip = placement.rows.start as usize..placement.rows.end as usize;
-            let k_effs: Vec<usize> = self.topks.iter().map(|&k| (k as usize).min(candidates)).collect();
-            let g = self.query_group(ci);
+        for case in cases {
+            let candidates = case.candidates;
+            let g = self.query_group(case.ci);
             saved.clear();
             for (v, patches) in case.patches.iter().enumerate() {
                 let shared = &mut scores[g][v];
@@ -855,87 +932,103 @@ impl TrialSpec<'_> {
             let coarse: Vec<Option<Vec<f32>>> = scored_selection_copies(&scores[g], self.variants, candidates);
             let assembled: Vec<&[f32]> =
                 scores[g].iter().enumerate().map(|(v, s)| coarse.get(v).and_then(Option::as_deref).unwrap_or(&s[..candidates])).collect();
-            for (v, variant) in self.variants.iter().enumerate() {
-                // What this variant's engine selects with (hypotheses may change it).
-                let sel = &variant.selection;
-                let nan = sel.nan_order;
-                let rule = sel.tie_rule_for(self.tie_rule);
-                let window = sel.window_for(self.geometry.window);
-                let in_window = placement.tokens.start >= self.contexts[ci].saturating_sub(window);
-                let k_effs: Vec<usize> = self.topks.iter().map(|&k| (sel.topk_for(k) as usize).min(candidates)).collect();
-                let visible = assembled[v];
-                let needle_scores = &visible[skip.clone()];
-                // Best needle row: highest score in the engine's order, first on ties.
-                let best =
-                    needle_scores.iter().copied().reduce(|a, b| if nan.compare(b, a, |x, y| x.total_cmp(&y)).is_gt() { b } else { a });
-                let Some(best) = best else {
-                    for ki in 0..self.topks.len() {
-                        cells[self.cell_index(ci, oi, ki, v)] =
-                            NeedleOutcome { survived: in_window, via_window: in_window, ..NeedleOutcome::LOST };
-                    }
-                    continue;
-                };
-                let t = tally_with(visible, skip.clone(), best, nan);
-                // Tied competitors the tie rule puts ahead of the best needle
-                // row; if several needle rows tie for best, the luckiest counts.
-                let tied = if t.rank.above_or_equal > t.rank.above {
-                    needle_scores
-                        .iter()
-                        .enumerate()
-                        .filter(|(_, &s)| s == best || (s.is_nan() && best.is_nan()))
-                        .map(|(j, _)| tied_ahead(visible, skip.clone(), skip.start + j, best, rule, priority))
-                        .min()
-                        .unwrap_or(0)
-                } else {
-                    0
-                };
-
-                let competitors = candidates - skip.len();
-                let ks_with_margin: Vec<usize> = k_effs.iter().copied().filter(|&k| k >= 1 && k <= competitors).collect();
-                if !ks_with_margin.is_empty() {
-                    scratch.clear();
-                    scratch.extend_from_slice(&visible[..skip.start]);
-                    scratch.extend_from_slice(&visible[skip.end..]);
-                    kth_largest_many_with(&mut scratch, &ks_with_margin, &mut kth, nan);
-                }
-                for (ki, &k_eff) in k_effs.iter().enumerate() {
-                    let by_rank = (t.rank.above + tied) < k_eff as u64;
-                    let margin = ks_with_margin.iter().position(|&k| k == k_eff).map(|p| best - kth[p]);
-                    let margin_sd = margin.filter(|_| t.std > 0.0).map(|m| f64::from(m) / t.std);
-                    cells[self.cell_index(ci, oi, ki, v)] = NeedleOutcome {
-                        survived: in_window || by_rank,
-                        via_window: in_window,
-                        rank: Some(t.rank),
-                        margin,
-                        margin_sd,
-                        ..NeedleOutcome::LOST
-                    };
-                }
+            for (v, visible) in assembled.iter().enumerate().take(self.variants.len()) {
+                self.judge_variant(case, v, visible, trial_seed, &mut bufs, &mut cells);
             }
             if let Some(r) = self.fidelity_reference.filter(|_| !tie_keys.is_empty()) {
-                for v in (0..self.variants.len()).filter(|&v| v != r) {
-                    for (ki, &k_eff) in k_effs.iter().enumerate().filter(|(_, &k)| k > 0) {
-                        let (nan_r, nan_v) = (self.variants[r].selection.nan_order, self.variants[v].selection.nan_order);
-                        let both = selection_overlap_with(
-                            assembled[r],
-                            assembled[v],
-                            &tie_keys[..candidates],
-                            k_eff,
-                            &mut row_order,
-                            nan_r,
-                            nan_v,
-                        );
-                        let cell = &mut cells[self.cell_index(ci, oi, ki, v)];
-                        cell.selection_recall = Some(both as f64 / k_eff as f64);
-                        cell.jaccard = Some(both as f64 / (2 * k_eff as u64 - both) as f64);
-                    }
-                }
+                self.judge_fidelity(case, r, &assembled, &tie_keys[..candidates], &mut bufs.row_order, &mut cells);
             }
             drop(assembled);
             for &(v, row, old) in saved.iter().rev() {
                 scores[g][v][row] = old;
             }
         }
-        Ok(TrialOutcome { cells, seed: trial_seed, needle })
+        cells
+    }
+
+    /// The cells of variant `v` in `case`, from its scores `visible` (rows
+    /// 0..candidates, with the case's patches in).
+    fn judge_variant(&self, case: &Case, v: usize, visible: &[f32], trial_seed: u64, bufs: &mut JudgeBuffers, cells: &mut [NeedleOutcome]) {
+        let (ci, oi, candidates) = (case.ci, case.oi, case.candidates);
+        let placement = &case.placement;
+        let skip = placement.rows.start as usize..placement.rows.end as usize;
+        let priority = |row: usize| rng::derive(trial_seed, &[tag::TIE, row as u64]);
+        // What this variant's engine selects with (hypotheses may change it).
+        let sel = &self.variants[v].selection;
+        let nan = sel.nan_order;
+        let rule = sel.tie_rule_for(self.tie_rule);
+        let window = sel.window_for(self.geometry.window);
+        let in_window = placement.tokens.start >= self.contexts[ci].saturating_sub(window);
+        let k_effs: Vec<usize> = self.topks.iter().map(|&k| (sel.topk_for(k) as usize).min(candidates)).collect();
+        let needle_scores = &visible[skip.clone()];
+        // Best needle row: highest score in the engine's order, first on ties.
+        let best = needle_scores.iter().copied().reduce(|a, b| if nan.compare(b, a, |x, y| x.total_cmp(&y)).is_gt() { b } else { a });
+        let Some(best) = best else {
+            for ki in 0..self.topks.len() {
+                cells[self.cell_index(ci, oi, ki, v)] = NeedleOutcome { survived: in_window, via_window: in_window, ..NeedleOutcome::LOST };
+            }
+            return;
+        };
+        let t = tally_with(visible, skip.clone(), best, nan);
+        // Tied competitors the tie rule puts ahead of the best needle
+        // row; if several needle rows tie for best, the luckiest counts.
+        let tied = if t.rank.above_or_equal > t.rank.above {
+            needle_scores
+                .iter()
+                .enumerate()
+                .filter(|(_, &s)| s == best || (s.is_nan() && best.is_nan()))
+                .map(|(j, _)| tied_ahead(visible, skip.clone(), skip.start + j, best, rule, priority))
+                .min()
+                .unwrap_or(0)
+        } else {
+            0
+        };
+
+        let competitors = candidates - skip.len();
+        let ks_with_margin: Vec<usize> = k_effs.iter().copied().filter(|&k| k >= 1 && k <= competitors).collect();
+        let JudgeBuffers { scratch, kth, .. } = bufs;
+        if !ks_with_margin.is_empty() {
+            scratch.clear();
+            scratch.extend_from_slice(&visible[..skip.start]);
+            scratch.extend_from_slice(&visible[skip.end..]);
+            kth_largest_many_with(scratch, &ks_with_margin, kth, nan);
+        }
+        for (ki, &k_eff) in k_effs.iter().enumerate() {
+            let by_rank = (t.rank.above + tied) < k_eff as u64;
+            let margin = ks_with_margin.iter().position(|&k| k == k_eff).map(|p| best - kth[p]);
+            let margin_sd = margin.filter(|_| t.std > 0.0).map(|m| f64::from(m) / t.std);
+            cells[self.cell_index(ci, oi, ki, v)] = NeedleOutcome {
+                survived: in_window || by_rank,
+                via_window: in_window,
+                rank: Some(t.rank),
+                margin,
+                margin_sd,
+                ..NeedleOutcome::LOST
+            };
+        }
+    }
+
+    /// Selection fidelity of every variant against the reference `r` in
+    /// `case`: the share of r's top-k_eff rows each also selects, and the
+    /// Jaccard overlap.
+    fn judge_fidelity(
+        &self,
+        case: &Case,
+        r: usize,
+        assembled: &[&[f32]],
+        tie_keys: &[u64],
+        row_order: &mut Vec<u32>,
+        cells: &mut [NeedleOutcome],
+    ) {
+        let k_effs: Vec<usize> = self.topks.iter().map(|&k| (k as usize).min(case.candidates)).collect();
+        for v in (0..self.variants.len()).filter(|&v| v != r) {
+            for (ki, &k_eff) in k_effs.iter().enumerate().filter(|(_, &k)| k > 0) {
+                let (nan_r, nan_v) = (self.variants[r].selection.nan_order, self.variants[v].selection.nan_order);
+                let both = selection_overlap_with(assembled[r], assembled[v], tie_keys, k_eff, row_order, nan_r, nan_v);
+                let cell = &mut cells[self.cell_index(case.ci, case.oi, ki, v)];
+                cell.selection_recall = Some(both as f64 / k_eff as f64);
+                cell.jaccard = Some(both as f64 / (2 * k_eff as u64 - both) as f64);
+            }
+        }
     }
 }

@@ -160,23 +160,10 @@ pub struct TrialTensors {
     pub summary: DumpSummary,
 }
 
-/// Trial `trial` of the scenario's single cell (its first context, depth
-/// and k) with every precision variant of the scenario, in memory: what
-/// [`dump_trial`] writes, and the Python binding's `trial` returns.
-/// `on_step` names each step as it starts (for a progress display).
-pub fn trial_tensors(s: &Scenario, trial: u64, on_step: &dyn Fn(&str)) -> Result<TrialTensors, Error> {
-    let (context, depth, k) = (s.contexts[0], s.depths[0], s.topks[0]);
-    let d = s.model.shape.head_dim;
-    let seed = trial_seed(s.seed, depth, trial);
-    on_step("drawing the haystack");
-    let hay = TrialHaystack::draw(&s.model, seed)?;
-    let placement = s.geometry.place_needle_at(context, s.needle_tokens, depth, s.needle_offsets[0]);
-    let rows = s.geometry.candidate_rows(context) as usize;
-    let k_eff = (k as usize).min(rows);
-    on_step(&format!("generating {rows} key rows"));
-    // The quantile needle's scale is solved in the trial itself: run the
-    // trial's one cell (exact reference only) to learn it.
-    let needle_scale = match s.model.needle_unit.quantile() {
+/// The quantile needle's scale, solved in the trial itself: the trial's
+/// one cell run with the exact reference only (None: the strength needle).
+fn quantile_needle_scale(s: &Scenario, seed: u64, depth: f64, on_step: &dyn Fn(&str)) -> Result<Option<f32>, Error> {
+    Ok(match s.model.needle_unit.quantile() {
         None => None,
         Some(_) => {
             on_step("placing the needle at its quantile");
@@ -197,7 +184,24 @@ pub fn trial_tensors(s: &Scenario, trial: u64, on_step: &dyn Fn(&str)) -> Result
             };
             spec.run(seed)?.needle.first().map(|n| n.scale)
         }
-    };
+    })
+}
+
+/// Trial `trial` of the scenario's single cell (its first context, depth
+/// and k) with every precision variant of the scenario, in memory: what
+/// [`dump_trial`] writes, and the Python binding's `trial` returns.
+/// `on_step` names each step as it starts (for a progress display).
+pub fn trial_tensors(s: &Scenario, trial: u64, on_step: &dyn Fn(&str)) -> Result<TrialTensors, Error> {
+    let (context, depth, k) = (s.contexts[0], s.depths[0], s.topks[0]);
+    let d = s.model.shape.head_dim;
+    let seed = trial_seed(s.seed, depth, trial);
+    on_step("drawing the haystack");
+    let hay = TrialHaystack::draw(&s.model, seed)?;
+    let placement = s.geometry.place_needle_at(context, s.needle_tokens, depth, s.needle_offsets[0]);
+    let rows = s.geometry.candidate_rows(context) as usize;
+    let k_eff = (k as usize).min(rows);
+    on_step(&format!("generating {rows} key rows"));
+    let needle_scale = quantile_needle_scale(s, seed, depth, on_step)?;
     // Keys and query as scored: with the scenario's physics (RoPE, pooling,
     // distractors) when it has any, else exactly the null model's rows.
     let (keys, queries) = crate::model::row_source::context_keys(

@@ -191,6 +191,41 @@ fn layers_reached(
     reached
 }
 
+/// Each trial of one cell, as the layer stack reads it: whether the
+/// reference and the variant kept the needle, and where it ranked.
+fn cell_trials(trials: &[TrialOutcome], index: usize, case: usize, in_window: bool, k_eff: u64) -> Vec<CellTrial> {
+    trials
+        .iter()
+        .map(|t| {
+            let o = &t.cells[index];
+            let solve = t.needle.get(case).copied().unwrap_or_default();
+            let exact_rank = solve.hay_above + solve.fixed_above;
+            CellTrial {
+                in_window,
+                has_rows: o.rank.is_some(),
+                hay_rows: solve.hay_rows,
+                fixed_above: solve.fixed_above,
+                k_eff,
+                reference: in_window || (o.rank.is_some() && exact_rank < k_eff),
+                variant: o.survived,
+            }
+        })
+        .collect()
+}
+
+/// The variant's keep rate where the reference kept the needle, and where
+/// it lost it (`n` trials).
+fn keep_rates(cell_trials: &[CellTrial], n: usize) -> (f64, f64) {
+    let count = |f: &dyn Fn(&CellTrial) -> bool| cell_trials.iter().filter(|c| f(c)).count() as f64;
+    let (kept_ref, lost_ref) = (count(&|c| c.reference), count(&|c| !c.reference));
+    let p = count(&|c| c.variant) / n.max(1) as f64;
+    // Without trials on one side, the variant's keep rate there
+    // is taken to be its overall rate (no evidence of dependence).
+    let keep_if_kept = if kept_ref > 0.0 { count(&|c| c.reference && c.variant) / kept_ref } else { p };
+    let keep_if_lost = if lost_ref > 0.0 { count(&|c| !c.reference && c.variant) / lost_ref } else { p };
+    (keep_if_kept, keep_if_lost)
+}
+
 /// Whole-model recall of every cell of `spec` ([`TrialSpec::cell_index`]
 /// order), with the band.
 pub(super) fn whole_model(spec: &TrialSpec<'_>, whole: &WholeModel, q: &QuantileNeedle, trials: &[TrialOutcome]) -> Vec<StackEstimate> {
@@ -214,30 +249,8 @@ pub(super) fn whole_model(spec: &TrialSpec<'_>, whole: &WholeModel, q: &Quantile
                     let sel = &variant.selection;
                     let k_eff = sel.topk_for(spec.topks[ki]).min(candidates);
                     let in_window = placement.tokens.start >= context.saturating_sub(sel.window_for(spec.geometry.window));
-                    let cell_trials: Vec<CellTrial> = trials
-                        .iter()
-                        .map(|t| {
-                            let o = &t.cells[index];
-                            let solve = t.needle.get(case).copied().unwrap_or_default();
-                            let exact_rank = solve.hay_above + solve.fixed_above;
-                            CellTrial {
-                                in_window,
-                                has_rows: o.rank.is_some(),
-                                hay_rows: solve.hay_rows,
-                                fixed_above: solve.fixed_above,
-                                k_eff,
-                                reference: in_window || (o.rank.is_some() && exact_rank < k_eff),
-                                variant: o.survived,
-                            }
-                        })
-                        .collect();
-                    let count = |f: &dyn Fn(&CellTrial) -> bool| cell_trials.iter().filter(|c| f(c)).count() as f64;
-                    let (kept_ref, lost_ref) = (count(&|c| c.reference), count(&|c| !c.reference));
-                    let p = count(&|c| c.variant) / n.max(1) as f64;
-                    // Without trials on one side, the variant's keep rate there
-                    // is taken to be its overall rate (no evidence of dependence).
-                    let keep_if_kept = if kept_ref > 0.0 { count(&|c| c.reference && c.variant) / kept_ref } else { p };
-                    let keep_if_lost = if lost_ref > 0.0 { count(&|c| !c.reference && c.variant) / lost_ref } else { p };
+                    let cell_trials = cell_trials(trials, index, case, in_window, k_eff);
+                    let (keep_if_kept, keep_if_lost) = keep_rates(&cell_trials, n);
                     let independent = variant_spread(&variant.name).map(|s| whole.fault_spread.pick(s)) == Some(FaultSpread::Independent);
                     let rho = |shared: f64| if independent { 0.0 } else { shared };
                     let transfer = |rho_layer: f64| Transfer { keep_if_kept, keep_if_lost, rho_layer, rho_token: whole.token_correlation };

@@ -101,29 +101,50 @@ fn selection_floor(rows: &[CompareRow]) -> f64 {
     ((lo * 10.0).floor() / 10.0).clamp(0.0, 0.9)
 }
 
-impl Painter for CompareChart {
-    fn paint<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<(), ChartError> {
+/// Where the parts of a compare chart go: columns (labels | recall panel |
+/// values | selection panel), rows and the legend strip.
+struct CompareLayout {
+    s: f64,
+    margin: i32,
+    x_labels: i32,
+    right: i32,
+    /// 1, or 2 with the selection panel.
+    panels: i32,
+    /// The recall panel's and the selection panel's x extents.
+    a: (i32, i32),
+    b: (i32, i32),
+    /// The selection panel's lower bound.
+    sel_lo: f64,
+    top: i32,
+    row_h: i32,
+    /// Rows plus one head row per k.
+    lines: i32,
+    /// The legend strip's centre line.
+    legend_y: i32,
+}
+
+impl CompareLayout {
+    fn px(&self, v: f64) -> i32 {
+        (v * self.s).round() as i32
+    }
+
+    fn axis_y(&self) -> i32 {
+        self.top + self.lines * self.row_h
+    }
+}
+
+/// x of value `v` on a panel from `x0` to `x1` whose axis starts at `lo`.
+fn panel_x(x0: i32, x1: i32, lo: f64, v: f64) -> i32 {
+    x0 + (((v - lo) / (1.0 - lo)).clamp(0.0, 1.0) * (x1 - x0) as f64).round() as i32
+}
+
+impl CompareChart {
+    fn layout<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>, s: f64, title_h: i32) -> Result<CompareLayout, ChartError> {
         let (w, h) = root.dim_in_pixel();
-        let s = ui_scale(w, 1000);
         let px = |v: f64| (v * s).round() as i32;
-        root.fill(&WHITE).map_err(draw_err)?;
-        let enc = Encoding::from_pairs(self.rows.iter().map(|r| (r.topk, r.precision.as_str())), &[]);
-        let whole = self.whole();
-
-        let title_style = text_at(30.0 * s, INK, HPos::Left, VPos::Top);
-        let subtitle_style = text_at(18.0 * s, INK_SOFT, HPos::Left, VPos::Top);
         let label_style = text_at(17.0 * s, INK, HPos::Right, VPos::Center);
-        let head_style = text_at(17.0 * s, INK_SOFT, HPos::Left, VPos::Center);
-        let tick_style = text_at(15.0 * s, INK, HPos::Center, VPos::Top);
-        let axis_style = text_at(18.0 * s, INK, HPos::Center, VPos::Top);
         let value_style = text_at(15.0 * s, INK_SOFT, HPos::Left, VPos::Center);
-
         let margin = px(24.0);
-        let title_h = root.estimate_text_size("Ag", &title_style).map_err(draw_err)?.1 as i32;
-        root.draw(&Text::new(self.title.clone(), (margin, margin), title_style)).map_err(draw_err)?;
-        root.draw(&Text::new(self.subtitle.clone(), (margin, margin + title_h + px(10.0)), subtitle_style)).map_err(draw_err)?;
-
-        // ---- columns: labels | recall panel | values | selection panel
         let mut label_w = 0;
         for r in &self.rows {
             label_w = label_w.max(root.estimate_text_size(&r.precision, &label_style).map_err(draw_err)?.0 as i32);
@@ -149,41 +170,63 @@ impl Painter for CompareChart {
             prev = Some(r.topk);
         }
         let row_h = ((bottom - top) / lines.max(1)).max(4);
+        Ok(CompareLayout {
+            s,
+            margin,
+            x_labels,
+            right,
+            panels,
+            a: (a0, a1),
+            b: (b0, b1),
+            sel_lo: selection_floor(&self.rows),
+            top,
+            row_h,
+            lines,
+            legend_y: h as i32 - margin - legend_h / 2,
+        })
+    }
 
-        // row shading (every other row) under the grid
-        let mut y = top;
+    /// Row shading (every other row) under the grid.
+    fn draw_shading<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>, l: &CompareLayout) -> Result<(), ChartError> {
+        let mut y = l.top;
         let mut prev = None;
         for (i, r) in self.rows.iter().enumerate() {
-            y += row_h * (prev != Some(r.topk)) as i32;
+            y += l.row_h * (prev != Some(r.topk)) as i32;
             prev = Some(r.topk);
             if i % 2 == 0 {
-                root.draw(&Rectangle::new([(x_labels + px(4.0), y), (right, y + row_h)], RGBColor(246, 246, 246).filled()))
+                root.draw(&Rectangle::new([(l.x_labels + l.px(4.0), y), (l.right, y + l.row_h)], RGBColor(246, 246, 246).filled()))
                     .map_err(draw_err)?;
             }
-            y += row_h;
+            y += l.row_h;
         }
+        Ok(())
+    }
 
-        // panel headers and axes
-        let sel_lo = selection_floor(&self.rows);
+    /// Panel grids, ticks, axis names and the threshold line.
+    fn draw_axes<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>, l: &CompareLayout) -> Result<(), ChartError> {
+        let s = l.s;
+        let px = |v: f64| l.px(v);
+        let tick_style = text_at(15.0 * s, INK, HPos::Center, VPos::Top);
+        let axis_style = text_at(18.0 * s, INK, HPos::Center, VPos::Top);
+        let ((a0, a1), (b0, b1), top) = (l.a, l.b, l.top);
         let panel_defs: Vec<(i32, i32, f64, String)> = {
             let mut v = vec![(
                 a0,
                 a1,
                 0.0,
-                if whole { "recall (large: whole model, small: per layer)".into() } else { "per-layer selection recall".into() },
+                if self.whole() { "recall (large: whole model, small: per layer)".into() } else { "per-layer selection recall".into() },
             )];
-            if panels == 2 {
+            if l.panels == 2 {
                 let reference = self.reference.clone().unwrap_or_else(|| "the reference".into());
-                v.push((b0, b1, sel_lo, format!("selection recall against the {reference} top-k")));
+                v.push((b0, b1, l.sel_lo, format!("selection recall against the {reference} top-k")));
             }
             v
         };
-        let to_x = |x0: i32, x1: i32, lo: f64, v: f64| x0 + (((v - lo) / (1.0 - lo)).clamp(0.0, 1.0) * (x1 - x0) as f64).round() as i32;
-        let axis_y = top + lines * row_h;
+        let axis_y = l.axis_y();
         for (x0, x1, lo, name) in &panel_defs {
             for i in 0..=5 {
                 let v = lo + (1.0 - lo) * i as f64 / 5.0;
-                let x = to_x(*x0, *x1, *lo, v);
+                let x = panel_x(*x0, *x1, *lo, v);
                 root.draw(&PathElement::new(vec![(x, top - px(6.0)), (x, axis_y)], GRID.stroke_width(1))).map_err(draw_err)?;
                 let d = if (1.0 - lo) < 0.5 { 2 } else { 1 };
                 root.draw(&Text::new(format!("{v:.d$}"), (x, axis_y + px(6.0)), tick_style.clone())).map_err(draw_err)?;
@@ -192,7 +235,7 @@ impl Painter for CompareChart {
             root.draw(&Text::new(name.clone(), ((x0 + x1) / 2, axis_y + px(30.0)), axis_style.clone())).map_err(draw_err)?;
         }
         if let Some(t) = self.threshold {
-            let x = to_x(a0, a1, 0.0, t) as f64;
+            let x = panel_x(a0, a1, 0.0, t) as f64;
             draw_dashed(
                 root,
                 &[(x, (top - px(6.0)) as f64), (x, axis_y as f64)],
@@ -201,33 +244,41 @@ impl Painter for CompareChart {
                 INK_SOFT.stroke_width((2.0 * s).round().max(1.0) as u32),
             )?;
         }
+        Ok(())
+    }
 
-        // ---- rows
-        let big = 6.5 * s;
-        let small = 4.2 * s;
-        let thick = (3.0 * s).round().max(1.0) as u32;
-        let thin = (1.6 * s).round().max(1.0) as u32;
-        let mut y = top;
+    /// Each row: its label, intervals and values, under a head per k.
+    fn draw_rows<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>, l: &CompareLayout, enc: &Encoding) -> Result<(), ChartError> {
+        let s = l.s;
+        let px = |v: f64| l.px(v);
+        let whole = self.whole();
+        let ((a0, a1), (b0, b1), row_h) = (l.a, l.b, l.row_h);
+        let label_style = text_at(17.0 * s, INK, HPos::Right, VPos::Center);
+        let head_style = text_at(17.0 * s, INK_SOFT, HPos::Left, VPos::Center);
+        let value_style = text_at(15.0 * s, INK_SOFT, HPos::Left, VPos::Center);
+        let (big, small) = (6.5 * s, 4.2 * s);
+        let (thick, thin) = ((3.0 * s).round().max(1.0) as u32, (1.6 * s).round().max(1.0) as u32);
+        let mut y = l.top;
         let mut prev = None;
         for r in &self.rows {
             let look = enc.look_of(r.topk, &r.precision);
             if prev != Some(r.topk) {
                 let yc = y + row_h / 2;
-                root.draw(&Text::new(format!("k = {}", r.topk), (margin, yc), head_style.clone().color(&text_color(look.color))))
+                root.draw(&Text::new(format!("k = {}", r.topk), (l.margin, yc), head_style.clone().color(&text_color(look.color))))
                     .map_err(draw_err)?;
                 y += row_h;
                 prev = Some(r.topk);
             }
             let yc = y + row_h / 2;
-            root.draw(&Text::new(r.precision.clone(), (x_labels, yc), label_style.clone())).map_err(draw_err)?;
+            root.draw(&Text::new(r.precision.clone(), (l.x_labels, yc), label_style.clone())).map_err(draw_err)?;
             let off = if whole { (row_h as f64 * 0.17).round() as i32 } else { 0 };
             let interval = |x0: i32, x1: i32, lo: f64, e: Estimate, yy: i32, width: u32, r: f64, m: Marker| {
                 root.draw(&PathElement::new(
-                    vec![(to_x(x0, x1, lo, e.low), yy), (to_x(x0, x1, lo, e.high), yy)],
+                    vec![(panel_x(x0, x1, lo, e.low), yy), (panel_x(x0, x1, lo, e.high), yy)],
                     look.color.stroke_width(width),
                 ))
                 .map_err(draw_err)?;
-                draw_marker(root, m, (to_x(x0, x1, lo, e.value), yy), r, look.color, s)
+                draw_marker(root, m, (panel_x(x0, x1, lo, e.value), yy), r, look.color, s)
             };
             // recall panel: whole model above (large), per layer below (small)
             if let Some(m) = r.model {
@@ -239,19 +290,26 @@ impl Painter for CompareChart {
             let main = r.model.unwrap_or(r.layer);
             let txt = format!("{:.3} [{:.3}, {:.3}]", main.value, main.low, main.high);
             root.draw(&Text::new(txt, (a1 + px(12.0), yc), value_style.clone())).map_err(draw_err)?;
-            if panels == 2 {
+            if l.panels == 2 {
                 if let Some(e) = r.selection {
-                    interval(b0, b1, sel_lo, e, yc, thick, big, look.marker)?;
+                    interval(b0, b1, l.sel_lo, e, yc, thick, big, look.marker)?;
                     let txt = format!("{:.3} [{:.3}, {:.3}]", e.value, e.low, e.high);
                     root.draw(&Text::new(txt, (b1 + px(12.0), yc), value_style.clone())).map_err(draw_err)?;
                 }
             }
             y += row_h;
         }
+        Ok(())
+    }
 
-        // ---- legend
-        let ly = h as i32 - margin - legend_h / 2;
-        let mut lx = margin;
+    /// The legend strip under the panels.
+    fn draw_legend<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>, l: &CompareLayout) -> Result<(), ChartError> {
+        let s = l.s;
+        let px = |v: f64| l.px(v);
+        let (big, small) = (6.5 * s, 4.2 * s);
+        let (thick, thin) = ((3.0 * s).round().max(1.0) as u32, (1.6 * s).round().max(1.0) as u32);
+        let ly = l.legend_y;
+        let mut lx = l.margin;
         let key_style = text_at(16.0 * s, INK, HPos::Left, VPos::Center);
         let key = |lx: &mut i32, text: String, draw: &dyn Fn(i32) -> Result<(), ChartError>| -> Result<(), ChartError> {
             draw(*lx)?;
@@ -263,13 +321,13 @@ impl Painter for CompareChart {
             root.draw(&PathElement::new(vec![(x, ly), (x + px(40.0), ly)], INK_SOFT.stroke_width(width))).map_err(draw_err)?;
             draw_marker(root, Marker::Circle, (x + px(20.0), ly), r, INK_SOFT, s)
         };
-        if whole {
+        if self.whole() {
             key(&mut lx, "whole-model recall, Wilson 95 % interval".into(), &|x| seg(x, thick, big))?;
             key(&mut lx, "per-layer selection recall, Wilson 95 % interval".into(), &|x| seg(x, thin, small))?;
         } else {
             key(&mut lx, "per-layer selection recall, Wilson 95 % interval".into(), &|x| seg(x, thick, big))?;
         }
-        if panels == 2 {
+        if l.panels == 2 {
             key(&mut lx, "selection recall: mean and 95 % interval over trials".into(), &|_| Ok(()))?;
         }
         if let Some(t) = self.threshold {
@@ -284,6 +342,27 @@ impl Painter for CompareChart {
             })?;
         }
         Ok(())
+    }
+}
+
+impl Painter for CompareChart {
+    fn paint<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<(), ChartError> {
+        let (w, _) = root.dim_in_pixel();
+        let s = ui_scale(w, 1000);
+        let px = |v: f64| (v * s).round() as i32;
+        root.fill(&WHITE).map_err(draw_err)?;
+        let enc = Encoding::from_pairs(self.rows.iter().map(|r| (r.topk, r.precision.as_str())), &[]);
+        let title_style = text_at(30.0 * s, INK, HPos::Left, VPos::Top);
+        let subtitle_style = text_at(18.0 * s, INK_SOFT, HPos::Left, VPos::Top);
+        let margin = px(24.0);
+        let title_h = root.estimate_text_size("Ag", &title_style).map_err(draw_err)?.1 as i32;
+        root.draw(&Text::new(self.title.clone(), (margin, margin), title_style)).map_err(draw_err)?;
+        root.draw(&Text::new(self.subtitle.clone(), (margin, margin + title_h + px(10.0)), subtitle_style)).map_err(draw_err)?;
+        let layout = self.layout(root, s, title_h)?;
+        self.draw_shading(root, &layout)?;
+        self.draw_axes(root, &layout)?;
+        self.draw_rows(root, &layout, &enc)?;
+        self.draw_legend(root, &layout)
     }
 }
 

@@ -94,6 +94,143 @@ fn grid_shape(n: usize) -> (usize, usize) {
     }
 }
 
+impl DepthChart {
+    /// Whole-model recall present: it is the main line.
+    fn whole(&self) -> bool {
+        self.panels.iter().flat_map(|p| &p.series).any(|sr| !sr.model.is_empty())
+    }
+
+    /// One depth panel in the box `[x0, x1, y0, y1]`: title, grid, ticks,
+    /// the threshold, then bands and lines; the y axis name on the first column.
+    fn draw_panel<DB: DrawingBackend>(
+        &self,
+        root: &DrawingArea<DB, Shift>,
+        p: &DepthPanel,
+        [x0, x1, y0, y1]: [i32; 4],
+        first_column: bool,
+        enc: &Encoding,
+        s: f64,
+    ) -> Result<(), ChartError> {
+        let px = |v: f64| (v * s).round() as i32;
+        let whole = self.whole();
+        let line_w = (2.6 * s).round().max(1.0) as u32;
+        let layer_w = (1.6 * s).round().max(1.0) as u32;
+        let tick_x = text_at(15.0 * s, INK, HPos::Center, VPos::Top);
+        let tick_y = text_at(15.0 * s, INK, HPos::Right, VPos::Center);
+        let panel_title = text_at(19.0 * s, INK, HPos::Center, VPos::Bottom);
+        let desc = text_at(17.0 * s, INK_SOFT, HPos::Center, VPos::Top);
+        let xm = |d: f64| x0 + ((d / 100.0) * (x1 - x0) as f64).round() as i32;
+        let (ylo, yhi) = (-0.02, 1.04);
+        let ym = |v: f64| y1 - (((v - ylo) / (yhi - ylo)) * (y1 - y0) as f64).round() as i32;
+        root.draw(&Text::new(p.title.clone(), ((x0 + x1) / 2, y0 - px(8.0)), panel_title.clone())).map_err(draw_err)?;
+        for j in 0..=5 {
+            let v = j as f64 * 0.2;
+            root.draw(&PathElement::new(vec![(x0, ym(v)), (x1, ym(v))], GRID.stroke_width(1))).map_err(draw_err)?;
+            root.draw(&Text::new(format!("{v:.1}"), (x0 - px(6.0), ym(v)), tick_y.clone())).map_err(draw_err)?;
+        }
+        for j in 0..=5 {
+            let d = j as f64 * 20.0;
+            root.draw(&PathElement::new(vec![(xm(d), y0), (xm(d), y1)], GRID.stroke_width(1))).map_err(draw_err)?;
+            root.draw(&Text::new(format!("{d:.0} %"), (xm(d), y1 + px(6.0)), tick_x.clone())).map_err(draw_err)?;
+        }
+        root.draw(&Rectangle::new([(x0, y0), (x1, y1)], INK_SOFT.stroke_width(1))).map_err(draw_err)?;
+        root.draw(&Text::new("needle depth", ((x0 + x1) / 2, y1 + px(30.0)), desc.clone())).map_err(draw_err)?;
+        if first_column {
+            let label = if whole { "recall (solid: whole model, dashed: per layer)" } else { "per-layer selection recall" };
+            root.draw(&Text::new(label, (x0 - px(54.0), (y0 + y1) / 2), text_vertical(16.0 * s, INK_SOFT))).map_err(draw_err)?;
+        }
+        if let Some(t) = self.threshold {
+            let y = ym(t) as f64;
+            draw_dashed(root, &[(x0 as f64, y), (x1 as f64, y)], Dash::Dotted, s * 1.2, INK_SOFT.stroke_width(layer_w))?;
+        }
+        let to_px = |pts: &[DepthPoint]| pts.iter().map(|d| (xm(d.depth_percent) as f64, ym(d.recall) as f64)).collect::<Vec<_>>();
+        // bands first, then lines
+        for sr in &p.series {
+            let look = enc.look_of(sr.topk, &sr.precision);
+            let banded = if whole { &sr.model } else { &sr.points };
+            if banded.len() >= 2 {
+                let mut poly: Vec<(i32, i32)> = banded.iter().map(|d| (xm(d.depth_percent), ym(d.ci_high))).collect();
+                poly.extend(banded.iter().rev().map(|d| (xm(d.depth_percent), ym(d.ci_low))));
+                root.draw(&Polygon::new(poly, look.color.mix(0.16).filled())).map_err(draw_err)?;
+            }
+        }
+        for sr in &p.series {
+            let look = enc.look_of(sr.topk, &sr.precision);
+            if whole {
+                let pts = to_px(&sr.points);
+                draw_dashed(root, &pts, Dash::Dashed, s, look.color.stroke_width(layer_w))?;
+                for &(x, y) in &pts {
+                    draw_marker(root, look.marker, (x as i32, y as i32), 3.5 * s, look.color, s)?;
+                }
+            }
+            let (line, dash) = if whole { (&sr.model, Dash::Solid) } else { (&sr.points, look.dash) };
+            let pts = to_px(line);
+            draw_dashed(root, &pts, dash, s, look.color.stroke_width(line_w))?;
+            for &(x, y) in &pts {
+                draw_marker(root, look.marker, (x as i32, y as i32), 5.5 * s, look.color, s)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The legend column from (lx, y): one entry per (k, precision) in
+    /// `pairs`, then the line keys and the threshold.
+    fn draw_legend<DB: DrawingBackend>(
+        &self,
+        root: &DrawingArea<DB, Shift>,
+        enc: &Encoding,
+        pairs: &[(u32, String)],
+        (lx, mut y): (i32, i32),
+        s: f64,
+    ) -> Result<(), ChartError> {
+        let px = |v: f64| (v * s).round() as i32;
+        let whole = self.whole();
+        let line_w = (2.6 * s).round().max(1.0) as u32;
+        let layer_w = (1.6 * s).round().max(1.0) as u32;
+        let legend_style = text_at(16.0 * s, INK, HPos::Left, VPos::Center);
+        let swatch = px(52.0);
+        let line_keys: Vec<&str> =
+            if whole { vec!["whole-model recall, 95 % band", "per-layer selection recall"] } else { vec!["95 % confidence band"] };
+        let entry = px(30.0);
+        for (k, p) in pairs {
+            let look = enc.look_of(*k, p);
+            let dash = if whole { Dash::Solid } else { look.dash };
+            draw_dashed(root, &[(lx as f64, y as f64), ((lx + swatch) as f64, y as f64)], dash, s, look.color.stroke_width(line_w))?;
+            draw_marker(root, look.marker, (lx + swatch / 2, y), 5.5 * s, look.color, s)?;
+            root.draw(&Text::new(format!("k={k}, {p}"), (lx + swatch + px(12.0), y), legend_style.clone())).map_err(draw_err)?;
+            y += entry;
+        }
+        y += px(10.0);
+        for (i, key) in line_keys.iter().enumerate() {
+            if i == 0 {
+                root.draw(&Rectangle::new([(lx, y - px(8.0)), (lx + swatch, y + px(8.0))], INK_SOFT.mix(0.2).filled()))
+                    .map_err(draw_err)?;
+            }
+            if whole {
+                let (dash, width) = if i == 0 { (Dash::Solid, line_w) } else { (Dash::Dashed, layer_w) };
+                draw_dashed(root, &[(lx as f64, y as f64), ((lx + swatch) as f64, y as f64)], dash, s, INK_SOFT.stroke_width(width))?;
+                if i == 1 {
+                    draw_marker(root, Marker::Circle, (lx + swatch / 2, y), 3.5 * s, INK_SOFT, s)?;
+                }
+            }
+            root.draw(&Text::new(key.to_string(), (lx + swatch + px(12.0), y), legend_style.clone())).map_err(draw_err)?;
+            y += entry;
+        }
+        if let Some(t) = self.threshold {
+            draw_dashed(
+                root,
+                &[(lx as f64, y as f64), ((lx + swatch) as f64, y as f64)],
+                Dash::Dotted,
+                s * 1.2,
+                INK_SOFT.stroke_width(layer_w),
+            )?;
+            root.draw(&Text::new(format!("recall threshold {t:.2}"), (lx + swatch + px(12.0), y), legend_style.clone()))
+                .map_err(draw_err)?;
+        }
+        Ok(())
+    }
+}
+
 impl Painter for DepthChart {
     fn paint<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<(), ChartError> {
         let (w, h) = root.dim_in_pixel();
@@ -140,12 +277,6 @@ impl Painter for DepthChart {
         let area_right = w as i32 - margin - legend_w;
         let cell_w = (area_right - margin) / cols as i32;
         let cell_h = (h as i32 - margin - top) / rows as i32;
-        let line_w = (2.6 * s).round().max(1.0) as u32;
-        let layer_w = (1.6 * s).round().max(1.0) as u32;
-        let tick_x = text_at(15.0 * s, INK, HPos::Center, VPos::Top);
-        let tick_y = text_at(15.0 * s, INK, HPos::Right, VPos::Center);
-        let panel_title = text_at(19.0 * s, INK, HPos::Center, VPos::Bottom);
-        let desc = text_at(17.0 * s, INK_SOFT, HPos::Center, VPos::Top);
         for (i, p) in self.panels.iter().enumerate() {
             let (r, c) = ((i / cols) as i32, (i % cols) as i32);
             let x0 = margin + c * cell_w + px(70.0);
@@ -155,99 +286,10 @@ impl Painter for DepthChart {
             if x1 - x0 < 20 || y1 - y0 < 20 {
                 return Err(ChartError::InvalidInput("image too small for this many depth panels".into()));
             }
-            let xm = |d: f64| x0 + ((d / 100.0) * (x1 - x0) as f64).round() as i32;
-            let (ylo, yhi) = (-0.02, 1.04);
-            let ym = |v: f64| y1 - (((v - ylo) / (yhi - ylo)) * (y1 - y0) as f64).round() as i32;
-            root.draw(&Text::new(p.title.clone(), ((x0 + x1) / 2, y0 - px(8.0)), panel_title.clone())).map_err(draw_err)?;
-            for j in 0..=5 {
-                let v = j as f64 * 0.2;
-                root.draw(&PathElement::new(vec![(x0, ym(v)), (x1, ym(v))], GRID.stroke_width(1))).map_err(draw_err)?;
-                root.draw(&Text::new(format!("{v:.1}"), (x0 - px(6.0), ym(v)), tick_y.clone())).map_err(draw_err)?;
-            }
-            for j in 0..=5 {
-                let d = j as f64 * 20.0;
-                root.draw(&PathElement::new(vec![(xm(d), y0), (xm(d), y1)], GRID.stroke_width(1))).map_err(draw_err)?;
-                root.draw(&Text::new(format!("{d:.0} %"), (xm(d), y1 + px(6.0)), tick_x.clone())).map_err(draw_err)?;
-            }
-            root.draw(&Rectangle::new([(x0, y0), (x1, y1)], INK_SOFT.stroke_width(1))).map_err(draw_err)?;
-            root.draw(&Text::new("needle depth", ((x0 + x1) / 2, y1 + px(30.0)), desc.clone())).map_err(draw_err)?;
-            if c == 0 {
-                let label = if whole { "recall (solid: whole model, dashed: per layer)" } else { "per-layer selection recall" };
-                root.draw(&Text::new(label, (x0 - px(54.0), (y0 + y1) / 2), text_vertical(16.0 * s, INK_SOFT))).map_err(draw_err)?;
-            }
-            if let Some(t) = self.threshold {
-                let y = ym(t) as f64;
-                draw_dashed(root, &[(x0 as f64, y), (x1 as f64, y)], Dash::Dotted, s * 1.2, INK_SOFT.stroke_width(layer_w))?;
-            }
-            let to_px = |pts: &[DepthPoint]| pts.iter().map(|d| (xm(d.depth_percent) as f64, ym(d.recall) as f64)).collect::<Vec<_>>();
-            // bands first, then lines
-            for sr in &p.series {
-                let look = enc.look_of(sr.topk, &sr.precision);
-                let banded = if whole { &sr.model } else { &sr.points };
-                if banded.len() >= 2 {
-                    let mut poly: Vec<(i32, i32)> = banded.iter().map(|d| (xm(d.depth_percent), ym(d.ci_high))).collect();
-                    poly.extend(banded.iter().rev().map(|d| (xm(d.depth_percent), ym(d.ci_low))));
-                    root.draw(&Polygon::new(poly, look.color.mix(0.16).filled())).map_err(draw_err)?;
-                }
-            }
-            for sr in &p.series {
-                let look = enc.look_of(sr.topk, &sr.precision);
-                if whole {
-                    let pts = to_px(&sr.points);
-                    draw_dashed(root, &pts, Dash::Dashed, s, look.color.stroke_width(layer_w))?;
-                    for &(x, y) in &pts {
-                        draw_marker(root, look.marker, (x as i32, y as i32), 3.5 * s, look.color, s)?;
-                    }
-                }
-                let (line, dash) = if whole { (&sr.model, Dash::Solid) } else { (&sr.points, look.dash) };
-                let pts = to_px(line);
-                draw_dashed(root, &pts, dash, s, look.color.stroke_width(line_w))?;
-                for &(x, y) in &pts {
-                    draw_marker(root, look.marker, (x as i32, y as i32), 5.5 * s, look.color, s)?;
-                }
-            }
+            self.draw_panel(root, p, [x0, x1, y0, y1], c == 0, &enc, s)?;
         }
 
-        // ---- legend
-        let lx = area_right + px(16.0);
-        let mut y = top + px(40.0);
-        let entry = px(30.0);
-        for (k, p) in &pairs {
-            let look = enc.look_of(*k, p);
-            let dash = if whole { Dash::Solid } else { look.dash };
-            draw_dashed(root, &[(lx as f64, y as f64), ((lx + swatch) as f64, y as f64)], dash, s, look.color.stroke_width(line_w))?;
-            draw_marker(root, look.marker, (lx + swatch / 2, y), 5.5 * s, look.color, s)?;
-            root.draw(&Text::new(format!("k={k}, {p}"), (lx + swatch + px(12.0), y), legend_style.clone())).map_err(draw_err)?;
-            y += entry;
-        }
-        y += px(10.0);
-        for (i, key) in line_keys.iter().enumerate() {
-            if i == 0 {
-                root.draw(&Rectangle::new([(lx, y - px(8.0)), (lx + swatch, y + px(8.0))], INK_SOFT.mix(0.2).filled()))
-                    .map_err(draw_err)?;
-            }
-            if whole {
-                let (dash, width) = if i == 0 { (Dash::Solid, line_w) } else { (Dash::Dashed, layer_w) };
-                draw_dashed(root, &[(lx as f64, y as f64), ((lx + swatch) as f64, y as f64)], dash, s, INK_SOFT.stroke_width(width))?;
-                if i == 1 {
-                    draw_marker(root, Marker::Circle, (lx + swatch / 2, y), 3.5 * s, INK_SOFT, s)?;
-                }
-            }
-            root.draw(&Text::new(key.to_string(), (lx + swatch + px(12.0), y), legend_style.clone())).map_err(draw_err)?;
-            y += entry;
-        }
-        if let Some(t) = self.threshold {
-            draw_dashed(
-                root,
-                &[(lx as f64, y as f64), ((lx + swatch) as f64, y as f64)],
-                Dash::Dotted,
-                s * 1.2,
-                INK_SOFT.stroke_width(layer_w),
-            )?;
-            root.draw(&Text::new(format!("recall threshold {t:.2}"), (lx + swatch + px(12.0), y), legend_style.clone()))
-                .map_err(draw_err)?;
-        }
-        Ok(())
+        self.draw_legend(root, &enc, &pairs, (area_right + px(16.0), top + px(40.0)), s)
     }
 }
 

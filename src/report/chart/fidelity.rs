@@ -17,7 +17,7 @@ use super::recall_vs_context::{draw_dashed, draw_marker, Encoding};
 use crate::base::units::tokens_label;
 
 use super::canvas::{draw_err, render_atomically, ChartError, Painter};
-use super::style::{text, text_at, ui_scale, Dash, TickedAxis, GRID, INK, INK_SOFT};
+use super::style::{text, text_at, ui_scale, Dash, TickedAxis, TickedChart, GRID, INK, INK_SOFT};
 
 /// One measured value with its 95 % interval.
 #[derive(Debug, Clone, PartialEq)]
@@ -187,6 +187,21 @@ impl FidelityChart {
             ))
             .map_err(draw_err)?;
         }
+        self.draw_metric_series(area, &mut chart, enc, metric, (x_lo, x_hi), s)
+    }
+
+    /// Each series' band, then its line and markers, of one metric.
+    fn draw_metric_series<DB: DrawingBackend>(
+        &self,
+        area: &DrawingArea<DB, Shift>,
+        chart: &mut TickedChart<'_, DB>,
+        enc: &Encoding,
+        metric: Metric,
+        (x_lo, x_hi): (f64, f64),
+        s: f64,
+    ) -> Result<(), ChartError> {
+        // backend_coord is in root pixels; `area` draws in its own
+        let (ox, oy) = area.get_base_pixel();
         let pts_of = |sr: &FidelitySeries| -> Vec<FidelityPoint> {
             match metric {
                 Metric::SelectionRecall => sr.selection_recall.clone(),
@@ -280,7 +295,24 @@ impl Painter for FidelityChart {
         self.paint_panel(&halves[0], &enc, Metric::SelectionRecall, (x_lo, x_hi, &ticks), y_lo, s)?;
         self.paint_panel(&halves[1], &enc, Metric::Jaccard, (x_lo, x_hi, &ticks), y_lo, s)?;
 
-        // legend
+        self.draw_legend(&legend, &enc, &order, &labels, s)
+    }
+}
+
+impl FidelityChart {
+    /// The legend beside the panels: one entry per series (`order`,
+    /// `labels`), the interval and the engines' pass rule.
+    fn draw_legend<DB: DrawingBackend>(
+        &self,
+        legend: &DrawingArea<DB, Shift>,
+        enc: &Encoding,
+        order: &[&FidelitySeries],
+        labels: &[String],
+        s: f64,
+    ) -> Result<(), ChartError> {
+        let px = |v: f64| (v * s).round() as i32;
+        let legend_style = text_at(16.0 * s, INK, HPos::Left, VPos::Center);
+        let swatch_w = px(48.0);
         let line_w = (2.4 * s).round().max(1.0) as u32;
         let lx = px(12.0);
         let entry_h = px(30.0);
@@ -289,19 +321,19 @@ impl Painter for FidelityChart {
             .draw(&Text::new("series (k, precision)", (lx, y), text_at(17.0 * s, INK_SOFT, HPos::Left, VPos::Center)))
             .map_err(draw_err)?;
         y += entry_h;
-        for (sr, label) in order.iter().zip(&labels) {
+        for (sr, label) in order.iter().zip(labels) {
             let look = enc.look_of(sr.topk, &sr.precision);
             legend
                 .draw(&Rectangle::new([(lx, y - px(8.0)), (lx + swatch_w, y + px(8.0))], look.color.mix(0.14).filled()))
                 .map_err(draw_err)?;
             draw_dashed(
-                &legend,
+                legend,
                 &[(lx as f64, y as f64), ((lx + swatch_w) as f64, y as f64)],
                 look.dash,
                 s,
                 look.color.stroke_width(line_w),
             )?;
-            draw_marker(&legend, look.marker, (lx + swatch_w / 2, y), 5.0 * s, look.color, s)?;
+            draw_marker(legend, look.marker, (lx + swatch_w / 2, y), 5.0 * s, look.color, s)?;
             legend.draw(&Text::new(label.clone(), (lx + swatch_w + px(12.0), y), legend_style.clone())).map_err(draw_err)?;
             y += entry_h;
         }
@@ -311,7 +343,7 @@ impl Painter for FidelityChart {
         y += entry_h;
         if let Some(r) = self.pass_rule {
             draw_dashed(
-                &legend,
+                legend,
                 &[(lx as f64, y as f64), ((lx + swatch_w) as f64, y as f64)],
                 Dash::Dashed,
                 s,

@@ -253,12 +253,75 @@ impl Heatmap {
         }
         let ncols = p.contexts.len() as i32;
         let nrows = p.depths_percent.len() as i32;
-        let col_x = |j: i32| gx0 + ((gx1 - gx0) as i64 * j as i64 / ncols as i64) as i32;
-        let row_y = |i: i32| gy0 + ((gy1 - gy0) as i64 * i as i64 / nrows as i64) as i32;
+        let grid = CellGrid { gx0, gx1, gy0, gy1, ncols, nrows };
+        let col_x = |j: i32| grid.col_x(j);
+        let row_y = |i: i32| grid.row_y(i);
 
         root.draw(&Text::new(p.title.clone(), ((gx0 + gx1) / 2, y0 + px(4.0)), panel_title)).map_err(draw_err)?;
 
-        // cell annotations: fit "0.97" / "+0.25" into the cell
+        self.draw_cells(root, p, &grid, s)?;
+
+        // axes ticks
+        let label_every = if ncols as f64 * 40.0 * s > (gx1 - gx0) as f64 { 2 } else { 1 };
+        for (j, c) in p.contexts.iter().enumerate() {
+            if j % label_every != 0 {
+                continue;
+            }
+            let cx = (col_x(j as i32) + col_x(j as i32 + 1)) / 2;
+            root.draw(&Text::new(tokens_label(*c), (cx, gy1 + px(6.0)), tick_style_x.clone())).map_err(draw_err)?;
+        }
+        let depth_every = if nrows as f64 * 20.0 * s > (gy1 - gy0) as f64 { 2 } else { 1 };
+        for (i, d) in p.depths_percent.iter().enumerate() {
+            if i % depth_every != 0 {
+                continue;
+            }
+            let cy = (row_y(i as i32) + row_y(i as i32 + 1)) / 2;
+            root.draw(&Text::new(format_depth(*d), (gx0 - px(6.0), cy), tick_style_y.clone())).map_err(draw_err)?;
+        }
+        if last_row {
+            root.draw(&Text::new("context length (tokens)", ((gx0 + gx1) / 2, gy1 + px(30.0)), desc_style.clone())).map_err(draw_err)?;
+        }
+        if first_col {
+            root.draw(&Text::new("needle depth", (x0 - px(12.0), (gy0 + gy1) / 2), text_vertical(16.0 * s, INK_SOFT))).map_err(draw_err)?;
+        }
+
+        self.draw_coverage(root, p, &grid, (x0, x1), s)
+    }
+}
+
+/// The cell grid of one heatmap panel: its pixel extent and shape.
+#[derive(Clone, Copy)]
+struct CellGrid {
+    gx0: i32,
+    gx1: i32,
+    gy0: i32,
+    gy1: i32,
+    ncols: i32,
+    nrows: i32,
+}
+
+impl CellGrid {
+    fn col_x(&self, j: i32) -> i32 {
+        self.gx0 + ((self.gx1 - self.gx0) as i64 * j as i64 / self.ncols as i64) as i32
+    }
+
+    fn row_y(&self, i: i32) -> i32 {
+        self.gy0 + ((self.gy1 - self.gy0) as i64 * i as i64 / self.nrows as i64) as i32
+    }
+}
+
+impl Heatmap {
+    /// The cells: fill, marks and values (fitted into the cell: "0.97" / "+0.25").
+    fn draw_cells<DB: DrawingBackend>(
+        &self,
+        root: &DrawingArea<DB, Shift>,
+        p: &HeatmapPanel,
+        grid: &CellGrid,
+        s: f64,
+    ) -> Result<(), ChartError> {
+        let CellGrid { gx0, gx1, gy0, gy1, ncols, nrows } = *grid;
+        let col_x = |j: i32| grid.col_x(j);
+        let row_y = |i: i32| grid.row_y(i);
         let cw = (gx1 - gx0) as f64 / ncols as f64;
         let ch = (gy1 - gy0) as f64 / nrows as f64;
         let chars = if self.diverging { 2.9 } else { 2.3 };
@@ -291,31 +354,22 @@ impl Heatmap {
             }
         }
 
-        // axes ticks
-        let label_every = if ncols as f64 * 40.0 * s > (gx1 - gx0) as f64 { 2 } else { 1 };
-        for (j, c) in p.contexts.iter().enumerate() {
-            if j % label_every != 0 {
-                continue;
-            }
-            let cx = (col_x(j as i32) + col_x(j as i32 + 1)) / 2;
-            root.draw(&Text::new(tokens_label(*c), (cx, gy1 + px(6.0)), tick_style_x.clone())).map_err(draw_err)?;
-        }
-        let depth_every = if nrows as f64 * 20.0 * s > (gy1 - gy0) as f64 { 2 } else { 1 };
-        for (i, d) in p.depths_percent.iter().enumerate() {
-            if i % depth_every != 0 {
-                continue;
-            }
-            let cy = (row_y(i as i32) + row_y(i as i32 + 1)) / 2;
-            root.draw(&Text::new(format_depth(*d), (gx0 - px(6.0), cy), tick_style_y.clone())).map_err(draw_err)?;
-        }
-        if last_row {
-            root.draw(&Text::new("context length (tokens)", ((gx0 + gx1) / 2, gy1 + px(30.0)), desc_style.clone())).map_err(draw_err)?;
-        }
-        if first_col {
-            root.draw(&Text::new("needle depth", (x0 - px(12.0), (gy0 + gy1) / 2), text_vertical(16.0 * s, INK_SOFT))).map_err(draw_err)?;
-        }
+        Ok(())
+    }
 
-        // coverage limit
+    /// The coverage limit k·c+W: a dashed line at its column boundary with
+    /// its label, or a note when it lies beyond the contexts.
+    fn draw_coverage<DB: DrawingBackend>(
+        &self,
+        root: &DrawingArea<DB, Shift>,
+        p: &HeatmapPanel,
+        grid: &CellGrid,
+        (x0, x1): (i32, i32),
+        s: f64,
+    ) -> Result<(), ChartError> {
+        let px = |v: f64| (v * s).round() as i32;
+        let CellGrid { gx0, gx1, gy0, gy1, .. } = *grid;
+        let col_x = |j: i32| grid.col_x(j);
         if let Some(limit) = p.coverage_limit {
             let label = format!("k·c+W = {}", format_thousands(limit));
             let label_style = text_at(14.0 * s, INK, HPos::Center, VPos::Bottom);

@@ -16,7 +16,7 @@ use plotters::style::text_anchor::{HPos, VPos};
 
 use super::canvas::{draw_err, render_atomically, ChartError, Painter};
 use super::recall_vs_context::{draw_dashed, Encoding};
-use super::style::{text, text_at, ui_scale, Dash, TickedAxis, GRID, INK, INK_SOFT, RECALL_LOW};
+use super::style::{text, text_at, ui_scale, Dash, TickedAxis, TickedChart, GRID, INK, INK_SOFT, RECALL_LOW};
 
 /// Quantiles of one (top-k, precision) at one context.
 #[derive(Debug, Clone, PartialEq)]
@@ -193,7 +193,22 @@ impl RankMarginChart {
             .draw()
             .map_err(draw_err)?;
 
-        // the side where the needle is lost, tinted
+        self.draw_limit(area, &mut chart, panel, (lo, hi), s)?;
+        self.draw_boxes(area, &mut chart, enc, panel, (lo, hi), s)
+    }
+
+    /// The side where the needle is lost, tinted; the line at the limit
+    /// and its note on the kept side.
+    fn draw_limit<DB: DrawingBackend>(
+        &self,
+        area: &DrawingArea<DB, Shift>,
+        chart: &mut TickedChart<'_, DB>,
+        panel: Panel,
+        (lo, hi): (f64, f64),
+        s: f64,
+    ) -> Result<(), ChartError> {
+        let px = |v: f64| (v * s).round() as i32;
+        let n = self.rows.len();
         let (lost_lo, lost_hi, limit) = match panel {
             Panel::Rank => (1.0, hi, 1.0),
             Panel::Margin => (lo, 0.0, 0.0),
@@ -225,8 +240,23 @@ impl RankMarginChart {
             Panel::Margin => (HPos::Left, px(6.0)),
         };
         area.draw(&Text::new(note, (x + dx, y_top + px(4.0)), text_at(14.0 * s, INK, hpos, VPos::Top))).map_err(draw_err)?;
+        Ok(())
+    }
 
-        // boxes
+    /// One box per row: whiskers from the lowest to the highest value,
+    /// the box between the quartiles, the median as a bar.
+    fn draw_boxes<DB: DrawingBackend>(
+        &self,
+        area: &DrawingArea<DB, Shift>,
+        chart: &mut TickedChart<'_, DB>,
+        enc: &Encoding,
+        panel: Panel,
+        (lo, hi): (f64, f64),
+        s: f64,
+    ) -> Result<(), ChartError> {
+        let n = self.rows.len();
+        // backend_coord is in root pixels; `area` draws in its own
+        let (ox, oy) = area.get_base_pixel();
         let whisker_w = (2.0 * s).round().max(1.0) as u32;
         for (i, r) in self.rows.iter().enumerate() {
             let yc = n as f64 - i as f64 - 0.5;

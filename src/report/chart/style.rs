@@ -1,6 +1,8 @@
 //! Shared chart helpers: axis tick formatting, colour scales, palettes,
 //! dash patterns and text styles.
 
+use plotters::chart::ChartContext;
+use plotters::coord::cartesian::Cartesian2d;
 use plotters::coord::ranged1d::{DefaultFormatting, KeyPointHint, Ranged};
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 use plotters::style::{FontTransform, IntoFont, RGBColor, TextStyle};
@@ -221,6 +223,9 @@ pub(crate) struct TickedAxis {
     pub hi: f64,
     pub ticks: Vec<f64>,
 }
+
+/// A chart whose two axes are [`TickedAxis`] (log2 contexts, shares, rows).
+pub(crate) type TickedChart<'a, DB> = ChartContext<'a, DB, Cartesian2d<TickedAxis, TickedAxis>>;
 
 impl Ranged for TickedAxis {
     type FormatOption = DefaultFormatting;

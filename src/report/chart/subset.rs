@@ -217,7 +217,12 @@ pub fn subset(font: &[u8], chars: &BTreeSet<char>) -> Option<Vec<u8>> {
         }
     }
 
-    // Offset table, directory (sorted by tag: the BTreeMap's order), data.
+    Some(font_file(&out_tables))
+}
+
+/// A TrueType file of `tables`: offset table, directory (sorted by tag: the
+/// map's order), the tables' data, and head's checksum adjustment.
+fn font_file(out_tables: &BTreeMap<[u8; 4], Vec<u8>>) -> Vec<u8> {
     let n = out_tables.len() as u16;
     let search = 16 * (1u16 << (15 - n.leading_zeros()));
     let mut out = Vec::new();
@@ -228,7 +233,7 @@ pub fn subset(font: &[u8], chars: &BTreeSet<char>) -> Option<Vec<u8>> {
     let mut offset = 12 + 16 * out_tables.len();
     let mut body = Vec::new();
     let mut head_at = 0;
-    for (tag, data) in &out_tables {
+    for (tag, data) in out_tables {
         if tag == b"head" {
             head_at = offset + 8;
         }
@@ -243,7 +248,7 @@ pub fn subset(font: &[u8], chars: &BTreeSet<char>) -> Option<Vec<u8>> {
     out.extend(body);
     let adjust = 0xB1B0_AFBAu32.wrapping_sub(checksum(&out));
     out[head_at..head_at + 4].copy_from_slice(&adjust.to_be_bytes());
-    Some(out)
+    out
 }
 
 /// The characters of an SVG's text: every text node, entities decoded.

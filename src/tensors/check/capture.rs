@@ -317,15 +317,63 @@ fn resolve_layout(text: &str) -> Result<CacheLayout, String> {
     Err(format!("invalid layout = {text:?}: a built-in layout ({}) or a .toml file", CacheLayout::builtin_names()))
 }
 
-impl<'a> Capture<'a> {
-    /// Checks every tensor of `files` against the layout and assembles the pairs.
-    pub fn assemble(files: &'a CaptureFiles, opts: &CheckOptions) -> Result<Capture<'a>, Error> {
-        let path = files.path.as_path();
-        let tensors = files.tensors()?;
-        let meta: CaptureMeta = match files.metadata() {
-            Some(text) => serde_json::from_str(text).map_err(|e| bad(path, "", format!("metadata {META_KEY} is not valid: {e}")))?,
-            None => CaptureMeta::default(),
-        };
+/// The tensors of one capture with the refusals every read shares: a
+/// missing tensor, a wrong element type, an axis 0 that is not the pairs.
+struct Named<'t, 'a> {
+    path: &'t Path,
+    tensors: &'t BTreeMap<String, RawTensor<'a>>,
+    /// Pairs of the capture (seq_len's length; 0 until it is read).
+    pairs: usize,
+}
+
+impl<'a> Named<'_, 'a> {
+    fn get(&self, name: &str) -> Result<&RawTensor<'a>, Error> {
+        self.tensors.get(name).ok_or_else(|| bad(self.path, name, "is missing (docs/TENSORS.md lists a capture's tensors)"))
+    }
+
+    fn ints(&self, name: &str, t: &RawTensor) -> Result<Vec<i64>, Error> {
+        t.ints().ok_or_else(|| bad(self.path, name, format!("dtype {:?} is not an integer type", t.dtype)))
+    }
+
+    fn floats(&self, name: &str, t: &RawTensor) -> Result<Vec<f32>, Error> {
+        t.floats().ok_or_else(|| bad(self.path, name, format!("dtype {:?} is not a float type", t.dtype)))
+    }
+
+    fn per_pair(&self, name: &str, t: &RawTensor) -> Result<(), Error> {
+        let pairs = self.pairs;
+        if t.shape.first() != Some(&pairs) {
+            return Err(bad(
+                self.path,
+                name,
+                format!("shape {:?}: axis 0 is {} but seq_len has {pairs} pairs", t.shape, t.shape.first().copied().unwrap_or(0)),
+            ));
+        }
+        Ok(())
+    }
+
+    /// An optional per-pair integer tensor.
+    fn pair_ints(&self, name: &str) -> Result<Option<Vec<i64>>, Error> {
+        match self.tensors.get(name) {
+            Some(t) => {
+                self.per_pair(name, t)?;
+                Ok(Some(self.ints(name, t)?))
+            }
+            None => Ok(None),
+        }
+    }
+}
+
+/// How a capture is to be read: from the options, else its metadata, else defaults.
+struct Reading {
+    layout: CacheLayout,
+    variant: PrecisionVariant,
+    weights_form: WeightsForm,
+    /// `topk_indices` are physical rows (through the block table).
+    physical: bool,
+}
+
+impl Reading {
+    fn new(path: &Path, opts: &CheckOptions, meta: &CaptureMeta) -> Result<Reading, Error> {
         let layout_text = opts.layout.clone().or(meta.layout.clone()).ok_or_else(|| {
             bad(
                 path,
@@ -361,227 +409,218 @@ impl<'a> Capture<'a> {
             "physical" => true,
             other => return Err(bad(path, "", format!("invalid index_space = {other:?}: logical or physical"))),
         };
-        let get = |name: &str| tensors.get(name).ok_or_else(|| bad(path, name, "is missing (docs/TENSORS.md lists a capture's tensors)"));
-        let ints =
-            |name: &str, t: &RawTensor| t.ints().ok_or_else(|| bad(path, name, format!("dtype {:?} is not an integer type", t.dtype)));
-        let floats =
-            |name: &str, t: &RawTensor| t.floats().ok_or_else(|| bad(path, name, format!("dtype {:?} is not a float type", t.dtype)));
+        Ok(Reading { layout, variant, weights_form, physical })
+    }
+}
 
-        // Pairs: seq_len [P].
-        let seq = get("seq_len")?;
-        if seq.shape.len() != 1 || seq.shape[0] == 0 {
-            return Err(bad(path, "seq_len", format!("shape {:?}: expected [pairs] with at least one pair", seq.shape)));
-        }
-        let seq_len = ints("seq_len", seq)?;
-        let pairs = seq_len.len();
-        let per_pair = |name: &str, t: &RawTensor| -> Result<(), Error> {
-            if t.shape.first() != Some(&pairs) {
-                return Err(bad(
-                    path,
-                    name,
-                    format!("shape {:?}: axis 0 is {} but seq_len has {pairs} pairs", t.shape, t.shape.first().copied().unwrap_or(0)),
-                ));
-            }
-            Ok(())
-        };
+/// The per-pair tensors of a capture, checked, before they are cut into pairs.
+struct Columns {
+    seq_len: Vec<i64>,
+    layer_of: Vec<i64>,
+    query_of: Vec<i64>,
+    /// Block table rows of `table_width` entries, one per pair.
+    table: Vec<i64>,
+    table_width: usize,
+    heads: usize,
+    weights: Vec<f32>,
+    queries: Vec<QueryInput>,
+    /// The engine's selection, rows of `width` entries.
+    selected: Vec<i64>,
+    width: usize,
+    /// Logits with their column count.
+    logits: Option<(Vec<f32>, usize)>,
+}
 
-        // Key cache: [layers?, blocks, …] whose trailing axes are whole blocks.
-        let kv = get("kv_cache")?;
-        let stride = layout.block_stride();
-        let (layers, blocks) = split_cache_shape(&kv.shape, kv.dtype.width(), stride).ok_or_else(|| {
-            bad(
-                path,
-                "kv_cache",
-                format!(
-                    "shape {:?} of {} bytes does not split into whole {} blocks of {stride} bytes ({} rows × {} bytes per row): check --layout and --rows-per-block",
-                    kv.shape,
-                    kv.data.len(),
-                    layout.name,
-                    layout.rows_per_block,
-                    stride / layout.rows_per_block.max(1)
-                ),
-            )
-        })?;
-        let cache: Vec<&[u8]> = kv.data.chunks_exact(blocks * stride).take(layers).collect();
+/// The key cache: `[layers?, blocks, …]` whose trailing axes are whole
+/// blocks; returns (layers, blocks per layer).
+fn cache_shape(named: &Named, layout: &CacheLayout) -> Result<(usize, usize), Error> {
+    let kv = named.get("kv_cache")?;
+    let stride = layout.block_stride();
+    split_cache_shape(&kv.shape, kv.dtype.width(), stride).ok_or_else(|| {
+        bad(
+            named.path,
+            "kv_cache",
+            format!(
+                "shape {:?} of {} bytes does not split into whole {} blocks of {stride} bytes ({} rows × {} bytes per row): check --layout and --rows-per-block",
+                kv.shape,
+                kv.data.len(),
+                layout.name,
+                layout.rows_per_block,
+                stride / layout.rows_per_block.max(1)
+            ),
+        )
+    })
+}
 
-        let layer_of: Vec<i64> = match tensors.get("layer") {
-            Some(t) => {
-                per_pair("layer", t)?;
-                ints("layer", t)?
-            }
-            None => vec![0; pairs],
-        };
-        let query_of: Vec<i64> = match tensors.get("query") {
-            Some(t) => {
-                per_pair("query", t)?;
-                ints("query", t)?
-            }
-            None => {
-                let mut count: BTreeMap<i64, i64> = BTreeMap::new();
-                layer_of
-                    .iter()
-                    .map(|l| {
-                        let c = count.entry(*l).or_default();
-                        *c += 1;
-                        *c - 1
-                    })
-                    .collect()
-            }
-        };
-
-        // Block table: [P, M] or [M] shared, or none with identity.
-        let (table, table_width): (Vec<i64>, usize) = match (tensors.get("block_table"), layout.page_table) {
-            (Some(t), _) => match t.shape.as_slice() {
-                [p, m] if *p == pairs => (ints("block_table", t)?, *m),
-                [m] => (ints("block_table", t)?.repeat(pairs), *m),
-                s => return Err(bad(path, "block_table", format!("shape {s:?}: expected [{pairs}, max_blocks] or [max_blocks]"))),
-            },
-            (None, PageTable::Identity) => ((0..pairs).flat_map(|_| 0..blocks as i64).collect(), blocks),
-            (None, PageTable::Block) => {
-                return Err(bad(path, "block_table", format!("is missing: layout {} reads through a block table", layout.name)))
-            }
-        };
-
-        // Head weights.
-        let w = get("weights")?;
-        per_pair("weights", w)?;
-        let heads = match w.shape.as_slice() {
-            [_, h] | [_, h, 1] => *h,
-            s => return Err(bad(path, "weights", format!("shape {s:?}: expected [{pairs}, heads]"))),
-        };
-        if heads == 0 {
-            return Err(bad(path, "weights", "has zero heads"));
-        }
-        let weights = floats("weights", w)?;
-        if let Some(i) = weights.iter().position(|x| !x.is_finite()) {
-            return Err(bad(path, "weights", format!("value {} at pair {}, head {} is not finite", weights[i], i / heads, i % heads)));
-        }
-
-        // Query: floats `q`, or `q_codes` (+ `q_scales`).
-        let q_format = match opts.q_format.as_deref().or(meta.q_format.as_deref()) {
-            Some(t) => {
-                CodeFormat::parse(t).ok_or_else(|| bad(path, "", format!("invalid q_format = {t:?}: one of {}", CodeFormat::NAMES)))?
-            }
-            None => layout.codes.format,
-        };
-        let q_dim = layout.dim;
-        let queries: Vec<QueryInput> = if let Some(q) = tensors.get("q") {
-            per_pair("q", q)?;
-            if q.shape.as_slice() != [pairs, heads, q_dim] {
-                return Err(bad(
-                    path,
-                    "q",
-                    format!("shape {:?}: expected [{pairs}, {heads}, {q_dim}] (pairs, heads of weights, layout dim)", q.shape),
-                ));
-            }
-            if weights_form == WeightsForm::Kernel && variant.query.scaling.is_some() {
-                return Err(bad(
-                    path,
-                    "weights",
-                    "a float q is quantized here, so its scale is not yet in the weights: capture weights = \"raw\" (before (H·d)^-1/2 and q's scale), or capture q_codes and q_scales",
-                ));
-            }
-            let v = floats("q", q)?;
-            if let Some(i) = v.iter().position(|x| !x.is_finite()) {
-                return Err(bad(path, "q", format!("value {} at flat index {i} is not finite", v[i])));
-            }
-            v.chunks_exact(heads * q_dim).map(|c| QueryInput::Float(c.to_vec())).collect()
-        } else {
-            let codes =
-                tensors.get("q_codes").ok_or_else(|| bad(path, "q", "is missing, and so is q_codes: capture the query as stored"))?;
-            per_pair("q_codes", codes)?;
-            let bytes_per_head = q_format.bytes_for(q_dim);
-            let row_bytes = codes.shape.iter().skip(2).product::<usize>() * codes.dtype.width();
-            if codes.shape.len() < 2 || codes.shape[1] != heads || row_bytes != bytes_per_head {
-                return Err(bad(
-                    path,
-                    "q_codes",
-                    format!(
-                        "shape {:?} of {:?}: expected [{pairs}, {heads}, …] with {bytes_per_head} bytes per head ({q_dim} {} codes)",
-                        codes.shape,
-                        codes.dtype,
-                        q_format.name()
-                    ),
-                ));
-            }
-            let low_first = layout.codes.low_nibble_first;
-            let values: Vec<f32> = codes
-                .data
-                .chunks_exact(bytes_per_head)
-                .flat_map(|head| (0..q_dim).map(move |j| q_format.decode_at(head, j, low_first)))
-                .collect();
-            let (scales, per_head) = match tensors.get("q_scales") {
-                None => (vec![1.0; pairs * heads], 1),
-                Some(s) => {
-                    per_pair("q_scales", s)?;
-                    let scales: Vec<f32> = match s.dtype {
-                        DType::U8 | DType::Byte => s.data.iter().map(|&b| ScaleDtype::Ue8m0.decode(&[b])).collect(),
-                        DType::I32 | DType::U32 => s.data.iter().map(|&b| ScaleDtype::Ue8m0.decode(&[b])).collect(),
-                        _ => floats("q_scales", s)?,
-                    };
-                    let per_head = scales.len() / (pairs * heads).max(1);
-                    if s.shape.get(1) != Some(&heads)
-                        || per_head == 0
-                        || scales.len() != pairs * heads * per_head
-                        || !q_dim.is_multiple_of(per_head)
-                    {
-                        return Err(bad(
-                            path,
-                            "q_scales",
-                            format!("shape {:?}: expected [{pairs}, {heads}, S] with S dividing {q_dim}", s.shape),
-                        ));
-                    }
-                    if let Some(i) = scales.iter().position(|x| !x.is_finite() || *x < 0.0) {
-                        return Err(bad(
-                            path,
-                            "q_scales",
-                            format!(
-                                "scale {} of pair {}, head {} is not a finite number ≥ 0",
-                                scales[i],
-                                i / (heads * per_head),
-                                i / per_head % heads
-                            ),
-                        ));
-                    }
-                    (scales, per_head)
-                }
-            };
-            values
-                .chunks_exact(heads * q_dim)
-                .zip(scales.chunks_exact(heads * per_head))
-                .map(|(v, s)| QueryInput::Codes { values: v.to_vec(), scales: s.to_vec(), scales_per_head: per_head })
+/// Layer of each pair (default 0) and query of each pair (default: the
+/// pair's rank within its layer).
+fn layers_and_queries(named: &Named) -> Result<(Vec<i64>, Vec<i64>), Error> {
+    let layer_of = named.pair_ints("layer")?.unwrap_or_else(|| vec![0; named.pairs]);
+    let query_of = match named.pair_ints("query")? {
+        Some(q) => q,
+        None => {
+            let mut count: BTreeMap<i64, i64> = BTreeMap::new();
+            layer_of
+                .iter()
+                .map(|l| {
+                    let c = count.entry(*l).or_default();
+                    *c += 1;
+                    *c - 1
+                })
                 .collect()
-        };
-
-        // The engine's selection.
-        let sel = get("topk_indices")?;
-        per_pair("topk_indices", sel)?;
-        if sel.shape.len() != 2 {
-            return Err(bad(path, "topk_indices", format!("shape {:?}: expected [{pairs}, k]", sel.shape)));
         }
-        let width = sel.shape[1];
-        let selected = ints("topk_indices", sel)?;
-        let topk = opts.topk.or(meta.topk).unwrap_or(width);
-        if topk == 0 {
-            return Err(bad(path, "", "invalid topk = 0: a positive number of rows"));
+    };
+    Ok((layer_of, query_of))
+}
+
+/// Block table: `[P, M]` or `[M]` shared, or none with identity; returns
+/// the rows repeated per pair and M.
+fn block_table(named: &Named, layout: &CacheLayout, blocks: usize) -> Result<(Vec<i64>, usize), Error> {
+    let pairs = named.pairs;
+    Ok(match (named.tensors.get("block_table"), layout.page_table) {
+        (Some(t), _) => match t.shape.as_slice() {
+            [p, m] if *p == pairs => (named.ints("block_table", t)?, *m),
+            [m] => (named.ints("block_table", t)?.repeat(pairs), *m),
+            s => return Err(bad(named.path, "block_table", format!("shape {s:?}: expected [{pairs}, max_blocks] or [max_blocks]"))),
+        },
+        (None, PageTable::Identity) => ((0..pairs).flat_map(|_| 0..blocks as i64).collect(), blocks),
+        (None, PageTable::Block) => {
+            return Err(bad(named.path, "block_table", format!("is missing: layout {} reads through a block table", layout.name)))
         }
+    })
+}
 
-        let logits = match tensors.get("logits") {
-            Some(t) => {
-                per_pair("logits", t)?;
-                if t.shape.len() != 2 {
-                    return Err(bad(path, "logits", format!("shape {:?}: expected [{pairs}, rows]", t.shape)));
-                }
-                Some((floats("logits", t)?, t.shape[1]))
-            }
-            None => None,
-        };
+/// Head weights `[P, H]` (or `[P, H, 1]`), finite; returns them and H.
+fn head_weights(named: &Named) -> Result<(Vec<f32>, usize), Error> {
+    let pairs = named.pairs;
+    let w = named.get("weights")?;
+    named.per_pair("weights", w)?;
+    let heads = match w.shape.as_slice() {
+        [_, h] | [_, h, 1] => *h,
+        s => return Err(bad(named.path, "weights", format!("shape {s:?}: expected [{pairs}, heads]"))),
+    };
+    if heads == 0 {
+        return Err(bad(named.path, "weights", "has zero heads"));
+    }
+    let weights = named.floats("weights", w)?;
+    if let Some(i) = weights.iter().position(|x| !x.is_finite()) {
+        return Err(bad(named.path, "weights", format!("value {} at pair {}, head {} is not finite", weights[i], i / heads, i % heads)));
+    }
+    Ok((weights, heads))
+}
 
-        let rpb = layout.rows_per_block;
-        let mut out = Vec::with_capacity(pairs);
-        for p in 0..pairs {
-            let n = seq_len[p];
-            let table_row = &table[p * table_width..(p + 1) * table_width];
+/// A float query `q` `[P, H, dim]`, to be quantized here.
+fn float_queries(named: &Named, q: &RawTensor, reading: &Reading, heads: usize) -> Result<Vec<QueryInput>, Error> {
+    let (path, pairs, q_dim) = (named.path, named.pairs, reading.layout.dim);
+    named.per_pair("q", q)?;
+    if q.shape.as_slice() != [pairs, heads, q_dim] {
+        return Err(bad(
+            path,
+            "q",
+            format!("shape {:?}: expected [{pairs}, {heads}, {q_dim}] (pairs, heads of weights, layout dim)", q.shape),
+        ));
+    }
+    if reading.weights_form == WeightsForm::Kernel && reading.variant.query.scaling.is_some() {
+        return Err(bad(
+            path,
+            "weights",
+            "a float q is quantized here, so its scale is not yet in the weights: capture weights = \"raw\" (before (H·d)^-1/2 and q's scale), or capture q_codes and q_scales",
+        ));
+    }
+    let v = named.floats("q", q)?;
+    if let Some(i) = v.iter().position(|x| !x.is_finite()) {
+        return Err(bad(path, "q", format!("value {} at flat index {i} is not finite", v[i])));
+    }
+    Ok(v.chunks_exact(heads * q_dim).map(|c| QueryInput::Float(c.to_vec())).collect())
+}
+
+/// The query as stored: `q_codes` `[P, H, …]` in `q_format`, with optional
+/// `q_scales` `[P, H, S]`.
+fn coded_queries(named: &Named, layout: &CacheLayout, q_format: CodeFormat, heads: usize) -> Result<Vec<QueryInput>, Error> {
+    let (path, pairs, q_dim) = (named.path, named.pairs, layout.dim);
+    let codes = named.tensors.get("q_codes").ok_or_else(|| bad(path, "q", "is missing, and so is q_codes: capture the query as stored"))?;
+    named.per_pair("q_codes", codes)?;
+    let bytes_per_head = q_format.bytes_for(q_dim);
+    let row_bytes = codes.shape.iter().skip(2).product::<usize>() * codes.dtype.width();
+    if codes.shape.len() < 2 || codes.shape[1] != heads || row_bytes != bytes_per_head {
+        return Err(bad(
+            path,
+            "q_codes",
+            format!(
+                "shape {:?} of {:?}: expected [{pairs}, {heads}, …] with {bytes_per_head} bytes per head ({q_dim} {} codes)",
+                codes.shape,
+                codes.dtype,
+                q_format.name()
+            ),
+        ));
+    }
+    let low_first = layout.codes.low_nibble_first;
+    let values: Vec<f32> =
+        codes.data.chunks_exact(bytes_per_head).flat_map(|head| (0..q_dim).map(move |j| q_format.decode_at(head, j, low_first))).collect();
+    let (scales, per_head) = query_scales(named, heads, q_dim)?;
+    Ok(values
+        .chunks_exact(heads * q_dim)
+        .zip(scales.chunks_exact(heads * per_head))
+        .map(|(v, s)| QueryInput::Codes { values: v.to_vec(), scales: s.to_vec(), scales_per_head: per_head })
+        .collect())
+}
+
+/// `q_scales` `[P, H, S]` with S dividing dim (none: every scale 1);
+/// returns the scales and S.
+fn query_scales(named: &Named, heads: usize, q_dim: usize) -> Result<(Vec<f32>, usize), Error> {
+    let (path, pairs) = (named.path, named.pairs);
+    let Some(s) = named.tensors.get("q_scales") else {
+        return Ok((vec![1.0; pairs * heads], 1));
+    };
+    named.per_pair("q_scales", s)?;
+    let scales: Vec<f32> = match s.dtype {
+        DType::U8 | DType::Byte => s.data.iter().map(|&b| ScaleDtype::Ue8m0.decode(&[b])).collect(),
+        DType::I32 | DType::U32 => s.data.iter().map(|&b| ScaleDtype::Ue8m0.decode(&[b])).collect(),
+        _ => named.floats("q_scales", s)?,
+    };
+    let per_head = scales.len() / (pairs * heads).max(1);
+    if s.shape.get(1) != Some(&heads) || per_head == 0 || scales.len() != pairs * heads * per_head || !q_dim.is_multiple_of(per_head) {
+        return Err(bad(path, "q_scales", format!("shape {:?}: expected [{pairs}, {heads}, S] with S dividing {q_dim}", s.shape)));
+    }
+    if let Some(i) = scales.iter().position(|x| !x.is_finite() || *x < 0.0) {
+        return Err(bad(
+            path,
+            "q_scales",
+            format!("scale {} of pair {}, head {} is not a finite number ≥ 0", scales[i], i / (heads * per_head), i / per_head % heads),
+        ));
+    }
+    Ok((scales, per_head))
+}
+
+/// Optional logits `[P, rows]`; returns them and their column count.
+fn logits(named: &Named) -> Result<Option<(Vec<f32>, usize)>, Error> {
+    let Some(t) = named.tensors.get("logits") else {
+        return Ok(None);
+    };
+    named.per_pair("logits", t)?;
+    if t.shape.len() != 2 {
+        return Err(bad(named.path, "logits", format!("shape {:?}: expected [{}, rows]", t.shape, named.pairs)));
+    }
+    Ok(Some((named.floats("logits", t)?, t.shape[1])))
+}
+
+/// Where the pairs' rows live: the cache's extent and how indices read.
+struct CacheExtent {
+    layers: usize,
+    blocks: usize,
+    rows_per_block: usize,
+    physical: bool,
+}
+
+impl Columns {
+    /// Cuts the columns into pairs, checking each pair's length, layer,
+    /// blocks and selection against the cache.
+    fn pair_inputs(&self, path: &Path, extent: &CacheExtent) -> Result<Vec<PairInput>, Error> {
+        let (table_width, rpb, layers, blocks) = (self.table_width, extent.rows_per_block, extent.layers, extent.blocks);
+        let (width, heads) = (self.width, self.heads);
+        let mut out = Vec::with_capacity(self.seq_len.len());
+        for (p, &n) in self.seq_len.iter().enumerate() {
+            let table_row = &self.table[p * table_width..(p + 1) * table_width];
             let capacity = table_width * rpb;
             if n < 1 || n as usize > capacity {
                 return Err(bad(
@@ -591,7 +630,7 @@ impl<'a> Capture<'a> {
                 ));
             }
             let n = n as usize;
-            let layer = layer_of[p];
+            let layer = self.layer_of[p];
             if layer < 0 || layer as usize >= layers {
                 return Err(bad(path, "layer", format!("layer[{p}] = {layer}: kv_cache holds {layers} layer(s)")));
             }
@@ -603,26 +642,8 @@ impl<'a> Capture<'a> {
                     format!("block_table[{p}][{b}] = {}: the cache has blocks 0 to {}", table_row[b], blocks - 1),
                 ));
             }
-            let mut chosen = Vec::with_capacity(width);
-            for (i, &idx) in selected[p * width..(p + 1) * width].iter().enumerate() {
-                if idx == -1 {
-                    continue;
-                }
-                let logical = if physical { physical_to_logical(idx, table_row, rpb) } else { Some(idx) };
-                match logical {
-                    Some(r) if r >= 0 && (r as usize) < capacity => chosen.push(r),
-                    _ => {
-                        return Err(bad(
-                            path,
-                            "topk_indices",
-                            format!(
-                                "topk_indices[{p}][{i}] = {idx} is past the cache this query addresses ({capacity} rows; -1 marks padding)"
-                            ),
-                        ))
-                    }
-                }
-            }
-            let pair_logits = match &logits {
+            let chosen = selected_rows(path, p, &self.selected[p * width..(p + 1) * width], table_row, extent)?;
+            let pair_logits = match &self.logits {
                 Some((v, cols)) => {
                     if *cols < n {
                         return Err(bad(path, "logits", format!("has {cols} columns but seq_len[{p}] = {n}")));
@@ -633,16 +654,105 @@ impl<'a> Capture<'a> {
             };
             out.push(PairInput {
                 layer: layer as usize,
-                query: query_of[p],
+                query: self.query_of[p],
                 seq_len: n,
                 blocks: table_row.to_vec(),
-                q: queries[p].clone(),
-                weights: weights[p * heads..(p + 1) * heads].to_vec(),
+                q: self.queries[p].clone(),
+                weights: self.weights[p * heads..(p + 1) * heads].to_vec(),
                 selected: chosen,
                 logits: pair_logits,
             });
         }
+        Ok(out)
+    }
+}
+
+/// Pair `p`'s selection as logical rows inside the capacity its block
+/// table addresses, padding (−1) dropped.
+fn selected_rows(path: &Path, p: usize, selected: &[i64], table_row: &[i64], extent: &CacheExtent) -> Result<Vec<i64>, Error> {
+    let rpb = extent.rows_per_block;
+    let capacity = table_row.len() * rpb;
+    let mut chosen = Vec::with_capacity(selected.len());
+    for (i, &idx) in selected.iter().enumerate() {
+        if idx == -1 {
+            continue;
+        }
+        let logical = if extent.physical { physical_to_logical(idx, table_row, rpb) } else { Some(idx) };
+        match logical {
+            Some(r) if r >= 0 && (r as usize) < capacity => chosen.push(r),
+            _ => {
+                return Err(bad(
+                    path,
+                    "topk_indices",
+                    format!("topk_indices[{p}][{i}] = {idx} is past the cache this query addresses ({capacity} rows; -1 marks padding)"),
+                ))
+            }
+        }
+    }
+    Ok(chosen)
+}
+
+impl<'a> Capture<'a> {
+    /// Checks every tensor of `files` against the layout and assembles the pairs.
+    pub fn assemble(files: &'a CaptureFiles, opts: &CheckOptions) -> Result<Capture<'a>, Error> {
+        let path = files.path.as_path();
+        let tensors = files.tensors()?;
+        let meta: CaptureMeta = match files.metadata() {
+            Some(text) => serde_json::from_str(text).map_err(|e| bad(path, "", format!("metadata {META_KEY} is not valid: {e}")))?,
+            None => CaptureMeta::default(),
+        };
+        let reading = Reading::new(path, opts, &meta)?;
+        let layout = &reading.layout;
+        let named = Named { path, tensors: &tensors, pairs: 0 };
+
+        // Pairs: seq_len [P].
+        let seq = named.get("seq_len")?;
+        if seq.shape.len() != 1 || seq.shape[0] == 0 {
+            return Err(bad(path, "seq_len", format!("shape {:?}: expected [pairs] with at least one pair", seq.shape)));
+        }
+        let seq_len = named.ints("seq_len", seq)?;
+        let named = Named { pairs: seq_len.len(), ..named };
+        let pairs = named.pairs;
+
+        let (layers, blocks) = cache_shape(&named, layout)?;
+        let stride = layout.block_stride();
+        let kv = named.get("kv_cache")?;
+        let cache: Vec<&[u8]> = kv.data.chunks_exact(blocks * stride).take(layers).collect();
+        let (layer_of, query_of) = layers_and_queries(&named)?;
+        let (table, table_width) = block_table(&named, layout, blocks)?;
+        let (weights, heads) = head_weights(&named)?;
+
+        // Query: floats `q`, or `q_codes` (+ `q_scales`).
+        let q_format = match opts.q_format.as_deref().or(meta.q_format.as_deref()) {
+            Some(t) => {
+                CodeFormat::parse(t).ok_or_else(|| bad(path, "", format!("invalid q_format = {t:?}: one of {}", CodeFormat::NAMES)))?
+            }
+            None => layout.codes.format,
+        };
+        let queries = match tensors.get("q") {
+            Some(q) => float_queries(&named, q, &reading, heads)?,
+            None => coded_queries(&named, layout, q_format, heads)?,
+        };
+
+        // The engine's selection.
+        let sel = named.get("topk_indices")?;
+        named.per_pair("topk_indices", sel)?;
+        if sel.shape.len() != 2 {
+            return Err(bad(path, "topk_indices", format!("shape {:?}: expected [{pairs}, k]", sel.shape)));
+        }
+        let width = sel.shape[1];
+        let selected = named.ints("topk_indices", sel)?;
+        let topk = opts.topk.or(meta.topk).unwrap_or(width);
+        if topk == 0 {
+            return Err(bad(path, "", "invalid topk = 0: a positive number of rows"));
+        }
+        let logits = logits(&named)?;
+
+        let columns = Columns { seq_len, layer_of, query_of, table, table_width, heads, weights, queries, selected, width, logits };
+        let extent = CacheExtent { layers, blocks, rows_per_block: layout.rows_per_block, physical: reading.physical };
+        let pairs = columns.pair_inputs(path, &extent)?;
         let bytes = tensors.values().map(|t| t.data.len() as u64).sum();
+        let Reading { layout, variant, weights_form, .. } = reading;
         Ok(Capture {
             path: files.path.clone(),
             layout,
@@ -653,7 +763,7 @@ impl<'a> Capture<'a> {
             cache,
             blocks_per_layer: blocks,
             block_stride_bytes: opts.block_stride_bytes.or(meta.block_stride_bytes).unwrap_or(stride as u64),
-            pairs: out,
+            pairs,
             note: meta.note,
             bytes,
         })

@@ -262,11 +262,9 @@ pub struct Comparison {
     pub tie_order: Option<&'static str>,
 }
 
-/// Compares `selected` (logical rows) with the top `topk` of `scored`.
-pub fn compare(scored: &Scored, selected: &[i64], topk: usize) -> Comparison {
-    let (logits, bounds) = (&scored.logits, &scored.bounds);
-    let n = logits.len();
-    let k_eff = topk.min(n);
+/// The rows `selected` marks among `n` (each once), the entries outside
+/// 0..n, and how many entries repeat a row.
+fn selection_mask(selected: &[i64], n: usize) -> (Vec<bool>, Vec<i64>, usize) {
     let mut in_sel = vec![false; n];
     let mut invisible = Vec::new();
     let mut duplicates = 0;
@@ -279,16 +277,49 @@ pub fn compare(scored: &Scored, selected: &[i64], topk: usize) -> Comparison {
             in_sel[r as usize] = true;
         }
     }
-    let count = in_sel.iter().filter(|&&s| s).count();
+    (in_sel, invisible, duplicates)
+}
+
+/// The lowest upper bound of a selected row's logit and the highest lower
+/// bound of an unselected one: the selection is a top-k when the first is
+/// at least the second.
+fn selection_extremes(scored: &Scored, in_sel: &[bool]) -> (f64, f64) {
     let (mut sel_min_hi, mut out_max_lo) = (f64::INFINITY, f64::NEG_INFINITY);
-    for r in 0..n {
-        let (lo, hi) = interval(logits[r], bounds[r]);
-        if in_sel[r] {
+    for (r, &selected) in in_sel.iter().enumerate() {
+        let (lo, hi) = interval(scored.logits[r], scored.bounds[r]);
+        if selected {
             sel_min_hi = sel_min_hi.min(hi);
         } else {
             out_max_lo = out_max_lo.max(lo);
         }
     }
+    (sel_min_hi, out_max_lo)
+}
+
+/// Which of the rows tied at the cut the engine kept (`sel_at` of them):
+/// the lowest-index ones, the highest-index ones, or others.
+fn tie_order(logits: &[f32], in_sel: &[bool], cut: f64, sel_at: usize) -> &'static str {
+    let tied: Vec<usize> = (0..logits.len()).filter(|&r| rank(logits[r]) == cut).collect();
+    let kept: Vec<bool> = tied.iter().map(|&r| in_sel[r]).collect();
+    let lowest = kept.iter().take(sel_at).all(|&k| k);
+    let highest = kept.iter().rev().take(sel_at).all(|&k| k);
+    if lowest {
+        "lowest-index"
+    } else if highest {
+        "highest-index"
+    } else {
+        "other"
+    }
+}
+
+/// Compares `selected` (logical rows) with the top `topk` of `scored`.
+pub fn compare(scored: &Scored, selected: &[i64], topk: usize) -> Comparison {
+    let (logits, bounds) = (&scored.logits, &scored.bounds);
+    let n = logits.len();
+    let k_eff = topk.min(n);
+    let (in_sel, invisible, duplicates) = selection_mask(selected, n);
+    let count = in_sel.iter().filter(|&&s| s).count();
+    let (sel_min_hi, out_max_lo) = selection_extremes(scored, &in_sel);
     let mut ranks: Vec<f64> = logits.iter().map(|&x| rank(x)).collect();
     let cut = if k_eff == 0 { f64::INFINITY } else { *ranks.select_nth_unstable_by(k_eff - 1, |a, b| b.total_cmp(a)).1 };
     let (mut ties, mut near, mut above, mut sel_above, mut sel_at) = (0, 0, 0, 0, 0);
@@ -353,18 +384,7 @@ pub fn compare(scored: &Scored, selected: &[i64], topk: usize) -> Comparison {
         c.engine_only = engine_only.into_iter().take(LISTED_ROWS).collect();
         c.reference_only = reference_only.into_iter().take(LISTED_ROWS).collect();
     } else if sel_at > 0 && sel_at < ties {
-        // Which of the tied rows the engine kept.
-        let tied: Vec<usize> = (0..n).filter(|&r| rank(logits[r]) == cut).collect();
-        let kept: Vec<bool> = tied.iter().map(|&r| in_sel[r]).collect();
-        let lowest = kept.iter().take(sel_at).all(|&k| k);
-        let highest = kept.iter().rev().take(sel_at).all(|&k| k);
-        c.tie_order = Some(if lowest {
-            "lowest-index"
-        } else if highest {
-            "highest-index"
-        } else {
-            "other"
-        });
+        c.tie_order = Some(tie_order(logits, &in_sel, cut, sel_at));
     }
     c
 }

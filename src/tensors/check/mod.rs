@@ -15,7 +15,7 @@ pub mod transforms;
 pub mod writer;
 
 use crate::error::Error;
-use capture::{Capture, CaptureFiles, WeightsForm};
+use capture::{Capture, CaptureFiles, PairInput, WeightsForm};
 use engine::{compare, logits_error, score_pair, Comparison, ScoreChange, Scored, Tolerance};
 use layout::ReadFault;
 pub use options::CheckOptions;
@@ -138,61 +138,46 @@ pub fn check_path(path: &Path, opts: &CheckOptions) -> Result<CheckReport, Error
     check_capture(&cap, tolerance, !opts.no_transforms)
 }
 
-/// Checks an assembled capture.
-pub fn check_capture(cap: &Capture, tolerance: Tolerance, with_transforms: bool) -> Result<CheckReport, Error> {
-    use rayon::prelude::*;
-    let results: Vec<(Scored, PairReport)> = cap
-        .pairs
-        .par_iter()
-        .enumerate()
-        .map_init(crate::numerics::pipeline::QuantizedRows::default, |keys, (i, pair)| {
-            let scored = score_pair(cap, pair, ReadFault::default(), &ScoreChange::default(), tolerance, true, keys)?;
-            let comparison = compare(&scored, &pair.selected, cap.topk);
-            let mut report = PairReport {
-                pair: i,
-                layer: pair.layer,
-                query: pair.query,
-                seq_len: pair.seq_len,
-                comparison,
-                logits_max_error: None,
-                logits_error_over_bound: None,
-                logits_rows_beyond_bound: None,
-                logits_first_row_beyond_bound: None,
-                selection_is_top_k_of_engine_logits: None,
-            };
-            if let Some(engine) = &pair.logits {
-                let e = logits_error(&scored, engine);
-                report.logits_max_error = Some(e.max_abs);
-                report.logits_error_over_bound = Some(e.max_over_bound);
-                report.logits_rows_beyond_bound = Some(e.beyond);
-                report.logits_first_row_beyond_bound = e.first_beyond;
-                let own = Scored { logits: engine.clone(), bounds: vec![0.0; engine.len()] };
-                report.selection_is_top_k_of_engine_logits = Some(compare(&own, &pair.selected, cap.topk).equal);
-            }
-            Ok((scored, report))
-        })
-        .collect::<Result<_, Error>>()?;
-    let (reference, per_pair): (Vec<Scored>, Vec<PairReport>) = results.into_iter().unzip();
-    let differing: Vec<usize> = per_pair.iter().filter(|p| !p.comparison.equal).map(|p| p.pair).collect();
-    // Transforms explain selections and logits alike.
-    let to_explain: Vec<usize> =
-        per_pair.iter().filter(|p| !p.comparison.equal || p.logits_rows_beyond_bound.is_some_and(|n| n > 0)).map(|p| p.pair).collect();
-    let logits = if cap.pairs.iter().any(|p| p.logits.is_some()) {
-        let with: Vec<&PairReport> = per_pair.iter().filter(|p| p.logits_max_error.is_some()).collect();
-        Some(LogitsSummary {
-            pairs: with.len(),
-            max_abs_error: with.iter().filter_map(|p| p.logits_max_error).fold(0.0, f64::max),
-            max_error_over_bound: with.iter().filter_map(|p| p.logits_error_over_bound).fold(0.0, f64::max),
-            rows_beyond_bound: with.iter().filter_map(|p| p.logits_rows_beyond_bound).sum(),
-            pairs_selection_not_top_k_of_own_logits: with.iter().filter(|p| p.selection_is_top_k_of_engine_logits == Some(false)).count(),
-        })
-    } else {
-        None
+/// Pair `i`: the reference scores and how the engine's selection (and
+/// logits, when captured) compare with them.
+fn check_pair(
+    cap: &Capture,
+    i: usize,
+    pair: &PairInput,
+    tolerance: Tolerance,
+    keys: &mut crate::numerics::pipeline::QuantizedRows,
+) -> Result<(Scored, PairReport), Error> {
+    let scored = score_pair(cap, pair, ReadFault::default(), &ScoreChange::default(), tolerance, true, keys)?;
+
+    let comparison = compare(&scored, &pair.selected, cap.topk);
+    let mut report = PairReport {
+        pair: i,
+        layer: pair.layer,
+        query: pair.query,
+        seq_len: pair.seq_len,
+        comparison,
+        logits_max_error: None,
+        logits_error_over_bound: None,
+        logits_rows_beyond_bound: None,
+        logits_first_row_beyond_bound: None,
+        selection_is_top_k_of_engine_logits: None,
     };
-    let mismatch = !differing.is_empty() || logits.as_ref().is_some_and(|l| l.rows_beyond_bound > 0);
-    let transforms =
-        if with_transforms && !to_explain.is_empty() { transforms::evaluate(cap, &to_explain, &reference, tolerance)? } else { Vec::new() };
-    let first_divergence = per_pair
+    if let Some(engine) = &pair.logits {
+        let e = logits_error(&scored, engine);
+        report.logits_max_error = Some(e.max_abs);
+        report.logits_error_over_bound = Some(e.max_over_bound);
+        report.logits_rows_beyond_bound = Some(e.beyond);
+        report.logits_first_row_beyond_bound = e.first_beyond;
+        let own = Scored { logits: engine.clone(), bounds: vec![0.0; engine.len()] };
+        report.selection_is_top_k_of_engine_logits = Some(compare(&own, &pair.selected, cap.topk).equal);
+    }
+    Ok((scored, report))
+}
+
+/// The first differing row by (layer, query, pair); when selections agree,
+/// the first logit beyond its bound.
+fn first_divergence(per_pair: &[PairReport], reference: &[Scored]) -> Option<Divergence> {
+    per_pair
         .iter()
         .filter(|p| !p.comparison.equal)
         .min_by_key(|p| (p.layer, p.query, p.pair))
@@ -210,7 +195,44 @@ pub fn check_capture(cap: &Capture, tolerance: Tolerance, with_transforms: bool)
                 reference_logit: reference[p.pair].logits.get(row).copied(),
                 cut: p.comparison.cut,
             })
-        });
+        })
+}
+
+/// The engine logits' errors over every pair that captured them (None: no pair did).
+fn logits_summary(cap: &Capture, per_pair: &[PairReport]) -> Option<LogitsSummary> {
+    if cap.pairs.iter().any(|p| p.logits.is_some()) {
+        let with: Vec<&PairReport> = per_pair.iter().filter(|p| p.logits_max_error.is_some()).collect();
+        Some(LogitsSummary {
+            pairs: with.len(),
+            max_abs_error: with.iter().filter_map(|p| p.logits_max_error).fold(0.0, f64::max),
+            max_error_over_bound: with.iter().filter_map(|p| p.logits_error_over_bound).fold(0.0, f64::max),
+            rows_beyond_bound: with.iter().filter_map(|p| p.logits_rows_beyond_bound).sum(),
+            pairs_selection_not_top_k_of_own_logits: with.iter().filter(|p| p.selection_is_top_k_of_engine_logits == Some(false)).count(),
+        })
+    } else {
+        None
+    }
+}
+
+/// Checks an assembled capture.
+pub fn check_capture(cap: &Capture, tolerance: Tolerance, with_transforms: bool) -> Result<CheckReport, Error> {
+    use rayon::prelude::*;
+    let results: Vec<(Scored, PairReport)> = cap
+        .pairs
+        .par_iter()
+        .enumerate()
+        .map_init(crate::numerics::pipeline::QuantizedRows::default, |keys, (i, pair)| check_pair(cap, i, pair, tolerance, keys))
+        .collect::<Result<_, Error>>()?;
+    let (reference, per_pair): (Vec<Scored>, Vec<PairReport>) = results.into_iter().unzip();
+    let differing: Vec<usize> = per_pair.iter().filter(|p| !p.comparison.equal).map(|p| p.pair).collect();
+    // Transforms explain selections and logits alike.
+    let to_explain: Vec<usize> =
+        per_pair.iter().filter(|p| !p.comparison.equal || p.logits_rows_beyond_bound.is_some_and(|n| n > 0)).map(|p| p.pair).collect();
+    let logits = logits_summary(cap, &per_pair);
+    let mismatch = !differing.is_empty() || logits.as_ref().is_some_and(|l| l.rows_beyond_bound > 0);
+    let transforms =
+        if with_transforms && !to_explain.is_empty() { transforms::evaluate(cap, &to_explain, &reference, tolerance)? } else { Vec::new() };
+    let first_divergence = first_divergence(&per_pair, &reference);
     let mut tie_orders = BTreeMap::new();
     for p in &per_pair {
         if let Some(order) = p.comparison.tie_order {
@@ -347,61 +369,67 @@ pub fn render_text(r: &CheckReport) -> String {
         let _ = writeln!(s, "  first divergence: layer {}, query {}, row {}: {what}{logit}", d.layer, d.query, d.row);
     }
     if r.exit_code != 0 {
-        if r.transforms.is_empty() {
-            let _ = writeln!(s, "fault transforms: not run");
-        } else {
-            let found: Vec<&TransformResult> = r.transforms.iter().filter(|t| t.reproduces).collect();
-            if found.is_empty() {
-                let _ = writeln!(s, "no catalogue transform reproduces the engine's selection");
-            } else {
-                let _ = writeln!(s, "reproduced by (every differing pair; logits too where captured; most specific first):");
-                for t in found {
-                    let share = 100.0 * t.rows_decided_by_ties as f64 / t.rows_scored.max(1) as f64;
-                    let note = if t.note.is_empty() { String::new() } else { format!(" ({})", t.note) };
-                    let _ =
-                        writeln!(s, "  {:<24} {} pairs, {share:.2} % of rows at the cut: {}{note}", t.name, t.pairs_reproduced, t.summary);
-                }
-            }
-            let others: Vec<String> = r
-                .transforms
-                .iter()
-                .filter(|t| !t.reproduces)
-                .map(|t| format!("{} {}/{}", t.name, t.pairs_reproduced, t.pairs_tried))
-                .collect();
-            if !others.is_empty() {
-                let _ = writeln!(s, "  not reproducing (pairs reproduced / tried): {}", others.join(", "));
-            }
-            let na: Vec<&str> = r.not_applicable.iter().map(|(n, _)| n.as_str()).collect();
-            if !na.is_empty() {
-                let _ = writeln!(s, "  not applicable to this capture: {} (--json says why)", na.join("; "));
-            }
-        }
-        if r.pairs_differing > 0 {
-            let _ = writeln!(s, "differing pairs (first 20):");
-            let _ = writeln!(
-                s,
-                "  {:>5} {:>5} {:>7} {:>8} {:>6} {:>6} {:>8}  engine-only / reference-only rows",
-                "pair", "layer", "query", "rows", "k", "ties", "recall"
-            );
-            for p in r.per_pair.iter().filter(|p| !p.comparison.equal).take(20) {
-                let c = &p.comparison;
-                let _ = writeln!(
-                    s,
-                    "  {:>5} {:>5} {:>7} {:>8} {:>6} {:>6} {:>8.4}  {} / {}",
-                    p.pair,
-                    p.layer,
-                    p.query,
-                    p.seq_len,
-                    c.k_eff,
-                    c.ties_at_cut,
-                    c.recall,
-                    rows_list(&c.engine_only, c.engine_only_count),
-                    rows_list(&c.reference_only, c.reference_only_count)
-                );
-            }
-        }
+        push_transforms_text(&mut s, r);
+        push_differing_pairs(&mut s, r);
     }
     s
+}
+
+/// The first 20 differing pairs as a table.
+fn push_differing_pairs(s: &mut String, r: &CheckReport) {
+    if r.pairs_differing > 0 {
+        let _ = writeln!(s, "differing pairs (first 20):");
+        let _ = writeln!(
+            s,
+            "  {:>5} {:>5} {:>7} {:>8} {:>6} {:>6} {:>8}  engine-only / reference-only rows",
+            "pair", "layer", "query", "rows", "k", "ties", "recall"
+        );
+        for p in r.per_pair.iter().filter(|p| !p.comparison.equal).take(20) {
+            let c = &p.comparison;
+            let _ = writeln!(
+                s,
+                "  {:>5} {:>5} {:>7} {:>8} {:>6} {:>6} {:>8.4}  {} / {}",
+                p.pair,
+                p.layer,
+                p.query,
+                p.seq_len,
+                c.k_eff,
+                c.ties_at_cut,
+                c.recall,
+                rows_list(&c.engine_only, c.engine_only_count),
+                rows_list(&c.reference_only, c.reference_only_count)
+            );
+        }
+    }
+}
+
+/// Which fault transforms reproduce the engine's selection, which do not,
+/// and which do not apply.
+fn push_transforms_text(s: &mut String, r: &CheckReport) {
+    if r.transforms.is_empty() {
+        let _ = writeln!(s, "fault transforms: not run");
+    } else {
+        let found: Vec<&TransformResult> = r.transforms.iter().filter(|t| t.reproduces).collect();
+        if found.is_empty() {
+            let _ = writeln!(s, "no catalogue transform reproduces the engine's selection");
+        } else {
+            let _ = writeln!(s, "reproduced by (every differing pair; logits too where captured; most specific first):");
+            for t in found {
+                let share = 100.0 * t.rows_decided_by_ties as f64 / t.rows_scored.max(1) as f64;
+                let note = if t.note.is_empty() { String::new() } else { format!(" ({})", t.note) };
+                let _ = writeln!(s, "  {:<24} {} pairs, {share:.2} % of rows at the cut: {}{note}", t.name, t.pairs_reproduced, t.summary);
+            }
+        }
+        let others: Vec<String> =
+            r.transforms.iter().filter(|t| !t.reproduces).map(|t| format!("{} {}/{}", t.name, t.pairs_reproduced, t.pairs_tried)).collect();
+        if !others.is_empty() {
+            let _ = writeln!(s, "  not reproducing (pairs reproduced / tried): {}", others.join(", "));
+        }
+        let na: Vec<&str> = r.not_applicable.iter().map(|(n, _)| n.as_str()).collect();
+        if !na.is_empty() {
+            let _ = writeln!(s, "  not applicable to this capture: {} (--json says why)", na.join("; "));
+        }
+    }
 }
 
 /// What the command prints and exits with.

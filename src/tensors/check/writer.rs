@@ -404,6 +404,58 @@ impl SyntheticCapture {
     }
 }
 
+/// A layer's raw keys: rows of varied size (so row scales differ), the
+/// tied rows copied; split into the scaled part and the unscaled tail.
+fn raw_keys(spec: &SyntheticSpec, rng: &mut ChaCha8Rng) -> (Vec<f32>, Vec<f32>) {
+    let l = &spec.layout;
+    let (d, scaled) = (l.dim, l.scaled_dim());
+    let mut raw: Vec<f32> = Vec::with_capacity(spec.seq_len * d);
+    for _ in 0..spec.seq_len {
+        let size = (0.5 * rng.sample::<f32, _>(StandardNormal)).exp();
+        raw.extend((0..d).map(|_| size * rng.sample::<f32, _>(StandardNormal)));
+    }
+    if let Some((first, count)) = spec.tied_rows {
+        let src: Vec<f32> = raw[first * d..(first + 1) * d].to_vec();
+        for r in first + 1..=(first + count).min(spec.seq_len - 1) {
+            raw[r * d..(r + 1) * d].copy_from_slice(&src);
+        }
+    }
+    if l.tail.is_some() {
+        let mut a = Vec::new();
+        let mut b = Vec::new();
+        for row in raw.chunks_exact(d) {
+            a.extend_from_slice(&row[..scaled]);
+            b.extend_from_slice(&row[scaled..]);
+        }
+        (a, b)
+    } else {
+        (raw, Vec::new())
+    }
+}
+
+/// The scaled parts of the keys through the key pipeline: rotated when it
+/// rotates, then one block of `scaled` values per row.
+fn quantize_keys(key_pipeline: &QuantPipeline, scaled_raw: &[f32], scaled: usize, seq_len: usize) -> Result<QuantizedBlocks, Error> {
+    let element = key_pipeline.element;
+    let mut values = scaled_raw.to_vec();
+    if key_pipeline.rotation == Rotation::Hadamard {
+        hadamard_rows_in_place(&mut values, scaled).map_err(sim)?;
+    }
+    Ok(match &key_pipeline.scaling {
+        Some(s) => {
+            let mut q = QuantizedBlocks::default();
+            quantize_dequantize(&mut values, scaled, element, s, Some(&mut q)).map_err(sim)?;
+            q
+        }
+        None => QuantizedBlocks {
+            element,
+            block_len: scaled,
+            codes: values.iter().map(|&x| element.encode(x, Overflow::Cast)).collect(),
+            scales: vec![1.0; seq_len],
+        },
+    })
+}
+
 /// Writes one layer's keys into its cache bytes (`layer_bytes`, every block
 /// of the layer) and gives the rows as the reference scores them.
 fn write_layer(
@@ -416,46 +468,8 @@ fn write_layer(
     let l = &spec.layout;
     let (d, rpb, stride, scaled) = (l.dim, l.rows_per_block, l.block_stride(), l.scaled_dim());
     let element = key_pipeline.element;
-    // Rows of varied size, so row scales differ.
-    let mut raw: Vec<f32> = Vec::with_capacity(spec.seq_len * d);
-    for _ in 0..spec.seq_len {
-        let size = (0.5 * rng.sample::<f32, _>(StandardNormal)).exp();
-        raw.extend((0..d).map(|_| size * rng.sample::<f32, _>(StandardNormal)));
-    }
-    if let Some((first, count)) = spec.tied_rows {
-        let src: Vec<f32> = raw[first * d..(first + 1) * d].to_vec();
-        for r in first + 1..=(first + count).min(spec.seq_len - 1) {
-            raw[r * d..(r + 1) * d].copy_from_slice(&src);
-        }
-    }
-    let (scaled_raw, tail_raw): (Vec<f32>, Vec<f32>) = if l.tail.is_some() {
-        let mut a = Vec::new();
-        let mut b = Vec::new();
-        for row in raw.chunks_exact(d) {
-            a.extend_from_slice(&row[..scaled]);
-            b.extend_from_slice(&row[scaled..]);
-        }
-        (a, b)
-    } else {
-        (raw, Vec::new())
-    };
-    let mut values = scaled_raw.clone();
-    if key_pipeline.rotation == Rotation::Hadamard {
-        hadamard_rows_in_place(&mut values, scaled).map_err(sim)?;
-    }
-    let blocks_q = match &key_pipeline.scaling {
-        Some(s) => {
-            let mut q = QuantizedBlocks::default();
-            quantize_dequantize(&mut values, scaled, element, s, Some(&mut q)).map_err(sim)?;
-            q
-        }
-        None => QuantizedBlocks {
-            element,
-            block_len: scaled,
-            codes: values.iter().map(|&x| element.encode(x, Overflow::Cast)).collect(),
-            scales: vec![1.0; spec.seq_len],
-        },
-    };
+    let (scaled_raw, tail_raw) = raw_keys(spec, rng);
+    let blocks_q = quantize_keys(key_pipeline, &scaled_raw, scaled, spec.seq_len)?;
     let per_row = l.scales_per_row();
     let tail_format = l.tail.as_ref().map(|t| t.format);
     let mut rows = QuantizedRows::with_capacity(spec.seq_len, d);

@@ -127,28 +127,6 @@ fn a_hypothesis_is_recovered_from_its_own_simulated_counts() {
     assert!(d.ranking[1].log10_bayes_factor < -20f64.log10(), "{}", diagnose::format_table(&d));
 }
 
-// Issue 18, item 5(a): the shipped incident files parse against their
-// scenario, every label maps to a variant, and each names its source.
-#[test]
-fn shipped_incident_files_parse_with_a_source() {
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/incidents");
-    let toml = fs::read_to_string(root.join("findings.toml")).unwrap();
-    let params = config::resolve(parse_scenario_toml(&toml).unwrap()).unwrap();
-    let mut n = 0;
-    for entry in fs::read_dir(&root).unwrap() {
-        let path = entry.unwrap().path();
-        if path.extension().is_some_and(|e| e == "csv") {
-            let text = fs::read_to_string(&path).unwrap();
-            assert!(text.lines().take_while(|l| l.starts_with('#')).any(|l| l.contains("FINDINGS.md")), "{}", path.display());
-            let obs = observations::read(&path, &|v| diagnose::variant_ok(&params, v)).unwrap();
-            assert!(obs.rows.len() >= 2, "{}", path.display());
-            assert!(text.lines().take_while(|l| l.starts_with('#')).any(|l| l.contains("Transcribed")), "{}", path.display());
-            n += 1;
-        }
-    }
-    assert!(n >= 4, "{n} incident files");
-}
-
 // Issue 18, item 7: a variant that differs from an earlier one only in its
 // selection (ties, k, NaN order) shares its scores instead of recomputing
 // them; its cells must be what it gives alone, bit for bit.

@@ -78,3 +78,111 @@ fn observation_rows_are_blamed_on_file_and_line_in_plain_words() {
     let quoted_comma = write(dir.path(), "qc.csv", &format!("{OBS_HEADER}\"8,192\",50,512,fp8,1,3,\n"));
     refused(&diagnose(&quoted_comma), &["qc.csv:2: context_tokens = \"8,192\""]);
 }
+
+/// A little-endian float32 `.npy` file of `shape`, values from `value(i)`.
+fn write_npy(path: &Path, shape: &[usize], value: impl Fn(usize) -> f32) {
+    let dims: Vec<String> = shape.iter().map(|d| d.to_string()).collect();
+    let shape_text = match dims.len() {
+        1 => format!("({},)", dims[0]),
+        _ => format!("({})", dims.join(", ")),
+    };
+    let mut header = format!("{{'descr': '<f4', 'fortran_order': False, 'shape': {shape_text}, }}");
+    while (10 + header.len() + 1) % 64 != 0 {
+        header.push(' ');
+    }
+    header.push('\n');
+    let mut bytes = b"\x93NUMPY\x01\x00".to_vec();
+    bytes.extend((header.len() as u16).to_le_bytes());
+    bytes.extend(header.as_bytes());
+    for i in 0..shape.iter().product::<usize>() {
+        bytes.extend(value(i).to_le_bytes());
+    }
+    std::fs::write(path, bytes).unwrap();
+}
+
+/// q [8, 128], k [512, 128], w [8] as .npy files in `dir`:
+/// (q, k, w).
+fn npy_capture(dir: &Path) -> [std::path::PathBuf; 3] {
+    let wave = |i: usize| ((i * 7919 % 1000) as f32 / 500.0) - 1.0;
+    let [q, k, w] = ["q.npy", "k.npy", "w.npy"].map(|n| dir.join(n));
+    write_npy(&q, &[8, 128], wave);
+    write_npy(&k, &[512, 128], |i| wave(i + 3));
+    write_npy(&w, &[8], |i| 1.0 + i as f32 / 8.0);
+    [q, k, w]
+}
+
+fn replay(q: &Path, k: &Path, w: &Path, extra: &[&str]) -> Output {
+    bin().arg("replay").arg("--q-npy").arg(q).arg("--k-npy").arg(k).arg("--weights-npy").arg(w).args(extra).output().unwrap()
+}
+
+// Item 10: a bad keys file is named, not the queries file.
+#[test]
+fn replay_names_the_npy_file_at_fault() {
+    let dir = TempDir::new().unwrap();
+    let [q, k, w] = npy_capture(dir.path());
+    let k_0d = dir.path().join("k_0d.npy");
+    write_npy(&k_0d, &[], |_| 1.0);
+    let line = refused(&replay(&q, &k_0d, &w, &["--topk", "64"]), &["k_0d.npy: keys have shape []"]);
+    assert!(!line.contains("q.npy"), "{line}");
+    let w_bad = dir.path().join("w_bad.npy");
+    write_npy(&w_bad, &[3], |_| 1.0);
+    refused(&replay(&q, &k, &w_bad, &["--topk", "64"]), &["w_bad.npy: weights have shape [3]"]);
+    let k_nan = dir.path().join("k_nan.npy");
+    write_npy(&k_nan, &[512, 128], |i| if i == 99 { f32::NAN } else { 1.0 });
+    refused(&replay(&q, &k_nan, &w, &["--topk", "64"]), &["k_nan.npy: tensors hold NaN"]);
+    assert!(replay(&q, &k, &w, &["--topk", "64"]).status.success());
+}
+
+// Item 10: one rule for every top-k size: from 1 to the rows it selects
+// from, whether it comes from `replay --topk`, `sweep --topk` or a
+// variant's `topk=N`.
+#[test]
+fn every_topk_meets_one_bound() {
+    let dir = TempDir::new().unwrap();
+    let [q, k, w] = npy_capture(dir.path());
+    refused(&replay(&q, &k, &w, &["--topk", "99999"]), &["invalid --topk = 99999: a top-k from 1 to 512, the key rows of the capture"]);
+    refused(&replay(&q, &k, &w, &["--topk", "64,513"]), &["invalid --topk = 513: a top-k from 1 to 512"]);
+    let sweep = |extra: &[&str]| {
+        bin().args(["sweep", "--contexts", "8K", "--trials", "10", "--out"]).arg(dir.path().join("o")).args(extra).output().unwrap()
+    };
+    let rule = "a top-k from 1 to 2048, the candidate rows of the longest context (8192 tokens): a larger k selects every row";
+    refused(&sweep(&["--topk", "1000000"]), &["invalid sweep.topk (--topk) = 1000000: ", rule]);
+    refused(
+        &sweep(&["--precisions", "fp8+topk=99999999999"]),
+        &["invalid sweep.precisions (--precisions) = \"fp8+topk=99999999999\": ", rule],
+    );
+    assert!(!dir.path().join("o").exists(), "nothing may be written");
+}
+
+// Item 10: `calibrate --fit` echoes the field as written.
+#[test]
+fn calibrate_fit_echoes_the_field_as_written() {
+    let dir = TempDir::new().unwrap();
+    let obs = write(dir.path(), "obs.csv", &format!("{OBS_HEADER}8K,50,512,bf16,3,3,true\n"));
+    let o = bin()
+        .args(["calibrate", "--fit", "nonsense.field", "--observations"])
+        .arg(&obs)
+        .arg("--out")
+        .arg(dir.path().join("c.toml"))
+        .output();
+    let line = refused(&o.unwrap(), &["invalid --fit = nonsense.field: a knob of the scenario file's sections"]);
+    assert!(!line.contains("=1"), "{line}");
+}
+
+// Item 10: one capture given twice would count each prompt twice.
+#[test]
+fn observe_refuses_the_same_capture_twice() {
+    let dir = TempDir::new().unwrap();
+    let cap = write(dir.path(), "cap.json", "{}");
+    let again = dir.path().join(".").join("cap.json");
+    let o = bin()
+        .args(["observe", "--needle-tokens", "1000..1016", "--config", "fp8", "--capture"])
+        .arg(&cap)
+        .arg(&again)
+        .arg("--out")
+        .arg(dir.path().join("obs.csv"))
+        .output()
+        .unwrap();
+    refused(&o, &["invalid --capture = ", "cap.json", "each capture file once: it is the same file as", "its prompts would count twice"]);
+    assert!(!dir.path().join("obs.csv").exists());
+}

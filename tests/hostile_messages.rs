@@ -186,3 +186,31 @@ fn observe_refuses_the_same_capture_twice() {
     refused(&o, &["invalid --capture = ", "cap.json", "each capture file once: it is the same file as", "its prompts would count twice"]);
     assert!(!dir.path().join("obs.csv").exists());
 }
+
+/// `sweep --config FILE` with a tiny grid, plus `extra`.
+fn sweep_with_config(dir: &Path, config: &Path, extra: &[&str]) -> Output {
+    bin().arg("sweep").arg("--config").arg(config).args(["--trials", "10"]).args(extra).arg("--out").arg(dir.join("o")).output().unwrap()
+}
+
+// Item 8: a value from the scenario file is blamed on the file, its key and
+// line, not on a flag that was never typed; a flag's own value still is.
+#[test]
+fn config_file_values_are_blamed_on_the_file_key_and_line() {
+    let dir = TempDir::new().unwrap();
+    let nan = write(dir.path(), "strength_nan.toml", "# hostile\n[needle]\nunit = \"strength\"\nstrength = nan\n");
+    let line = refused(
+        &sweep_with_config(dir.path(), &nan, &["--contexts", "8K"]),
+        &["strength_nan.toml: line 4: invalid needle.strength = NaN: a finite number ≥ 0"],
+    );
+    assert!(!line.contains("--needle-strength"), "{line}");
+    let empty = write(dir.path(), "ctx_empty.toml", "[sweep]\ncontexts = []\n");
+    refused(&sweep_with_config(dir.path(), &empty, &[]), &["ctx_empty.toml: line 2: invalid sweep.contexts = \"\""]);
+    let name = write(dir.path(), "prec.toml", "[[precision]]\nname = \"ok\"\n[[precision]]\nname = \"π8\"\n");
+    refused(&sweep_with_config(dir.path(), &name, &["--contexts", "8K"]), &["prec.toml: line 4: invalid precision[1].name = \"π8\""]);
+    // The flag wins over the file, and is blamed itself.
+    refused(
+        &sweep_with_config(dir.path(), &nan, &["--contexts", "8K", "--needle-strength", "inf"]),
+        &["invalid needle.strength (--needle-strength) = inf"],
+    );
+    assert!(!dir.path().join("o").exists(), "nothing may be written");
+}

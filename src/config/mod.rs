@@ -4,6 +4,7 @@
 
 pub mod flags;
 pub mod lists;
+pub mod origin;
 pub mod params;
 pub mod precision;
 pub mod preset;
@@ -775,7 +776,8 @@ pub fn load_scenario_file(path: &std::path::Path) -> Result<ScenarioParams, Erro
 /// one validation. `sweep` on the command line and the Python binding's
 /// `sweep` both come through here, so the same inputs give the same scenario.
 pub fn layered_scenario(file: Option<&std::path::Path>, overlay: ScenarioParams) -> Result<Scenario, Error> {
-    Ok(check(resolve(layered_params(file, overlay)?)?)?)
+    let params = layered_params(file, overlay.clone())?;
+    resolve(params).and_then(check).map_err(|e| origin::blame(e, file, &overlay))
 }
 
 /// The scenario file with `overlay` over it, unchecked and unresolved.

@@ -59,13 +59,15 @@ impl ReplayRequest {
                 return Err(ConfigError::new("--precisions", &v.name, format!("not with head_dim {}: {reason}", shape.dim)));
             }
         }
-        for &k in &self.topks {
-            check_topk("--topk", k, k, shape.rows as u64, "the key rows of the capture")?;
-        }
         if let Some(rows) = &self.needle_rows {
             if let Some(&bad) = rows.iter().find(|&&r| r as usize >= shape.rows) {
                 return Err(ConfigError::new("--needle-rows", bad, format!("row indices below {}", shape.rows)));
             }
+        }
+        for &k in &self.topks {
+            check_topk("--topk", k, k, shape.rows as u64, "the key rows of the capture")?;
+        }
+        if let Some(rows) = &self.needle_rows {
             *cap.needle_rows_mut() = rows.clone();
         }
         Ok(())

@@ -344,6 +344,14 @@ fn bad_checkpoints_are_refused_with_one_line() {
     });
     assert_refused(&[flag, s], &out, &["model.layers.0.self_attn.indexer.wq_b.weight", "weight_scale_inv"]);
 
+    // An all-zero wq_b (issue 30, item 10): cosines of zero heads are made up.
+    let (shard, _) = v32_checkpoint(tmp.path());
+    rewrite(&shard, |t| {
+        let wq_b = t.get_mut("model.layers.0.self_attn.indexer.wq_b.weight").unwrap();
+        wq_b.2.iter_mut().for_each(|b| *b = 0);
+    });
+    assert_refused(&[flag, s], &out, &["model.layers.0.self_attn.indexer.wq_b.weight", "head 0 is all zeros"]);
+
     // Truncated shard.
     let (shard, _) = v32_checkpoint(tmp.path());
     let bytes = std::fs::read(&shard).unwrap();

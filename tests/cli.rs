@@ -817,7 +817,7 @@ fn a_default_k_too_large_for_the_contexts_blames_the_contexts() {
     assert_one_line_error(&o, &["sweep.contexts (--contexts) = \"1K\"", "512, 1024", "--topk) at most 256"]);
     assert!(!stderr(&o).contains("sweep.topk (--topk) = "), "{}", stderr(&o));
     let o = bin().args(["sweep", "--contexts", "1K", "--topk", "512", "--out"]).arg(&out).output().unwrap();
-    assert_one_line_error(&o, &["sweep.topk (--topk) = 512", "at most 256"]);
+    assert_one_line_error(&o, &["sweep.topk (--topk) = 512", "a top-k from 1 to 256"]);
     assert!(!out.exists());
 }
 

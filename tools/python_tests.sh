@@ -4,7 +4,8 @@
 # extras installed by one `pip install './python[test]'` (numpy, pandas,
 # ml_dtypes, pytest, matplotlib, tqdm from PyPI; maturin as the build
 # backend), the release CLI built for the tests that compare against it,
-# then pytest. Ends with pytest's closing line and one plain summary line;
+# then pytest, then README.md's Python example in a fresh venv
+# (tools/readme_python.sh). Ends with pytest's closing line and one plain summary line;
 # exits non-zero on a failure and when pytest collected no test (exit 5).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -34,6 +35,11 @@ set -e
 if [ "$status" -eq 5 ]; then
     echo "python_tests: pytest collected no test" >&2
     exit 1
+fi
+# The README's example as written, in a fresh venv (its own pip install).
+if ! bash tools/readme_python.sh; then
+    echo "python_tests: the README's Python example failed" >&2
+    status=1
 fi
 awk '/ in [0-9.]+s/ { for (i = 1; i < NF; i++) { w = $(i + 1); if (w ~ /^passed/) p = $i; if (w ~ /^(failed|errors?)/) f += $i; if (w ~ /^skipped/) s = $i } }
      END { printf "python: %d passed, %d failed, %d skipped\n", p, f, s }' "$log"

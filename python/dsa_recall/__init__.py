@@ -274,10 +274,27 @@ def quantize(
         )
     if a.ndim == 0 or a.shape[-1] == 0:
         raise InputError(f"x has shape {a.shape}; a variant quantizes rows: give [..., dim]")
-    values, codes, scales, block_len, bits = _native.quantize_variant(a.reshape(-1), spec, side, a.shape[-1])
+    try:
+        values, codes, scales, block_len, bits = _native.quantize_variant(a.reshape(-1), spec, side, a.shape[-1])
+    except ConfigError as e:
+        if "invalid variant" not in str(e):
+            raise
+        raise ConfigError(f"{e}; or an element format: {', '.join(ELEMENT_FORMATS)}") from None
     if block_len and scales.size * block_len == a.size and a.shape[-1] % block_len == 0:
         scales = scales.reshape(a.shape[:-1] + (a.shape[-1] // block_len,))
     return Quantized(values.reshape(a.shape), _narrow_codes(codes, bits).reshape(a.shape), scales)
+
+
+_U64_MAX = 2**64 - 1
+
+
+def _unsigned(name: str, value: Any, low: int = 0, what: str = "an integer") -> int:
+    """``value`` as an int from ``low`` to 2**64 - 1, or ``ConfigError`` (a
+    ``ValueError``) naming the argument and the range, instead of PyO3's bare
+    ``OverflowError``."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not low <= int(value) <= _U64_MAX:
+        raise ConfigError(f"invalid {name} = {value!r}: {what} from {low} to 2**64 - 1 ({_U64_MAX})")
+    return int(value)
 
 
 def _queries(q: np.ndarray, w: np.ndarray, k: np.ndarray):
@@ -330,10 +347,13 @@ def select(logits: Any, k: int, tie_rule: str = "lowest-index", seed: Optional[i
         raise _shape_error(f"logits have shape {la.shape}; expected [rows] or [tokens, rows]")
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
         raise ConfigError(f"invalid k = {k!r}: a positive number of rows")
+    # Above the rows, k selects them all (min(k, rows)).
+    k = min(_unsigned("k", k, 1, "a positive number of rows"), la.shape[-1])
+    seed = None if seed is None else _unsigned("seed", seed)
     tokens = 1 if la.ndim == 1 else la.shape[0]
     if tokens == 0:
         return np.zeros((0, 0), dtype=np.int64)
-    out = _native.select(la.reshape(-1), tokens, int(k), tie_rule, seed)
+    out = _native.select(la.reshape(-1), tokens, k, tie_rule, seed)
     return out if la.ndim == 1 else out.reshape(tokens, -1)
 
 
@@ -361,7 +381,7 @@ def replay(
     ``.attrs["summaries"]``. Returns a DataFrame (``Columns`` without pandas).
     """
     qa, ka, wa = _as_f32(q, "q"), _as_f32(k, "k"), _as_f32(w, "w")
-    topks = [int(topk)] if isinstance(topk, (int, np.integer)) else [int(t) for t in topk]
+    topks = [_unsigned("topk", t, 1, "a positive number of rows") for t in ([topk] if isinstance(topk, (int, np.integer)) else topk)]
     names = [variants] if isinstance(variants, str) else list(variants)
     rows = None if needle_rows is None else [int(r) for r in needle_rows]
     if rows is not None and any(r < 0 for r in rows):
@@ -379,6 +399,12 @@ def replay(
 
 def _knob_text(name: str, value: Any) -> str:
     if isinstance(value, bool):
+        switches = _native.switch_knobs()
+        if name.replace("_", "-") not in switches:
+            raise ConfigError(
+                f"invalid {name} = {value!r}: an integer or number as --{name.replace('_', '-')} takes it, not a bool "
+                f"(True/False set the on/off knobs: {', '.join(s.replace('-', '_') for s in switches)})"
+            )
         return "on" if value else "off"
     if isinstance(value, (list, tuple, range, np.ndarray)):
         return ",".join(_knob_text(name, v) for v in value)
@@ -526,7 +552,8 @@ def trial(
     percent, ``topk``) under each of ``precisions``: the tensors
     ``dsa-recall trial --dump`` writes, bit for bit, as NumPy arrays."""
     cell = [None if v is None else _knob_text(name, v) for name, v in (("context", context), ("depth", depth), ("topk", topk), ("precisions", precisions))]
-    tensors, meta, summary = _native.run_trial(preset, _path(config), _knob_pairs(knobs), list(precision_defs), int(trial), *cell)
+    trial = _unsigned("trial", trial, 0, "a trial index")
+    tensors, meta, summary = _native.run_trial(preset, _path(config), _knob_pairs(knobs), list(precision_defs), trial, *cell)
     out = TrialTensors({name: np.frombuffer(data, dtype=np.dtype(dt)).reshape(shape) for name, dt, shape, data in tensors})
     out.meta = json.loads(meta)
     out.summary = {n: {"survived": s, "needle_rank": r, "overlap": o} for n, s, r, o in summary}

@@ -28,6 +28,7 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(hypotheses, m)?)?;
     m.add_function(wrap_pyfunction!(variants, m)?)?;
     m.add_function(wrap_pyfunction!(knobs, m)?)?;
+    m.add_function(wrap_pyfunction!(switch_knobs, m)?)?;
     Ok(())
 }
 
@@ -292,4 +293,16 @@ fn variants(spec: Option<&str>, dim: usize) -> PyResult<Vec<(String, String, Str
 #[pyfunction]
 fn knobs() -> Vec<(String, String, String)> {
     ScenarioParams::flags().map(|f| (f.long.trim_start_matches('-').to_string(), f.path.to_string(), f.help.to_string())).collect()
+}
+
+/// The knobs that are switches (`on|off` flags), which a Python bool may set.
+#[pyfunction]
+fn switch_knobs() -> Vec<String> {
+    ScenarioParams::flags()
+        .filter(|f| {
+            let values: Vec<String> = f.arg().get_possible_values().iter().map(|v| v.get_name().to_string()).collect();
+            values == ["on", "off"]
+        })
+        .map(|f| f.long.trim_start_matches('-').to_string())
+        .collect()
 }

@@ -61,6 +61,26 @@ pub fn observe(request: &ObserveRequest) -> Result<String, Error> {
         label: request.label.trim().to_string(),
         healthy: request.healthy,
     };
+    refuse_repeated_captures(&request.capture)?;
     let text = capture::observe(&request.capture, &spec, &request.out)?;
     Ok(format!("{text}# → {}\n", request.out.display()))
+}
+
+/// One capture file given twice would count each of its prompts twice: the
+/// same file (after resolving `.`, `..` and links) is refused.
+fn refuse_repeated_captures(paths: &[PathBuf]) -> Result<(), ConfigError> {
+    for (i, p) in paths.iter().enumerate() {
+        let same = |q: &PathBuf| q == p || matches!((q.canonicalize(), p.canonicalize()), (Ok(a), Ok(b)) if a == b);
+        if let Some(earlier) = paths[..i].iter().find(|q| same(q)) {
+            return Err(ConfigError::new(
+                "--capture",
+                format!("{:?}", p.display().to_string()),
+                format!(
+                    "each capture file once: it is the same file as {:?}, and its prompts would count twice",
+                    earlier.display().to_string()
+                ),
+            ));
+        }
+    }
+    Ok(())
 }

@@ -3,6 +3,7 @@
 
 use crate::error::{ConfigError, Error};
 use crate::report::chart::overlap::{render_overlap, OverlapBar, OverlapChart};
+use crate::score::selection::check_topk;
 use crate::score::variant::PrecisionVariant;
 use crate::tensors::replay::{
     load_capture_npy, load_capture_safetensors, replay as replay_single, replay_layered, Capture, CaptureShape, ReplayRow, Summary,
@@ -27,6 +28,13 @@ impl ReplayRequest {
     pub fn variants(&self) -> Result<Vec<PrecisionVariant>, ConfigError> {
         if self.topks.is_empty() || self.topks.contains(&0) {
             return Err(ConfigError::new("--topk", format!("{:?}", self.topks), "one or more positive sizes"));
+        }
+        if self.precisions.is_empty() {
+            return Err(ConfigError::new(
+                "--precisions",
+                "(none)",
+                format!("one or more of {} to compare with fp32", PrecisionVariant::builtin_names().join(", ")),
+            ));
         }
         self.precisions
             .iter()
@@ -55,6 +63,11 @@ impl ReplayRequest {
             if let Some(&bad) = rows.iter().find(|&&r| r as usize >= shape.rows) {
                 return Err(ConfigError::new("--needle-rows", bad, format!("row indices below {}", shape.rows)));
             }
+        }
+        for &k in &self.topks {
+            check_topk("--topk", k, k, shape.rows as u64, "the key rows of the capture")?;
+        }
+        if let Some(rows) = &self.needle_rows {
             *cap.needle_rows_mut() = rows.clone();
         }
         Ok(())

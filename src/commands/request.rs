@@ -35,6 +35,12 @@ impl ScenarioRequest {
         config::layered_scenario(self.config.as_deref(), self.overlay.clone())
     }
 
+    /// `error` about a scenario value, blamed on the scenario file's key
+    /// when the file set it ([`config::origin::blame`]).
+    pub fn blame(&self, error: ConfigError) -> Error {
+        config::origin::blame(error, self.config.as_deref(), &self.overlay)
+    }
+
     /// The pool the command's trials run on.
     pub fn thread_pool(&self) -> Result<rayon::ThreadPool, Error> {
         thread_pool(self.threads)

@@ -115,7 +115,7 @@ fn plot_options(charts: &ChartRequest, s: &Scenario) -> Result<PlotOptions, Erro
 /// `sweep` over a knob's values: one sweep directory per value under the
 /// output directory, the combined results, chart and table at the top.
 fn sweep_vary(request: &SweepRequest, axis: &VaryAxis, observer: &dyn Observer) -> Result<Swept, Error> {
-    let scenarios = axis.scenarios(&request.scenario.params()?)?;
+    let scenarios = axis.scenarios(&request.scenario.params()?).map_err(|e| request.scenario.blame(e))?;
     let shard = request.shard.as_deref().map(Shard::parse).transpose()?;
     let plot = plot_options(&request.charts, &scenarios[0])?;
     let pool = request.scenario.thread_pool()?;

@@ -4,6 +4,7 @@
 
 pub mod flags;
 pub mod lists;
+pub mod origin;
 pub mod params;
 pub mod precision;
 pub mod preset;
@@ -22,7 +23,7 @@ use crate::model::haystack::{GenerativeModel, HaystackStructure, IndexerShape, N
 use crate::model::needle::{NeedleUnit, QuantileNeedle};
 use crate::model::physics::{KeyNorm, Physics, Pooling, RopeChoice};
 use crate::model::stack::{parse_compress_ratios, FaultSpreadChoice, HcaReading, WholeModel};
-use crate::score::selection::TieRule;
+use crate::score::selection::{check_topk, TieRule};
 use crate::score::variant::PrecisionVariant;
 use serde::Serialize;
 
@@ -173,6 +174,7 @@ pub fn check(p: ScenarioParams) -> Result<Scenario, ConfigError> {
     let grid = check_grid(&p.sweep, &geometry, indexer.index_topk, needle.tokens)?;
     let needle_geometry = needle_geometry(&needle, &physics, indexer.shape)?;
     let precisions = check_precisions(&p.precision, p.sweep.precisions.as_ref(), head_dim, physics.rope)?;
+    check_variant_topks(&precisions, &geometry, &grid.contexts)?;
     let (trials, seed, threshold) = check_monte_carlo(&p.sweep)?;
     let estimator = check_estimator(&p.estimator, &needle.unit, &physics, &structure, ratio, &precisions)?;
     let stack = check_stack(&p.stack)?;
@@ -567,35 +569,51 @@ fn check_grid(p: &params::SweepParams, geometry: &CompressionGeometry, index_top
         Some(spec) => lists::parse_sizes(&field_name("sweep.topk"), &spec.to_text())?,
         None => vec![index_topk, index_topk * 2],
     };
-    for &k in &topks {
-        int_in(k, 1, MAX_CONTEXT, "sweep.topk")?;
-    }
     topks.sort_unstable();
     topks.dedup();
-    let most_rows = contexts.iter().map(|&c| geometry.candidate_rows(c)).max().unwrap_or(0);
+    let most_rows = most_candidate_rows(geometry, &contexts);
+    if p.topk.is_some() {
+        for &k in &topks {
+            check_topk(&field_name("sweep.topk"), k, k, most_rows, &longest_context_rows(&contexts))?;
+        }
+    }
     if let Some(&k) = topks.iter().find(|&&k| k > most_rows) {
         let longest = contexts.last().copied().unwrap_or(0);
-        // Blame what was written: k when it was given, else the contexts
-        // that leave the default k (index_topk and twice it) too few rows.
-        return Err(match &p.topk {
-            Some(_) => ConfigError::new(
-                field_name("sweep.topk"),
-                k,
-                format!("at most {most_rows}, the candidate rows of the longest context ({longest} tokens): a larger k selects every row at every context"),
-            ),
-            None => ConfigError::new(
-                field_name("sweep.contexts"),
-                format!("{:?}", contexts_spec.to_text()),
-                format!(
-                    "a longest context with at least {} candidate rows for the default k (index_topk and twice it: {}), \
+        // The default k (index_topk and twice it) was not written: blame the
+        // contexts that leave it too few rows.
+        return Err(ConfigError::new(
+            field_name("sweep.contexts"),
+            format!("{:?}", contexts_spec.to_text()),
+            format!(
+                "a longest context with at least {} candidate rows for the default k (index_topk and twice it: {}), \
                      or sweep.topk (--topk) at most {most_rows}, the candidate rows of {longest} tokens",
-                    topks.last().copied().unwrap_or(k),
-                    topks.iter().map(u64::to_string).collect::<Vec<_>>().join(", ")
-                ),
+                topks.last().copied().unwrap_or(k),
+                topks.iter().map(u64::to_string).collect::<Vec<_>>().join(", ")
             ),
-        });
+        ));
     }
     Ok(Grid { contexts, depths, needle_offsets, topks })
+}
+
+/// The candidate rows of the longest of `contexts`: the most any top-k can select.
+fn most_candidate_rows(geometry: &CompressionGeometry, contexts: &[u64]) -> u64 {
+    contexts.iter().map(|&c| geometry.candidate_rows(c)).max().unwrap_or(0)
+}
+
+/// What [`most_candidate_rows`] counts, for [`check_topk`]'s message.
+fn longest_context_rows(contexts: &[u64]) -> String {
+    format!("the candidate rows of the longest context ({} tokens)", contexts.last().copied().unwrap_or(0))
+}
+
+/// `topk=N` in a variant meets the rule of `--topk` ([`check_topk`]).
+fn check_variant_topks(precisions: &[PrecisionVariant], geometry: &CompressionGeometry, contexts: &[u64]) -> Result<(), ConfigError> {
+    let most_rows = most_candidate_rows(geometry, contexts);
+    for v in precisions {
+        if let Some(k) = v.selection.topk {
+            check_topk(&field_name("sweep.precisions"), format!("{:?}", v.name), k, most_rows, &longest_context_rows(contexts))?;
+        }
+    }
+    Ok(())
 }
 
 /// `[[precision]]` definitions, then `sweep.precisions` naming built-in or
@@ -758,7 +776,8 @@ pub fn load_scenario_file(path: &std::path::Path) -> Result<ScenarioParams, Erro
 /// one validation. `sweep` on the command line and the Python binding's
 /// `sweep` both come through here, so the same inputs give the same scenario.
 pub fn layered_scenario(file: Option<&std::path::Path>, overlay: ScenarioParams) -> Result<Scenario, Error> {
-    Ok(check(resolve(layered_params(file, overlay)?)?)?)
+    let params = layered_params(file, overlay.clone())?;
+    resolve(params).and_then(check).map_err(|e| origin::blame(e, file, &overlay))
 }
 
 /// The scenario file with `overlay` over it, unchecked and unresolved.

@@ -114,7 +114,13 @@ fn log_spaced(lo: f64, hi: f64, n: usize) -> Vec<f64> {
 
 /// Checks `field` (a numeric knob) and says whether it takes only whole values.
 fn check_field(field: &str) -> Result<bool, ConfigError> {
+    // The check borrows --vary's with made-up values: the user wrote the
+    // field only, so the message echoes the field alone.
     let rename = |mut e: ConfigError| {
+        if e.field == "--vary" {
+            e.field = "--fit".into();
+            e.value = field.to_string();
+        }
         e.field = e.field.replace("--vary", "--fit");
         e.value = e.value.replace("--vary", "--fit");
         e
@@ -523,5 +529,7 @@ mod tests {
         assert!(e.contains("--fit") && e.contains("numeric knob"), "{e}");
         let e = check_field("sweep.trials").unwrap_err().to_string();
         assert!(e.contains("--fit"), "{e}");
+        let e = check_field("nonsense.field").unwrap_err().to_string();
+        assert!(e.starts_with("invalid --fit = nonsense.field: a knob of the scenario file's sections"), "{e}");
     }
 }

@@ -4,6 +4,7 @@
 //! variant is for the caller to say (custom variants live in the scenario).
 
 use crate::base::units::parse_size;
+use crate::config::MAX_CONTEXT;
 use crate::error::Error;
 
 /// One measured configuration (after summing agreeing duplicates).
@@ -50,143 +51,192 @@ pub fn read(path: &std::path::Path, known: &dyn Fn(&str) -> Result<(), String>) 
     parse(&path.display().to_string(), &text, known)
 }
 
-/// [`read`] on text already in memory; `path` names it in errors.
+/// [`read`] on text already in memory; `path` names it in errors. Fields
+/// are read as CSV (RFC 4180 quoting, via the `csv` crate); a UTF-8
+/// byte-order mark (Excel's "CSV UTF-8") is skipped, and `#` lines are
+/// comments, of which `# map LABEL = VARIANT` lines come before the header.
 pub fn parse(path: &str, text: &str, known: &dyn Fn(&str) -> Result<(), String>) -> Result<Observations, Error> {
-    let mut maps: Vec<(String, String)> = Vec::new();
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    let maps = read_maps(path, text, known)?;
+    // Comment lines become empty lines, which the CSV reader skips, so that
+    // record positions stay the file's line numbers.
+    let body: String = text.lines().map(|l| if l.trim_start().starts_with('#') { "" } else { l }).flat_map(|l| [l, "\n"]).collect();
+    let line_starts: Vec<usize> = std::iter::once(0).chain(body.match_indices('\n').map(|(i, _)| i + 1)).collect();
+    let mut reader = csv::ReaderBuilder::new().has_headers(false).flexible(true).trim(csv::Trim::All).from_reader(body.as_bytes());
     let mut header: Option<Vec<String>> = None;
     let mut rows: Vec<Observation> = Vec::new();
-    for (i, raw) in text.lines().enumerate() {
-        let line = i + 1;
-        let t = raw.trim();
-        if t.is_empty() {
+    for record in reader.records() {
+        let record = record.map_err(|e| {
+            let line = e.position().map_or(1, |p| p.line() as usize);
+            bad(path, line, format!("not readable as CSV: {e}"))
+        })?;
+        let line = record.position().map_or(1, |p| line_of(&body, &line_starts, p.byte() as usize));
+        let fields: Vec<&str> = record.iter().collect();
+        if fields.iter().all(|f| f.is_empty()) {
             continue;
         }
-        if let Some(comment) = t.strip_prefix('#') {
-            if let Some(m) = comment.trim().strip_prefix("map ") {
-                let (label, variant) = m
-                    .split_once('=')
-                    .map(|(a, b)| (a.trim().to_string(), b.trim().to_string()))
-                    .filter(|(a, b)| !a.is_empty() && !b.is_empty())
-                    .ok_or_else(|| bad(path, line, format!("map {m:?}: write `# map LABEL = VARIANT`")))?;
-                if header.is_some() {
-                    return Err(bad(path, line, format!("map {label:?}: put every `# map` line before the header")));
-                }
-                if let Some((_, earlier)) = maps.iter().find(|(l, _)| *l == label) {
-                    if *earlier != variant {
-                        return Err(bad(path, line, format!("map {label:?} = {variant:?} contradicts an earlier map to {earlier:?}")));
-                    }
-                }
-                known(&variant).map_err(|why| bad(path, line, format!("map {label:?} = {variant:?}: {why}")))?;
-                maps.push((label, variant));
-            }
-            continue;
-        }
-        let fields: Vec<&str> = t.split(',').map(str::trim).collect();
         let Some(names) = &header else {
-            let names: Vec<String> = fields.iter().map(|f| f.to_ascii_lowercase()).collect();
-            for n in &names {
-                if !REQUIRED.contains(&n.as_str()) && !OPTIONAL.contains(&n.as_str()) {
-                    return Err(bad(
-                        path,
-                        line,
-                        format!(
-                            "header column {n:?} is not known: columns are {} (optional: {})",
-                            REQUIRED.join(", "),
-                            OPTIONAL.join(", ")
-                        ),
-                    ));
-                }
-                if names.iter().filter(|m| *m == n).count() > 1 {
-                    return Err(bad(path, line, format!("header column {n:?} appears twice")));
-                }
+            if let Some((map_line, label, _)) = maps.iter().find(|(l, _, _)| *l > line) {
+                return Err(bad(path, *map_line, format!("map {label:?}: put every `# map` line before the header")));
             }
-            if let Some(missing) = REQUIRED.iter().find(|r| !names.iter().any(|n| n == *r)) {
-                return Err(bad(path, line, format!("header lacks the column {missing:?}: required are {}", REQUIRED.join(", "))));
-            }
-            header = Some(names);
+            header = Some(read_header(path, line, &fields)?);
             continue;
         };
-        if fields.len() != names.len() {
-            return Err(bad(path, line, format!("{} fields where the header has {}", fields.len(), names.len())));
-        }
-        let get = |name: &str| names.iter().position(|n| n == name).map(|i| fields[i]).filter(|v| !v.is_empty());
-        let need = |name: &str| get(name).ok_or_else(|| bad(path, line, format!("{name} is empty: a value is required")));
-        let count = |name: &str| -> Result<u64, Error> {
-            let v = need(name)?;
-            v.parse::<u64>().map_err(|_| bad(path, line, format!("{name} = {v:?}: a whole number ≥ 0")))
-        };
-        let context = need("context_tokens")?;
-        let context_tokens = parse_size(context)
-            .filter(|&n| n > 0)
-            .ok_or_else(|| bad(path, line, format!("context_tokens = {context:?}: a positive number of tokens (K/M suffixes allowed)")))?;
-        let depth = need("depth_percent")?;
-        let depth_percent = depth
-            .parse::<f64>()
-            .ok()
-            .filter(|d| (0.0..=100.0).contains(d))
-            .ok_or_else(|| bad(path, line, format!("depth_percent = {depth:?}: a number from 0 to 100")))?;
-        let k = need("topk")?;
-        let topk = parse_size(k).filter(|&n| n > 0).ok_or_else(|| bad(path, line, format!("topk = {k:?}: a positive whole number")))?;
-        let (found, total) = (count("found")?, count("total")?);
-        if total == 0 {
-            return Err(bad(path, line, "total = 0: at least one prompt".into()));
-        }
-        if found > total {
-            return Err(bad(path, line, format!("found = {found}: at most total ({total})")));
-        }
-        let label = need("config")?.to_string();
-        let config = maps.iter().find(|(l, _)| *l == label).map(|(_, v)| v.clone()).unwrap_or_else(|| label.clone());
-        if config == label {
-            known(&config).map_err(|why| bad(path, line, format!("config = {label:?}: {why} (or map it: `# map {label} = VARIANT`)")))?;
-        }
-        let optional_count = |name: &str| -> Result<Option<u64>, Error> {
-            get(name).map(|v| v.parse::<u64>().map_err(|_| bad(path, line, format!("{name} = {v:?}: a whole number ≥ 0")))).transpose()
-        };
-        let layer = optional_count("layer")?;
-        let query_position = optional_count("query_position")?;
-        if let Some(q) = query_position.filter(|&q| q >= context_tokens) {
-            return Err(bad(path, line, format!("query_position = {q}: below context_tokens ({context_tokens})")));
-        }
-        let healthy = get("healthy")
-            .map(|v| match v.to_ascii_lowercase().as_str() {
-                "true" | "yes" | "1" => Ok(true),
-                "false" | "no" | "0" => Ok(false),
-                _ => Err(bad(path, line, format!("healthy = {v:?}: true or false"))),
-            })
-            .transpose()?;
-        let row = Observation { line, context_tokens, depth_percent, topk, label, config, found, total, layer, query_position, healthy };
-        // Two rows of the same cell are more prompts of one experiment: their
-        // counts add up, unless they disagree on whether it is healthy.
-        let same = |o: &Observation| {
-            (o.context_tokens, o.depth_percent.to_bits(), o.topk, &o.config, o.layer, o.query_position)
-                == (row.context_tokens, row.depth_percent.to_bits(), row.topk, &row.config, row.layer, row.query_position)
-        };
-        match rows.iter_mut().find(|o| same(o)) {
-            Some(o) if o.healthy != row.healthy => {
-                return Err(bad(
-                    path,
-                    line,
-                    format!("healthy = {:?} contradicts line {} for the same configuration ({:?})", row.healthy, o.line, o.healthy),
-                ));
-            }
-            Some(o) => {
-                o.found += row.found;
-                o.total += row.total;
-            }
-            None => rows.push(row),
-        }
+        let row = read_row(path, line, names, &fields, &maps, known)?;
+        add_row(path, &mut rows, row)?;
     }
+    let last_line = text.lines().count().max(1);
     if header.is_none() {
-        return Err(bad(
-            path,
-            text.lines().count().max(1),
-            format!("no header: the first row names the columns ({})", REQUIRED.join(", ")),
-        ));
+        return Err(bad(path, last_line, format!("no header: the first row names the columns ({})", REQUIRED.join(", "))));
     }
     if rows.is_empty() {
-        return Err(bad(path, text.lines().count().max(1), "no observation rows after the header".into()));
+        return Err(bad(path, last_line, "no observation rows after the header".into()));
     }
     Ok(Observations { path: path.to_string(), rows })
+}
+
+/// The 1-based line where a record found at `byte` starts: the reader
+/// reports where it began to look, before the empty lines it skips.
+fn line_of(body: &str, line_starts: &[usize], byte: usize) -> usize {
+    let rest = body.get(byte..).unwrap_or("");
+    let start = byte + rest.len() - rest.trim_start_matches(['\n', '\r']).len();
+    line_starts.partition_point(|&s| s <= start)
+}
+
+/// The `# map LABEL = VARIANT` lines, as (line, label, variant), checked.
+fn read_maps(path: &str, text: &str, known: &dyn Fn(&str) -> Result<(), String>) -> Result<Vec<(usize, String, String)>, Error> {
+    let mut maps: Vec<(usize, String, String)> = Vec::new();
+    for (i, raw) in text.lines().enumerate() {
+        let line = i + 1;
+        let Some(m) = raw.trim().strip_prefix('#').and_then(|c| c.trim().strip_prefix("map ")) else { continue };
+        let (label, variant) = m
+            .split_once('=')
+            .map(|(a, b)| (a.trim().to_string(), b.trim().to_string()))
+            .filter(|(a, b)| !a.is_empty() && !b.is_empty())
+            .ok_or_else(|| bad(path, line, format!("map {m:?}: write `# map LABEL = VARIANT`")))?;
+        if let Some((_, _, earlier)) = maps.iter().find(|(_, l, _)| *l == label) {
+            if *earlier != variant {
+                return Err(bad(path, line, format!("map {label:?} = {variant:?} contradicts an earlier map to {earlier:?}")));
+            }
+        }
+        known(&variant).map_err(|why| bad(path, line, format!("map {label:?} = {variant:?}: {why}")))?;
+        maps.push((line, label, variant));
+    }
+    Ok(maps)
+}
+
+/// The header's column names (lower case), each known and given once.
+fn read_header(path: &str, line: usize, fields: &[&str]) -> Result<Vec<String>, Error> {
+    let names: Vec<String> = fields.iter().map(|f| f.to_ascii_lowercase()).collect();
+    for n in &names {
+        if !REQUIRED.contains(&n.as_str()) && !OPTIONAL.contains(&n.as_str()) {
+            let known = format!("columns are {} (optional: {})", REQUIRED.join(", "), OPTIONAL.join(", "));
+            return Err(bad(path, line, format!("header column {n:?} is not known: {known}")));
+        }
+        if names.iter().filter(|m| *m == n).count() > 1 {
+            return Err(bad(path, line, format!("header column {n:?} appears twice")));
+        }
+    }
+    if let Some(missing) = REQUIRED.iter().find(|r| !names.iter().any(|n| n == *r)) {
+        return Err(bad(path, line, format!("header lacks the column {missing:?}: required are {}", REQUIRED.join(", "))));
+    }
+    Ok(names)
+}
+
+/// One data row, checked field by field.
+fn read_row(
+    path: &str,
+    line: usize,
+    names: &[String],
+    fields: &[&str],
+    maps: &[(usize, String, String)],
+    known: &dyn Fn(&str) -> Result<(), String>,
+) -> Result<Observation, Error> {
+    if fields.len() != names.len() {
+        return Err(bad(path, line, format!("{} fields where the header has {}", fields.len(), names.len())));
+    }
+    let get = |name: &str| names.iter().position(|n| n == name).map(|i| fields[i]).filter(|v| !v.is_empty());
+    let need = |name: &str| get(name).ok_or_else(|| bad(path, line, format!("{name} is empty: a value is required")));
+    let count = |name: &str| -> Result<u64, Error> {
+        let v = need(name)?;
+        v.parse::<u64>().map_err(|_| bad(path, line, format!("{name} = {v:?}: a whole number ≥ 0")))
+    };
+    let context = need("context_tokens")?;
+    let context_tokens = parse_size(context).filter(|&n| n > 0 && n <= MAX_CONTEXT).ok_or_else(|| {
+        bad(path, line, format!("context_tokens = {context:?}: a positive number of tokens up to 16M (K/M suffixes allowed)"))
+    })?;
+    let depth = need("depth_percent")?;
+    let depth_percent = depth
+        .parse::<f64>()
+        .ok()
+        .filter(|d| (0.0..=100.0).contains(d))
+        .ok_or_else(|| bad(path, line, format!("depth_percent = {depth:?}: a number from 0 to 100")))?;
+    let k = need("topk")?;
+    let topk = parse_size(k).filter(|&n| n > 0).ok_or_else(|| bad(path, line, format!("topk = {k:?}: a positive whole number")))?;
+    let (found, total) = (count("found")?, count("total")?);
+    if total == 0 {
+        return Err(bad(path, line, "total = 0: at least one prompt".into()));
+    }
+    if found > total {
+        return Err(bad(path, line, format!("found = {found}: at most total ({total})")));
+    }
+    let label = need("config")?.to_string();
+    let config = maps.iter().find(|(_, l, _)| *l == label).map(|(_, _, v)| v.clone()).unwrap_or_else(|| label.clone());
+    if config == label {
+        known(&config).map_err(|why| bad(path, line, format!("config = {label:?}: {why} (or map it: `# map {label} = VARIANT`)")))?;
+    }
+    let optional_count = |name: &str| -> Result<Option<u64>, Error> {
+        get(name).map(|v| v.parse::<u64>().map_err(|_| bad(path, line, format!("{name} = {v:?}: a whole number ≥ 0")))).transpose()
+    };
+    let layer = optional_count("layer")?;
+    let query_position = optional_count("query_position")?;
+    if let Some(q) = query_position.filter(|&q| q >= context_tokens) {
+        return Err(bad(path, line, format!("query_position = {q}: below context_tokens ({context_tokens})")));
+    }
+    let healthy = get("healthy")
+        .map(|v| match v.to_ascii_lowercase().as_str() {
+            "true" | "yes" | "1" => Ok(true),
+            "false" | "no" | "0" => Ok(false),
+            _ => Err(bad(path, line, format!("healthy = {v:?}: true or false"))),
+        })
+        .transpose()?;
+    Ok(Observation { line, context_tokens, depth_percent, topk, label, config, found, total, layer, query_position, healthy })
+}
+
+/// Adds `row`: two rows of the same cell are more prompts of one
+/// experiment, and their counts add up, unless they disagree on whether it
+/// is healthy.
+fn add_row(path: &str, rows: &mut Vec<Observation>, row: Observation) -> Result<(), Error> {
+    let same = |o: &Observation| {
+        (o.context_tokens, o.depth_percent.to_bits(), o.topk, &o.config, o.layer, o.query_position)
+            == (row.context_tokens, row.depth_percent.to_bits(), row.topk, &row.config, row.layer, row.query_position)
+    };
+    let healthy_text = |h: Option<bool>| match h {
+        Some(true) => "true",
+        Some(false) => "false",
+        None => "not given",
+    };
+    match rows.iter_mut().find(|o| same(o)) {
+        Some(o) if o.healthy != row.healthy => Err(bad(
+            path,
+            row.line,
+            format!(
+                "healthy = {} contradicts line {} for the same configuration (healthy = {})",
+                healthy_text(row.healthy),
+                o.line,
+                healthy_text(o.healthy)
+            ),
+        )),
+        Some(o) => {
+            o.found += row.found;
+            o.total += row.total;
+            Ok(())
+        }
+        None => {
+            rows.push(row);
+            Ok(())
+        }
+    }
 }
 
 #[cfg(test)]
@@ -241,5 +291,33 @@ mod tests {
             assert!(err.contains(needle) && !err.contains('\n'), "{text:?}: {err}");
         }
         assert!(parse("x.csv", &format!("{h}4K,50,512,anything,1,3,\n"), &any).is_ok());
+    }
+
+    // Issue 30, item 9: what Excel writes (a byte-order mark, CRLF, quoted
+    // fields) reads like the plain file, with the same line numbers.
+    #[test]
+    fn excel_csv_with_bom_quotes_and_crlf_reads_like_plain_csv() {
+        let plain = "# map cache = fp8\ncontext_tokens,depth_percent,topk,config,found,total\n8K,50,512,cache,2,3\n\n4K,10,512,bf16,3,3\n";
+        let excel = "\u{feff}# map cache = fp8\r\n\"context_tokens\",depth_percent,topk,config,found,total\r\n\"8K\",\"50\",512,\"cache\",2,3\r\n\r\n4K,10,512,bf16,3,3\r\n";
+        let a = parse("x.csv", plain, &only_fp8).unwrap();
+        let b = parse("x.csv", excel, &only_fp8).unwrap();
+        assert_eq!(a.rows, b.rows);
+        assert_eq!((b.rows[0].context_tokens, b.rows[0].line, b.rows[1].line), (8192, 3, 5));
+        let err = parse("x.csv", "\u{feff}context_tokens,depth_percent,topk,config,found,total\n\"8,1K\",50,512,fp8,1,3\n", &only_fp8)
+            .unwrap_err();
+        assert_eq!(err.to_string(), "x.csv:2: context_tokens = \"8,1K\": a positive number of tokens up to 16M (K/M suffixes allowed)");
+    }
+
+    #[test]
+    fn contradictions_and_late_maps_read_as_plain_words() {
+        let h = "context_tokens,depth_percent,topk,config,found,total,healthy\n";
+        let err = parse("x.csv", &format!("{h}4K,50,512,fp8,1,3,true\n4K,50,512,fp8,1,3,false\n"), &only_fp8).unwrap_err().to_string();
+        assert_eq!(err, "x.csv:3: healthy = false contradicts line 2 for the same configuration (healthy = true)");
+        let err = parse("x.csv", &format!("{h}4K,50,512,fp8,1,3,\n4K,50,512,fp8,1,3,no\n"), &only_fp8).unwrap_err().to_string();
+        assert!(err.ends_with("healthy = false contradicts line 2 for the same configuration (healthy = not given)"), "{err}");
+        let err = parse("x.csv", &format!("{h}# map a = fp8\n4K,50,512,a,1,3,\n"), &only_fp8).unwrap_err().to_string();
+        assert_eq!(err, "x.csv:2: map \"a\": put every `# map` line before the header");
+        let err = parse("x.csv", &format!("{h}1024M,50,512,fp8,1,3,\n"), &only_fp8).unwrap_err().to_string();
+        assert!(err.starts_with("x.csv:2: context_tokens = \"1024M\": a positive number of tokens up to 16M"), "{err}");
     }
 }

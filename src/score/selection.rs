@@ -5,10 +5,23 @@
 //! selected follows from how many competitors are ahead of it, which is an
 //! exact statement about top-k with a total order (score, then tie rule).
 
+use crate::error::ConfigError;
 use serde::{Deserialize, Serialize};
 use std::cmp::Ordering;
 use std::fmt;
 use std::str::FromStr;
+
+/// The one rule for a top-k size, whichever command it comes to (`sweep
+/// --topk`, `topk=N` in a precision variant, `replay --topk`, Python's
+/// `replay(topk=…)`): from 1 to `rows`, the rows the selection picks from
+/// (`rows_are` says which). A larger k keeps every row, so every precision
+/// would score recall 1 and the comparison would say nothing.
+pub fn check_topk(field: &str, value: impl ToString, k: u64, rows: u64, rows_are: &str) -> Result<(), ConfigError> {
+    if (1..=rows).contains(&k) {
+        return Ok(());
+    }
+    Err(ConfigError::new(field, value, format!("a top-k from 1 to {rows}, {rows_are}: a larger k selects every row")))
+}
 
 /// Order among rows with equal scores.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]

@@ -262,6 +262,11 @@ pub fn calibrate_checkpoint(inputs: &[PathBuf], preset: Option<&str>) -> Result<
     for (_, p) in &layers {
         let n = |s: &str| format!("{p}{s}");
         let (w, _, _) = ck.read_weight(&n(names::WQ_B), Some(heads * d), Some(rank))?;
+        // A head of zeros has no direction: the cosines between heads, and
+        // every statistic below, would be made up.
+        if let Some(h) = (0..heads).find(|h| w[h * d * rank..(h + 1) * d * rank].iter().all(|x| *x == 0.0)) {
+            return Err(tensor_error(&ck, &n(names::WQ_B), format!("head {h} is all zeros: a trained projection has no zero head")));
+        }
         let (c, a, np, s) = head_geometry(&w, heads, rank, rope.clone());
         cos.push(c);
         abs.push(a);

@@ -57,31 +57,60 @@ fn to_f32(path: &Path, name: &str, dtype: Dtype, data: &[u8]) -> Result<Vec<f32>
     })
 }
 
+/// Where each tensor came from, for errors: one file for all three (a
+/// safetensors file, arrays) or one file each (.npy).
+#[derive(Clone, Copy)]
+struct Sources<'a> {
+    queries: &'a Path,
+    keys: &'a Path,
+    weights: &'a Path,
+}
+
+impl<'a> Sources<'a> {
+    fn one(path: &'a Path) -> Self {
+        Sources { queries: path, keys: path, weights: path }
+    }
+
+    /// Refuses a tensor with no values, naming its file.
+    fn refuse_empty(&self, q: &[usize], k: &[usize], w: &[usize]) -> Result<(), Error> {
+        let named = [(self.queries, q), (self.keys, k), (self.weights, w)];
+        match named.iter().find(|(_, shape)| shape.contains(&0)) {
+            Some((path, _)) => Err(bad_file(path, "empty tensors")),
+            None => Ok(()),
+        }
+    }
+
+    /// Refuses NaN or infinite values, naming the file that holds them.
+    fn refuse_non_finite(&self, q: &[f32], k: &[f32], w: &[f32]) -> Result<(), Error> {
+        let named = [(self.queries, q), (self.keys, k), (self.weights, w)];
+        match named.iter().find(|(_, values)| values.iter().any(|x| !x.is_finite())) {
+            Some((path, _)) => Err(bad_file(path, "tensors hold NaN or infinite values")),
+            None => Ok(()),
+        }
+    }
+}
+
 /// Checks shapes and assembles the recorded tensors.
-fn assemble(path: &Path, q: (Vec<usize>, Vec<f32>), k: (Vec<usize>, Vec<f32>), w: (Vec<usize>, Vec<f32>)) -> Result<Recorded, Error> {
+fn assemble(src: Sources, q: (Vec<usize>, Vec<f32>), k: (Vec<usize>, Vec<f32>), w: (Vec<usize>, Vec<f32>)) -> Result<Recorded, Error> {
     let (tokens, heads, dim) = match q.0.as_slice() {
         [h, d] => (1, *h, *d),
         [t, h, d] => (*t, *h, *d),
-        s => return Err(bad_file(path, format!("queries have shape {s:?}; expected [heads, dim] or [tokens, heads, dim]"))),
+        s => return Err(bad_file(src.queries, format!("queries have shape {s:?}; expected [heads, dim] or [tokens, heads, dim]"))),
     };
     let rows = match k.0.as_slice() {
         [n, d] if *d == dim => *n,
-        s => return Err(bad_file(path, format!("keys have shape {s:?}; expected [rows, {dim}] to match the queries"))),
+        s => return Err(bad_file(src.keys, format!("keys have shape {s:?}; expected [rows, {dim}] to match the queries"))),
     };
     match w.0.as_slice() {
         [h] if *h == heads && tokens == 1 => {}
         [t, h] if *t == tokens && *h == heads => {}
         [h] if *h == heads => {}
-        s => return Err(bad_file(path, format!("weights have shape {s:?}; expected [{heads}] or [{tokens}, {heads}]"))),
+        s => return Err(bad_file(src.weights, format!("weights have shape {s:?}; expected [{heads}] or [{tokens}, {heads}]"))),
     }
-    if heads == 0 || dim == 0 || rows == 0 || tokens == 0 {
-        return Err(bad_file(path, "empty tensors"));
-    }
+    src.refuse_empty(&q.0, &k.0, &w.0)?;
     // One weight vector for all tokens when only [heads] is given.
     let weights = if w.1.len() == heads { w.1.repeat(tokens) } else { w.1 };
-    if q.1.iter().chain(&k.1).chain(&weights).any(|x| !x.is_finite()) {
-        return Err(bad_file(path, "tensors hold NaN or infinite values"));
-    }
+    src.refuse_non_finite(&q.1, &k.1, &weights)?;
     Ok(Recorded {
         heads,
         dim,
@@ -168,7 +197,7 @@ impl Capture {
 /// Checks shapes and assembles the tensors: keys with three axes
 /// `[layers, rows, dim]` make a per-layer capture, otherwise [`assemble`].
 fn assemble_capture(
-    path: &Path,
+    src: Sources,
     q: (Vec<usize>, Vec<f32>),
     k: (Vec<usize>, Vec<f32>),
     w: (Vec<usize>, Vec<f32>),
@@ -178,14 +207,14 @@ fn assemble_capture(
         _ => {
             if q.0.len() == 4 {
                 return Err(bad_file(
-                    path,
+                    src.keys,
                     format!(
                         "queries have shape {:?} (a layer axis) but keys have shape {:?}; per-layer keys are [layers, rows, dim]",
                         q.0, k.0
                     ),
                 ));
             }
-            return assemble(path, q, k, w).map(Capture::Single);
+            return assemble(src, q, k, w).map(Capture::Single);
         }
     };
     let (q_layers, tokens, heads, q_dim) = match q.0.as_slice() {
@@ -193,19 +222,19 @@ fn assemble_capture(
         [l, t, h, d] => (*l, *t, *h, *d),
         s => {
             return Err(bad_file(
-                path,
+                src.queries,
                 format!("queries have shape {s:?}; expected [layers, heads, dim] or [layers, tokens, heads, dim] with keys {:?}", k.0),
             ))
         }
     };
     if q_layers != layers {
         return Err(bad_file(
-            path,
+            src.keys,
             format!("queries have shape {:?} but keys have shape {:?}: layers {q_layers} against {layers}", q.0, k.0),
         ));
     }
     if q_dim != dim {
-        return Err(bad_file(path, format!("queries have shape {:?} but keys have shape {:?}: dim {q_dim} against {dim}", q.0, k.0)));
+        return Err(bad_file(src.keys, format!("queries have shape {:?} but keys have shape {:?}: dim {q_dim} against {dim}", q.0, k.0)));
     }
     let expected = format!("[{layers}, {heads}] or [{layers}, {tokens}, {heads}] to match queries {:?}", q.0);
     let shared = match w.0.as_slice() {
@@ -218,16 +247,12 @@ fn assemble_capture(
                 [_, t, _] if *t != tokens => format!(": tokens {t} against {tokens}"),
                 _ => String::new(),
             };
-            return Err(bad_file(path, format!("weights have shape {s:?}{axis}; expected {expected}")));
+            return Err(bad_file(src.weights, format!("weights have shape {s:?}{axis}; expected {expected}")));
         }
     };
-    if [layers, tokens, heads, dim, rows].contains(&0) {
-        return Err(bad_file(path, "empty tensors"));
-    }
-    if q.1.iter().chain(&k.1).chain(&w.1).any(|x| !x.is_finite()) {
-        return Err(bad_file(path, "tensors hold NaN or infinite values"));
-    }
-    let shape_error = |e: ndarray::ShapeError| bad_file(path, format!("tensor data do not fill their shape: {e}"));
+    src.refuse_empty(&q.0, &k.0, &w.0)?;
+    src.refuse_non_finite(&q.1, &k.1, &w.1)?;
+    let shape_error = |e: ndarray::ShapeError| bad_file(src.keys, format!("tensor data do not fill their shape: {e}"));
     let queries = Array4::from_shape_vec((layers, tokens, heads, dim), q.1).map_err(shape_error)?;
     let keys = Array3::from_shape_vec((layers, rows, dim), k.1).map_err(shape_error)?;
     let weights = if shared {
@@ -236,7 +261,7 @@ fn assemble_capture(
         w.insert_axis(Axis(1))
             .broadcast((layers, tokens, heads))
             .map(|v| v.to_owned())
-            .ok_or_else(|| bad_file(path, "weights do not broadcast"))?
+            .ok_or_else(|| bad_file(src.weights, "weights do not broadcast"))?
     } else {
         Array3::from_shape_vec((layers, tokens, heads), w.1).map_err(shape_error)?
     };
@@ -264,7 +289,7 @@ pub fn load_capture_safetensors(path: &Path, names: &TensorNames) -> Result<Capt
         })?;
         Ok((t.shape().to_vec(), to_f32(path, name, t.dtype(), t.data())?))
     };
-    let mut cap = assemble_capture(path, get(&names.queries)?, get(&names.keys)?, get(&names.weights)?)?;
+    let mut cap = assemble_capture(Sources::one(path), get(&names.queries)?, get(&names.keys)?, get(&names.weights)?)?;
     if let Ok(t) = st.tensor(&names.needle_rows) {
         if t.dtype() != Dtype::I64 || t.shape().len() != 1 {
             return Err(bad_file(path, format!("{:?} must be a 1-D I64 tensor", names.needle_rows)));
@@ -302,7 +327,7 @@ pub fn capture_from_arrays(
             return Err(bad_file(path, format!("{name} have shape {shape:?} but {} values", data.len())));
         }
     }
-    assemble_capture(path, queries, keys, weights)
+    assemble_capture(Sources::one(path), queries, keys, weights)
 }
 
 /// Reads recorded tensors from three `.npy` files (one layer).
@@ -314,7 +339,7 @@ pub fn load_npy(q: &Path, k: &Path, w: &Path) -> Result<Recorded, Error> {
 /// leading layer axis.
 pub fn load_capture_npy(q: &Path, k: &Path, w: &Path) -> Result<Capture, Error> {
     let (qa, ka, wa) = (read_npy(q)?, read_npy(k)?, read_npy(w)?);
-    assemble_capture(q, (qa.shape, qa.data), (ka.shape, ka.data), (wa.shape, wa.data))
+    assemble_capture(Sources { queries: q, keys: k, weights: w }, (qa.shape, qa.data), (ka.shape, ka.data), (wa.shape, wa.data))
 }
 
 /// One line of a replay: a query token, a k and a variant (and a layer,
@@ -684,11 +709,13 @@ mod tests {
         let q = (vec![2, 3, 4, 8], vec![0.5; 2 * 3 * 4 * 8]);
         let k = (vec![2, 10, 8], vec![0.25; 2 * 10 * 8]);
         let w: Vec<f32> = (0..8).map(|i| i as f32).collect();
-        let Capture::Layered(c) = assemble_capture(p, q.clone(), k.clone(), (vec![2, 4], w.clone())).unwrap() else { panic!() };
+        let Capture::Layered(c) = assemble_capture(Sources::one(p), q.clone(), k.clone(), (vec![2, 4], w.clone())).unwrap() else {
+            panic!()
+        };
         assert_eq!(c.weights.dim(), (2, 3, 4));
         assert_eq!(c.weights.slice(s![1, 2, ..]).to_vec(), vec![4.0, 5.0, 6.0, 7.0]);
         let err = |q: &(Vec<usize>, Vec<f32>), k: &(Vec<usize>, Vec<f32>), w: (Vec<usize>, Vec<f32>)| {
-            assemble_capture(p, q.clone(), k.clone(), w).unwrap_err().to_string()
+            assemble_capture(Sources::one(p), q.clone(), k.clone(), w).unwrap_err().to_string()
         };
         let w3 = |shape: Vec<usize>| {
             let n = shape.iter().product();

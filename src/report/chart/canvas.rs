@@ -7,7 +7,9 @@ use std::path::{Path, PathBuf};
 
 use image::ImageEncoder;
 use plotters::coord::Shift;
+use plotters::drawing::DrawingAreaErrorKind;
 use plotters::prelude::{BitMapBackend, DrawingArea, DrawingBackend, IntoDrawingArea, SVGBackend};
+use plotters_backend::DrawingErrorKind;
 
 use super::font::{ensure_font_registered, svg_font_defs};
 use super::subset::svg_text_chars;
@@ -48,6 +50,33 @@ pub enum ChartError {
 /// Converts any plotters error into [`ChartError::Draw`].
 pub(crate) fn draw_err<E: std::fmt::Display>(e: E) -> ChartError {
     ChartError::Draw(e.to_string())
+}
+
+/// The bitmap backend's error type (plotters does not re-export its name).
+type BitmapError = <BitMapBackend<'static> as DrawingBackend>::ErrorType;
+
+/// A PNG that could not be encoded or written, in words: the backend's own
+/// Display is its Debug text (`ImageError(IoError(Custom { … }))`).
+fn png_write_error(path: &Path, e: DrawingAreaErrorKind<BitmapError>) -> ChartError {
+    let DrawingAreaErrorKind::BackendError(DrawingErrorKind::DrawingError(inner)) = e else { return draw_err(e) };
+    let source = match inner {
+        BitmapError::IOError(source) => source,
+        BitmapError::ImageError(image) => {
+            let kind = std::error::Error::source(&image)
+                .and_then(|s| s.downcast_ref::<std::io::Error>())
+                .map_or(std::io::ErrorKind::Other, |io| io.kind());
+            std::io::Error::new(kind, image.to_string())
+        }
+        other => return ChartError::Draw(format!("encoding the PNG: {}", bitmap_error_words(&other))),
+    };
+    ChartError::Io { path: path.to_path_buf(), source }
+}
+
+fn bitmap_error_words(e: &BitmapError) -> &'static str {
+    match e {
+        BitmapError::InvalidBuffer => "the pixel buffer does not match the image size",
+        _ => "the image encoder failed",
+    }
 }
 
 /// Output image format, chosen from the file extension.
@@ -110,7 +139,7 @@ pub(crate) fn render_atomically<P: Painter>(painter: &P, path: &Path, width: u32
             {
                 let root = BitMapBackend::with_buffer(&mut pixels, (width, height)).into_drawing_area();
                 painter.paint(&root)?;
-                root.present().map_err(draw_err)?;
+                root.present().map_err(|e| png_write_error(path, e))?;
             }
             let mut png = Vec::new();
             image::codecs::png::PngEncoder::new(&mut png).write_image(&pixels, width, height, image::ColorType::Rgb8).map_err(draw_err)?;
@@ -168,6 +197,18 @@ impl From<ChartError> for Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    // Issue 30, item 8: a full disk reads as words, not plotters' Debug text.
+    #[test]
+    fn a_failed_png_write_is_named_in_words() {
+        let full = || std::io::Error::new(std::io::ErrorKind::StorageFull, "No space left on device (os error 28)");
+        let wrapped = [BitmapError::ImageError(full().into()), BitmapError::IOError(full())];
+        for e in wrapped {
+            let err = png_write_error(Path::new("out/c.png"), DrawingAreaErrorKind::BackendError(DrawingErrorKind::DrawingError(e)));
+            let text = Error::from(err).to_string();
+            assert_eq!(text, "writing chart out/c.png: No space left on device (os error 28)");
+        }
+    }
 
     #[test]
     fn format_from_extension() {

@@ -192,6 +192,8 @@ fn whole_model_recall_is_shown_beside_per_layer_recall() {
     }
     let heatmap = std::fs::read_to_string(dir.join("heatmap_model.svg")).unwrap();
     assert!(heatmap.contains("Whole-model recall by depth and context"), "whole-model heatmap title");
+    // Issue 30, item 13: its colour bar names the quantity it shows.
+    assert!(heatmap.contains("whole-model\n</text>") && !heatmap.contains("selection\n</text>"), "whole-model heatmap colour bar");
     let html = std::fs::read_to_string(dir.join("report.html")).unwrap();
     for phrase in ["<em>whole-model recall</em>", "neither is a model's needle-in-a-haystack accuracy", "Whole-model recall per cell"] {
         assert!(html.contains(phrase), "report.html lacks {phrase:?}");

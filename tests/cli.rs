@@ -805,6 +805,10 @@ fn recall_tables_show_every_needle_offset() {
         assert!(row.contains(&value), "{label}: {row} lacks {value}");
         assert!(html.contains(&format!("<tr><td>{label}</td>")), "{label} not in report.html");
     }
+    // Issue 30, item 13: the header counts in words, and the long resolved
+    // scenario is collapsed.
+    assert!(html.contains("2 contexts (1K … 4K) × 2 depths × k"), "report.html header");
+    assert!(html.contains("<details><summary>The resolved scenario"), "configuration not collapsed");
 }
 
 #[test]

@@ -182,6 +182,11 @@ fn narrow_tables(h: &mut String, g: &Grid, cells: &[CellResult], threshold: f64)
     }
 }
 
+/// "1 depth", "3 depths".
+fn count_of(n: usize, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
 /// What whole-model recall reads: the stack's layers, how its layers and
 /// query tokens are tied, and what an HCA layer's pooled row holds of the
 /// needle. Empty when the scenario has no stack.
@@ -190,7 +195,7 @@ fn stack_section(meta: &ReportMeta) -> String {
     let mut h = String::new();
     let _ = writeln!(
         h,
-        "<p><b>Whole-model recall.</b> Each trial is also read through the model's layer stack: the needle counts as retrieved when at least {} of its {} indexer layers select it for at least one of {} query tokens ({} question, {} answer). The simulated layer stands for each indexer layer; adjacent indexer layers' selections of a row correlate at {}, adjacent query tokens' at {}; faults spread: {}. Its effective context, tables and heatmap sit beside the per-layer ones below. The stack:</p>",
+        "<p><b>Whole-model recall.</b> Each trial is also read through the model's layer stack: the needle counts as retrieved when at least {} of its {} indexer layers select it for at least one of {} query tokens ({} question, {} answer). The simulated layer stands for each indexer layer; the correlation of a row's selection between adjacent indexer layers is {}, between adjacent query tokens {}; faults spread: {}. Its effective context, tables and heatmap sit beside the per-layer ones below. The stack:</p>",
         w.quorum,
         w.indexed_layers(),
         w.query_tokens(),
@@ -296,16 +301,16 @@ pub fn report_html(dir: &Path, meta: &ReportMeta, cells: &[CellResult], chart_fi
     let _ = writeln!(h, "<h1>dsa-recall sweep report · {}</h1>", escape(&meta.preset));
     let _ = writeln!(
         h,
-        "<p class=\"meta\">dsa-recall {} · needle {}, {} tokens · {trials} trials per cell · seed {} · recall threshold {} · {} contexts ({} … {}) × {} depths × k {} × precisions {}</p>",
+        "<p class=\"meta\">dsa-recall {} · needle {}, {} tokens · {trials} trials per cell · seed {} · recall threshold {} · {} ({} … {}) × {} × k {} × precisions {}</p>",
         escape(&meta.version),
         meta.needle,
         meta.needle_tokens,
         meta.seed,
         meta.threshold,
-        g.contexts.len(),
+        count_of(g.contexts.len(), "context", "contexts"),
         tokens_label(g.contexts[0]),
         tokens_label(*g.contexts.last().unwrap_or(&0)),
-        g.depths.len(),
+        count_of(g.depths.len(), "depth", "depths"),
         g.topks.iter().map(|k| k.to_string()).collect::<Vec<_>>().join(", "),
         escape(&g.precisions.join(", "))
     );
@@ -357,8 +362,13 @@ pub fn report_html(dir: &Path, meta: &ReportMeta, cells: &[CellResult], chart_fi
     push_fidelity_section(&mut h, cells);
 
     // configuration
-    let _ = writeln!(h, "<h2 id=\"configuration\">Configuration</h2><p>The resolved scenario (as in <code>manifest.json</code>).</p>");
-    let _ = writeln!(h, "<pre>{}</pre>", escape(&serde_json::to_string_pretty(&meta.scenario).unwrap_or_default()));
+    // Collapsed: the resolved scenario is long and read only when needed.
+    let _ = writeln!(h, "<h2 id=\"configuration\">Configuration</h2>");
+    let _ = writeln!(
+        h,
+        "<details><summary>The resolved scenario (as in <code>manifest.json</code>)</summary><pre>{}</pre></details>",
+        escape(&serde_json::to_string_pretty(&meta.scenario).unwrap_or_default())
+    );
     h.push_str("</body></html>\n");
     Ok(h)
 }

@@ -186,9 +186,17 @@ impl Painter for Heatmap {
         let bar_x1 = bar_x0 + px(24.0);
         let bar_y0 = top + px(60.0);
         let bar_y1 = bottom - px(90.0);
-        // Two lines, to fit the bar's column: the quantity is per-layer
-        // selection recall (the title says per-layer).
-        let label = [if self.diverging { "Δ selection" } else { "selection" }, "recall"];
+        // Two lines, to fit the bar's column: the quantity the title names,
+        // whole-model recall or per-layer selection recall.
+        let whole = self.title.starts_with("Whole-model");
+        let label = [
+            match (self.diverging, whole) {
+                (true, _) => "Δ selection",
+                (false, true) => "whole-model",
+                (false, false) => "selection",
+            },
+            "recall",
+        ];
         let label_style = text_at(17.0 * s, INK, HPos::Center, VPos::Bottom);
         let line_h = root.estimate_text_size("Ag", &label_style).map_err(draw_err)?.1 as i32 + px(3.0);
         for (i, line) in label.iter().enumerate() {

@@ -65,6 +65,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         coverage_limits: vec![(512, cov(512)), (1024, cov(1024)), (2048, cov(2048))],
         effective_threshold: Some(0.9),
         effective: Vec::new(),
+        whole_model_only: false,
     };
     for (name, w, h) in [("recall_vs_context.png", 1600, 1000), ("recall_vs_context_small.png", 800, 500)] {
         render_recall_vs_context(&recall, &dir.join(name), w, h)?;
@@ -79,6 +80,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         coverage_limits: vec![(256, cov(256)), (64, cov(64))],
         effective_threshold: None,
         effective: Vec::new(),
+        whole_model_only: false,
     };
     render_recall_vs_context(&short, &dir.join("recall_vs_context_wide.png"), 1600, 1000)?;
 
@@ -97,6 +99,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         coverage_limits: vec![(512, cov(512)), (1024, cov(1024))],
         effective_threshold: Some(0.9),
         effective: Vec::new(),
+        whole_model_only: false,
     };
     for sr in &mut whole.series {
         let reach = cov(sr.topk as u64) * 4;
@@ -109,9 +112,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             context_tokens: last_held(&sr.points),
             held_at_longest: false,
             model: Some(Reach { effective_context: last_held(&sr.model), held_at_longest: false }),
+            layer_range: None,
+            model_range: None,
         });
     }
     render_recall_vs_context(&whole, &dir.join("recall_vs_context_whole_model.png"), 1600, 1000)?;
+    let alone = RecallChart { whole_model_only: true, ..whole.clone() };
+    render_recall_vs_context(&alone, &dir.join("recall_vs_context_whole_model_only.png"), 1600, 1000)?;
 
     // heatmaps
     let contexts: Vec<u64> = (10..=17).map(|e| 1u64 << e).collect();
@@ -208,8 +215,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         rows,
         reference: Some("fp32".into()),
         threshold: Some(0.9),
+        whole_model_only: false,
     };
     render_compare(&cmp, &dir.join("compare.png"), 1600, cmp.height())?;
+    let alone = CompareChart { whole_model_only: true, ..cmp.clone() };
+    render_compare(&alone, &dir.join("compare_whole_model_only.png"), 1600, alone.height())?;
 
     // recall vs depth, four contexts
     let depth_line = |level: f64| -> Vec<DepthPoint> {

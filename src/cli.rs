@@ -483,12 +483,21 @@ pub struct ChartArgs {
     /// difference rounded up, at least 0.1).
     #[arg(long, allow_hyphen_values = true, allow_negative_numbers = true, value_name = "X")]
     pub diff_span: Option<String>,
+    /// Recall and comparison charts show whole-model recall alone, without
+    /// the per-layer series (needs a sweep with whole-model recall).
+    #[arg(long)]
+    pub whole_model_only: bool,
 }
 
 impl ChartArgs {
     /// The chart options as typed, `--detail-context` being the command's.
     pub fn request(&self, detail_context: &Option<String>) -> ChartRequest {
-        ChartRequest { formats: image_formats(&self.format), detail_context: detail_context.clone(), diff_span: self.diff_span.clone() }
+        ChartRequest {
+            formats: image_formats(&self.format),
+            detail_context: detail_context.clone(),
+            diff_span: self.diff_span.clone(),
+            whole_model_only: self.whole_model_only,
+        }
     }
 }
 

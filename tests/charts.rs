@@ -86,8 +86,8 @@ fn a_sweep_writes_every_chart_and_a_self_contained_report() {
     assert_eq!(html.matches("src=\"data:image/png;base64,").count(), charts.len());
     // every chart's caption, as the registry gives it
     for (name, _) in &charts {
-        let caption = dsa_recall::report::chart::chart_of(name).unwrap().caption(true);
-        assert!(html.contains(caption), "report.html lacks {name}'s caption");
+        let caption = dsa_recall::report::chart::chart_of(name).unwrap().caption(true, false);
+        assert!(html.contains(&caption), "report.html lacks {name}'s caption");
     }
     for needle in [
         "Effective context",
@@ -215,6 +215,38 @@ fn whole_model_recall_is_shown_beside_per_layer_recall() {
     let html = std::fs::read_to_string(none.join("report.html")).unwrap();
     assert!(!html.to_lowercase().contains("whole-model"));
     assert!(!none.join("heatmap_model.png").exists());
+}
+
+#[test]
+fn whole_model_only_draws_whole_model_recall_alone_and_needs_a_stack() {
+    // Issue 30, item 13: the recall and comparison charts can leave the
+    // per-layer series out; the report says so; without a stack the flag
+    // is refused in one line, exit 2, before anything is simulated.
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("out");
+    small_sweep_with(&dir, &["--format", "svg", "--whole-model-only"]);
+    let svg = std::fs::read_to_string(dir.join("recall_vs_context.svg")).unwrap();
+    assert!(svg.contains("Whole-model recall vs context") && svg.contains("k=64, fp32 · model"), "whole-model-only recall chart");
+    assert!(!svg.contains("per-layer") && !svg.contains("per layer"), "whole-model-only recall chart draws per-layer recall");
+    let html = std::fs::read_to_string(dir.join("report.html")).unwrap();
+    assert!(html.contains("Drawn with --whole-model-only"), "report.html does not say the per-layer series are left out");
+    // `plot` without the flag draws both again
+    bin().arg("plot").arg(&dir).args(["--format", "svg"]).assert().success();
+    assert!(std::fs::read_to_string(dir.join("recall_vs_context.svg")).unwrap().contains("per-layer selection recall"));
+
+    let none = tmp.path().join("none");
+    let out = bin()
+        .args(["sweep", "--trials", "12", "--contexts", "1K,4K", "--compress-ratios", "none", "--whole-model-only", "--out"])
+        .arg(&none)
+        .assert()
+        .code(2)
+        .get_output()
+        .stderr
+        .clone();
+    let err = String::from_utf8(out).unwrap();
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("--whole-model-only") && err.contains("[stack]"), "{err}");
+    assert!(!none.join("results.jsonl").exists(), "refused after simulating");
 }
 
 fn plot_error(dir: &Path) -> String {

@@ -1050,7 +1050,10 @@ fn effective_context_csv_and_the_reports_paired_k_tables() {
     let mut lines = csv.lines();
     assert_eq!(
         lines.next(),
-        Some("topk,precision,threshold,effective_context,held_at_longest,model_effective_context,model_held_at_longest,coverage_limit")
+        Some(
+            "topk,precision,threshold,effective_context,held_at_longest,model_effective_context,model_held_at_longest,coverage_limit,\
+             effective_context_low,effective_context_high,model_effective_context_low,model_effective_context_high"
+        )
     );
     let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
     assert_eq!(rows.len(), 6);
@@ -1065,8 +1068,20 @@ fn effective_context_csv_and_the_reports_paired_k_tables() {
             text_of(&e["model"]["effective_context"]),
             e["model"]["held_at_longest"].to_string(),
             e["coverage_limit"].to_string(),
+            text_of(&e["layer_range"]["low"]["effective_context"]),
+            text_of(&e["layer_range"]["high"]["effective_context"]),
+            text_of(&e["model_range"]["low"]["effective_context"]),
+            text_of(&e["model_range"]["high"]["effective_context"]),
         ];
         assert_eq!(row, &want, "{csv}");
+        // the range brackets the point: low ≤ point ≤ high (absent = below the shortest context)
+        let at = |v: &Value| v.as_u64().unwrap_or(0);
+        let (lo, mid, hi) = (
+            at(&e["layer_range"]["low"]["effective_context"]),
+            at(&e["effective_context"]),
+            at(&e["layer_range"]["high"]["effective_context"]),
+        );
+        assert!(lo <= mid && mid <= hi, "{lo} {mid} {hi}");
     }
 
     let html = read(&out.join("report.html"));

@@ -69,6 +69,28 @@ impl Reach {
             (Some(c), false) => tokens_label(c),
         }
     }
+
+    /// This reach with its range when the range is wider than the point:
+    /// "2K [1K, 4K]", else as [`Reach::label`].
+    pub fn label_with(&self, range: Option<ReachRange>, shortest: u64) -> String {
+        match range {
+            Some(r) if r.low != r.high || r.low != *self => {
+                format!("{} [{}, {}]", self.label(shortest), r.low.label(shortest), r.high.label(shortest))
+            }
+            _ => self.label(shortest),
+        }
+    }
+}
+
+/// How far a recall holds, read from the ends of each cell's Wilson 95 %
+/// interval instead of its point estimate: `low` from the lower ends
+/// (recall shown to be at or above the threshold), `high` from the upper
+/// ends (recall not shown to be below it). Reaches whose ranges overlap
+/// are not shown to differ (docs/MODEL.md, "Effective context").
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ReachRange {
+    pub low: Reach,
+    pub high: Reach,
 }
 
 #[cfg(test)]

@@ -77,11 +77,12 @@ pub struct ChartRequest {
     pub formats: Vec<ImageFormat>,
     pub detail_context: Option<String>,
     pub diff_span: Option<String>,
+    pub whole_model_only: bool,
 }
 
 impl Default for ChartRequest {
     fn default() -> Self {
-        ChartRequest { formats: vec![ImageFormat::Png], detail_context: None, diff_span: None }
+        ChartRequest { formats: vec![ImageFormat::Png], detail_context: None, diff_span: None, whole_model_only: false }
     }
 }
 
@@ -94,6 +95,7 @@ impl ChartRequest {
             formats: self.formats.clone(),
             detail_context: self.detail_context.as_deref().map(parse_detail_context).transpose()?,
             diff_span: self.diff_span.as_deref().map(DiffSpan::parse).transpose()?,
+            whole_model_only: self.whole_model_only,
         })
     }
 }

@@ -109,6 +109,9 @@ fn plot_options(charts: &ChartRequest, s: &Scenario) -> Result<PlotOptions, Erro
     if plot.detail_context.is_some() {
         report::detail_context(&s.contexts, plot.detail_context)?;
     }
+    if plot.whole_model_only && s.stack.is_none() {
+        return Err(report::whole_model_only_refused().into());
+    }
     Ok(plot)
 }
 

@@ -16,7 +16,7 @@ use std::path::Path;
 /// Renders the charts and `report.html` (which embeds them); returns every file name written.
 pub fn render_all(dir: &Path, meta: &ReportMeta, cells: &[CellResult], opts: &PlotOptions) -> Result<Vec<String>, Error> {
     let mut files = render_charts(dir, meta, cells, opts)?;
-    let html = report_html(dir, meta, cells, &files)?;
+    let html = report_html(dir, meta, cells, &files, opts.whole_model_only)?;
     write_file(&dir.join(REPORT_FILE), html.as_bytes())?;
     files.push(REPORT_FILE.to_string());
     Ok(files)

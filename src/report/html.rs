@@ -8,11 +8,11 @@
 //! effective context beside the per-layer ones; without it the report reads
 //! as it did before whole-model recall existed.
 
-use crate::base::units::{tokens_label, Reach};
+use crate::base::units::{tokens_label, Reach, ReachRange};
 use crate::error::Error;
 use crate::model::stack::{FaultSpreadChoice, HcaReading, LayerKind};
 use crate::report::chart::chart_of;
-use crate::report::meta::{Grid, ReportMeta};
+use crate::report::meta::{Grid, ReportMeta, RECALL_VS_CONTEXT};
 use crate::run::cell::{CellResult, HolmFamily, PairedTest, Pairing};
 use crate::run::output::{is_narrow, multiple_comparison_note, row_label};
 use std::fmt::Write as _;
@@ -56,9 +56,24 @@ td.l,th.l{text-align:left}tr.sig td{background:#fff1c2;font-weight:bold}\
 figcaption{color:#555;font-size:13px}pre{background:#f7f7f7;padding:10px;overflow-x:auto;font-size:12px}\
 .scroll{overflow-x:auto}";
 
+/// What a chart's caption depends on beyond the chart: whether the sweep
+/// has whole-model recall and analytic predictions, and whether the charts
+/// were drawn with `--whole-model-only`.
+#[derive(Clone, Copy)]
+struct CaptionFacts {
+    whole: bool,
+    predicted: bool,
+    whole_model_only: bool,
+}
+
 /// A chart file's caption, from the registry of a sweep's charts.
-fn caption(file: &str, whole: bool) -> &'static str {
-    chart_of(file).map_or("", |c| c.caption(whole))
+fn caption(file: &str, f: CaptionFacts) -> String {
+    let Some(chart) = chart_of(file) else { return String::new() };
+    let mut text = chart.caption(f.whole, f.predicted && !f.whole_model_only);
+    if f.whole_model_only && (chart.stem == RECALL_VS_CONTEXT || chart.stem == "compare") {
+        text.push_str(" Drawn with --whole-model-only: the per-layer series are left out.");
+    }
+    text
 }
 
 fn mime(file: &str) -> Option<&'static str> {
@@ -79,8 +94,8 @@ fn fmt_ci(v: Option<f64>, lo: Option<f64>, hi: Option<f64>) -> String {
     }
 }
 
-fn reach_label(reach: Reach, shortest: u64) -> String {
-    escape(&reach.label(shortest))
+fn reach_label(reach: Reach, range: Option<ReachRange>, shortest: u64) -> String {
+    escape(&reach.label_with(range, shortest))
 }
 
 /// One table per depth of a recall (`value`: recall and its Wilson
@@ -292,7 +307,13 @@ fn paired_table(h: &mut String, g: &Grid, tests: &[PairedTest], baseline_th: &st
 /// The report of a sweep directory whose charts `chart_files` (names in
 /// `dir`) were just written. PNGs are embedded; an SVG is embedded only when
 /// no PNG of the same chart exists.
-pub fn report_html(dir: &Path, meta: &ReportMeta, cells: &[CellResult], chart_files: &[String]) -> Result<String, Error> {
+pub fn report_html(
+    dir: &Path,
+    meta: &ReportMeta,
+    cells: &[CellResult],
+    chart_files: &[String],
+    whole_model_only: bool,
+) -> Result<String, Error> {
     let g = Grid::of(cells);
     let trials = cells.first().map_or(0, |c| c.trials);
     // Whole-model recall present: report it beside per-layer recall.
@@ -333,7 +354,8 @@ pub fn report_html(dir: &Path, meta: &ReportMeta, cells: &[CellResult], chart_fi
 
     push_effective_section(&mut h, meta, &g, whole);
 
-    push_charts(&mut h, dir, chart_files, whole)?;
+    let predicted = g.contexts.len() > 1 && cells.iter().any(|c| c.predicted_recall.is_some());
+    push_charts(&mut h, dir, chart_files, CaptionFacts { whole, predicted, whole_model_only })?;
 
     // recall tables
     let narrow = is_narrow(g.contexts.len() * g.offsets.len(), g.topks.len() * g.precisions.len());
@@ -428,7 +450,7 @@ fn push_paired_sections(h: &mut String, g: &Grid, cells: &[CellResult], whole: b
 
 /// The "Charts" section: each chart embedded with its caption (an SVG only
 /// when no PNG of the same chart exists).
-fn push_charts(h: &mut String, dir: &Path, chart_files: &[String], whole: bool) -> Result<(), Error> {
+fn push_charts(h: &mut String, dir: &Path, chart_files: &[String], facts: CaptionFacts) -> Result<(), Error> {
     let _ = writeln!(h, "<h2>Charts</h2>");
     for file in chart_files {
         let Some(kind) = mime(file) else { continue };
@@ -444,7 +466,7 @@ fn push_charts(h: &mut String, dir: &Path, chart_files: &[String], whole: bool) 
             escape(file),
             crate::report::chart::font::base64(&bytes),
             escape(file),
-            caption(file, whole)
+            caption(file, facts)
         );
     }
 
@@ -456,7 +478,7 @@ fn push_effective_section(h: &mut String, meta: &ReportMeta, g: &Grid, whole: bo
     let _ = writeln!(h, "<h2>Effective context</h2>");
     let _ = writeln!(
         h,
-        "<p>The longest tested context with recall ≥ {} at every depth and every shorter context (point estimates); “≥” when recall held at the longest context tested, “&lt;” when it failed at the shortest.</p>",
+        "<p>The longest tested context with recall ≥ {} at every depth and every shorter context (point estimates); “≥” when recall held at the longest context tested, “&lt;” when it failed at the shortest. In brackets, when it differs, the same read from the lower and the upper ends of the Wilson 95 % intervals: effective contexts whose brackets overlap are not shown to differ.</p>",
         meta.threshold
     );
     if whole {
@@ -465,9 +487,9 @@ fn push_effective_section(h: &mut String, meta: &ReportMeta, g: &Grid, whole: bo
         h.push_str("<table><tr><th>k</th><th class=\"l\">precision</th><th>effective context</th><th>coverage limit k·c+W</th></tr>\n");
     }
     for e in &meta.effective {
-        let eff = reach_label(e.layer(), g.contexts[0]);
+        let eff = reach_label(e.layer(), e.layer_range, g.contexts[0]);
         let model = if whole {
-            let m = e.model.map_or("–".to_string(), |m| reach_label(m, g.contexts[0]));
+            let m = e.model.map_or("–".to_string(), |m| reach_label(m, e.model_range, g.contexts[0]));
             format!("<td>{m}</td>")
         } else {
             String::new()

@@ -22,6 +22,9 @@ pub struct PlotOptions {
     /// The difference heatmap's colour span ±X; None = [`diff_scale`] of
     /// the largest difference.
     pub diff_span: Option<DiffSpan>,
+    /// Draw whole-model recall alone on the recall and comparison charts
+    /// (`--whole-model-only`; the sweep must have whole-model recall).
+    pub whole_model_only: bool,
 }
 
 /// The difference heatmap's colour span ±X: a recall difference in (0, 1].
@@ -56,7 +59,7 @@ impl DiffSpan {
 
 impl Default for PlotOptions {
     fn default() -> Self {
-        PlotOptions { formats: vec![ImageFormat::Png], detail_context: None, diff_span: None }
+        PlotOptions { formats: vec![ImageFormat::Png], detail_context: None, diff_span: None, whole_model_only: false }
     }
 }
 
@@ -220,6 +223,15 @@ pub fn detail_context(contexts: &[u64], requested: Option<u64>) -> Result<u64, E
     }
 }
 
+/// Why `--whole-model-only` cannot apply: the sweep has no whole-model recall.
+pub fn whole_model_only_refused() -> ConfigError {
+    ConfigError::new(
+        "--whole-model-only",
+        "on",
+        "a sweep with whole-model recall (a scenario with a [stack]); this one has per-layer recall only",
+    )
+}
+
 /// Parses `--detail-context` as typed (K/M suffixes allowed).
 pub fn parse_detail_context(text: &str) -> Result<u64, ConfigError> {
     crate::base::units::parse_size(text)
@@ -256,6 +268,8 @@ pub struct ChartInputs<'a> {
     /// The rank/margin and comparison charts' context.
     pub context: u64,
     pub diff_span: Option<DiffSpan>,
+    /// Whole-model recall alone on the recall and comparison charts.
+    pub whole_model_only: bool,
 }
 
 impl<'a> ChartInputs<'a> {
@@ -269,6 +283,9 @@ impl<'a> ChartInputs<'a> {
             cells.iter().zip(family.precision).filter(|(c, _)| c.needle_offset == first_offset).map(|(c, p)| (c.clone(), p)).unzip();
         let grid = Grid::of(&first);
         let context = detail_context(&grid.contexts, opts.detail_context)?;
+        if opts.whole_model_only && cells.iter().all(|c| c.model_recall.is_none()) {
+            return Err(whole_model_only_refused().into());
+        }
         Ok(ChartInputs {
             meta,
             all_cells: cells,
@@ -278,6 +295,7 @@ impl<'a> ChartInputs<'a> {
             grid,
             context,
             diff_span: opts.diff_span,
+            whole_model_only: opts.whole_model_only,
         })
     }
 
@@ -297,19 +315,26 @@ pub struct SweepChart {
     pub when: &'static str,
     /// `report.html`'s caption …
     pub caption: &'static str,
-    /// … and the one when the sweep has whole-model recall, if different.
+    /// … and the one when the sweep has whole-model recall, if different;
     pub caption_whole: Option<&'static str>,
+    /// a sentence added when the sweep has analytic predictions drawn.
+    pub predicted: Option<&'static str>,
     /// Builds and draws the chart into a directory in one format (`png`,
     /// `svg`); returns the file names written, none when it does not apply.
     pub render: fn(&ChartInputs<'_>, &Path, &str) -> Result<Vec<String>, Error>,
 }
 
 impl SweepChart {
-    /// The caption for a sweep with (`whole`) or without whole-model recall.
-    pub fn caption(&self, whole: bool) -> &'static str {
-        match self.caption_whole {
+    /// The caption for a sweep with (`whole`) or without whole-model
+    /// recall, and with (`predicted`) or without analytic predictions.
+    pub fn caption(&self, whole: bool, predicted: bool) -> String {
+        let base = match self.caption_whole {
             Some(c) if whole => c,
             _ => self.caption,
+        };
+        match self.predicted {
+            Some(p) if predicted => format!("{base} {p}"),
+            _ => base.to_string(),
         }
     }
 

@@ -25,5 +25,5 @@ pub use chart::rank_margin::rank_margin_chart;
 pub use chart::recall_vs_context::{recall_chart, render_recall_chart};
 pub use directory::{parse_results, plot_dir, render_all, write_sweep};
 pub use meta::DEPTH_CHART_MIN_DEPTHS;
-pub use meta::{detail_context, parse_detail_context, DiffSpan, Grid, PlotOptions, ReportMeta};
+pub use meta::{detail_context, parse_detail_context, whole_model_only_refused, DiffSpan, Grid, PlotOptions, ReportMeta};
 pub use outputs::{render_chart, render_charts, REPORT_FILE};

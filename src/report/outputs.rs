@@ -67,7 +67,7 @@ mod tests {
     fn whole_model_recall_reaches_the_recall_chart_and_its_heatmap() {
         let (_, meta, cells) = tiny_sweep();
         assert!(meta.stack_label().is_some_and(|l| l.contains("indexer layers")));
-        let chart = recall_chart(&meta, &cells, 0.0);
+        let chart = recall_chart(&meta, &cells, 0.0, false);
         assert!(chart.title.starts_with("Whole-model recall (solid)"), "{}", chart.title);
         for sr in &chart.series {
             assert_eq!(sr.model.len(), sr.points.len());
@@ -88,7 +88,7 @@ mod tests {
         // Without whole-model recall: no heatmap, and the chart is the per-layer one.
         let plain = without_whole_model(&cells);
         assert!(heatmap_model(&meta, &plain).is_none());
-        let chart = recall_chart(&meta, &plain, 0.0);
+        let chart = recall_chart(&meta, &plain, 0.0, false);
         assert!(chart.title.starts_with("Per-layer selection recall vs context"));
         assert!(chart.series.iter().all(|s| s.model.is_empty()));
     }
@@ -131,7 +131,7 @@ mod tests {
         // the context and detail depth; one depth panel per context.
         let (_, meta, cells) = tiny_sweep();
         let g = Grid::of(&cells);
-        let cmp = compare_chart(&meta, &cells, 8192);
+        let cmp = compare_chart(&meta, &cells, 8192, false);
         assert_eq!(cmp.rows.len(), g.topks.len() * g.precisions.len());
         let c = find(&cells, g.detail_depth(), 8192, g.topks[0], &g.precisions[0]).unwrap();
         assert_eq!(cmp.rows[0].layer.value, c.recall);

@@ -5,7 +5,7 @@
 //! name in the output directory, renamed into place), so a failure never
 //! leaves a half-written file.
 
-use crate::base::units::{tokens_label, Reach};
+use crate::base::units::tokens_label;
 use crate::config::Scenario;
 use crate::error::Error;
 use crate::run::cell::{CellResult, HolmFamily, PairedTest, Pairing};
@@ -172,10 +172,13 @@ pub fn summary_csv(cells: &[CellResult]) -> String {
 /// recall (docs/MODEL.md, "Effective context"). An empty context means
 /// recall was below the threshold already at the shortest context tested;
 /// `held_at_longest` true means it held at the longest, so the true value
-/// may be longer.
+/// may be longer. The `_low` and `_high` columns are the same read from
+/// the lower and upper ends of each cell's Wilson 95 % interval (empty:
+/// below the threshold at the shortest context, or not recorded).
 pub fn effective_context_csv(effective: &[EffectiveContext]) -> String {
     let mut out = String::from(
-        "topk,precision,threshold,effective_context,held_at_longest,model_effective_context,model_held_at_longest,coverage_limit\n",
+        "topk,precision,threshold,effective_context,held_at_longest,model_effective_context,model_held_at_longest,coverage_limit,\
+         effective_context_low,effective_context_high,model_effective_context_low,model_effective_context_high\n",
     );
     for e in effective {
         let fields = [
@@ -187,6 +190,10 @@ pub fn effective_context_csv(effective: &[EffectiveContext]) -> String {
             opt(e.model.and_then(|m| m.effective_context)),
             opt(e.model.map(|m| m.held_at_longest)),
             e.coverage_limit.to_string(),
+            opt(e.layer_range.and_then(|r| r.low.effective_context)),
+            opt(e.layer_range.and_then(|r| r.high.effective_context)),
+            opt(e.model_range.and_then(|r| r.low.effective_context)),
+            opt(e.model_range.and_then(|r| r.high.effective_context)),
         ];
         out.push_str(&fields.join(","));
         out.push('\n');
@@ -287,12 +294,16 @@ pub fn format_table(s: &Scenario, outcome: &SweepOutcome) -> String {
     if s.topks.len() > 1 {
         k_pairs(&mut out, s, outcome, &holm, whole);
     }
-    let _ = writeln!(out, "\neffective context (longest context with recall ≥ {} at every depth and every shorter context)", s.threshold);
-    let reach = |effective_context: Option<u64>, held_at_longest: bool| Reach { effective_context, held_at_longest }.label(s.contexts[0]);
-    let model_column = |text: &str| if whole { format!("  {text:>12}") } else { String::new() };
     let _ = writeln!(
         out,
-        "{:>8}  {:<14}  {:>12}{}  {:>22}",
+        "\neffective context (longest context with recall ≥ {} at every depth and every shorter context; in brackets, when it differs,\n\
+         the same from the Wilson 95 % intervals' lower and upper ends: overlapping brackets are not shown to differ)",
+        s.threshold
+    );
+    let model_column = |text: &str| if whole { format!("  {text:>20}") } else { String::new() };
+    let _ = writeln!(
+        out,
+        "{:>8}  {:<14}  {:>20}{}  {:>22}",
         "k",
         "precision",
         if whole { "per layer" } else { "effective" },
@@ -300,13 +311,13 @@ pub fn format_table(s: &Scenario, outcome: &SweepOutcome) -> String {
         "coverage limit k·c+W"
     );
     for e in &outcome.effective {
-        let model = e.model.map_or_else(|| "-".into(), |m| reach(m.effective_context, m.held_at_longest));
+        let model = e.model.map_or_else(|| "-".into(), |m| m.label_with(e.model_range, s.contexts[0]));
         let _ = writeln!(
             out,
-            "{:>8}  {:<14}  {:>12}{}  {:>22}",
+            "{:>8}  {:<14}  {:>20}{}  {:>22}",
             e.topk,
             e.precision,
-            reach(e.effective_context, e.held_at_longest),
+            e.layer().label_with(e.layer_range, s.contexts[0]),
             model_column(&model),
             e.coverage_limit
         );

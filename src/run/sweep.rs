@@ -4,7 +4,7 @@
 //! and the effective context of each (k, precision).
 
 use crate::base::observe::{Observer, Standing};
-use crate::base::units::Reach;
+use crate::base::units::{Reach, ReachRange};
 use crate::config::Scenario;
 use crate::error::{Error, SimError};
 use crate::estimate::driver::{Checkpoint, NoCheckpoint};
@@ -33,6 +33,13 @@ pub struct EffectiveContext {
     /// The same read from whole-model recall; absent without a stack.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<Reach>,
+    /// Per-layer reach read from the Wilson intervals' ends (absent in
+    /// manifests written before it existed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub layer_range: Option<ReachRange>,
+    /// Whole-model reach read from the Wilson intervals' ends.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_range: Option<ReachRange>,
 }
 
 impl EffectiveContext {
@@ -58,6 +65,21 @@ fn reach_of(s: &Scenario, cells: &[CellResult], k: u64, precision: &str, recall_
         reach.effective_context = Some(context);
     }
     Some(reach)
+}
+
+/// The reach read from each cell's interval ends, `interval_of` giving
+/// (low, high); None when a cell has no interval.
+fn range_of(
+    s: &Scenario,
+    cells: &[CellResult],
+    k: u64,
+    precision: &str,
+    interval_of: impl Fn(&CellResult) -> Option<(f64, f64)>,
+) -> Option<ReachRange> {
+    Some(ReachRange {
+        low: reach_of(s, cells, k, precision, |c| interval_of(c).map(|i| i.0))?,
+        high: reach_of(s, cells, k, precision, |c| interval_of(c).map(|i| i.1))?,
+    })
 }
 
 /// A finished sweep.
@@ -197,6 +219,8 @@ pub fn effective_contexts(s: &Scenario, cells: &[CellResult]) -> Vec<EffectiveCo
                 held_at_longest: layer.held_at_longest,
                 coverage_limit: s.geometry.coverage_limit(k),
                 model: reach_of(s, cells, k, &variant.name, |c| c.model_recall),
+                layer_range: range_of(s, cells, k, &variant.name, |c| Some((c.ci_low, c.ci_high))),
+                model_range: range_of(s, cells, k, &variant.name, |c| c.model_ci_low.zip(c.model_ci_high)),
             });
         }
     }

@@ -16,7 +16,7 @@ use plotters::style::text_anchor::{HPos, VPos};
 
 use super::canvas::{draw_err, render_atomically, ChartError, Painter};
 use super::recall_vs_context::{draw_dashed, draw_marker, text_color, Encoding};
-use super::style::{text_at, ui_scale, Dash, Marker, GRID, INK, INK_SOFT};
+use super::style::{text_at, ui_scale, wrap_at_separators, Dash, Marker, GRID, INK, INK_SOFT};
 
 /// A share with its 95 % interval.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -50,6 +50,8 @@ pub struct CompareChart {
     pub reference: Option<String>,
     /// Recall threshold, drawn as a dotted vertical line in the recall panel.
     pub threshold: Option<f64>,
+    /// Draw whole-model recall alone (no per-layer markers) where rows have it.
+    pub whole_model_only: bool,
 }
 
 impl CompareChart {
@@ -61,6 +63,11 @@ impl CompareChart {
 
     fn whole(&self) -> bool {
         self.rows.iter().any(|r| r.model.is_some())
+    }
+
+    /// Whether per-layer recall is drawn beside whole-model recall.
+    fn both(&self) -> bool {
+        self.whole() && !self.whole_model_only
     }
 
     fn selection(&self) -> bool {
@@ -214,7 +221,11 @@ impl CompareChart {
                 a0,
                 a1,
                 0.0,
-                if self.whole() { "recall (large: whole model, small: per layer)".into() } else { "per-layer selection recall".into() },
+                match (self.whole(), self.both()) {
+                    (true, true) => "recall (large: whole model, small: per layer)".into(),
+                    (true, false) => "whole-model recall".into(),
+                    _ => "per-layer selection recall".into(),
+                },
             )];
             if l.panels == 2 {
                 let reference = self.reference.clone().unwrap_or_else(|| "the reference".into());
@@ -251,7 +262,7 @@ impl CompareChart {
     fn draw_rows<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>, l: &CompareLayout, enc: &Encoding) -> Result<(), ChartError> {
         let s = l.s;
         let px = |v: f64| l.px(v);
-        let whole = self.whole();
+        let both = self.both();
         let ((a0, a1), (b0, b1), row_h) = (l.a, l.b, l.row_h);
         let label_style = text_at(17.0 * s, INK, HPos::Right, VPos::Center);
         let head_style = text_at(17.0 * s, INK_SOFT, HPos::Left, VPos::Center);
@@ -271,7 +282,7 @@ impl CompareChart {
             }
             let yc = y + row_h / 2;
             root.draw(&Text::new(r.precision.clone(), (l.x_labels, yc), label_style.clone())).map_err(draw_err)?;
-            let off = if whole { (row_h as f64 * 0.17).round() as i32 } else { 0 };
+            let off = if both { (row_h as f64 * 0.17).round() as i32 } else { 0 };
             let interval = |x0: i32, x1: i32, lo: f64, e: Estimate, yy: i32, width: u32, r: f64, m: Marker| {
                 root.draw(&PathElement::new(
                     vec![(panel_x(x0, x1, lo, e.low), yy), (panel_x(x0, x1, lo, e.high), yy)],
@@ -281,7 +292,9 @@ impl CompareChart {
                 draw_marker(root, m, (panel_x(x0, x1, lo, e.value), yy), r, look.color, s)
             };
             // recall panel: whole model above (large), per layer below (small)
-            if let Some(m) = r.model {
+            if let Some(m) = r.model.filter(|_| self.whole_model_only) {
+                interval(a0, a1, 0.0, m, yc, thick, big, look.marker)?;
+            } else if let Some(m) = r.model {
                 interval(a0, a1, 0.0, m, yc - off, thick, big, look.marker)?;
                 interval(a0, a1, 0.0, r.layer, yc + off, thin, small, look.marker)?;
             } else {
@@ -295,6 +308,14 @@ impl CompareChart {
                     interval(b0, b1, l.sel_lo, e, yc, thick, big, look.marker)?;
                     let txt = format!("{:.3} [{:.3}, {:.3}]", e.value, e.low, e.high);
                     root.draw(&Text::new(txt, (b1 + px(12.0), yc), value_style.clone())).map_err(draw_err)?;
+                } else {
+                    // say why the row is empty rather than leave a gap
+                    let why = if self.reference.as_deref() == Some(r.precision.as_str()) {
+                        "the reference itself (recall 1 by definition)"
+                    } else {
+                        "no selection against the reference"
+                    };
+                    root.draw(&Text::new(why, (b0 + px(8.0), yc), value_style.clone())).map_err(draw_err)?;
                 }
             }
             y += row_h;
@@ -321,14 +342,16 @@ impl CompareChart {
             root.draw(&PathElement::new(vec![(x, ly), (x + px(40.0), ly)], INK_SOFT.stroke_width(width))).map_err(draw_err)?;
             draw_marker(root, Marker::Circle, (x + px(20.0), ly), r, INK_SOFT, s)
         };
-        if self.whole() {
+        if self.both() {
             key(&mut lx, "whole-model recall, Wilson 95 % interval".into(), &|x| seg(x, thick, big))?;
             key(&mut lx, "per-layer selection recall, Wilson 95 % interval".into(), &|x| seg(x, thin, small))?;
+        } else if self.whole() {
+            key(&mut lx, "whole-model recall, Wilson 95 % interval".into(), &|x| seg(x, thick, big))?;
         } else {
             key(&mut lx, "per-layer selection recall, Wilson 95 % interval".into(), &|x| seg(x, thick, big))?;
         }
         if l.panels == 2 {
-            key(&mut lx, "selection recall: mean and 95 % interval over trials".into(), &|_| Ok(()))?;
+            key(&mut lx, "right: selection recall, mean and 95 % interval over trials".into(), &|x| seg(x, thick, big))?;
         }
         if let Some(t) = self.threshold {
             key(&mut lx, format!("recall threshold {t:.2}"), &|x| {
@@ -357,8 +380,15 @@ impl Painter for CompareChart {
         let margin = px(24.0);
         let title_h = root.estimate_text_size("Ag", &title_style).map_err(draw_err)?.1 as i32;
         root.draw(&Text::new(self.title.clone(), (margin, margin), title_style)).map_err(draw_err)?;
-        root.draw(&Text::new(self.subtitle.clone(), (margin, margin + title_h + px(10.0)), subtitle_style)).map_err(draw_err)?;
-        let layout = self.layout(root, s, title_h)?;
+        let line_h = root.estimate_text_size("Ag", &subtitle_style).map_err(draw_err)?.1 as i32 + px(6.0);
+        let fit = w as i32 - 2 * margin;
+        let lines = wrap_at_separators(&self.subtitle, fit, |t| root.estimate_text_size(t, &subtitle_style).map_or(0, |(tw, _)| tw as i32));
+        for (i, line) in lines.iter().enumerate() {
+            let y = margin + title_h + px(10.0) + i as i32 * line_h;
+            root.draw(&Text::new(line.clone(), (margin, y), subtitle_style.clone())).map_err(draw_err)?;
+        }
+        // the panels start below the subtitle's further lines
+        let layout = self.layout(root, s, title_h + (lines.len() as i32 - 1).max(0) * line_h)?;
         self.draw_shading(root, &layout)?;
         self.draw_axes(root, &layout)?;
         self.draw_rows(root, &layout, &enc)?;
@@ -379,7 +409,7 @@ pub(crate) fn estimate(value: f64, low: f64, high: f64) -> Estimate {
 
 /// Every (k, precision) at `context` and the detail depth: per-layer and
 /// whole-model recall, and selection recall against the reference.
-pub fn compare_chart(meta: &ReportMeta, cells: &[CellResult], context: u64) -> CompareChart {
+pub fn compare_chart(meta: &ReportMeta, cells: &[CellResult], context: u64, whole_model_only: bool) -> CompareChart {
     let g = Grid::of(cells);
     let depth = g.detail_depth();
     let trials = cells.first().map_or(0, |c| c.trials);
@@ -405,7 +435,11 @@ pub fn compare_chart(meta: &ReportMeta, cells: &[CellResult], context: u64) -> C
         }
     }
     let whole = rows.iter().any(|r| r.model.is_some());
-    let what = if whole { "Whole-model and per-layer selection recall" } else { "Per-layer selection recall" };
+    let what = match (whole, whole_model_only) {
+        (true, false) => "Whole-model and per-layer selection recall",
+        (true, true) => "Whole-model recall",
+        _ => "Per-layer selection recall",
+    };
     let stack = meta.stack_label().filter(|_| whole).map_or_else(String::new, |s| format!(" · whole model: {s}"));
     let chosen = if g.contexts.len() > 1 { " (detail context: --detail-context picks another)" } else { "" };
     CompareChart {
@@ -419,6 +453,7 @@ pub fn compare_chart(meta: &ReportMeta, cells: &[CellResult], context: u64) -> C
         reference: cells.iter().find_map(|c| c.fidelity_reference.clone()),
         rows,
         threshold: Some(meta.threshold),
+        whole_model_only,
     }
 }
 
@@ -427,8 +462,9 @@ pub const CHART: SweepChart = SweepChart {
     when: "always, at the detail context and depth (with one context it replaces recall_vs_context, whose one x position would overlap every marker)",
     caption: "Every precision and k at one context and the detail depth: per-layer selection recall with its Wilson 95 % interval, printed beside it; with a reference precision, the second panel is each selection's recall@k against the reference top-k; the dotted line is the recall threshold.",
     caption_whole: Some("Every precision and k at one context and the detail depth: whole-model recall (large marker, thick line) and per-layer selection recall (small marker, thin line) with Wilson 95 % intervals, whole-model recall printed beside them; with a reference precision, the second panel is each selection's recall@k against the reference top-k; the dotted line is the recall threshold."),
+    predicted: None,
     render: |c, dir, ext| {
-        let chart = compare_chart(c.meta, &c.cells, c.context);
+        let chart = compare_chart(c.meta, &c.cells, c.context, c.whole_model_only);
         draw(dir, "compare", ext, |path| Ok(render_compare(&chart, path, 1600, chart.height())?))
     },
 };
@@ -452,7 +488,14 @@ mod tests {
                 selection: (p != "fp32").then(|| e(0.97)),
             })
             .collect();
-        CompareChart { title: "t".into(), subtitle: "s".into(), rows, reference: Some("fp32".into()), threshold: Some(0.9) }
+        CompareChart {
+            title: "t".into(),
+            subtitle: "s".into(),
+            rows,
+            reference: Some("fp32".into()),
+            threshold: Some(0.9),
+            whole_model_only: false,
+        }
     }
 
     #[test]
@@ -467,6 +510,32 @@ mod tests {
         bad.rows.clear();
         assert!(render_compare(&bad, &dir.path().join("b.png"), 1600, 900).is_err());
         assert!(!dir.path().join("b.png").exists());
+    }
+
+    fn svg(c: &CompareChart) -> String {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.svg");
+        render_compare(c, &path, 1600, c.height()).unwrap();
+        std::fs::read_to_string(path).unwrap()
+    }
+
+    #[test]
+    fn empty_reference_rows_say_why_and_whole_model_only_drops_per_layer() {
+        let both = svg(&demo());
+        assert_eq!(both.matches("the reference itself").count(), 2, "one note per fp32 row");
+        assert!(both.contains("per-layer selection recall"));
+        let alone = svg(&CompareChart { whole_model_only: true, ..demo() });
+        assert!(!alone.contains("per-layer") && !alone.contains("per layer"), "no per-layer key, axis or marker note");
+        assert!(alone.contains("whole-model recall"));
+    }
+
+    #[test]
+    fn a_long_subtitle_wraps_inside_the_chart() {
+        let long = CompareChart { subtitle: ["RoPE v4, pooling on"; 12].join(" · "), ..demo() };
+        let text = svg(&long);
+        // two lines, each a run of whole parts
+        let lines: Vec<&str> = text.lines().filter(|l| l.contains("RoPE v4, pooling on")).collect();
+        assert!(lines.len() >= 2, "{lines:?}");
     }
 
     #[test]

@@ -413,6 +413,7 @@ pub const CHART: SweepChart = SweepChart {
     when: "with a reference precision (fp32)",
     caption: "Selection fidelity: the share of the exact top-k kept by each quantized selection (recall@k) and the Jaccard overlap of the two sets, with 95 % intervals; the dashed line is the 0.99 pass rule.",
     caption_whole: None,
+    predicted: None,
     render: |c, dir, ext| match fidelity_chart(c.meta, &c.cells) {
         Some(f) => draw(dir, "fidelity", ext, |path| Ok(render_fidelity(&f, path, 1600, 1000)?)),
         None => Ok(Vec::new()),

@@ -557,6 +557,7 @@ pub const CHART: SweepChart = SweepChart {
     when: "two depths or more",
     caption: "Per-layer selection recall by depth (0 % = start of the context, at the top) and context length; the dashed line marks the coverage limit k·c+W.",
     caption_whole: None,
+    predicted: None,
     render: |c, dir, ext| {
         if c.grid.depths.len() < 2 {
             return Ok(Vec::new());
@@ -572,6 +573,7 @@ pub const MODEL_CHART: SweepChart = SweepChart {
     when: "two depths or more, with whole-model recall",
     caption: "Whole-model recall by depth (0 % = start of the context, at the top) and context length; the dashed line marks the coverage limit k·c+W of the indexed layers.",
     caption_whole: None,
+    predicted: None,
     render: |c, dir, ext| {
         let Some(model) = heatmap_model(c.meta, &c.cells).filter(|_| c.grid.depths.len() >= 2) else { return Ok(Vec::new()) };
         // Sized as the per-layer heatmap, which it sits beside.
@@ -585,6 +587,7 @@ pub const DIFF_CHART: SweepChart = SweepChart {
     when: "two depths or more, and two precisions or more",
     caption: "Per-layer selection recall difference against the baseline precision on the same haystacks (blue: better than the baseline, red: worse); a ring marks a cell whose McNemar p, Holm-adjusted over every paired test of the sweep, is below 0.05; the colour span is ±the largest difference rounded up (at least 0.1) unless --diff-span sets it.",
     caption_whole: None,
+    predicted: None,
     render: |c, dir, ext| {
         if c.grid.depths.len() < 2 {
             return Ok(Vec::new());

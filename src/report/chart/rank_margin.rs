@@ -230,16 +230,15 @@ impl RankMarginChart {
             s,
             INK.stroke_width((2.0 * s).round().max(1.0) as u32),
         )?;
-        let note = match panel {
-            Panel::Rank => "k-th row: beyond it the needle is lost →",
-            Panel::Margin => "← below 0 the needle is lost",
-        };
-        // each note sits on the kept side of its line
-        let (hpos, dx) = match panel {
-            Panel::Rank => (HPos::Right, -px(6.0)),
-            Panel::Margin => (HPos::Left, px(6.0)),
-        };
-        area.draw(&Text::new(note, (x + dx, y_top + px(4.0)), text_at(14.0 * s, INK, hpos, VPos::Top))).map_err(draw_err)?;
+        let (plot_x, _) = chart.plotting_area().get_pixel_range();
+        let (note_x, note, hpos) = limit_note(
+            panel,
+            x,
+            (plot_x.start - ox, plot_x.end - ox),
+            |t| area.estimate_text_size(t, &text_at(14.0 * s, INK, HPos::Left, VPos::Top)).map_or(0, |(w, _)| w as i32),
+            px(6.0),
+        );
+        area.draw(&Text::new(note, (note_x, y_top + px(4.0)), text_at(14.0 * s, INK, hpos, VPos::Top))).map_err(draw_err)?;
         Ok(())
     }
 
@@ -377,12 +376,43 @@ pub const CHART: SweepChart = SweepChart {
     when: "always, at the detail context and depth",
     caption: "Why needles miss one layer's top-k: rank of the best needle row as a share of k_eff (beyond 1 it is lost) and its score margin to the k-th competitor (below 0 it is lost); whiskers 5–95 %, box 25–75 %, bar = median.",
     caption_whole: None,
+    predicted: None,
     render: |c, dir, ext| {
         let rm = rank_margin_chart(c.meta, &c.cells, c.context);
         let h = (300 + 70 * rm.rows.len()).clamp(1000, 4000) as u32;
         draw(dir, "rank_margin", ext, |path| Ok(render_rank_margin(&rm, path, 1600, h)?))
     },
 };
+
+/// Where the note at a panel's limit line (at `x`, the plot spanning
+/// `plot` in the same pixels) goes: on the kept side of the line when it
+/// fits there, else on the lost side with its arrow turned, else against
+/// the plot's edge; never outside the plot (`width` measures a text).
+fn limit_note(panel: Panel, x: i32, plot: (i32, i32), width: impl Fn(&str) -> i32, gap: i32) -> (i32, &'static str, HPos) {
+    // (text, anchor, x) for the note on the kept side and on the lost side
+    let (kept, lost) = match panel {
+        Panel::Rank => (
+            ("k-th row: beyond it the needle is lost →", HPos::Right, x - gap),
+            ("← k-th row: beyond it the needle is lost", HPos::Left, x + gap),
+        ),
+        Panel::Margin => (("← below 0 the needle is lost", HPos::Left, x + gap), ("below 0 the needle is lost →", HPos::Right, x - gap)),
+    };
+    let fits = |(t, h, at): (&'static str, HPos, i32)| match h {
+        HPos::Right => at - width(t) >= plot.0,
+        _ => at + width(t) <= plot.1,
+    };
+    for side in [kept, lost] {
+        if fits(side) {
+            return (side.2, side.0, side.1);
+        }
+    }
+    // neither side has room: the kept side's text, inside the plot
+    let (t, h, _) = kept;
+    match h {
+        HPos::Right => (plot.1 - gap, t, HPos::Right),
+        _ => (plot.0 + gap, t, HPos::Left),
+    }
+}
 
 #[cfg(test)]
 mod tests {
@@ -429,6 +459,32 @@ mod tests {
         c.rows[0].rank_share = Some([f64::NAN; 5]);
         assert!(render_rank_margin(&c, &path, 1200, 700).is_err());
         assert!(!path.exists());
+    }
+
+    #[test]
+    fn limit_notes_stay_inside_the_plot() {
+        // 10 px per character; the plot spans 100..900
+        let width = |t: &str| 10 * t.chars().count() as i32;
+        let inside = |(x, t, h): (i32, &str, HPos)| match h {
+            HPos::Right => x - width(t) >= 100 && x <= 900,
+            _ => x >= 100 && x + width(t) <= 900,
+        };
+        for panel in [Panel::Rank, Panel::Margin] {
+            for x in [100, 105, 300, 500, 700, 895, 900] {
+                let note = limit_note(panel, x, (100, 900), width, 6);
+                let (at, t) = (note.0, note.1);
+                assert!(inside(note), "x = {x}: {t:?} at {at}");
+            }
+        }
+        // room on the kept side: the kept side's note, arrow pointing at the lost side
+        assert_eq!(limit_note(Panel::Rank, 800, (100, 900), width, 6).1, "k-th row: beyond it the needle is lost →");
+        // the limit near the left edge: the note turns to the right of the line
+        let at = |panel, x| {
+            let (x, t, h) = limit_note(panel, x, (100, 900), width, 6);
+            (x, t, matches!(h, HPos::Left))
+        };
+        assert_eq!(at(Panel::Rank, 120), (126, "← k-th row: beyond it the needle is lost", true));
+        assert_eq!(at(Panel::Margin, 880), (874, "below 0 the needle is lost →", false));
     }
 
     #[test]

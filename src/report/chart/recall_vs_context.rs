@@ -19,7 +19,7 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, VPos};
 
-use crate::base::units::{tokens_label, Reach};
+use crate::base::units::{tokens_label, Reach, ReachRange};
 
 use super::canvas::{draw_err, render_atomically, ChartError, Painter};
 use super::style::{
@@ -70,6 +70,9 @@ pub struct RecallChart {
     /// Effective-context notes, appended to the matching series' legend
     /// entry ("k=512, bf16 · eff. 16K"), outside the plot so no data is covered.
     pub effective: Vec<EffectiveMark>,
+    /// With whole-model recall, draw it alone: no per-layer lines or
+    /// predictions (`--whole-model-only`).
+    pub whole_model_only: bool,
 }
 
 /// The effective context of one (top-k, precision) series.
@@ -83,19 +86,30 @@ pub struct EffectiveMark {
     pub held_at_longest: bool,
     /// The effective context read from whole-model recall (None: not known).
     pub model: Option<Reach>,
+    /// Per-layer and whole-model reach from the Wilson intervals' ends
+    /// (None: not known), shown in brackets when wider than the point.
+    pub layer_range: Option<ReachRange>,
+    pub model_range: Option<ReachRange>,
 }
 
 impl EffectiveMark {
-    /// "eff. 16K", "eff. ≥ 128K" or "eff. < 1K" (`shortest` = the shortest tested context).
+    /// "eff. 16K", "eff. ≥ 128K", "eff. < 1K" (`shortest` = the shortest
+    /// tested context) or, when the interval ends read differently,
+    /// "eff. 16K [8K, 32K]".
     pub fn label(&self, shortest: u64) -> String {
-        format!("eff. {}", self.layer().label(shortest))
+        format!("eff. {}", self.layer().label_with(self.layer_range, shortest))
     }
 
-    /// With whole-model recall: "model ≥ 128K, layer 2K" ("model –" when
-    /// its model reach is not known).
+    /// With whole-model recall: "model ≥ 128K, layer 2K [1K, 4K]" ("model
+    /// –" when its model reach is not known).
     pub fn model_label(&self, shortest: u64) -> String {
-        let model = self.model.map_or_else(|| "–".to_string(), |m| m.label(shortest));
-        format!("model {model}, layer {}", self.layer().label(shortest))
+        let model = self.model.map_or_else(|| "–".to_string(), |m| m.label_with(self.model_range, shortest));
+        format!("model {model}, layer {}", self.layer().label_with(self.layer_range, shortest))
+    }
+
+    /// With whole-model recall drawn alone: "model ≥ 128K".
+    pub fn model_only_label(&self, shortest: u64) -> String {
+        format!("model {}", self.model.map_or_else(|| "–".to_string(), |m| m.label_with(self.model_range, shortest)))
     }
 
     fn layer(&self) -> Reach {
@@ -343,6 +357,9 @@ struct Frame {
     enc: Encoding,
     /// Whole-model recall present: it is the main line (module docs).
     whole: bool,
+    /// Per-layer lines (and predictions) drawn: always without whole-model
+    /// recall, and beside it unless it is drawn alone.
+    layers: bool,
     title_style: TextStyle<'static>,
     subtitle_style: TextStyle<'static>,
     legend_style: TextStyle<'static>,
@@ -367,6 +384,7 @@ impl Frame {
             s,
             enc: Encoding::new(chart),
             whole: chart.series.iter().any(|sr| !sr.model.is_empty()),
+            layers: !chart.whole_model_only || chart.series.iter().all(|sr| sr.model.is_empty()),
             title_style: text_at(30.0 * s, INK, HPos::Left, VPos::Top),
             subtitle_style: text_at(18.0 * s, INK_SOFT, HPos::Left, VPos::Top),
             legend_style: text_at(16.0 * s, INK, HPos::Left, VPos::Center),
@@ -453,6 +471,7 @@ impl RecallChart {
                 let sr = &self.series[i];
                 let base = format!("k={}, {}", sr.topk, sr.precision);
                 match self.effective.iter().find(|e| e.topk == sr.topk && e.precision == sr.precision) {
+                    Some(e) if whole && !f.layers => format!("{base} · {}", e.model_only_label(axis.shortest)),
                     Some(e) if whole => format!("{base} · {}", e.model_label(axis.shortest)),
                     Some(e) => format!("{base} · {}", e.label(axis.shortest)),
                     None => base,
@@ -467,7 +486,10 @@ impl RecallChart {
             .collect();
         let assumption_band = whole && self.series.iter().any(|sr| sr.model_band.len() > 1);
         let mut extra_labels = if whole {
-            let mut labels = vec!["whole-model recall, 95 % band".to_string(), "per-layer selection recall".to_string()];
+            let mut labels = vec!["whole-model recall, 95 % band".to_string()];
+            if f.layers {
+                labels.push("per-layer selection recall".to_string());
+            }
             if assumption_band {
                 labels.push("dotted: whole model as layers share more / less".to_string());
             }
@@ -513,7 +535,7 @@ impl RecallChart {
                 continue;
             }
             let x = probe.backend_coord(&((c as f64).log2(), 0.0)).0;
-            let text = format!("k={k} coverage {}", format_thousands(c));
+            let text = format!("k={k} coverage {} tokens", format_thousands(c));
             let (tw, _) = root.estimate_text_size(&text, &cov_style).map_err(draw_err)?;
             labels.push(CoverageLabel { k, x, text, width: tw as i32 + f.px(8.0), row: 0 });
         }
@@ -543,7 +565,7 @@ impl RecallChart {
                 INK_SOFT.stroke_width((2.0 * s).round().max(1.0) as u32),
             )?;
         }
-        // dashed verticals, leaders and labels
+        // thin solid verticals (dashes belong to recall lines), leaders and labels
         let row_h = f.row_h;
         for l in cov_labels {
             let color = f.enc.topk_color(l.k);
@@ -551,9 +573,9 @@ impl RecallChart {
             draw_dashed(
                 root,
                 &[(l.x as f64, plot_bottom as f64), (l.x as f64, (label_mid_y + row_h / 2 - f.px(2.0)) as f64)],
-                Dash::LongDash,
-                s * 0.6,
-                color.stroke_width(f.cov_w),
+                Dash::Solid,
+                s,
+                color.mix(0.55).stroke_width(f.cov_w),
             )?;
             root.draw(&Text::new(
                 l.text.clone(),
@@ -637,7 +659,7 @@ impl RecallChart {
             Ok(())
         };
         if f.whole {
-            for sr in &self.series {
+            for sr in self.series.iter().filter(|_| f.layers) {
                 let look = f.enc.look(sr);
                 let pts = recall_px(&sr.points);
                 draw_dashed(root, &pts, Dash::Dashed, s, look.color.stroke_width(f.layer_w))?;
@@ -717,7 +739,7 @@ impl RecallChart {
         }
         label(&extra_labels[0], y)?;
         y += f.entry_h;
-        if whole {
+        if whole && f.layers {
             draw_dashed(root, &swatch_line(y as f64), Dash::Dashed, s, INK_SOFT.stroke_width(f.layer_w))?;
             draw_marker(root, Marker::Circle, (lx + swatch_w / 2, y), f.layer_marker_r, INK_SOFT, s)?;
             label(&extra_labels[1], y)?;
@@ -729,7 +751,7 @@ impl RecallChart {
                 let yf = (y as f64) + px(dy) as f64;
                 draw_dashed(root, &swatch_line(yf), Dash::Dotted, s * 0.7, INK_SOFT.stroke_width(f.edge_w))?;
             }
-            label(&extra_labels[2], y)?;
+            label(&extra_labels[legend.line_keys - 1], y)?;
             y += f.entry_h;
         }
         let mut extra = extra_labels.iter().skip(legend.line_keys);
@@ -738,9 +760,9 @@ impl RecallChart {
             draw_dashed(
                 root,
                 &[(xm, (y - px(11.0)) as f64), (xm, (y + px(11.0)) as f64)],
-                Dash::LongDash,
-                s * 0.6,
-                INK_SOFT.stroke_width(f.cov_w),
+                Dash::Solid,
+                s,
+                INK_SOFT.mix(0.55).stroke_width(f.cov_w),
             )?;
             if let Some(l) = extra.next() {
                 label(l, y)?;
@@ -754,7 +776,7 @@ impl RecallChart {
             }
             y += f.entry_h;
         }
-        if self.series.iter().any(|sr| sr.predicted.len() > 1) {
+        if f.layers && self.series.iter().any(|sr| sr.predicted.len() > 1) {
             let (dash, scale) = if whole { (Dash::Dotted, s) } else { (Dash::LongDash, s * 0.8) };
             draw_dashed(root, &swatch_line(y as f64), dash, scale, INK_SOFT.stroke_width(f.predicted_w))?;
             label(legend.predicted_label, y)?;
@@ -810,7 +832,11 @@ impl Painter for RecallChart {
             .light_line_style(TRANSPARENT)
             .axis_style(INK_SOFT.stroke_width(1))
             .x_desc("context length (tokens, log2 scale)")
-            .y_desc(if f.whole { "recall (solid: whole model, dashed: per layer)" } else { "per-layer selection recall" })
+            .y_desc(match (f.whole, f.layers) {
+                (true, true) => "recall (solid: whole model, dashed: per layer)",
+                (true, false) => "whole-model recall",
+                _ => "per-layer selection recall",
+            })
             .axis_desc_style(text(19.0 * s, INK))
             .label_style(text(16.0 * s, INK))
             .x_label_formatter(&|v: &f64| {
@@ -847,7 +873,7 @@ use crate::run::sweep::effective_contexts;
 
 /// The recall-vs-context chart of one depth (per-layer selection recall:
 /// docs/MODEL.md, "What is measured").
-pub fn recall_chart(meta: &ReportMeta, cells: &[CellResult], depth: f64) -> RecallChart {
+pub fn recall_chart(meta: &ReportMeta, cells: &[CellResult], depth: f64, whole_model_only: bool) -> RecallChart {
     let g = Grid::of(cells);
     let trials = cells.first().map_or(0, |c| c.trials);
     let mut series = Vec::new();
@@ -895,6 +921,9 @@ pub fn recall_chart(meta: &ReportMeta, cells: &[CellResult], depth: f64) -> Reca
         g.topks.iter().filter_map(|&k| cells.iter().find(|c| c.topk == k).map(|c| (k as u32, c.coverage_limit))).collect();
     let whole = series.iter().any(|s| !s.model.is_empty());
     let (title, stack) = match meta.stack_label() {
+        Some(stack) if whole && whole_model_only => {
+            (format!("Whole-model recall vs context · {} · {}", meta.preset, meta.physics_label()), format!(" · whole model: {stack}"))
+        }
         Some(stack) if whole => (
             format!(
                 "Whole-model recall (solid) and per-layer selection recall (dashed) vs context · {} · {}",
@@ -923,8 +952,11 @@ pub fn recall_chart(meta: &ReportMeta, cells: &[CellResult], depth: f64) -> Reca
                 context_tokens: e.effective_context,
                 held_at_longest: e.held_at_longest,
                 model: e.model,
+                layer_range: e.layer_range,
+                model_range: e.model_range,
             })
             .collect(),
+        whole_model_only,
     }
 }
 
@@ -933,7 +965,7 @@ pub fn recall_chart(meta: &ReportMeta, cells: &[CellResult], depth: f64) -> Reca
 /// for the others); effective contexts are computed from `cells`.
 pub fn render_recall_chart(s: &Scenario, cells: &[CellResult], path: &Path) -> Result<(), Error> {
     let meta = ReportMeta::from_scenario(s, &effective_contexts(s, cells));
-    render_recall_charts(&meta, cells, path).map(|_| ())
+    render_recall_charts(&meta, cells, path, false).map(|_| ())
 }
 
 fn recall_chart_path(first: &Path, index: usize, depth: f64) -> std::path::PathBuf {
@@ -945,12 +977,17 @@ fn recall_chart_path(first: &Path, index: usize, depth: f64) -> std::path::PathB
     first.with_file_name(format!("{stem}_depth{depth}.{ext}"))
 }
 
-fn render_recall_charts(meta: &ReportMeta, cells: &[CellResult], path: &Path) -> Result<Vec<std::path::PathBuf>, Error> {
+fn render_recall_charts(
+    meta: &ReportMeta,
+    cells: &[CellResult],
+    path: &Path,
+    whole_model_only: bool,
+) -> Result<Vec<std::path::PathBuf>, Error> {
     let g = Grid::of(cells);
     let mut written = Vec::new();
     for (i, &depth) in g.depths.iter().enumerate() {
         let target = recall_chart_path(path, i, depth);
-        render_recall_vs_context(&recall_chart(meta, cells, depth), &target, 1600, 1000)?;
+        render_recall_vs_context(&recall_chart(meta, cells, depth, whole_model_only), &target, 1600, 1000)?;
         written.push(target);
     }
     Ok(written)
@@ -959,18 +996,19 @@ fn render_recall_charts(meta: &ReportMeta, cells: &[CellResult], path: &Path) ->
 pub const CHART: SweepChart = SweepChart {
     stem: RECALL_VS_CONTEXT,
     when: "several contexts: one per depth with up to two depths, else one at the detail depth beside recall_vs_depth",
-    caption: "Per-layer selection recall vs context (log2 axis), one line per (k, precision), Wilson 95 % bands; dashed verticals mark the coverage limit k·c+W, the dotted line the recall threshold; the legend gives each series' effective context.",
-    caption_whole: Some("Whole-model recall (solid lines, Wilson 95 % bands) and per-layer selection recall (thin dashed lines, smaller markers) vs context (log2 axis), one colour per k, one marker per precision; dashed verticals mark the coverage limit k·c+W, the dotted grey line the recall threshold, dotted coloured lines the analytic prediction of per-layer recall; the legend gives each series' effective context read from both."),
+    caption: "Per-layer selection recall vs context (log2 axis), one line per (k, precision), Wilson 95 % bands; thin solid verticals mark the coverage limit k·c+W, the dotted line the recall threshold; the legend gives each series' effective context, with the range read from the intervals' ends in brackets when it differs.",
+    caption_whole: Some("Whole-model recall (solid lines, Wilson 95 % bands) and per-layer selection recall (thin dashed lines, smaller markers) vs context (log2 axis), one colour per k, one marker per precision; thin solid verticals mark the coverage limit k·c+W, the dotted grey line the recall threshold; the legend gives each series' effective context read from both, with the range read from the intervals' ends in brackets when it differs."),
+    predicted: Some("Lines in each series' colour, long-dashed (dotted beside whole-model recall), are the analytic prediction of per-layer recall."),
     render: |c, dir, ext| {
         let first = dir.join(format!("{RECALL_VS_CONTEXT}.{ext}"));
         if c.grid.contexts.len() < 2 {
             return Ok(Vec::new());
         }
         if c.by_depth() {
-            render_recall_vs_context(&recall_chart(c.meta, c.all_cells, c.grid.detail_depth()), &first, 1600, 1000)?;
+            render_recall_vs_context(&recall_chart(c.meta, c.all_cells, c.grid.detail_depth(), c.whole_model_only), &first, 1600, 1000)?;
             return Ok(vec![file_name(&first)]);
         }
-        Ok(render_recall_charts(c.meta, c.all_cells, &first)?.iter().map(|p| file_name(p)).collect())
+        Ok(render_recall_charts(c.meta, c.all_cells, &first, c.whole_model_only)?.iter().map(|p| file_name(p)).collect())
     },
 };
 
@@ -1010,7 +1048,10 @@ mod tests {
                 context_tokens: Some(8192),
                 held_at_longest: false,
                 model: None,
+                layer_range: None,
+                model_range: None,
             }],
+            whole_model_only: false,
         }
     }
 
@@ -1185,9 +1226,37 @@ mod tests {
             context_tokens: None,
             held_at_longest: false,
             model: Some(r(Some(8192), false)),
+            layer_range: None,
+            model_range: None,
         };
         assert_eq!(e.label(1024), "eff. < 1K");
         assert_eq!(e.model_label(1024), "model 8K, layer < 1K");
+        assert_eq!(e.model_only_label(1024), "model 8K");
+        // a range as wide as its point is not printed; a wider one is
+        let same = ReachRange { low: r(Some(8192), false), high: r(Some(8192), false) };
+        let wide = ReachRange { low: r(Some(4096), false), high: r(Some(1 << 17), true) };
+        let e = EffectiveMark { model_range: Some(same), layer_range: Some(wide), context_tokens: Some(16384), ..e };
+        assert_eq!(e.model_label(1024), "model 8K, layer 16K [4K, ≥ 128K]");
+        assert_eq!(e.label(1024), "eff. 16K [4K, ≥ 128K]");
+    }
+
+    #[test]
+    fn whole_model_only_draws_no_per_layer_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let both = whole_model_chart();
+        let alone = RecallChart { whole_model_only: true, ..whole_model_chart() };
+        let svg = |c: &RecallChart, name: &str| {
+            let path = dir.path().join(name);
+            render_recall_vs_context(c, &path, 1600, 1000).unwrap();
+            std::fs::read_to_string(path).unwrap()
+        };
+        let (a, b) = (svg(&both, "both.svg"), svg(&alone, "alone.svg"));
+        assert!(a.contains("per-layer selection recall") && a.contains("predicted per-layer"), "the default keys both lines");
+        assert!(!b.contains("per-layer"), "whole-model only: no per-layer key or axis name");
+        assert!(b.contains("whole-model recall"));
+        // with no whole-model recall the option leaves the per-layer chart as it is
+        let plain = demo_chart();
+        assert_eq!(svg(&plain, "p1.svg"), svg(&RecallChart { whole_model_only: true, ..demo_chart() }, "p2.svg"));
     }
 
     #[test]

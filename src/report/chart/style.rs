@@ -253,9 +253,35 @@ impl Ranged for TickedAxis {
     }
 }
 
+/// `text` broken into lines no wider than `max_w` (as `width` measures
+/// them), only at its " · " separators; a part wider than `max_w` on its
+/// own stays one line.
+pub fn wrap_at_separators(text: &str, max_w: i32, width: impl Fn(&str) -> i32) -> Vec<String> {
+    let mut lines: Vec<String> = Vec::new();
+    for part in text.split(" · ") {
+        match lines.last_mut() {
+            Some(line) if width(&format!("{line} · {part}")) <= max_w => {
+                line.push_str(" · ");
+                line.push_str(part);
+            }
+            _ => lines.push(part.to_string()),
+        }
+    }
+    lines
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn wrapping_breaks_only_at_separators() {
+        let width = |t: &str| t.chars().count() as i32;
+        assert_eq!(wrap_at_separators("a · b · c", 20, width), ["a · b · c"]);
+        assert_eq!(wrap_at_separators("aaaa · bbbb · cc", 11, width), ["aaaa · bbbb", "cc"]);
+        assert_eq!(wrap_at_separators("a very long part · b", 5, width), ["a very long part", "b"]);
+        assert_eq!(wrap_at_separators("", 5, width), [""]);
+    }
 
     #[test]
     fn thousands_separators() {

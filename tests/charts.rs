@@ -272,6 +272,15 @@ fn plot_errors_are_one_line_naming_the_file() {
     std::fs::write(&results, lines.join("\n")).unwrap();
     let err = plot_error(&dir);
     assert!(err.contains("results.jsonl line 3"), "{err}");
+    // more survivors than trials (an edited file) is refused, naming both
+    let line = text.lines().nth(1).unwrap();
+    let start = line.find("\"survived\":").expect("a survived field") + "\"survived\":".len();
+    let end = start + line[start..].find(',').unwrap();
+    let survived = format!("{}9999{}", &line[..start], &line[end..]);
+    let edited: Vec<String> = text.lines().enumerate().map(|(i, l)| if i == 1 { survived.clone() } else { l.to_string() }).collect();
+    std::fs::write(&results, edited.join("\n")).unwrap();
+    let err = plot_error(&dir);
+    assert!(err.contains("results.jsonl line 2") && err.contains("survived = 9999"), "{err}");
 
     std::fs::write(&results, text).unwrap();
     std::fs::remove_file(dir.join("manifest.json")).unwrap();

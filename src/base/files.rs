@@ -21,6 +21,10 @@ pub const SCENARIO_FILE_CAP: u64 = 4 << 20;
 pub const JSON_FILE_CAP: u64 = 64 << 20;
 /// The most an observations CSV may hold (one row per measured cell).
 pub const OBSERVATIONS_FILE_CAP: u64 = 64 << 20;
+/// The most a file that grows with the grid may hold (`results.jsonl`,
+/// about 2 KiB per cell; `checkpoint.jsonl`, well under 1 KiB per chunk of
+/// trials): a million cells fit, `/dev/zero` behind a link does not.
+pub const GRID_FILE_CAP: u64 = 4 << 30;
 
 /// The lock file [`DirLock`] keeps in a directory while it holds it.
 pub const LOCK_FILE: &str = ".dsa-recall.lock";

@@ -17,7 +17,7 @@ pub fn blame(error: ConfigError, file: Option<&Path>, overlay: &ScenarioParams) 
     if key.is_empty() || sets(overlay, &key) {
         return error.into();
     }
-    let Ok(text) = std::fs::read_to_string(path) else { return error.into() };
+    let Ok(text) = crate::base::files::read_text_capped(path, crate::base::files::SCENARIO_FILE_CAP) else { return error.into() };
     let Ok(in_file) = super::params::parse_scenario_toml(&text) else { return error.into() };
     if !sets(&in_file, &key) {
         return error.into();

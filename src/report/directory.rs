@@ -65,6 +65,15 @@ pub fn parse_results(text: &str, location: &str) -> Result<Vec<CellResult>, Erro
         if let Some((field, value)) = fraction_out_of_range(&cell) {
             return Err(Error::Input { location: at(), message: format!("{field} = {value}: a fraction from 0 to 1 (file edited?)") });
         }
+        if cell.survived > cell.trials || cell.trials == 0 {
+            return Err(Error::Input {
+                location: at(),
+                message: format!(
+                    "survived = {} of trials = {}: at most the trials, of at least one (file edited?)",
+                    cell.survived, cell.trials
+                ),
+            });
+        }
         cells.push(cell);
     }
     if cells.is_empty() {
@@ -89,8 +98,8 @@ pub fn plot_dir(dir: &Path, opts: &PlotOptions) -> Result<Vec<String>, Error> {
             .map_err(|e| Error::Input { location: path.display().to_string(), message: format!("cannot read: {e}") })
             .map(|t| (t, path.display().to_string()))
     };
-    // results.jsonl grows with the grid (no cap); the manifest is small.
-    let (results, results_loc) = read(RESULTS_FILE, u64::MAX)?;
+    // results.jsonl grows with the grid; the manifest is small.
+    let (results, results_loc) = read(RESULTS_FILE, crate::base::files::GRID_FILE_CAP)?;
     let cells = parse_results(&results, &results_loc)?;
     let (manifest, manifest_loc) = read(MANIFEST_FILE, crate::base::files::JSON_FILE_CAP)?;
     let meta = ReportMeta::from_manifest(&manifest, &manifest_loc)?;

@@ -304,20 +304,8 @@ fn paired_table(h: &mut String, g: &Grid, tests: &[PairedTest], baseline_th: &st
     h.push_str(&holm_note(family));
 }
 
-/// The report of a sweep directory whose charts `chart_files` (names in
-/// `dir`) were just written. PNGs are embedded; an SVG is embedded only when
-/// no PNG of the same chart exists.
-pub fn report_html(
-    dir: &Path,
-    meta: &ReportMeta,
-    cells: &[CellResult],
-    chart_files: &[String],
-    whole_model_only: bool,
-) -> Result<String, Error> {
-    let g = Grid::of(cells);
-    let trials = cells.first().map_or(0, |c| c.trials);
-    // Whole-model recall present: report it beside per-layer recall.
-    let whole = cells.iter().any(|c| c.model_recall.is_some());
+/// The page up to its first paragraph: title and the sweep's facts in a line.
+fn page_head(meta: &ReportMeta, g: &Grid, trials: u64) -> String {
     let mut h = page_start(&format!("dsa-recall report · {}", meta.preset));
     let _ = writeln!(h, "<h1>dsa-recall sweep report · {}</h1>", escape(&meta.preset));
     let _ = writeln!(
@@ -335,6 +323,24 @@ pub fn report_html(
         g.topks.iter().map(|k| k.to_string()).collect::<Vec<_>>().join(", "),
         escape(&g.precisions.join(", "))
     );
+    h
+}
+
+/// The report of a sweep directory whose charts `chart_files` (names in
+/// `dir`) were just written. PNGs are embedded; an SVG is embedded only when
+/// no PNG of the same chart exists.
+pub fn report_html(
+    dir: &Path,
+    meta: &ReportMeta,
+    cells: &[CellResult],
+    chart_files: &[String],
+    whole_model_only: bool,
+) -> Result<String, Error> {
+    let g = Grid::of(cells);
+    let trials = cells.first().map_or(0, |c| c.trials);
+    // Whole-model recall present: report it beside per-layer recall.
+    let whole = cells.iter().any(|c| c.model_recall.is_some());
+    let mut h = page_head(meta, &g, trials);
     let _ = writeln!(
         h,
         "<p>Synthetic model: these numbers are properties of the model's knobs (listed under <a href=\"#configuration\">Configuration</a>), not measurements of a real checkpoint.</p>"

@@ -147,7 +147,7 @@ impl Checkpoint for FileCheckpoint {
 /// file too (a line appended after it would otherwise be glued to it).
 fn read(path: &Path) -> Result<Vec<ChunkRecord>, Error> {
     const HINT: &str = "delete the file to simulate its trials again (finished cells in results.jsonl are kept)";
-    let bytes = match fs::read(path) {
+    let bytes = match crate::base::files::read_capped(path, crate::base::files::GRID_FILE_CAP) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
         Err(e) => return Err(Error::io(format!("reading {}", path.display()), e)),

@@ -112,7 +112,7 @@ struct StoredCells {
 /// Reads `results.jsonl`, dropping a torn last line (a write cut short by a
 /// kill). Any other unparsable line is an error naming its number.
 fn read_results(path: &Path) -> Result<StoredCells, Error> {
-    let text = match fs::read_to_string(path) {
+    let text = match crate::base::files::read_text_capped(path, crate::base::files::GRID_FILE_CAP) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
         Err(e) => return Err(Error::io(format!("reading {}", path.display()), e)),

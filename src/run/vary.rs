@@ -20,7 +20,6 @@ use crate::run::store::{self, StoreOptions};
 use crate::run::sweep::SweepOutcome;
 use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
-use std::fs;
 use std::path::Path;
 
 /// `manifest.json` of a knob sweep's top directory.
@@ -160,7 +159,8 @@ pub fn read_vary(dir: &Path, m: &VaryManifest) -> Result<VaryOutcome, Error> {
         let sub = dir.join(name);
         let s = store::scenario_from_manifest(&store::Manifest::read(&sub)?)?;
         let path = sub.join(RESULTS_FILE);
-        let text = fs::read_to_string(&path).map_err(|e| Error::io(format!("reading {}", path.display()), e))?;
+        let text = crate::base::files::read_text_capped(&path, crate::base::files::GRID_FILE_CAP)
+            .map_err(|e| Error::io(format!("reading {}", path.display()), e))?;
         let mut cells = Vec::new();
         for (n, line) in text.lines().enumerate() {
             let c: CellResult = serde_json::from_str(line)

@@ -871,11 +871,9 @@ use crate::report::meta::{file_name, needle_offsets, Grid, ReportMeta, SweepChar
 use crate::run::cell::CellResult;
 use crate::run::sweep::effective_contexts;
 
-/// The recall-vs-context chart of one depth (per-layer selection recall:
-/// docs/MODEL.md, "What is measured").
-pub fn recall_chart(meta: &ReportMeta, cells: &[CellResult], depth: f64, whole_model_only: bool) -> RecallChart {
-    let g = Grid::of(cells);
-    let trials = cells.first().map_or(0, |c| c.trials);
+/// One series per (k, precision, needle offset) at `depth`: per-layer and
+/// whole-model recall, the prediction and the assumption band.
+fn recall_series(cells: &[CellResult], g: &Grid, depth: f64) -> Vec<RecallSeries> {
     let mut series = Vec::new();
     let offsets = needle_offsets(cells);
     for &k in &g.topks {
@@ -917,6 +915,15 @@ pub fn recall_chart(meta: &ReportMeta, cells: &[CellResult], depth: f64, whole_m
             }
         }
     }
+    series
+}
+
+/// The recall-vs-context chart of one depth (per-layer selection recall:
+/// docs/MODEL.md, "What is measured").
+pub fn recall_chart(meta: &ReportMeta, cells: &[CellResult], depth: f64, whole_model_only: bool) -> RecallChart {
+    let g = Grid::of(cells);
+    let trials = cells.first().map_or(0, |c| c.trials);
+    let series = recall_series(cells, &g, depth);
     let coverage_limits =
         g.topks.iter().filter_map(|&k| cells.iter().find(|c| c.topk == k).map(|c| (k as u32, c.coverage_limit))).collect();
     let whole = series.iter().any(|s| !s.model.is_empty());

@@ -310,7 +310,8 @@ fn resolve_layout(text: &str) -> Result<CacheLayout, String> {
     }
     let path = Path::new(text.trim());
     if path.extension().is_some_and(|e| e == "toml") {
-        let bytes = std::fs::read(path).map_err(|e| format!("invalid layout = {text}: cannot read: {e}"))?;
+        let bytes = crate::base::files::read_capped(path, crate::base::files::SCENARIO_FILE_CAP)
+            .map_err(|e| format!("invalid layout = {text}: cannot read: {e}"))?;
         let s = String::from_utf8(bytes).map_err(|_| format!("invalid layout = {text}: not UTF-8"))?;
         return CacheLayout::from_toml(&s).map_err(|e| format!("{text}: {e}"));
     }

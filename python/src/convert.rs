@@ -6,36 +6,77 @@ use dsa_recall::run::output::{Column, Field};
 use numpy::PyArray1;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
-use serde_json::Value;
+use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 
-/// A JSON value as `json.loads` would give it (objects as dicts in the
-/// value's key order, integers as int, other numbers as float).
-pub(crate) fn json_to_py(py: Python<'_>, v: &Value) -> PyResult<Py<PyAny>> {
-    Ok(match v {
-        Value::Null => py.None(),
-        Value::Bool(b) => b.into_pyobject(py)?.to_owned().into_any().unbind(),
-        Value::Number(n) => match (n.as_u64(), n.as_i64()) {
-            (Some(u), _) => u.into_pyobject(py)?.into_any().unbind(),
-            (None, Some(i)) => i.into_pyobject(py)?.into_any().unbind(),
-            _ => n.as_f64().unwrap_or(f64::NAN).into_pyobject(py)?.into_any().unbind(),
-        },
-        Value::String(s) => s.into_pyobject(py)?.into_any().unbind(),
-        Value::Array(items) => PyList::new(py, items.iter().map(|x| json_to_py(py, x)).collect::<PyResult<Vec<_>>>()?)?.into_any().unbind(),
-        Value::Object(map) => {
-            let d = PyDict::new(py);
-            for (k, x) in map {
-                d.set_item(k, json_to_py(py, x)?)?;
-            }
-            d.into_any().unbind()
-        }
-    })
+/// JSON text as the Python objects `json.loads` gives (dicts in the text's
+/// key order, integers as int, other numbers as float), built while the
+/// text is read.
+pub(crate) fn json_to_py(py: Python<'_>, text: &str) -> PyResult<Py<PyAny>> {
+    let mut reader = serde_json::Deserializer::from_str(text);
+    let value = PyValue(py).deserialize(&mut reader).and_then(|v| reader.end().map(|()| v));
+    value.map_err(|e| crate::SimulationError::new_err(format!("JSON from the library: {e}")))
 }
 
-/// `x` serialized as JSON text and read back: what `json.loads` of the
-/// CLI's JSON gives (f32 fields keep their short decimal form, which
-/// `serde_json::to_value` would widen).
-pub(crate) fn as_json_value<T: serde::Serialize>(x: &T) -> Value {
-    serde_json::to_string(x).ok().and_then(|t| serde_json::from_str(&t).ok()).unwrap_or(Value::Null)
+/// `x` as Python objects: what `json.loads` of its JSON text gives (f32
+/// fields keep their short decimal form, as the CLI prints them).
+pub(crate) fn to_py_objects<T: serde::Serialize>(py: Python<'_>, x: &T) -> PyResult<Py<PyAny>> {
+    let text = serde_json::to_string(x).map_err(|e| crate::SimulationError::new_err(format!("JSON from the library: {e}")))?;
+    json_to_py(py, &text)
+}
+
+/// Builds the Python object of one JSON value as it is read.
+#[derive(Clone, Copy)]
+struct PyValue<'py>(Python<'py>);
+
+impl<'de> DeserializeSeed<'de> for PyValue<'_> {
+    type Value = Py<PyAny>;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+fn object<'py, E: de::Error>(x: PyResult<Bound<'py, PyAny>>) -> Result<Py<PyAny>, E> {
+    x.map(Bound::unbind).map_err(|e| E::custom(e.to_string()))
+}
+
+impl<'de> Visitor<'de> for PyValue<'_> {
+    type Value = Py<PyAny>;
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+        Ok(self.0.None())
+    }
+    fn visit_bool<E: de::Error>(self, b: bool) -> Result<Self::Value, E> {
+        object(b.into_pyobject(self.0).map(|x| x.to_owned().into_any()).map_err(Into::into))
+    }
+    fn visit_i64<E: de::Error>(self, i: i64) -> Result<Self::Value, E> {
+        object(i.into_pyobject(self.0).map(Bound::into_any).map_err(Into::into))
+    }
+    fn visit_u64<E: de::Error>(self, u: u64) -> Result<Self::Value, E> {
+        object(u.into_pyobject(self.0).map(Bound::into_any).map_err(Into::into))
+    }
+    fn visit_f64<E: de::Error>(self, x: f64) -> Result<Self::Value, E> {
+        object(x.into_pyobject(self.0).map(Bound::into_any).map_err(Into::into))
+    }
+    fn visit_str<E: de::Error>(self, s: &str) -> Result<Self::Value, E> {
+        object(s.into_pyobject(self.0).map(Bound::into_any).map_err(Into::into))
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        let mut items = Vec::new();
+        while let Some(x) = seq.next_element_seed(self)? {
+            items.push(x);
+        }
+        object(PyList::new(self.0, items).map(Bound::into_any))
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let d = PyDict::new(self.0);
+        while let Some(key) = map.next_key::<String>()? {
+            let value = map.next_value_seed(self)?;
+            d.set_item(key, value).map_err(|e| de::Error::custom(e.to_string()))?;
+        }
+        Ok(d.into_any().unbind())
+    }
 }
 
 fn is_missing(f: &Field) -> bool {

@@ -1,7 +1,7 @@
 //! The simulator: sweeps, single trials, charts, and the catalogues
 //! (presets, hypotheses, built-in variants).
 
-use crate::convert::{as_json_value, columns_dict, json_to_py, tensor_array};
+use crate::convert::{columns_dict, json_to_py, tensor_array, to_py_objects};
 use crate::{config_err, to_py};
 use dsa_recall::base::observe::{Observer, Standing};
 use dsa_recall::commands::cell::{trial_tensors, CellCommand, CellRequest};
@@ -64,7 +64,7 @@ fn build_scenario(preset: Option<String>, config: Option<PathBuf>, knobs: &[(Str
 /// The scenario as a dict, as a manifest holds it (through
 /// `serde_json::Value`, so that f32 fields read as the manifest prints them).
 fn scenario_dict(py: Python<'_>, s: &Scenario) -> PyResult<Py<PyAny>> {
-    json_to_py(py, &serde_json::to_value(s).unwrap_or_default())
+    json_to_py(py, &serde_json::to_value(s).unwrap_or_default().to_string())
 }
 
 /// The resolved scenario as a dict (what a sweep's manifest holds).
@@ -252,14 +252,13 @@ fn run_trial(
     for (name, x) in &t.tensors {
         tensors.set_item(name, tensor_array(py, x.numpy_dtype(), x.shape(), x.bytes())?)?;
     }
-    let meta = serde_json::from_str(&t.metadata).map_err(|e| crate::SimulationError::new_err(format!("a trial's metadata: {e}")))?;
     let variants = t
         .summary
         .variants
         .into_iter()
         .map(|(name, survived, needle_rank, overlap)| Py::new(py, TrialVariant { name, survived, needle_rank, overlap }))
         .collect::<PyResult<_>>()?;
-    Ok(Trial { tensors: tensors.unbind(), meta: json_to_py(py, &meta)?, variants })
+    Ok(Trial { tensors: tensors.unbind(), meta: json_to_py(py, &t.metadata)?, variants })
 }
 
 /// Writes a sweep's charts (PNG) into `dir` from its scenario JSON and
@@ -365,7 +364,7 @@ fn variants(py: Python<'_>, spec: Option<&str>, dim: usize) -> PyResult<Vec<Vari
     use dsa_recall::score::variant::{PrecisionVariant, BUILTIN};
     let describe = |name: &str| BUILTIN.iter().find(|(n, _)| *n == name).map_or(String::new(), |(_, d)| d.to_string());
     let variant = |v: &PrecisionVariant| -> PyResult<Variant> {
-        Ok(Variant { name: v.name.clone(), description: describe(&v.name), definition: json_to_py(py, &as_json_value(v))? })
+        Ok(Variant { name: v.name.clone(), description: describe(&v.name), definition: to_py_objects(py, v)? })
     };
     match spec {
         Some(text) => Ok(vec![variant(&crate::numerics::resolve_variant("variant", text, dim)?)?]),

@@ -375,12 +375,11 @@ def replay(
     rows = None if needle_rows is None else [int(r) for r in needle_rows]
     if rows is not None and any(r < 0 for r in rows):
         raise ConfigError(f"invalid needle_rows = {rows}: row indices ≥ 0")
-    lines, summaries = _native.replay(
+    replayed = _native.replay(
         qa.reshape(-1), list(qa.shape), ka.reshape(-1), list(ka.shape), wa.reshape(-1), list(wa.shape), rows, topks, names
     )
-    records = [json.loads(line) for line in lines]
     columns = (("layer",) if ka.ndim == 3 else ()) + _REPLAY_COLUMNS
-    return _table_from_records(records, columns, {"summaries": [json.loads(s) for s in summaries], "json_lines": lines})
+    return _table_from_records(replayed.rows, columns, {"summaries": replayed.summaries, "json_lines": replayed.json_lines})
 
 
 # ---------------------------------------------------------------- simulator
@@ -614,10 +613,10 @@ def check(
     if isinstance(capture, IndexerCapture):
         with tempfile.TemporaryDirectory(prefix="dsa-recall-check-") as tmp:
             path = capture.save(os.path.join(tmp, "capture.safetensors"))
-            report, text, _ = _native.check_capture(path, layout, pipeline, topk, weights, rows_per_block, exact, rounding_bits, transforms)
+            checked = _native.check_capture(path, layout, pipeline, topk, weights, rows_per_block, exact, rounding_bits, transforms)
     else:
-        report, text, _ = _native.check_capture(_path(capture), layout, pipeline, topk, weights, rows_per_block, exact, rounding_bits, transforms)
-    return CheckResult(json.loads(report), text)
+        checked = _native.check_capture(_path(capture), layout, pipeline, topk, weights, rows_per_block, exact, rounding_bits, transforms)
+    return CheckResult(checked.report, checked.text)
 
 
 def check_layouts() -> Dict[str, str]:

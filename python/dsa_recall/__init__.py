@@ -781,22 +781,24 @@ class Variant(NamedTuple):
         )
 
 
+def _fields_of(kind: Any, native: Any) -> Any:
+    """The NamedTuple ``kind`` of the native object's attributes of the same names."""
+    return kind(*(getattr(native, f) for f in kind._fields))
+
+
 def presets() -> List[Preset]:
     """The embedded presets (``dsa-recall presets``)."""
-    return [Preset(p.name, p.description, p.toml) for p in _native.presets()]
+    return [_fields_of(Preset, p) for p in _native.presets()]
 
 
 def hypotheses() -> List[Hypothesis]:
     """The hypothesis catalogue (``dsa-recall hypotheses``)."""
-    return [
-        Hypothesis(h.name, h.group, h.summary, h.changes, h.stands_for, h.expected, h.requires, h.layers, h.text)
-        for h in _native.hypotheses()
-    ]
+    return [_fields_of(Hypothesis, h) for h in _native.hypotheses()]
 
 
 def variants() -> List[Variant]:
     """The built-in precision variants."""
-    return [Variant(v.name, v.description, v.definition) for v in _native.variants(None, 128)]
+    return [_fields_of(Variant, v) for v in _native.variants(None, 128)]
 
 
 def variant(spec: str, dim: int = 128) -> Variant:
@@ -804,7 +806,7 @@ def variant(spec: str, dim: int = 128) -> Variant:
     ``name=N;q=SIDE;k=SIDE;logits=…;weights=…`` (as ``--precision-def``),
     checked for vectors of ``dim``."""
     (v,) = _native.variants(spec, dim)
-    return Variant(v.name, v.description, v.definition)
+    return _fields_of(Variant, v)
 
 
 def knobs() -> List[tuple]:

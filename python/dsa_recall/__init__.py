@@ -24,8 +24,6 @@ line's one-line messages. docs/PYTHON.md in the repository has the details.
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import os
 import sys
@@ -167,34 +165,25 @@ def _pandas():
         return None
 
 
-def _column(values: List[Optional[str]]) -> np.ndarray:
-    """One CSV column as the narrowest of int64, float64, bool or str
-    (empty fields: NaN in numbers, None in text)."""
-    present = [v for v in values if v != ""]
-    for kind in (int, float):
-        try:
-            parsed = [kind(v) for v in present]
-        except ValueError:
-            continue
-        if kind is int and len(present) == len(values):
-            return np.array(parsed, dtype=np.int64)
-        return np.array([float(v) if v != "" else np.nan for v in values], dtype=np.float64)
-    if present and all(v in ("true", "false") for v in present) and len(present) == len(values):
-        return np.array([v == "true" for v in values], dtype=bool)
-    return np.array([v if v != "" else None for v in values], dtype=object)
-
-
-def _table_from_csv(text: str, attrs: Dict[str, Any]):
+def _table(columns: Dict[str, np.ndarray], attrs: Dict[str, Any]):
+    """A DataFrame (``Columns`` without pandas) of typed columns, as reading
+    their CSV gives them: empty text is None in ``Columns``, NaN in pandas."""
     pd = _pandas()
     if pd is not None:
-        df = pd.read_csv(io.StringIO(text))
+        df = pd.DataFrame({name: _nan_for_none(a) for name, a in columns.items()})
         df.attrs.update(attrs)
         return df
-    rows = list(csv.reader(io.StringIO(text)))
-    header, body = rows[0], rows[1:]
-    out = Columns({name: _column([r[i] for r in body]) for i, name in enumerate(header)})
+    out = Columns(columns)
     out.attrs.update(attrs)
     return out
+
+
+def _nan_for_none(a: np.ndarray) -> np.ndarray:
+    if a.dtype != object:
+        return a
+    a = a.copy()
+    a[np.equal(a, None)] = np.nan
+    return a
 
 
 def _table_from_records(records: List[Dict[str, Any]], columns: Sequence[str], attrs: Dict[str, Any]):
@@ -386,12 +375,11 @@ def replay(
     rows = None if needle_rows is None else [int(r) for r in needle_rows]
     if rows is not None and any(r < 0 for r in rows):
         raise ConfigError(f"invalid needle_rows = {rows}: row indices ≥ 0")
-    lines, summaries = _native.replay(
+    replayed = _native.replay(
         qa.reshape(-1), list(qa.shape), ka.reshape(-1), list(ka.shape), wa.reshape(-1), list(wa.shape), rows, topks, names
     )
-    records = [json.loads(line) for line in lines]
     columns = (("layer",) if ka.ndim == 3 else ()) + _REPLAY_COLUMNS
-    return _table_from_records(records, columns, {"summaries": [json.loads(s) for s in summaries], "json_lines": lines})
+    return _table_from_records(replayed.rows, columns, {"summaries": replayed.summaries, "json_lines": replayed.json_lines})
 
 
 # ---------------------------------------------------------------- simulator
@@ -424,7 +412,7 @@ def _path(p: Any) -> Optional[str]:
 def scenario(preset: Optional[str] = None, *, config: Any = None, precision_defs: Sequence[str] = (), **knobs: Any) -> Dict[str, Any]:
     """The resolved, checked scenario (a dict, as in a sweep's manifest.json)
     that ``sweep`` with the same arguments would run."""
-    return json.loads(_native.scenario_json(preset, _path(config), _knob_pairs(knobs), list(precision_defs)))
+    return _native.scenario(preset, _path(config), _knob_pairs(knobs), list(precision_defs))
 
 
 class _Progress:
@@ -502,7 +490,7 @@ def sweep(
     """
     bar = _Progress(progress)
     try:
-        csv_text, jsonl, effective, scen = _native.run_sweep(
+        swept = _native.run_sweep(
             preset,
             _path(config),
             _knob_pairs(knobs),
@@ -515,8 +503,13 @@ def sweep(
         )
     finally:
         bar.close()
-    attrs = {"scenario": json.loads(scen), "summary_csv": csv_text, "results_jsonl": jsonl, "effective_context": effective}
-    return _table_from_csv(csv_text, attrs)
+    attrs = {
+        "scenario": swept.scenario,
+        "summary_csv": swept.summary_csv,
+        "results_jsonl": swept.results_jsonl,
+        "effective_context": swept.effective_context_csv,
+    }
+    return _table(swept.columns, attrs)
 
 
 class TrialTensors(dict):
@@ -553,10 +546,10 @@ def trial(
     ``dsa-recall trial --dump`` writes, bit for bit, as NumPy arrays."""
     cell = [None if v is None else _knob_text(name, v) for name, v in (("context", context), ("depth", depth), ("topk", topk), ("precisions", precisions))]
     trial = _unsigned("trial", trial, 0, "a trial index")
-    tensors, meta, summary = _native.run_trial(preset, _path(config), _knob_pairs(knobs), list(precision_defs), trial, *cell)
-    out = TrialTensors({name: np.frombuffer(data, dtype=np.dtype(dt)).reshape(shape) for name, dt, shape, data in tensors})
-    out.meta = json.loads(meta)
-    out.summary = {n: {"survived": s, "needle_rank": r, "overlap": o} for n, s, r, o in summary}
+    t = _native.run_trial(preset, _path(config), _knob_pairs(knobs), list(precision_defs), trial, *cell)
+    out = TrialTensors(t.tensors)
+    out.meta = t.meta
+    out.summary = {v.name: {"survived": v.survived, "needle_rank": v.needle_rank, "overlap": v.overlap} for v in t.variants}
     return out
 
 
@@ -620,10 +613,10 @@ def check(
     if isinstance(capture, IndexerCapture):
         with tempfile.TemporaryDirectory(prefix="dsa-recall-check-") as tmp:
             path = capture.save(os.path.join(tmp, "capture.safetensors"))
-            report, text, _ = _native.check_capture(path, layout, pipeline, topk, weights, rows_per_block, exact, rounding_bits, transforms)
+            checked = _native.check_capture(path, layout, pipeline, topk, weights, rows_per_block, exact, rounding_bits, transforms)
     else:
-        report, text, _ = _native.check_capture(_path(capture), layout, pipeline, topk, weights, rows_per_block, exact, rounding_bits, transforms)
-    return CheckResult(json.loads(report), text)
+        checked = _native.check_capture(_path(capture), layout, pipeline, topk, weights, rows_per_block, exact, rounding_bits, transforms)
+    return CheckResult(checked.report, checked.text)
 
 
 def check_layouts() -> Dict[str, str]:
@@ -788,29 +781,34 @@ class Variant(NamedTuple):
         )
 
 
+def _fields_of(kind: Any, native: Any) -> Any:
+    """The NamedTuple ``kind`` of the native object's attributes of the same names."""
+    return kind(*(getattr(native, f) for f in kind._fields))
+
+
 def presets() -> List[Preset]:
     """The embedded presets (``dsa-recall presets``)."""
-    return [Preset(*p) for p in _native.presets()]
+    return [_fields_of(Preset, p) for p in _native.presets()]
 
 
 def hypotheses() -> List[Hypothesis]:
     """The hypothesis catalogue (``dsa-recall hypotheses``)."""
-    return [Hypothesis(*h) for h in _native.hypotheses()]
+    return [_fields_of(Hypothesis, h) for h in _native.hypotheses()]
 
 
 def variants() -> List[Variant]:
     """The built-in precision variants."""
-    return [Variant(n, d, json.loads(j)) for n, d, j in _native.variants(None, 128)]
+    return [_fields_of(Variant, v) for v in _native.variants(None, 128)]
 
 
 def variant(spec: str, dim: int = 128) -> Variant:
     """One variant: a built-in name, ``BASE+HYPOTHESIS…``, or a definition
     ``name=N;q=SIDE;k=SIDE;logits=…;weights=…`` (as ``--precision-def``),
     checked for vectors of ``dim``."""
-    (n, d, j) = _native.variants(spec, dim)[0]
-    return Variant(n, d, json.loads(j))
+    (v,) = _native.variants(spec, dim)
+    return _fields_of(Variant, v)
 
 
 def knobs() -> List[tuple]:
     """Every keyword ``sweep`` takes besides its own: (keyword, TOML path, help)."""
-    return [(name.replace("-", "_"), path, help) for name, path, help in _native.knobs()]
+    return [(k.flag.replace("-", "_"), k.path, k.help) for k in _native.knobs()]

@@ -1,18 +1,31 @@
 //! `dsa-recall check` from Python: the library's check of a capture on
 //! disk, its report as JSON and as the CLI's text.
 
+use crate::convert::to_py_objects;
 use crate::to_py;
 use dsa_recall::tensors::check::{check_path, render_text, CheckOptions};
 use pyo3::prelude::*;
 use std::path::PathBuf;
 
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<CheckReport>()?;
     m.add_function(wrap_pyfunction!(check_capture, m)?)?;
     m.add_function(wrap_pyfunction!(check_layouts, m)?)?;
     Ok(())
 }
 
-/// (report JSON, report text, exit code) of checking the capture at `path`.
+/// What checking a capture found.
+#[pyclass(frozen, get_all, module = "dsa_recall._native")]
+struct CheckReport {
+    /// The report as a dict (the fields of `check --json`).
+    report: Py<PyAny>,
+    /// The report as the CLI prints it.
+    text: String,
+    /// 0 when equal up to ties, 1 on a mismatch (as the CLI's).
+    exit_code: u8,
+}
+
+/// Checks the capture at `path`.
 #[pyfunction]
 #[pyo3(signature = (path, layout=None, pipeline=None, topk=None, weights=None, rows_per_block=None, exact=false, rounding_bits=None, transforms=true))]
 #[allow(clippy::too_many_arguments)]
@@ -27,7 +40,7 @@ fn check_capture(
     exact: bool,
     rounding_bits: Option<u32>,
     transforms: bool,
-) -> PyResult<(String, String, u8)> {
+) -> PyResult<CheckReport> {
     let opts = CheckOptions {
         layout,
         pipeline,
@@ -40,8 +53,7 @@ fn check_capture(
         ..Default::default()
     };
     let report = py.detach(|| check_path(&path, &opts)).map_err(to_py)?;
-    let json = serde_json::to_string(&report).unwrap_or_default();
-    Ok((json, render_text(&report), report.exit_code))
+    Ok(CheckReport { report: to_py_objects(py, &report)?, text: render_text(&report), exit_code: report.exit_code })
 }
 
 /// The built-in layouts: (name, TOML text).

@@ -10,6 +10,7 @@
 use pyo3::prelude::*;
 
 mod check;
+mod convert;
 mod numerics;
 mod sim;
 

@@ -1,5 +1,6 @@
 //! Numbers in, numbers out: quantize, score, select, replay.
 
+use crate::convert::{json_to_py, to_py_objects};
 use crate::{config_err, input_err, to_py};
 use dsa_recall::commands::replay::{replay as replay_command, ReplayInput, ReplayRequest};
 use dsa_recall::config::precision::{custom_variant, named_variant, parse_compact};
@@ -17,6 +18,7 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(quantize_variant, m)?)?;
     m.add_function(wrap_pyfunction!(score, m)?)?;
     m.add_function(wrap_pyfunction!(select, m)?)?;
+    m.add_class::<Replayed>()?;
     m.add_function(wrap_pyfunction!(replay, m)?)?;
     Ok(())
 }
@@ -173,8 +175,19 @@ fn select<'py>(
     Ok(PyArray1::from_vec(py, out))
 }
 
-/// `dsa-recall replay --json` on arrays: one JSON line per row, then one
-/// per summary (per-layer inputs).
+/// What `replay` found: one row per (layer,) token, k and variant, and
+/// per-layer summaries (per-layer inputs only).
+#[pyclass(frozen, get_all, module = "dsa_recall._native")]
+struct Replayed {
+    /// The rows as dicts (the fields of `replay --json`'s row lines).
+    rows: Vec<Py<PyAny>>,
+    /// The same rows as `replay --json` prints them.
+    json_lines: Vec<String>,
+    /// The summaries as dicts (`replay --json`'s summary lines).
+    summaries: Vec<Py<PyAny>>,
+}
+
+/// `dsa-recall replay --json` on arrays.
 #[pyfunction]
 #[pyo3(signature = (q, q_shape, k, k_shape, w, w_shape, needle_rows, topks, variants))]
 #[allow(clippy::too_many_arguments)]
@@ -189,11 +202,13 @@ fn replay<'py>(
     needle_rows: Option<Vec<u64>>,
     topks: Vec<u64>,
     variants: Vec<String>,
-) -> PyResult<(Vec<String>, Vec<String>)> {
+) -> PyResult<Replayed> {
     let request = ReplayRequest { topks, precisions: variants, needle_rows };
     let (qs, ks, ws) = (values(&q, "q")?.to_vec(), values(&k, "k")?.to_vec(), values(&w, "w")?.to_vec());
     let cap = capture_from_arrays("arrays", (q_shape, qs), (k_shape, ks), (w_shape, ws)).map_err(to_py)?;
     let replayed = py.detach(|| replay_command(&request, ReplayInput::Capture(cap), None)).map_err(to_py)?;
-    let rows = replayed.rows.iter().map(|r| serde_json::to_string(r).unwrap_or_default()).collect();
-    Ok((rows, replayed.summaries.iter().map(|s| serde_json::to_string(s).unwrap_or_default()).collect()))
+    let json_lines: Vec<String> = replayed.rows.iter().map(|r| serde_json::to_string(r).unwrap_or_default()).collect();
+    let rows = json_lines.iter().map(|line| json_to_py(py, line)).collect::<PyResult<_>>()?;
+    let summaries = replayed.summaries.iter().map(|s| to_py_objects(py, s)).collect::<PyResult<_>>()?;
+    Ok(Replayed { rows, json_lines, summaries })
 }

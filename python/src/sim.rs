@@ -1,6 +1,7 @@
 //! The simulator: sweeps, single trials, charts, and the catalogues
 //! (presets, hypotheses, built-in variants).
 
+use crate::convert::{columns_dict, json_to_py, tensor_array, to_py_objects};
 use crate::{config_err, to_py};
 use dsa_recall::base::observe::{Observer, Standing};
 use dsa_recall::commands::cell::{trial_tensors, CellCommand, CellRequest};
@@ -13,14 +14,21 @@ use dsa_recall::run::output;
 use dsa_recall::run::sweep;
 use dsa_recall::ConfigError;
 use pyo3::prelude::*;
-use pyo3::types::PyBytes;
+use pyo3::types::PyDict;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::time::Duration;
 
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add_function(wrap_pyfunction!(scenario_json, m)?)?;
+    m.add_class::<SweepResult>()?;
+    m.add_class::<Trial>()?;
+    m.add_class::<TrialVariant>()?;
+    m.add_class::<Preset>()?;
+    m.add_class::<Hypothesis>()?;
+    m.add_class::<Variant>()?;
+    m.add_class::<Knob>()?;
+    m.add_function(wrap_pyfunction!(scenario, m)?)?;
     m.add_function(wrap_pyfunction!(run_sweep, m)?)?;
     m.add_function(wrap_pyfunction!(run_trial, m)?)?;
     m.add_function(wrap_pyfunction!(render_charts, m)?)?;
@@ -53,23 +61,24 @@ fn build_scenario(preset: Option<String>, config: Option<PathBuf>, knobs: &[(Str
     scenario_request(preset, config, knobs, defs, None)?.scenario().map_err(to_py)
 }
 
-/// The scenario as JSON, as a manifest holds it (through `serde_json::Value`,
-/// so that f32 fields print as the manifest prints them).
-fn scenario_text(s: &Scenario) -> String {
-    serde_json::to_value(s).map(|v| v.to_string()).unwrap_or_default()
+/// The scenario as a dict, as a manifest holds it (through
+/// `serde_json::Value`, so that f32 fields read as the manifest prints them).
+fn scenario_dict(py: Python<'_>, s: &Scenario) -> PyResult<Py<PyAny>> {
+    json_to_py(py, &serde_json::to_value(s).unwrap_or_default().to_string())
 }
 
-/// The resolved scenario as JSON (what a sweep's manifest holds).
+/// The resolved scenario as a dict (what a sweep's manifest holds).
 #[pyfunction]
 #[pyo3(signature = (preset=None, config=None, knobs=vec![], precision_defs=vec![]))]
-fn scenario_json(
+fn scenario(
+    py: Python<'_>,
     preset: Option<String>,
     config: Option<PathBuf>,
     knobs: Vec<(String, String)>,
     precision_defs: Vec<String>,
-) -> PyResult<String> {
+) -> PyResult<Py<PyAny>> {
     let s = build_scenario(preset, config, &knobs, &precision_defs)?;
-    Ok(scenario_text(&s))
+    scenario_dict(py, &s)
 }
 
 /// Progress and stopping between the Python thread and the sweep's.
@@ -144,9 +153,23 @@ fn run_watched<T: Send>(
     Ok(value)
 }
 
-/// A sweep: (summary.csv text, results.jsonl text, effective_context.csv
-/// text, scenario JSON). With `out`, the sweep is the command line's durable
-/// one into that directory, every file and chart written.
+/// What a sweep gives: its cells as the typed columns of summary.csv, the
+/// scenario it ran, and the text of the files the command line writes.
+#[pyclass(frozen, get_all, module = "dsa_recall._native")]
+struct SweepResult {
+    /// Column name → NumPy array, in summary.csv's order, with the dtypes
+    /// reading that file infers (int64, float64 with NaN, bool, or objects
+    /// with None for empty text).
+    columns: Py<PyDict>,
+    /// The resolved scenario (manifest.json's `scenario`).
+    scenario: Py<PyAny>,
+    summary_csv: String,
+    results_jsonl: String,
+    effective_context_csv: String,
+}
+
+/// A sweep. With `out`, the sweep is the command line's durable one into
+/// that directory, every file and chart written.
 #[pyfunction]
 #[pyo3(signature = (preset=None, config=None, knobs=vec![], precision_defs=vec![], threads=None, progress=None, out=None, force=false, resume=false))]
 #[allow(clippy::too_many_arguments)]
@@ -161,7 +184,7 @@ fn run_sweep(
     out: Option<PathBuf>,
     force: bool,
     resume: bool,
-) -> PyResult<(String, String, String, String)> {
+) -> PyResult<SweepResult> {
     let request = SweepRequest {
         scenario: scenario_request(preset, config, &knobs, &precision_defs, threads)?,
         out,
@@ -173,25 +196,45 @@ fn run_sweep(
     let Swept::Grid { scenario: s, outcome, .. } = run_watched(py, &shared, progress.as_ref(), || sweep(&request, &shared))? else {
         return Err(crate::SimulationError::new_err("a sweep without a knob axis or shard made something else than a grid"));
     };
-    Ok((
-        output::summary_csv(&outcome.cells),
-        output::results_jsonl(&outcome.cells),
-        output::effective_context_csv(&outcome.effective),
-        scenario_text(&s),
-    ))
+    Ok(SweepResult {
+        columns: columns_dict(py, &output::summary_columns(&outcome.cells))?.unbind(),
+        scenario: scenario_dict(py, &s)?,
+        summary_csv: output::summary_csv(&outcome.cells),
+        results_jsonl: output::results_jsonl(&outcome.cells),
+        effective_context_csv: output::effective_context_csv(&outcome.effective),
+    })
 }
 
-/// One tensor of a trial: (name, NumPy dtype, shape, little-endian bytes).
-type Tensor<'py> = (String, &'static str, Vec<usize>, Bound<'py, PyBytes>);
+/// One trial: its tensors as `trial --dump` writes them, the file's
+/// metadata and what each variant did.
+#[pyclass(frozen, get_all, module = "dsa_recall._native")]
+struct Trial {
+    /// Tensor name → NumPy array, in file order.
+    tensors: Py<PyDict>,
+    /// The file's `dsa_recall` metadata.
+    meta: Py<PyAny>,
+    variants: Vec<Py<TrialVariant>>,
+}
 
-/// One trial's tensors as `trial --dump` writes them, its metadata JSON
-/// and per variant (name, survived, best needle rank, overlap with fp32).
-/// The cell's coordinates as `trial`'s flags take them.
+/// What one variant did in a trial.
+#[pyclass(frozen, get_all, module = "dsa_recall._native")]
+struct TrialVariant {
+    name: String,
+    /// Whether a needle row was selected.
+    survived: bool,
+    /// The best needle row's rank (None: no needle row scored).
+    needle_rank: Option<u64>,
+    /// Overlap of its selection with the exact fp32 one.
+    overlap: f64,
+}
+
+/// One trial of one cell, whose coordinates are given as `trial`'s flags
+/// take them.
 #[pyfunction]
 #[pyo3(signature = (preset=None, config=None, knobs=vec![], precision_defs=vec![], trial=0, context=None, depth=None, topk=None, precisions=None))]
-#[allow(clippy::type_complexity, clippy::too_many_arguments)]
-fn run_trial<'py>(
-    py: Python<'py>,
+#[allow(clippy::too_many_arguments)]
+fn run_trial(
+    py: Python<'_>,
     preset: Option<String>,
     config: Option<PathBuf>,
     knobs: Vec<(String, String)>,
@@ -201,13 +244,21 @@ fn run_trial<'py>(
     depth: Option<String>,
     topk: Option<String>,
     precisions: Option<String>,
-) -> PyResult<(Vec<Tensor<'py>>, String, Vec<(String, bool, Option<u64>, f64)>)> {
+) -> PyResult<Trial> {
     let scenario = scenario_request(preset, config, &knobs, &precision_defs, None)?;
     let request = CellRequest { command: CellCommand::Trial, scenario, context, depth, topk, precisions };
     let t = py.detach(|| trial_tensors(&request, trial)).map_err(to_py)?;
-    let tensors =
-        t.tensors.iter().map(|(name, x)| (name.clone(), x.numpy_dtype(), x.shape().to_vec(), PyBytes::new(py, x.bytes()))).collect();
-    Ok((tensors, t.metadata, t.summary.variants))
+    let tensors = PyDict::new(py);
+    for (name, x) in &t.tensors {
+        tensors.set_item(name, tensor_array(py, x.numpy_dtype(), x.shape(), x.bytes())?)?;
+    }
+    let variants = t
+        .summary
+        .variants
+        .into_iter()
+        .map(|(name, survived, needle_rank, overlap)| Py::new(py, TrialVariant { name, survived, needle_rank, overlap }))
+        .collect::<PyResult<_>>()?;
+    Ok(Trial { tensors: tensors.unbind(), meta: json_to_py(py, &t.metadata)?, variants })
 }
 
 /// Writes a sweep's charts (PNG) into `dir` from its scenario JSON and
@@ -231,68 +282,112 @@ fn render_charts(py: Python<'_>, scenario_json: &str, results_jsonl: &str, dir: 
     .map_err(to_py)
 }
 
-/// (name, description, TOML text) of every embedded preset.
+/// An embedded preset.
+#[pyclass(frozen, get_all, module = "dsa_recall._native")]
+struct Preset {
+    name: String,
+    /// Its one-line description.
+    description: String,
+    /// Its TOML text.
+    toml: String,
+}
+
+/// Every embedded preset.
 #[pyfunction]
-fn presets() -> Vec<(String, String, String)> {
+fn presets() -> Vec<Preset> {
     config::PRESETS
         .iter()
         .map(|(name, text)| {
             let description = config::params::parse_scenario_toml(text).ok().and_then(|p| p.description).unwrap_or_default();
-            (name.to_string(), description, text.to_string())
+            Preset { name: name.to_string(), description, toml: text.to_string() }
         })
         .collect()
 }
 
-/// Every catalogue entry: (name, group, summary, changes, stands for,
-/// expected, requires, across layers, the long text of `hypotheses show`).
+/// A hypothesis of the catalogue (`dsa-recall hypotheses`).
+#[pyclass(frozen, get_all, module = "dsa_recall._native")]
+struct Hypothesis {
+    name: String,
+    /// Its group's name.
+    group: String,
+    summary: String,
+    /// What it changes.
+    changes: String,
+    /// What it stands for.
+    stands_for: String,
+    /// What it is expected to do.
+    expected: String,
+    /// What it needs to apply, if anything.
+    requires: Option<String>,
+    /// Across which layers it acts.
+    layers: String,
+    /// The long text of `hypotheses show NAME`.
+    text: String,
+}
+
+/// Every catalogue entry.
 #[pyfunction]
-#[allow(clippy::type_complexity)]
-fn hypotheses() -> Vec<(String, String, String, String, String, String, Option<String>, String, String)> {
+fn hypotheses() -> Vec<Hypothesis> {
     use dsa_recall::score::hypothesis::{long_text, CATALOGUE};
     CATALOGUE
         .iter()
-        .map(|h| {
-            (
-                h.name.to_string(),
-                h.group.name().to_string(),
-                h.summary.to_string(),
-                h.changes.to_string(),
-                h.stands_for.to_string(),
-                h.expected.to_string(),
-                h.requires.map(str::to_string),
-                h.layers.name().to_string(),
-                long_text(h),
-            )
+        .map(|h| Hypothesis {
+            name: h.name.to_string(),
+            group: h.group.name().to_string(),
+            summary: h.summary.to_string(),
+            changes: h.changes.to_string(),
+            stands_for: h.stands_for.to_string(),
+            expected: h.expected.to_string(),
+            requires: h.requires.map(str::to_string),
+            layers: h.layers.name().to_string(),
+            text: long_text(h),
         })
         .collect()
 }
 
+/// A precision variant.
+#[pyclass(frozen, get_all, module = "dsa_recall._native")]
+struct Variant {
+    name: String,
+    /// The built-in's description (empty for others).
+    description: String,
+    /// Its definition (query and key pipelines, scoring numerics,
+    /// hypotheses applied) as a dict.
+    definition: Py<PyAny>,
+}
+
 /// Built-in variants, or the one named / defined by `spec` for vectors of
-/// `dim`: (name, description, definition as JSON).
+/// `dim`.
 #[pyfunction]
 #[pyo3(signature = (spec=None, dim=128))]
-fn variants(spec: Option<&str>, dim: usize) -> PyResult<Vec<(String, String, String)>> {
-    use dsa_recall::score::variant::BUILTIN;
+fn variants(py: Python<'_>, spec: Option<&str>, dim: usize) -> PyResult<Vec<Variant>> {
+    use dsa_recall::score::variant::{PrecisionVariant, BUILTIN};
     let describe = |name: &str| BUILTIN.iter().find(|(n, _)| *n == name).map_or(String::new(), |(_, d)| d.to_string());
+    let variant = |v: &PrecisionVariant| -> PyResult<Variant> {
+        Ok(Variant { name: v.name.clone(), description: describe(&v.name), definition: to_py_objects(py, v)? })
+    };
     match spec {
-        Some(text) => {
-            let v = crate::numerics::resolve_variant("variant", text, dim)?;
-            Ok(vec![(v.name.clone(), describe(&v.name), serde_json::to_string(&v).unwrap_or_default())])
-        }
-        None => Ok(BUILTIN
-            .iter()
-            .filter_map(|(name, description)| {
-                let v = dsa_recall::score::variant::PrecisionVariant::builtin(name)?;
-                Some((name.to_string(), description.to_string(), serde_json::to_string(&v).unwrap_or_default()))
-            })
-            .collect()),
+        Some(text) => Ok(vec![variant(&crate::numerics::resolve_variant("variant", text, dim)?)?]),
+        None => BUILTIN.iter().filter_map(|(name, _)| PrecisionVariant::builtin(name)).map(|v| variant(&v)).collect(),
     }
 }
 
-/// Every knob a sweep takes as a keyword: (flag without dashes, TOML path, help).
+/// A knob a sweep takes as a keyword.
+#[pyclass(frozen, get_all, module = "dsa_recall._native")]
+struct Knob {
+    /// The flag without its dashes (`needle-strength`).
+    flag: String,
+    /// Its path in a scenario TOML file (`needle.strength`).
+    path: String,
+    help: String,
+}
+
+/// Every knob a sweep takes as a keyword.
 #[pyfunction]
-fn knobs() -> Vec<(String, String, String)> {
-    ScenarioParams::flags().map(|f| (f.long.trim_start_matches('-').to_string(), f.path.to_string(), f.help.to_string())).collect()
+fn knobs() -> Vec<Knob> {
+    ScenarioParams::flags()
+        .map(|f| Knob { flag: f.long.trim_start_matches('-').to_string(), path: f.path.to_string(), help: f.help.to_string() })
+        .collect()
 }
 
 /// The knobs that are switches (`on|off` flags), which a Python bool may set.

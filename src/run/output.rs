@@ -55,113 +55,221 @@ fn opt<T: ToString>(x: Option<T>) -> String {
     x.map(|v| v.to_string()).unwrap_or_default()
 }
 
-fn quantile_columns(prefix: &str) -> String {
-    ["p05", "p25", "p50", "p75", "p95"].map(|p| format!("{prefix}_{p}")).join(",")
+/// One value of a summary row, typed: what `summary.csv` prints (`None`:
+/// an empty field) and what the Python package's columns hold.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Field {
+    Int(Option<u64>),
+    Float(Option<f64>),
+    Flag(bool),
+    Text(Option<String>),
 }
 
-fn quantile_values(q: Option<[f64; 5]>) -> String {
-    match q {
-        Some(v) => v.map(|x| x.to_string()).join(","),
-        None => ",,,,".to_string(),
+impl Field {
+    /// The field as `summary.csv` writes it.
+    pub fn csv_text(&self) -> String {
+        match self {
+            Field::Int(x) => opt(*x),
+            Field::Float(x) => opt(*x),
+            Field::Flag(x) => x.to_string(),
+            Field::Text(x) => x.clone().unwrap_or_default(),
+        }
     }
 }
 
+/// One column of `summary.csv`: its name and one field per cell.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Column {
+    pub name: &'static str,
+    pub values: Vec<Field>,
+}
+
+/// The columns of `summary.csv`, in order (the five quantile columns of a
+/// `*_quantiles` field are `PREFIX_p05` … `PREFIX_p95`).
+const SUMMARY_COLUMNS: [&str; 67] = [
+    "context_tokens",
+    "depth_percent",
+    "needle_offset",
+    "topk",
+    "precision",
+    "trials",
+    "survived",
+    "recall",
+    "ci_low",
+    "ci_high",
+    "predicted_recall",
+    "mean_rank",
+    "mean_rank_ties",
+    "median_rank",
+    "trials_with_ties",
+    "mean_margin_sd",
+    "needle_rows",
+    "needle_start_token",
+    "needle_in_window",
+    "survived_via_window",
+    "visible_rows",
+    "candidate_rows",
+    "k_eff",
+    "coverage_limit",
+    "rank_share_p05",
+    "rank_share_p25",
+    "rank_share_p50",
+    "rank_share_p75",
+    "rank_share_p95",
+    "margin_sd_p05",
+    "margin_sd_p25",
+    "margin_sd_p50",
+    "margin_sd_p75",
+    "margin_sd_p95",
+    "fidelity_reference",
+    "selection_recall",
+    "selection_recall_ci_low",
+    "selection_recall_ci_high",
+    "jaccard",
+    "jaccard_ci_low",
+    "jaccard_ci_high",
+    "baseline",
+    "recall_diff",
+    "discordant_gained",
+    "discordant_lost",
+    "mcnemar_p",
+    "indexed_layers",
+    "model_survived",
+    "model_recall",
+    "model_ci_low",
+    "model_ci_high",
+    "layers_reached",
+    "layers_reached_ci_low",
+    "layers_reached_ci_high",
+    "layers_reached_p05",
+    "layers_reached_p25",
+    "layers_reached_p50",
+    "layers_reached_p75",
+    "layers_reached_p95",
+    "mcnemar_p_holm",
+    "k_baseline",
+    "k_recall_diff",
+    "k_discordant_gained",
+    "k_discordant_lost",
+    "k_mcnemar_p",
+    "k_mcnemar_p_holm",
+    "k_model_recall_diff",
+];
+
 /// The CSV header of `summary.csv`.
 pub fn summary_header() -> String {
-    format!(
-        "context_tokens,depth_percent,needle_offset,topk,precision,trials,survived,recall,ci_low,ci_high,predicted_recall,\
-         mean_rank,mean_rank_ties,median_rank,trials_with_ties,mean_margin_sd,needle_rows,needle_start_token,\
-         needle_in_window,survived_via_window,visible_rows,candidate_rows,k_eff,coverage_limit,{},{},\
-         fidelity_reference,selection_recall,selection_recall_ci_low,selection_recall_ci_high,jaccard,jaccard_ci_low,jaccard_ci_high,\
-         baseline,recall_diff,discordant_gained,discordant_lost,mcnemar_p,\
-         indexed_layers,model_survived,model_recall,model_ci_low,model_ci_high,layers_reached,layers_reached_ci_low,layers_reached_ci_high,{},\
-         mcnemar_p_holm,k_baseline,k_recall_diff,k_discordant_gained,k_discordant_lost,k_mcnemar_p,k_mcnemar_p_holm,k_model_recall_diff",
-        quantile_columns("rank_share"),
-        quantile_columns("margin_sd"),
-        quantile_columns("layers_reached")
-    )
+    SUMMARY_COLUMNS.join(",")
 }
 
 /// Columns only the quantile needle has, after the others: written when a
 /// cell has them, so strength-unit summaries keep their bytes.
-const QUANTILE_COLUMNS: &str = "model_band_low,model_band_high,needle_capped";
+const QUANTILE_COLUMNS: [&str; 3] = ["model_band_low", "model_band_high", "needle_capped"];
 
-/// The same cells as a tidy CSV, one row each. The Holm-adjusted p-values
-/// treat `cells` as the sweep's whole family of paired tests.
-pub fn summary_csv(cells: &[CellResult]) -> String {
+fn quantile_fields(q: Option<[f64; 5]>) -> [Field; 5] {
+    std::array::from_fn(|i| Field::Float(q.map(|v| v[i])))
+}
+
+/// One cell's row of `summary.csv`, in the order of [`SUMMARY_COLUMNS`];
+/// `holm` is the cell's (precision-paired, k-paired) adjusted p-values.
+fn summary_row(c: &CellResult, holm: (Option<f64>, Option<f64>)) -> Vec<Field> {
+    use Field::{Flag, Float, Int, Text};
+    let mut row = vec![
+        Int(Some(c.context_tokens)),
+        Float(Some(c.depth_percent)),
+        Int(c.needle_offset),
+        Int(Some(c.topk)),
+        Text(Some(c.precision.clone())),
+        Int(Some(c.trials)),
+        Int(Some(c.survived)),
+        Float(Some(c.recall)),
+        Float(Some(c.ci_low)),
+        Float(Some(c.ci_high)),
+        Float(c.predicted_recall),
+        Float(c.mean_rank),
+        Float(c.mean_rank_ties),
+        Float(c.median_rank),
+        Int(Some(c.trials_with_ties)),
+        Float(c.mean_margin_sd),
+        Int(Some(c.needle_rows)),
+        Int(Some(c.needle_start_token)),
+        Flag(c.needle_in_window),
+        Int(Some(c.survived_via_window)),
+        Int(Some(c.visible_rows)),
+        Int(Some(c.candidate_rows)),
+        Int(Some(c.k_eff)),
+        Int(Some(c.coverage_limit)),
+    ];
+    row.extend(quantile_fields(c.rank_share_quantiles));
+    row.extend(quantile_fields(c.margin_sd_quantiles));
+    row.extend([
+        Text(c.fidelity_reference.clone()),
+        Float(c.selection_recall),
+        Float(c.selection_recall_ci_low),
+        Float(c.selection_recall_ci_high),
+        Float(c.jaccard),
+        Float(c.jaccard_ci_low),
+        Float(c.jaccard_ci_high),
+        Text(c.baseline.clone()),
+        Float(c.recall_diff),
+        Int(c.discordant_gained),
+        Int(c.discordant_lost),
+        Float(c.mcnemar_p),
+        Int(c.indexed_layers),
+        Int(c.model_survived),
+        Float(c.model_recall),
+        Float(c.model_ci_low),
+        Float(c.model_ci_high),
+        Float(c.layers_reached),
+        Float(c.layers_reached_ci_low),
+        Float(c.layers_reached_ci_high),
+    ]);
+    row.extend(quantile_fields(c.layers_reached_quantiles));
+    row.extend([
+        Float(holm.0),
+        Int(c.k_baseline),
+        Float(c.k_recall_diff),
+        Int(c.k_discordant_gained),
+        Int(c.k_discordant_lost),
+        Float(c.k_mcnemar_p),
+        Float(holm.1),
+        Float(c.k_model_recall_diff),
+    ]);
+    row
+}
+
+/// The quantile needle's extra fields of one cell ([`QUANTILE_COLUMNS`]).
+fn quantile_row(c: &CellResult) -> [Field; 3] {
+    [Field::Float(c.model_band_low), Field::Float(c.model_band_high), Field::Int(c.needle_capped)]
+}
+
+/// The cells as the columns of `summary.csv`, typed: the quantile needle's
+/// three columns only when a cell has them. The Holm-adjusted p-values treat
+/// `cells` as the sweep's whole family of paired tests.
+pub fn summary_columns(cells: &[CellResult]) -> Vec<Column> {
     let quantile = cells.iter().any(|c| c.needle_capped.is_some());
-    let mut out = summary_header();
-    if quantile {
-        out.push(',');
-        out.push_str(QUANTILE_COLUMNS);
-    }
-    out.push('\n');
     let holm = HolmFamily::of(cells);
+    let names: Vec<&'static str> = SUMMARY_COLUMNS.iter().chain(if quantile { &QUANTILE_COLUMNS[..] } else { &[] }).copied().collect();
+    let mut columns: Vec<Column> = names.into_iter().map(|name| Column { name, values: Vec::with_capacity(cells.len()) }).collect();
     for (i, c) in cells.iter().enumerate() {
-        let fields = [
-            c.context_tokens.to_string(),
-            c.depth_percent.to_string(),
-            opt(c.needle_offset),
-            c.topk.to_string(),
-            c.precision.clone(),
-            c.trials.to_string(),
-            c.survived.to_string(),
-            c.recall.to_string(),
-            c.ci_low.to_string(),
-            c.ci_high.to_string(),
-            opt(c.predicted_recall),
-            opt(c.mean_rank),
-            opt(c.mean_rank_ties),
-            opt(c.median_rank),
-            c.trials_with_ties.to_string(),
-            opt(c.mean_margin_sd),
-            c.needle_rows.to_string(),
-            c.needle_start_token.to_string(),
-            c.needle_in_window.to_string(),
-            c.survived_via_window.to_string(),
-            c.visible_rows.to_string(),
-            c.candidate_rows.to_string(),
-            c.k_eff.to_string(),
-            c.coverage_limit.to_string(),
-            quantile_values(c.rank_share_quantiles),
-            quantile_values(c.margin_sd_quantiles),
-            opt(c.fidelity_reference.clone()),
-            opt(c.selection_recall),
-            opt(c.selection_recall_ci_low),
-            opt(c.selection_recall_ci_high),
-            opt(c.jaccard),
-            opt(c.jaccard_ci_low),
-            opt(c.jaccard_ci_high),
-            opt(c.baseline.clone()),
-            opt(c.recall_diff),
-            opt(c.discordant_gained),
-            opt(c.discordant_lost),
-            opt(c.mcnemar_p),
-            opt(c.indexed_layers),
-            opt(c.model_survived),
-            opt(c.model_recall),
-            opt(c.model_ci_low),
-            opt(c.model_ci_high),
-            opt(c.layers_reached),
-            opt(c.layers_reached_ci_low),
-            opt(c.layers_reached_ci_high),
-            quantile_values(c.layers_reached_quantiles),
-            opt(holm.precision[i]),
-            opt(c.k_baseline),
-            opt(c.k_recall_diff),
-            opt(c.k_discordant_gained),
-            opt(c.k_discordant_lost),
-            opt(c.k_mcnemar_p),
-            opt(holm.topk[i]),
-            opt(c.k_model_recall_diff),
-        ];
-        out.push_str(&fields.join(","));
+        let mut row = summary_row(c, (holm.precision[i], holm.topk[i]));
         if quantile {
-            for extra in [opt(c.model_band_low), opt(c.model_band_high), opt(c.needle_capped)] {
-                out.push(',');
-                out.push_str(&extra);
-            }
+            row.extend(quantile_row(c));
         }
+        for (column, field) in columns.iter_mut().zip(row) {
+            column.values.push(field);
+        }
+    }
+    columns
+}
+
+/// The same cells as a tidy CSV, one row each ([`summary_columns`] as text).
+pub fn summary_csv(cells: &[CellResult]) -> String {
+    let columns = summary_columns(cells);
+    let mut out = columns.iter().map(|c| c.name).collect::<Vec<_>>().join(",");
+    out.push('\n');
+    for i in 0..cells.len() {
+        let fields: Vec<String> = columns.iter().map(|c| c.values.get(i).map_or_else(String::new, Field::csv_text)).collect();
+        out.push_str(&fields.join(","));
         out.push('\n');
     }
     out
@@ -525,6 +633,14 @@ mod tests {
         for line in csv.lines() {
             assert_eq!(line.split(',').count(), columns, "{line}");
         }
+        // Every row has a field per column name (summary_columns zips them).
+        let holm = HolmFamily::of(&outcome.cells);
+        for (i, c) in outcome.cells.iter().enumerate() {
+            assert_eq!(summary_row(c, (holm.precision[i], holm.topk[i])).len(), SUMMARY_COLUMNS.len());
+        }
+        let typed = summary_columns(&outcome.cells);
+        assert_eq!(typed.len(), columns);
+        assert!(typed.iter().all(|c| c.values.len() == outcome.cells.len()));
         // Quorum 1: the model keeps the needle whenever the simulated layer does.
         for c in &outcome.cells {
             assert_eq!(c.indexed_layers, Some(21));

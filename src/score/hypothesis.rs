@@ -447,6 +447,17 @@ pub const CATALOGUE: &[HypothesisInfo] = &[
         class: FaultClass::LayerSubset,
     },
     HypothesisInfo {
+        name: "row-shift",
+        group: Group::Selection,
+        summary: "the query's top-k taken from another query's logits row",
+        changes: "The variant selects by the scores of another query over the same keys: a fresh draw of the model's query and head weights from the trial's seed (tag ROW_SHIFT), with no alignment to this trial's needle. Assumption: the other row is another token's, drawn as the model draws queries.",
+        stands_for: "vllm #42169 (persistent top-k read DeepGEMM's padded logits with the unpadded stride: rows read with the wrong stride), sglang #12457 (seqlens_expanded), aiter #1815 (stride(0) vs stride(1), batch > 64). Usually seen as MTP acceptance drops, not lost needles.",
+        expected: "The needle is ranked as a haystack row: kept about k over the candidate rows beyond k + window, at every depth; contexts within k + window unaffected. Acts on every key format (bf16 included).",
+        requires: None,
+        layers: FaultSpread::Shared,
+        class: FaultClass::RandomLoss,
+    },
+    HypothesisInfo {
         name: "ties-lowest",
         group: Group::Selection,
         summary: "top-k ties go to the lowest row index",
@@ -664,6 +675,7 @@ pub enum Hypothesis {
     LayoutTile16,
     /// Blocks in the pool.
     Offset32bit(u64),
+    RowShift,
     Layers(crate::score::variant::LayerSubset),
 }
 
@@ -735,6 +747,7 @@ impl Hypothesis {
             "layout-interleaved-read" => Hypothesis::LayoutInterleavedRead,
             "layout-planar-read" => Hypothesis::LayoutPlanarRead,
             "layout-tile16" => Hypothesis::LayoutTile16,
+            "row-shift" => Hypothesis::RowShift,
             "topk" | "window" | "tie-truncate" | "zero-blocks" | "rotated-before" | "layers" | "layer-share" | "offset-32bit" => {
                 return Err(format!("{text} needs a value: {text}=N"))
             }
@@ -768,6 +781,7 @@ impl Hypothesis {
             TieTruncate(_) => "the bits the selector compares",
             ZeroBlocks(_) | Offset32bit(_) => "which pages read as zeros",
             LayoutInterleavedRead | LayoutPlanarRead | LayoutTile16 => "the byte layout the cache is read with",
+            RowShift => "the logits row a query selects from",
             RotatedBefore(_) => "which rows the writer rotates",
             Layers(_) => "the layers the faults act in",
         }
@@ -826,6 +840,7 @@ impl Hypothesis {
             LayoutInterleavedRead => v.cache.page_layout = PageLayoutFault::InterleavedRead,
             LayoutPlanarRead => v.cache.page_layout = PageLayoutFault::PlanarRead,
             LayoutTile16 => v.cache.page_layout = PageLayoutFault::Tile16Read,
+            RowShift => v.position.query_row_shifted = true,
             RotatedBefore(r) => {
                 if v.key.rotation != Rotation::Hadamard {
                     return Err(format!("{} writes its keys without a Hadamard rotation: nothing to mix", v.name));
@@ -1121,6 +1136,7 @@ mod tests {
         // offset-32bit=64M: 2^20 blocks; the smallest pool gives one overflowing block in 254202.
         assert_eq!(variant("fp8+offset-32bit=64M").unwrap().cache.offset_32bit_blocks, Some(1 << 20));
         assert_eq!(variant("fp8+offset-32bit=16268928").unwrap().cache.offset_32bit_blocks, Some(FIRST_BLOCK_PAST_2_31 + 1));
+        assert!(variant("fp8+row-shift").unwrap().position.query_row_shifted);
     }
 
     #[test]

@@ -34,6 +34,7 @@ pub mod tag {
     pub const STACK: u64 = 0x7374_6163_6b00_000d; // whole-model recall: the layer and token chains
     pub const NEEDLE: u64 = 0x6e65_6564_6c65_000e; // the quantile needle's exceedance and rank draws
     pub const CACHE: u64 = 0x6361_6368_6500_000f; // a request's physical cache pages (zero-pages faults)
+    pub const ROW_SHIFT: u64 = 0x7368_6966_7400_0010; // the other query whose logits row-shift reads
 }
 
 /// SplitMix64 finaliser: a bijective 64-bit mixer with good avalanche.

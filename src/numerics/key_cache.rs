@@ -11,8 +11,9 @@
 //!    scale spans, how it is rounded, a stale scale, the fp8 flavour);
 //! 2. **memory**: what the scale words hold when read (a neighbour's word,
 //!    never written);
-//! 3. **read**: which slot a row is read from, and the fp8 flavour its codes
-//!    are decoded as.
+//! 3. **read**: the byte layout the page is read with (codes and scales
+//!    encoded to a page's bytes and read back, [`PageLayoutFault`]), which
+//!    slot a row is read from, and the fp8 flavour its codes are decoded as.
 //!
 //! Rows the reader asks for that were never written (past the last row of a
 //! partial page) read as zero-filled memory: zero codes and a zero scale
@@ -102,6 +103,88 @@ pub enum ScaleWordFault {
     UnwrittenNan,
 }
 
+/// How the reader lays a page's bytes out when the writer laid them out as
+/// the engines do (planar, flat: 64 × 128 code bytes, then 64 fp32 scale
+/// words; docs/NUMERICS.md), or the reverse.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum PageLayoutFault {
+    /// Writer and reader agree.
+    #[default]
+    None,
+    /// `layout-interleaved-read`: written planar, read as records of d + 4
+    /// bytes (the row's codes, then its scale word).
+    InterleavedRead,
+    /// `layout-planar-read`: written as interleaved records, read planar.
+    PlanarRead,
+    /// `layout-tile16`: codes written flat, read through 16 × 16 tiles
+    /// (AITER's preshuffled indexer cache); scales unaffected.
+    Tile16Read,
+}
+
+/// Side of a tile of AITER's preshuffled indexer cache (rows × code bytes).
+pub const PRESHUFFLE_TILE: usize = 16;
+
+/// Bytes of one page of the fp8 indexer cache per token at head_dim 128:
+/// 128 code bytes and one fp32 scale word (sglang/vLLM; docs/NUMERICS.md).
+pub const INDEXER_TOKEN_BYTES: u64 = 132;
+
+/// The physical block whose byte offset, block × 64 × 132, first reaches
+/// 2^31 (`offset-32bit`): ⌈2^31 / 8448⌉.
+pub const FIRST_BLOCK_PAST_2_31: u64 = (1u64 << 31).div_ceil(PAGE_ROWS as u64 * INDEXER_TOKEN_BYTES);
+
+/// Where one page's bytes live, as a writer or a reader addresses them
+/// (rows of `d` one-byte codes and one 4-byte scale word each).
+#[derive(Clone, Copy, Debug)]
+struct PageAddressing {
+    d: usize,
+    /// Records of d + 4 bytes (codes then scale) instead of all codes,
+    /// then all scales.
+    interleaved: bool,
+    /// Planar codes stored in tiles of this many rows × bytes.
+    tile: Option<usize>,
+}
+
+impl PageAddressing {
+    fn page_bytes(&self) -> usize {
+        PAGE_ROWS * (self.d + 4)
+    }
+
+    /// Byte of code `c` of slot `slot`.
+    fn code(&self, slot: usize, c: usize) -> usize {
+        let d = self.d;
+        match (self.interleaved, self.tile) {
+            (true, _) => slot * (d + 4) + c,
+            (false, None) => slot * d + c,
+            (false, Some(t)) => (slot / t) * (t * d) + (c / t) * (t * t) + (slot % t) * t + c % t,
+        }
+    }
+
+    /// First byte of slot `slot`'s scale word (little-endian f32).
+    fn scale(&self, slot: usize) -> usize {
+        if self.interleaved {
+            slot * (self.d + 4) + self.d
+        } else {
+            PAGE_ROWS * self.d + slot * 4
+        }
+    }
+}
+
+impl PageLayoutFault {
+    /// (writer, reader) addressing for rows of `d` codes.
+    fn addressing(self, d: usize) -> (PageAddressing, PageAddressing) {
+        let planar = PageAddressing { d, interleaved: false, tile: None };
+        let interleaved = PageAddressing { interleaved: true, ..planar };
+        let tiled = PageAddressing { tile: Some(PRESHUFFLE_TILE), ..planar };
+        match self {
+            PageLayoutFault::None => (planar, planar),
+            PageLayoutFault::InterleavedRead => (planar, interleaved),
+            PageLayoutFault::PlanarRead => (interleaved, planar),
+            PageLayoutFault::Tile16Read => (planar, tiled),
+        }
+    }
+}
+
 /// Faults of the key cache; the default has none. Each field is set by one
 /// hypothesis (docs/HYPOTHESES.md).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -136,6 +219,19 @@ pub struct KeyCacheFaults {
     /// the rest unrotated (a mixed cache); queries stay rotated.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rotated_before: Option<u64>,
+    /// `layout-interleaved-read`, `layout-planar-read`, `layout-tile16`:
+    /// the page's bytes read with another layout than written.
+    #[serde(skip_serializing_if = "is_default_layout")]
+    pub page_layout: PageLayoutFault,
+    /// `offset-32bit=POOL`: each page of a request lies in a physical block
+    /// drawn uniformly from a pool of this many blocks; blocks whose byte
+    /// offset (block × 64 × 132) reaches 2^31 read as all-zero keys.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub offset_32bit_blocks: Option<u64>,
+}
+
+fn is_default_layout(x: &PageLayoutFault) -> bool {
+    *x == PageLayoutFault::None
 }
 
 fn is_zero(x: &u32) -> bool {
@@ -152,6 +248,19 @@ pub fn page_zeroed(request: u64, page: u64, ppm: u32) -> bool {
     ppm > 0 && crate::base::rng::derive(request, &[crate::base::rng::tag::CACHE, page]) % 1_000_000 < u64::from(ppm)
 }
 
+/// The physical block that page `page` of the request seeded `request`
+/// lands in, from a pool of `pool_blocks` blocks (uniform, each page drawn
+/// on its own: an allocator that hands out blocks in no particular order).
+pub fn physical_block(request: u64, page: u64, pool_blocks: u64) -> u64 {
+    crate::base::rng::derive(request, &[crate::base::rng::tag::CACHE, page]) % pool_blocks.max(1)
+}
+
+/// Whether page `page` of the request seeded `request` lies past 2^31 bytes
+/// in a pool of `pool_blocks` blocks of the fp8 indexer cache.
+pub fn page_past_32bit(request: u64, page: u64, pool_blocks: u64) -> bool {
+    physical_block(request, page, pool_blocks) >= FIRST_BLOCK_PAST_2_31
+}
+
 impl KeyCacheFaults {
     pub fn is_default(&self) -> bool {
         *self == Self::default()
@@ -163,7 +272,11 @@ impl KeyCacheFaults {
 
     /// Faults that need the keys as fp8 element values with one scale per row.
     fn need_row_scaled_fp8(&self) -> bool {
-        self.write_changed() || self.read_as != self.written_as || self.scale_word != ScaleWordFault::None
+        self.write_changed()
+            || self.read_as != self.written_as
+            || self.scale_word != ScaleWordFault::None
+            || self.page_layout != PageLayoutFault::None
+            || self.offset_32bit_blocks.is_some()
     }
 
     /// Why `key` (rows of `d`) cannot carry these faults, if it cannot.
@@ -174,6 +287,9 @@ impl KeyCacheFaults {
         let Some(scaling) = key.scaling.filter(|_| key.has_row_scale(d) && key.element == ElementFormat::E4m3fn) else {
             return Some("it needs e4m3fn keys with one scale per row (fp8, fp8-fp32scale or a custom variant like them)".into());
         };
+        if self.page_layout == PageLayoutFault::Tile16Read && !d.is_multiple_of(PRESHUFFLE_TILE) {
+            return Some(format!("layout-tile16 needs rows of a multiple of {PRESHUFFLE_TILE} code bytes, not {d}"));
+        }
         if self.scale_rounded_down && scaling.scale != ScaleFormat::Ue8m0Ceil {
             return Some("scale-floor needs a power-of-two scale rounded up (ue8m0, as in fp8) to round down instead".into());
         }
@@ -199,12 +315,12 @@ impl KeyCacheFaults {
         if self.is_default() {
             return Ok(key.quantize_rows_into(raw, d, out)?);
         }
-        let layout = KeyCacheFaults { zero_pages_ppm: 0, rotated_before: None, ..*self };
-        if layout != *self {
-            return self.store_mixed(key, raw, first_row, request, d, out);
-        }
         if let Some(why) = self.unsupported(key, d) {
             return Err(SimError::Hypothesis(format!("key cache faults {self:?} cannot apply to these keys: {why}")));
+        }
+        let layout = KeyCacheFaults { zero_pages_ppm: 0, rotated_before: None, offset_32bit_blocks: None, ..*self };
+        if layout != *self {
+            return self.store_mixed(key, raw, first_row, request, d, out);
         }
         if !first_row.is_multiple_of(TENSOR_SPAN_ROWS as u64) {
             return Err(SimError::Hypothesis(format!("key chunks must start at a multiple of {TENSOR_SPAN_ROWS} rows, not {first_row}")));
@@ -216,6 +332,9 @@ impl KeyCacheFaults {
             key.quantize_rows_into(raw, d, &mut written)?;
         }
         self.corrupt_scale_words(&mut written.row_scales);
+        if self.page_layout != PageLayoutFault::None {
+            written = self.relay_pages(&written, d);
+        }
         self.read(&written, d, out);
         Ok(())
     }
@@ -232,7 +351,7 @@ impl KeyCacheFaults {
         d: usize,
         out: &mut QuantizedRows,
     ) -> Result<(), SimError> {
-        let rest = KeyCacheFaults { zero_pages_ppm: 0, rotated_before: None, ..*self };
+        let rest = KeyCacheFaults { zero_pages_ppm: 0, rotated_before: None, offset_32bit_blocks: None, ..*self };
         match self.rotated_before {
             Some(r) if d > 0 && r < first_row + (raw.len() / d) as u64 => {
                 if key.rotation != Rotation::Hadamard {
@@ -251,9 +370,13 @@ impl KeyCacheFaults {
             }
             _ => rest.store(key, raw, first_row, request, d, out)?,
         }
-        if self.zero_pages_ppm > 0 {
+        let zeroed = |page: u64| match self.offset_32bit_blocks {
+            Some(pool) => page_past_32bit(request, page, pool),
+            None => page_zeroed(request, page, self.zero_pages_ppm),
+        };
+        if self.zero_pages_ppm > 0 || self.offset_32bit_blocks.is_some() {
             for (r, row) in out.values.chunks_exact_mut(d.max(1)).enumerate() {
-                if page_zeroed(request, (first_row + r as u64) / PAGE_ROWS as u64, self.zero_pages_ppm) {
+                if zeroed((first_row + r as u64) / PAGE_ROWS as u64) {
                     row.fill(0.0);
                 }
             }
@@ -341,6 +464,36 @@ impl KeyCacheFaults {
                 }
             }
         }
+    }
+
+    /// Written rows (element values exactly codes of the writer's flavour,
+    /// one scale each) laid into page bytes by the writer's layout and read
+    /// back by the reader's: codes and scale words as the reader finds them,
+    /// still in the writer's flavour (step 3 decodes). Bytes of a partial
+    /// page past its last row are zero (allocated zeroed).
+    fn relay_pages(&self, written: &QuantizedRows, d: usize) -> QuantizedRows {
+        let (writer, reader) = self.page_layout.addressing(d);
+        let rows = written.row_scales.len();
+        let mut out = QuantizedRows { values: Vec::with_capacity(rows * d), row_scales: Vec::with_capacity(rows) };
+        let mut bytes = vec![0u8; writer.page_bytes()];
+        for first in (0..rows).step_by(PAGE_ROWS) {
+            let here = (rows - first).min(PAGE_ROWS);
+            bytes.fill(0);
+            for slot in 0..here {
+                let r = first + slot;
+                for (c, &v) in written.values[r * d..(r + 1) * d].iter().enumerate() {
+                    bytes[writer.code(slot, c)] = self.written_as.encode(v) as u8;
+                }
+                let at = writer.scale(slot);
+                bytes[at..at + 4].copy_from_slice(&written.row_scales[r].to_le_bytes());
+            }
+            for slot in 0..here {
+                out.values.extend((0..d).map(|c| self.written_as.decode(u32::from(bytes[reader.code(slot, c)]))));
+                let at = reader.scale(slot);
+                out.row_scales.push(f32::from_le_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]]));
+            }
+        }
+        out
     }
 
     /// The written row a reader of row `r` (chunk-relative) fetches.
@@ -618,5 +771,154 @@ mod tests {
         assert_eq!(fnuz_scale(239.99, ScaleFormat::Ue8m0Ceil), 1.0);
         assert_eq!(fnuz_scale(1.875, ScaleFormat::Ue8m0Ceil), 2f32.powi(-7));
         assert_eq!(fnuz_scale(480.0, ScaleFormat::Fp32), 2.0);
+    }
+    /// The page bytes of `own` (64 rows at most) as the engines write
+    /// them: planar (codes row-major, then fp32 scale words) or as
+    /// interleaved records of D + 4 bytes. Independent of the code under test.
+    fn page_bytes(own: &QuantizedRows, interleaved: bool) -> Vec<u8> {
+        let mut bytes = vec![0u8; 64 * (D + 4)];
+        for r in 0..own.row_scales.len() {
+            let (codes, scale) = if interleaved { (r * (D + 4), r * (D + 4) + D) } else { (r * D, 64 * D + 4 * r) };
+            for c in 0..D {
+                bytes[codes + c] = ElementFormat::E4m3fn.encode(own.values[r * D + c], Overflow::Cast) as u8;
+            }
+            bytes[scale..scale + 4].copy_from_slice(&own.row_scales[r].to_le_bytes());
+        }
+        bytes
+    }
+
+    fn le_f32(bytes: &[u8], at: usize) -> f32 {
+        f32::from_le_bytes(bytes[at..at + 4].try_into().unwrap())
+    }
+
+    fn same_bits(a: f32, b: f32) -> bool {
+        a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan())
+    }
+
+    #[test]
+    fn interleaved_read_of_a_planar_page_bit_casts_code_bytes_into_scales() {
+        for name in ["fp8", "fp8-fp32scale"] {
+            let key = fp8(name);
+            let raw = keys(64);
+            let own = key.quantize_rows(&raw, D).unwrap();
+            let bytes = page_bytes(&own, false);
+            let read = store(KeyCacheFaults { page_layout: PageLayoutFault::InterleavedRead, ..Default::default() }, &key, &raw);
+            for r in 0..64 {
+                for c in 0..D {
+                    let want = ElementFormat::E4m3fn.decode(u32::from(bytes[132 * r + c]));
+                    assert!(same_bits(read.values[r * D + c], want), "{name} row {r} code {c}");
+                }
+                assert!(same_bits(read.row_scales[r], le_f32(&bytes, 132 * r + 128)), "{name} row {r} scale");
+            }
+            // Row 0's codes are its own; its scale is row 1's first four code bytes.
+            assert_eq!(read.values[..D], own.values[..D]);
+            assert_ne!(read.row_scales[0], own.row_scales[0]);
+            // Slots 62 and 63 read real scale words (of slots 30 and 63).
+            assert_eq!((read.row_scales[62], read.row_scales[63]), (own.row_scales[30], own.row_scales[63]));
+            // Rows 0 … 61 read bit-cast code bytes: both signs and magnitudes far from any real scale.
+            let cast = &read.row_scales[..62];
+            assert!(cast.iter().any(|&s| s < 0.0) && cast.iter().any(|&s| s > 1e6), "{name}: {cast:?}");
+        }
+    }
+
+    #[test]
+    fn planar_read_of_interleaved_records_reads_scales_from_the_last_records() {
+        let key = fp8("fp8");
+        let raw = keys(64);
+        let own = key.quantize_rows(&raw, D).unwrap();
+        let bytes = page_bytes(&own, true);
+        let read = store(KeyCacheFaults { page_layout: PageLayoutFault::PlanarRead, ..Default::default() }, &key, &raw);
+        for r in 0..64 {
+            for c in 0..D {
+                let want = ElementFormat::E4m3fn.decode(u32::from(bytes[128 * r + c]));
+                assert!(same_bits(read.values[r * D + c], want), "row {r} code {c}");
+            }
+            assert!(same_bits(read.row_scales[r], le_f32(&bytes, 64 * 128 + 4 * r)), "row {r} scale");
+        }
+        assert_eq!(read.values[..D], own.values[..D]);
+        // Record 1 starts at byte 132: row 1's codes lag by 4 bytes, row 0's scale word among them.
+        assert_eq!(read.values[D + 4..2 * D], own.values[D..2 * D - 4]);
+        // Slot 63's scale word, bytes 8444 … 8447, is record 63's scale.
+        assert_eq!(read.row_scales[63], own.row_scales[63]);
+    }
+
+    #[test]
+    fn tile16_read_of_a_flat_page_takes_row_pieces_of_its_band() {
+        let key = fp8("fp8");
+        let raw = keys(100);
+        let own = key.quantize_rows(&raw, D).unwrap();
+        let read = store(KeyCacheFaults { page_layout: PageLayoutFault::Tile16Read, ..Default::default() }, &key, &raw);
+        // Row r, byte c is read from AITER's tiled offset of a flat page.
+        for r in 0..100 {
+            let (page, slot) = (r / 64, r % 64);
+            for c in 0..D {
+                let off = (slot / 16) * 16 * D + (c / 16) * 256 + (slot % 16) * 16 + c % 16;
+                let (src_row, src_col) = (page * 64 + off / D, off % D);
+                // Rows of the partial page past row 99 were never written: zero.
+                let want = if src_row < 100 { own.values[src_row * D + src_col] } else { 0.0 };
+                assert_eq!(read.values[r * D + c].to_bits(), want.to_bits(), "row {r} code {c}");
+            }
+        }
+        // The documented example: token 17, dim 35 reads flat byte 2579 = row 20, byte 19.
+        assert_eq!(read.values[17 * D + 35], own.values[20 * D + 19]);
+        assert_eq!(read.row_scales, own.row_scales);
+        // Row 0's first 16 bytes are its own; the next 16 are row 0's bytes 16 … 31 of another tile.
+        assert_eq!(read.values[..16], own.values[..16]);
+        assert_ne!(read.values[D..2 * D], own.values[D..2 * D]);
+    }
+
+    #[test]
+    fn layout_faults_refuse_keys_without_row_scaled_e4m3fn_bytes() {
+        for fault in [
+            KeyCacheFaults { page_layout: PageLayoutFault::InterleavedRead, ..Default::default() },
+            KeyCacheFaults { page_layout: PageLayoutFault::Tile16Read, ..Default::default() },
+            KeyCacheFaults { offset_32bit_blocks: Some(1 << 20), ..Default::default() },
+        ] {
+            for name in ["bf16", "fp32", "fp4", "nvfp4"] {
+                let why = fault.unsupported(&fp8(name), D).unwrap_or_else(|| panic!("{name} accepted"));
+                assert!(why.contains("e4m3fn") && !why.contains('\n'), "{why}");
+                let mut out = QuantizedRows::default();
+                assert!(matches!(fault.store(&fp8(name), &keys(64), 0, 0, D, &mut out), Err(SimError::Hypothesis(_))), "{name}");
+            }
+            assert!(fault.unsupported(&fp8("fp8-fp32scale"), D).is_none());
+        }
+        let tile = KeyCacheFaults { page_layout: PageLayoutFault::Tile16Read, ..Default::default() };
+        let rows_of_24 = QuantPipeline {
+            scaling: fp8("fp8")
+                .scaling
+                .map(|s| crate::numerics::format::BlockScaling { shape: crate::numerics::format::BlockShape::Row, ..s }),
+            ..fp8("fp8")
+        };
+        assert!(tile.unsupported(&rows_of_24, 24).is_some_and(|w| w.contains("multiple of 16")));
+    }
+
+    #[test]
+    fn offset_32bit_zeroes_the_share_of_pages_past_2_31_bytes() {
+        assert_eq!(FIRST_BLOCK_PAST_2_31, 254_201);
+        const { assert!((FIRST_BLOCK_PAST_2_31 - 1) * 8448 < 1 << 31 && FIRST_BLOCK_PAST_2_31 * 8448 >= 1 << 31) };
+        // A pool of 64M tokens: 2^20 blocks, of which those from 254201 on overflow.
+        let pool = (64u64 << 20) / 64;
+        let want = 1.0 - FIRST_BLOCK_PAST_2_31 as f64 / pool as f64;
+        assert!((want - (1.0 - 2f64.powi(31) / (64.0 * 1048576.0 * 132.0))).abs() < 1e-5);
+        let (requests, pages) = (200u64, 100u64);
+        let zeroed = (0..requests).flat_map(|q| (0..pages).map(move |p| (q, p))).filter(|&(q, p)| page_past_32bit(q, p, pool)).count();
+        let (lo, hi) = crate::base::stats::wilson_interval(zeroed as u64, requests * pages, 3.29);
+        assert!(lo <= want && want <= hi, "{zeroed} of {}: [{lo}, {hi}] vs {want}", requests * pages);
+        // Through the cache: a zeroed page's rows are all zero, the others as written.
+        let key = fp8("fp8");
+        let raw = keys(256);
+        let own = key.quantize_rows(&raw, D).unwrap();
+        let fault = KeyCacheFaults { offset_32bit_blocks: Some(pool), ..Default::default() };
+        let request = 7;
+        let mut out = QuantizedRows::default();
+        fault.store(&key, &raw, 512, request, D, &mut out).unwrap();
+        for page in 0..4 {
+            let rows = page * 64 * D..(page + 1) * 64 * D;
+            if page_past_32bit(request, 8 + page as u64, pool) {
+                assert!(out.values[rows].iter().all(|&v| v == 0.0), "page {page}");
+            } else {
+                assert_eq!(out.values[rows.clone()], own.values[rows], "page {page}");
+            }
+        }
     }
 }

@@ -6,7 +6,7 @@
 //! unchanged. Full text, sources and expected symptoms: docs/HYPOTHESES.md.
 
 use crate::model::stack::FaultSpread;
-use crate::numerics::key_cache::{Fp8Flavour, ScaleSpan, ScaleWordFault};
+use crate::numerics::key_cache::{Fp8Flavour, PageLayoutFault, ScaleSpan, ScaleWordFault, FIRST_BLOCK_PAST_2_31, PAGE_ROWS};
 use crate::numerics::pipeline::{LogitFormat, Rotation};
 use crate::score::selection::{NanOrder, TieRule};
 use crate::score::variant::PrecisionVariant;
@@ -370,6 +370,50 @@ pub const CATALOGUE: &[HypothesisInfo] = &[
         class: FaultClass::Layout,
     },
     HypothesisInfo {
+        name: "layout-interleaved-read",
+        group: Group::CacheLayout,
+        summary: "page written planar (codes, then scales), read as interleaved records of 132 bytes",
+        changes: "The writer lays each page of 64 rows out planar (64 x 128 e4m3fn code bytes, then 64 fp32 scale words); the reader takes row r's codes from bytes [132r, 132r+128) and its scale from the little-endian f32 in [132r+128, 132r+132): codes drift 4 bytes a row into the next rows and, for slots 62 and up, into the scale words; scales are bit-casts of four code bytes (either sign, up to about 2^126), real scale words only for the last slots.",
+        stands_for: "vllm #40991 (SM120 Triton fallback reads interleaved what the compressor wrote packed), vllm #50576 (SM80 fork: writer block-planar, reader token-interleaved; 'scale' = four fp8 bytes bit-cast), 1Cat-vLLM #250 (SM70 decode kernels: 6,943 of 13,802 scales negative, +-1e36...1e38), DeepGEMM #311 (fused cache strides).",
+        expected: "Every row but the last slots of a page is scored with a garbage scale: negative scales push rows to the bottom, huge ones to the top (or to +-inf, whose ties the tie rule orders); the needle is kept about as often as a random row, at every depth and context beyond k + window, so recall collapses to about k over the candidate rows. Contexts whose rows all fit in k are unaffected. Only row-scaled e4m3fn keys (fp8, fp8-fp32scale) have the bytes; bf16 and fp4 are refused.",
+        requires: None,
+        layers: FaultSpread::Shared,
+        class: FaultClass::Layout,
+    },
+    HypothesisInfo {
+        name: "layout-planar-read",
+        group: Group::CacheLayout,
+        summary: "page written as interleaved records of 132 bytes, read planar",
+        changes: "The writer stores each row as a record of its 128 code bytes then its fp32 scale; the reader takes row r's codes from bytes [128r, 128r+128) and its scale from the f32 at byte 8192+4r: codes lag 4 bytes a row with the scale words of earlier rows among them, and every scale but the last slots' is a bit-cast of code bytes of rows 62 and 63.",
+        stands_for: "The reverse of layout-interleaved-read (the same incidents with writer and reader exchanged: vllm #40991, vllm #50576); DeepGEMM #311.",
+        expected: "As layout-interleaved-read: scales are garbage for almost every row, recall collapses to about k over the candidate rows; contexts within k + window unaffected; bf16 and fp4 refused.",
+        requires: None,
+        layers: FaultSpread::Shared,
+        class: FaultClass::Layout,
+    },
+    HypothesisInfo {
+        name: "layout-tile16",
+        group: Group::CacheLayout,
+        summary: "codes written flat, read through AITER's 16x16 preshuffle tiles",
+        changes: "Codes are written flat (row r, byte c at 128r + c) and read as AITER's preshuffled layout: row r, byte c from (r/16)*2048 + (c/16)*256 + (r%16)*16 + c%16, so each row reads 16-byte pieces of 8 rows of its band of 16; scales are read correctly.",
+        stands_for: "vllm #52109 (V4 on gfx942: indexer K written flat, read in the 16x16 shuffle layout; fixed by vllm #50455), sglang #37685 (k-pool writers and readers must share the AITER tile order), aiter #2879.",
+        expected: "A row's codes are pieces of its band's rows under its own scale: scores are unrelated to the row, the needle's score spreads over its band's rows, so recall falls to about what random selection keeps beyond k + window, at every depth; bf16 and fp4 refused (no tiled fp8 bytes).",
+        requires: None,
+        layers: FaultSpread::Shared,
+        class: FaultClass::Layout,
+    },
+    HypothesisInfo {
+        name: "offset-32bit=POOL",
+        group: Group::CacheLayout,
+        summary: "pages in physical blocks past 2^31 bytes read as zeros (32-bit offsets), pool of POOL tokens",
+        changes: "Each page of 64 rows of the request's cache lies in a physical block drawn uniformly from a pool of POOL/64 blocks, per request (trial) and page; a block whose byte offset, block x 8448 (64 x 132 bytes), reaches 2^31 reads as all-zero keys (every logit 0). The share zeroed is 1 - 254201/(POOL/64), about 1 - 2^31/(pool bytes).",
+        stands_for: "ROCm/aiter #4774 (deepgemm_fp8_paged_mqa_logits formed block_id*stride in 32 bits: every block >= 2143 scored exactly 0.0), vllm #46222 (ROCm insert/gather block_id*stride past 32 bits). The mechanism behind zero-blocks=P, with P derived from the pool size.",
+        expected: "As zero-blocks=P with P = 1 - 2^31/(pool bytes): recall about 1 - P at every depth, varying per request; a pool below 16268928 tokens never overflows (refused). bf16 and fp4 are refused: the block stride is the fp8 indexer cache's.",
+        requires: None,
+        layers: FaultSpread::Shared,
+        class: FaultClass::Layout,
+    },
+    HypothesisInfo {
         name: "rotated-before=R",
         group: Group::CacheLayout,
         summary: "cache rows before row R written rotated, the rest unrotated (a mixed cache)",
@@ -401,6 +445,17 @@ pub const CATALOGUE: &[HypothesisInfo] = &[
         requires: Some("a [stack] and the quantile needle"),
         layers: FaultSpread::Shared,
         class: FaultClass::LayerSubset,
+    },
+    HypothesisInfo {
+        name: "row-shift",
+        group: Group::Selection,
+        summary: "the query's top-k taken from another query's logits row",
+        changes: "The variant selects by the scores of another query over the same keys: a fresh draw of the model's query and head weights from the trial's seed (tag ROW_SHIFT), with no alignment to this trial's needle. Assumption: the other row is another token's, drawn as the model draws queries.",
+        stands_for: "vllm #42169 (persistent top-k read DeepGEMM's padded logits with the unpadded stride: rows read with the wrong stride), sglang #12457 (seqlens_expanded), aiter #1815 (stride(0) vs stride(1), batch > 64). Usually seen as MTP acceptance drops, not lost needles.",
+        expected: "The needle is ranked as a haystack row: kept about k over the candidate rows beyond k + window, at every depth; contexts within k + window unaffected. Acts on every key format (bf16 included).",
+        requires: None,
+        layers: FaultSpread::Shared,
+        class: FaultClass::RandomLoss,
     },
     HypothesisInfo {
         name: "ties-lowest",
@@ -574,6 +629,12 @@ pub fn info(name: &str) -> Option<&'static HypothesisInfo> {
     CATALOGUE.iter().find(|h| h.name == name || h.name.split('=').next() == Some(bare))
 }
 
+/// The smallest cache pool (tokens) of `offset-32bit=POOL` with a block
+/// past 2^31 bytes: one block more than the first such block.
+pub const MIN_32BIT_POOL: u64 = (FIRST_BLOCK_PAST_2_31 + 1) * PAGE_ROWS as u64;
+/// The largest pool accepted (2^40 tokens, 8.4 PiB of indexer cache).
+pub const MAX_32BIT_POOL: u64 = 1 << 40;
+
 /// A parsed hypothesis, parameters included.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Hypothesis {
@@ -609,6 +670,12 @@ pub enum Hypothesis {
     /// Parts per million.
     ZeroBlocks(u32),
     RotatedBefore(u64),
+    LayoutInterleavedRead,
+    LayoutPlanarRead,
+    LayoutTile16,
+    /// Blocks in the pool.
+    Offset32bit(u64),
+    RowShift,
     Layers(crate::score::variant::LayerSubset),
 }
 
@@ -627,6 +694,12 @@ impl Hypothesis {
                     _ => Err(format!("zero-blocks=P needs a share of pages above 0 (at least 1e-6) and at most 1, not {value:?}")),
                 },
                 ("rotated-before", Some(r)) => Ok(Hypothesis::RotatedBefore(r)),
+                ("offset-32bit", Some(tokens)) if (MIN_32BIT_POOL..=MAX_32BIT_POOL).contains(&tokens) => {
+                    Ok(Hypothesis::Offset32bit(tokens / PAGE_ROWS as u64))
+                }
+                ("offset-32bit", _) => Err(format!(
+                    "offset-32bit=POOL needs a cache pool of {MIN_32BIT_POOL} to {MAX_32BIT_POOL} tokens (K/M allowed; a smaller pool keeps every block offset below 2^31 at 64 x 132 bytes a block), not {value:?}"
+                )),
                 ("rotated-before", None) => Err(format!("rotated-before=R needs a number of cache rows ≥ 0, not {value:?}")),
                 ("layers", _) => crate::score::variant::LayerSubset::parse_range(value).map(Hypothesis::Layers),
                 ("layer-share", _) => match value.trim().parse::<f64>() {
@@ -671,7 +744,11 @@ impl Hypothesis {
             "rope-swap-k" => Hypothesis::RopeSwapK,
             "rope-swap-both" => Hypothesis::RopeSwapBoth,
             "no-relu" => Hypothesis::NoRelu,
-            "topk" | "window" | "tie-truncate" | "zero-blocks" | "rotated-before" | "layers" | "layer-share" => {
+            "layout-interleaved-read" => Hypothesis::LayoutInterleavedRead,
+            "layout-planar-read" => Hypothesis::LayoutPlanarRead,
+            "layout-tile16" => Hypothesis::LayoutTile16,
+            "row-shift" => Hypothesis::RowShift,
+            "topk" | "window" | "tie-truncate" | "zero-blocks" | "rotated-before" | "layers" | "layer-share" | "offset-32bit" => {
                 return Err(format!("{text} needs a value: {text}=N"))
             }
             _ => return Err(format!("unknown hypothesis {text:?}; known: {}", names())),
@@ -702,7 +779,9 @@ impl Hypothesis {
             RopeSwapBoth => "the query's and the keys' RoPE layout",
             NoRelu => "the head activation",
             TieTruncate(_) => "the bits the selector compares",
-            ZeroBlocks(_) => "which pages read as zeros",
+            ZeroBlocks(_) | Offset32bit(_) => "which pages read as zeros",
+            LayoutInterleavedRead | LayoutPlanarRead | LayoutTile16 => "the byte layout the cache is read with",
+            RowShift => "the logits row a query selects from",
             RotatedBefore(_) => "which rows the writer rotates",
             Layers(_) => "the layers the faults act in",
         }
@@ -757,6 +836,11 @@ impl Hypothesis {
             NoRelu => v.scoring.relu = false,
             Layers(set) => v.layers = set,
             ZeroBlocks(ppm) => v.cache.zero_pages_ppm = ppm,
+            Offset32bit(blocks) => v.cache.offset_32bit_blocks = Some(blocks),
+            LayoutInterleavedRead => v.cache.page_layout = PageLayoutFault::InterleavedRead,
+            LayoutPlanarRead => v.cache.page_layout = PageLayoutFault::PlanarRead,
+            LayoutTile16 => v.cache.page_layout = PageLayoutFault::Tile16Read,
+            RowShift => v.position.query_row_shifted = true,
             RotatedBefore(r) => {
                 if v.key.rotation != Rotation::Hadamard {
                     return Err(format!("{} writes its keys without a Hadamard rotation: nothing to mix", v.name));
@@ -848,6 +932,7 @@ mod tests {
                 .name
                 .replace("=N", "=100")
                 .replace("=B", "=16")
+                .replace("=POOL", "=64M")
                 .replace("=P", "=0.25")
                 .replace("=R", "=100")
                 .replace("=SET", "=1..")
@@ -1021,10 +1106,37 @@ mod tests {
             ("fp8+zero-blocks=1.5", "at most 1"),
             ("fp8+zero-blocks=0", "above 0"),
             ("fp8+rotated-before=x", "cache rows"),
+            ("fp8+offset-32bit=1M", "16268928 to"),
+            ("fp8+offset-32bit=16268927", "16268928 to"),
+            ("fp8+offset-32bit=x", "cache pool"),
+            ("fp8+offset-32bit", "needs a value"),
+            ("fp8+offset-32bit=64M+zero-blocks=0.5", "both set which pages read as zeros"),
+            ("fp8+layout-tile16+layout-interleaved-read", "both set the byte layout"),
         ] {
             let err = variant(text).unwrap_err();
             assert!(err.contains(needle) && !err.contains('\n'), "{text}: {err}");
         }
+    }
+
+    #[test]
+    fn byte_layout_faults_scramble_scores_and_refuse_other_keys() {
+        let raw = keys(256, 3.0);
+        let fp8 = scores(&variant("fp8").unwrap(), &raw);
+        for h in ["layout-interleaved-read", "layout-planar-read", "layout-tile16"] {
+            let read = scores(&variant(&format!("fp8+{h}")).unwrap(), &raw);
+            let changed = read.iter().zip(&fp8).filter(|(a, b)| a.to_bits() != b.to_bits()).count();
+            assert!(changed > 200, "{h}: {changed} of 256 scores changed");
+            // The writer never stores the NaN codes 0x7f/0xff, so no bit-cast scale is NaN or inf.
+            assert!(read.iter().all(|s| !s.is_nan()), "{h}");
+            for base in ["bf16", "fp4"] {
+                let v = variant(&format!("{base}+{h}")).unwrap();
+                assert!(v.unsupported(D).is_some_and(|w| w.contains("e4m3fn")), "{base}+{h}");
+            }
+        }
+        // offset-32bit=64M: 2^20 blocks; the smallest pool gives one overflowing block in 254202.
+        assert_eq!(variant("fp8+offset-32bit=64M").unwrap().cache.offset_32bit_blocks, Some(1 << 20));
+        assert_eq!(variant("fp8+offset-32bit=16268928").unwrap().cache.offset_32bit_blocks, Some(FIRST_BLOCK_PAST_2_31 + 1));
+        assert!(variant("fp8+row-shift").unwrap().position.query_row_shifted);
     }
 
     #[test]

@@ -700,15 +700,45 @@ pub fn context_queries(
     variants: &[PrecisionVariant],
     context: u64,
 ) -> Result<Vec<IndexerQuery>, SimError> {
+    shifted_context_queries(hay, None, source, variants, context)
+}
+
+/// [`context_queries`], with `shifted` the other query (and head weights)
+/// that `row-shift` variants select by; such a variant without one is an
+/// error.
+pub fn shifted_context_queries(
+    hay: &TrialHaystack,
+    shifted: Option<&TrialHaystack>,
+    source: &TrialRows<'_>,
+    variants: &[PrecisionVariant],
+    context: u64,
+) -> Result<Vec<IndexerQuery>, SimError> {
     let d = hay.shape.head_dim;
     variants
         .iter()
         .map(|v| {
-            let mut q = hay.queries.clone();
+            let own = if v.position.query_row_shifted {
+                shifted
+                    .ok_or_else(|| SimError::Hypothesis(format!("{}: row-shift needs another query; this estimator has none", v.name)))?
+            } else {
+                hay
+            };
+            let mut q = own.queries.clone();
             source.rotate_queries(&mut q, context.saturating_sub(1), v.position.query_rope_layout_swapped)?;
-            Ok(IndexerQuery::new(v.query.quantize_rows(&q, d)?, &hay.weights, d, v.scoring))
+            Ok(IndexerQuery::new(v.query.quantize_rows(&q, d)?, &own.weights, d, v.scoring))
         })
         .collect()
+}
+
+/// The other query a `row-shift` variant selects by: a fresh draw of the
+/// model's query and head weights from the trial's seed (its own stream),
+/// None when no variant shifts.
+pub fn shifted_query(model: &GenerativeModel, trial_seed: u64, variants: &[PrecisionVariant]) -> Result<Option<TrialHaystack>, SimError> {
+    if !variants.iter().any(|v| v.position.query_row_shifted) {
+        return Ok(None);
+    }
+    let seed = rng::derive(trial_seed, &[tag::ROW_SHIFT]);
+    TrialHaystack::draw(model, seed).map(Some)
 }
 
 impl TrialSpec<'_> {
@@ -773,7 +803,8 @@ impl TrialSpec<'_> {
         let ScoredSet { variants: scored, reference, screen } = self.scored_set(quantile.is_some(), &source)?;
         let scored = &scored[..];
 
-        let QueryGroups { queries, key_layouts, rows: group_rows } = self.query_groups(&haystack, &source, scored)?;
+        let shifted = shifted_query(self.model, trial_seed, scored)?;
+        let QueryGroups { queries, key_layouts, rows: group_rows } = self.query_groups(&haystack, shifted.as_ref(), &source, scored)?;
         let groups = queries.len();
         let max_rows = group_rows.iter().copied().max().unwrap_or(0);
         let mut cases = self.cases(&source, scored.len());
@@ -849,11 +880,17 @@ impl TrialSpec<'_> {
 
     /// The trial's query groups: one per context with RoPE (see
     /// `query_group`), else one for all.
-    fn query_groups(&self, haystack: &TrialHaystack, source: &TrialRows, scored: &[PrecisionVariant]) -> Result<QueryGroups, SimError> {
+    fn query_groups(
+        &self,
+        haystack: &TrialHaystack,
+        shifted: Option<&TrialHaystack>,
+        source: &TrialRows,
+        scored: &[PrecisionVariant],
+    ) -> Result<QueryGroups, SimError> {
         let positional = self.physics.rope != RopeChoice::Off;
         let groups = if positional { self.contexts.len() } else { 1 };
         let queries: Vec<Vec<IndexerQuery>> =
-            (0..groups).map(|g| context_queries(haystack, source, scored, self.contexts[g])).collect::<Result<_, _>>()?;
+            (0..groups).map(|g| shifted_context_queries(haystack, shifted, source, scored, self.contexts[g])).collect::<Result<_, _>>()?;
         // Keys rotated with the other pair layout, for `rope-swap-k` variants.
         let key_layouts = if positional && scored.iter().any(|v| v.position.key_rope_layout_swapped) { 2 } else { 1 };
         let candidates_of = |ci: usize| self.geometry.candidate_rows(self.contexts[ci]) as usize;

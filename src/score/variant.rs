@@ -17,6 +17,14 @@ use serde::{Deserialize, Serialize};
 pub struct PositionOverride {
     pub query_rope_layout_swapped: bool,
     pub key_rope_layout_swapped: bool,
+    /// `row-shift`: the query selects from another query position's logits
+    /// row (a fresh query, [`crate::score::trial::context_queries`]).
+    #[serde(skip_serializing_if = "is_false")]
+    pub query_row_shifted: bool,
+}
+
+fn is_false(x: &bool) -> bool {
+    !*x
 }
 
 impl PositionOverride {

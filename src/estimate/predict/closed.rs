@@ -96,6 +96,7 @@ pub const NEEDLE_SAMPLES: usize = 512;
 pub fn prediction_applies(variant: &PrecisionVariant) -> bool {
     variant.cache.is_default()
         && variant.selection.is_default()
+        && !variant.position.query_row_shifted
         && matches!(variant.key.element, ElementFormat::F32 | ElementFormat::Bf16 | ElementFormat::F16)
         && variant.scoring.logits == LogitFormat::F32
 }

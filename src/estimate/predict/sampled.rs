@@ -30,8 +30,8 @@ use crate::estimate::survival::{settled_survival, survival_over_draws, tie_share
 use crate::model::haystack::TrialHaystack;
 use crate::model::row_source::TrialRows;
 use crate::numerics::pipeline::QuantizedRows;
-use crate::score::trial::context_queries;
 use crate::score::trial::TrialSpec;
+use crate::score::trial::{shifted_context_queries, shifted_query};
 
 /// Haystack rows sampled per trial, context and needle offset.
 pub const HAYSTACK_SAMPLES: usize = 2048;
@@ -69,8 +69,10 @@ pub fn predict_trial_sampled(spec: &TrialSpec<'_>, trial_seed: u64, wanted: &[bo
     let mut keys = vec![0.0f32; HAYSTACK_SAMPLES * d];
     let mut scores = vec![0.0f32; HAYSTACK_SAMPLES];
     let mut quantized = QuantizedRows::with_capacity(256, d);
+    // Variants it does not model still get their queries (unused).
+    let shifted = shifted_query(spec.model, trial_seed, spec.variants)?;
     for (ci, &context) in spec.contexts.iter().enumerate() {
-        let queries = context_queries(&haystack, &source, spec.variants, context)?;
+        let queries = shifted_context_queries(&haystack, shifted.as_ref(), &source, spec.variants, context)?;
         let candidates = spec.geometry.candidate_rows(context);
         for (oi, &offset) in spec.needle_offsets.iter().enumerate() {
             let placement = spec.placement(context, offset);

@@ -27,11 +27,13 @@ pub fn preset(name: &str) -> Result<String, Error> {
 /// `hypotheses`: one line per hypothesis, or each in full with `long`.
 pub fn hypotheses(long: bool) -> String {
     let mut text = String::new();
+    // the name column as wide as the longest name, so summaries line up
+    let width = hypothesis::CATALOGUE.iter().map(|h| h.name.chars().count()).max().unwrap_or(0);
     for h in hypothesis::CATALOGUE {
         if long {
             text.push_str(&format!("{}\n", hypothesis::long_text(h)));
         } else {
-            text.push_str(&format!("{:<13} {:<12} {:<21} {}\n", h.group.name(), h.class.name(), h.name, h.summary));
+            text.push_str(&format!("{:<13} {:<12} {:<width$} {}\n", h.group.name(), h.class.name(), h.name, h.summary));
         }
     }
     text

@@ -360,6 +360,21 @@ const _: () = {
     }
 };
 
+/// One field of every row of [`FACTS`], as an array: the per-block
+/// accessors then load from a 4-byte-stride table, as the `match`es they
+/// replace compiled to.
+macro_rules! column {
+    ($field:ident) => {{
+        let mut column = [FACTS[0].$field; FACTS.len()];
+        let mut i = 0;
+        while i < FACTS.len() {
+            column[i] = FACTS[i].$field;
+            i += 1;
+        }
+        column
+    }};
+}
+
 impl ElementFormat {
     /// Every format, narrowest last (the order of [`FACTS`]).
     pub const ALL: [ElementFormat; FACTS.len()] = {
@@ -398,18 +413,21 @@ impl ElementFormat {
 
     /// Largest finite value.
     pub const fn max_finite(self) -> f32 {
-        self.facts().max_finite
+        const COLUMN: [f32; FACTS.len()] = column!(max_finite);
+        COLUMN[self as usize]
     }
 
     /// Smallest positive normal value, 2^(1 - bias).
     pub const fn min_normal(self) -> f32 {
-        self.facts().min_normal
+        const COLUMN: [f32; FACTS.len()] = column!(min_normal);
+        COLUMN[self as usize]
     }
 
     /// Largest unbiased exponent of a finite value (`floor(log2(max_finite))`),
     /// the `emax` of the OCP MX scale rule.
     pub const fn emax(self) -> i32 {
-        self.facts().emax
+        const COLUMN: [i32; FACTS.len()] = column!(emax);
+        COLUMN[self as usize]
     }
 
     /// The canonical names of `formats` joined by `separator`, for help and

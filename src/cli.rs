@@ -17,6 +17,8 @@ use dsa_recall::config::flags::Scope;
 use dsa_recall::config::params;
 use dsa_recall::config::vary::VaryAxis;
 use dsa_recall::config::{self, ListSpec, Overlay, ScenarioParams};
+use dsa_recall::numerics::format::ElementFormat;
+use dsa_recall::numerics::quantize;
 use dsa_recall::tensors::replay::TensorNames;
 use dsa_recall::ConfigError;
 use std::path::PathBuf;
@@ -101,6 +103,18 @@ fn preset_help() -> String {
         .map(|(name, _)| if *name == config::DEFAULT_PRESET { format!("{name} (default)") } else { name.to_string() })
         .collect();
     format!("Preset to start from: {} (`dsa-recall presets` describes them)", names.join(", "))
+}
+
+/// Help of `--precision-def`, with the element formats from `ElementFormat::ALL`.
+fn precision_def_help() -> String {
+    format!(
+        "Define a custom precision variant (repeatable), usable by name in --precisions: \
+         'name=N;q=SIDE;k=SIDE;logits=f32|bf16|f16;weights=f32|bf16', where SIDE is \
+         ELEMENT[/BLOCK][/SCALE][/hadamard][/floor=X] (ELEMENT {}; \
+         BLOCK a size dividing head_dim, row or tensor; SCALE fp32|ue8m0|ue8m0-floor|e4m3); \
+         a side left out is exact f32. Example: 'name=kfp8;q=bf16;k=e4m3fn/128/ue8m0/hadamard'",
+        ElementFormat::names(&ElementFormat::ALL, "|")
+    )
 }
 
 /// Help of `run`'s and `trial`'s singular flags, with the preset's value.
@@ -583,8 +597,7 @@ pub struct MergeArgs {
 /// `dsa-recall quantize --format F [--block B] [--scale S] [--saturate] [VALUES…]`
 #[derive(Args, Debug)]
 pub struct QuantizeArgs {
-    /// Element format: bf16, fp16, e4m3fn, e5m2, e2m1.
-    #[arg(long, value_name = "F")]
+    #[arg(long, value_name = "F", help = format!("Element format: {}", quantize::cast_format_names()))]
     pub format: String,
     /// Values per scale: each run of B consecutive inputs is scaled together (needs --scale; without it one scale covers all inputs).
     #[arg(long, value_name = "B")]
@@ -620,12 +633,7 @@ pub struct ScenarioArgs {
     /// One flag per scenario parameter, from the knob table in `dsa_recall::config::params`.
     #[command(flatten)]
     pub knobs: KnobFlags<false>,
-    /// Define a custom precision variant (repeatable), usable by name in --precisions:
-    /// 'name=N;q=SIDE;k=SIDE;logits=f32|bf16|f16;weights=f32|bf16', where SIDE is
-    /// ELEMENT[/BLOCK][/SCALE][/hadamard][/floor=X] (ELEMENT f32|bf16|fp16|e4m3fn|e5m2|e2m1;
-    /// BLOCK a size dividing head_dim, row or tensor; SCALE fp32|ue8m0|ue8m0-floor|e4m3);
-    /// a side left out is exact f32. Example: 'name=kfp8;q=bf16;k=e4m3fn/128/ue8m0/hadamard'.
-    #[arg(long = "precision-def", value_name = "SPEC")]
+    #[arg(long = "precision-def", value_name = "SPEC", help = precision_def_help())]
     pub precision_def: Vec<String>,
     /// Worker threads (default: all cores). Results do not depend on it.
     #[arg(long, allow_negative_numbers = true, value_name = "N")]

@@ -99,9 +99,9 @@ fn side(prefix: &str, p: &PrecisionSideParams, head_dim: usize) -> Result<QuantP
     }
     let element = match &p.element {
         None => ElementFormat::F32,
-        Some(t) => t
-            .parse::<ElementFormat>()
-            .map_err(|_| ConfigError::new(field("element"), format!("{t:?}"), "one of f32, bf16, fp16, e4m3fn, e5m2, e2m1"))?,
+        Some(t) => t.parse::<ElementFormat>().map_err(|_| {
+            ConfigError::new(field("element"), format!("{t:?}"), format!("one of {}", ElementFormat::names(&ElementFormat::ALL, ", ")))
+        })?,
     };
     let shape = match &p.block {
         None => None,

@@ -56,10 +56,22 @@ pub struct Quantized {
     pub scales: Vec<f32>,
 }
 
+/// Whether `quantize --format` takes `format`: every element format but f32,
+/// which would be the identity.
+fn is_cast_format(format: ElementFormat) -> bool {
+    format != ElementFormat::F32
+}
+
+/// The names `quantize --format` takes, for its help and errors.
+pub fn cast_format_names() -> String {
+    let formats: Vec<ElementFormat> = ElementFormat::ALL.into_iter().filter(|f| is_cast_format(*f)).collect();
+    ElementFormat::names(&formats, ", ")
+}
+
 /// A bad `quantize` invocation or input. One line each.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
 pub enum QuantizeError {
-    #[error("invalid --format = {0:?}: one of bf16, fp16, e4m3fn, e5m2, e2m1")]
+    #[error("invalid --format = {0:?}: one of {names}", names = cast_format_names())]
     Format(String),
     #[error("invalid --scale = {0:?}: one of {names}", names = ScaleRule::NAMES)]
     Scale(String),
@@ -90,11 +102,8 @@ impl QuantizeSpec {
         saturate: bool,
         amax_floor: Option<f32>,
     ) -> Result<Self, QuantizeError> {
-        let format = format
-            .parse::<ElementFormat>()
-            .ok()
-            .filter(|f| *f != ElementFormat::F32)
-            .ok_or_else(|| QuantizeError::Format(format.to_string()))?;
+        let format =
+            format.parse::<ElementFormat>().ok().filter(|f| is_cast_format(*f)).ok_or_else(|| QuantizeError::Format(format.to_string()))?;
         let scale = match scale {
             Some(text) => ScaleRule::parse(text).ok_or_else(|| QuantizeError::Scale(text.to_string()))?,
             None => ScaleRule::None,

@@ -303,64 +303,146 @@ fn bf16_encode(x: f32) -> u32 {
     u32::from(half::bf16::from_f32(x).to_bits())
 }
 
+/// Every fact of one element format, in one place: its names and its bit
+/// layout, from which width, range and exponent limits are derived at compile
+/// time (see [`FormatFacts::new`]). Adding a format is one row of [`FACTS`]
+/// plus its `encode`/`decode` arms (the fast paths).
+#[derive(Clone, Copy, Debug)]
+struct FormatFacts {
+    format: ElementFormat,
+    /// Canonical name: written in reports, accepted by `FromStr`.
+    name: &'static str,
+    /// Other accepted spellings.
+    aliases: &'static [&'static str],
+    layout: Minifloat,
+    // Derived from `layout` by `new`, so never written by hand.
+    bits: u32,
+    max_finite: f32,
+    min_normal: f32,
+    emax: i32,
+}
+
+impl FormatFacts {
+    const fn new(format: ElementFormat, name: &'static str, aliases: &'static [&'static str], layout: Minifloat) -> Self {
+        FormatFacts {
+            format,
+            name,
+            aliases,
+            layout,
+            bits: layout.sign_shift() + 1,
+            max_finite: f32::from_bits(layout.decode_bits(layout.max_finite_code())),
+            min_normal: f32::from_bits(((layout.min_exponent() + 127) as u32) << 23),
+            emax: (layout.max_finite_code() >> layout.mantissa_bits) as i32 - layout.bias,
+        }
+    }
+}
+
+const F32_LAYOUT: Minifloat = Minifloat { exponent_bits: 8, mantissa_bits: 23, bias: 127, specials: Specials::Ieee };
+const BF16: Minifloat = Minifloat { exponent_bits: 8, mantissa_bits: 7, bias: 127, specials: Specials::Ieee };
+const FP16: Minifloat = Minifloat { exponent_bits: 5, mantissa_bits: 10, bias: 15, specials: Specials::Ieee };
+
+/// One row per [`ElementFormat`], in declaration order, narrowest last.
+const FACTS: [FormatFacts; 6] = [
+    FormatFacts::new(ElementFormat::F32, "f32", &["fp32"], F32_LAYOUT),
+    FormatFacts::new(ElementFormat::Bf16, "bf16", &[], BF16),
+    FormatFacts::new(ElementFormat::F16, "fp16", &["f16"], FP16),
+    FormatFacts::new(ElementFormat::E4m3fn, "e4m3fn", &[], E4M3FN),
+    FormatFacts::new(ElementFormat::E5m2, "e5m2", &[], E5M2),
+    FormatFacts::new(ElementFormat::E2m1, "e2m1", &[], E2M1),
+];
+
+// `facts` indexes FACTS by discriminant: a row out of order fails the build.
+const _: () = {
+    let mut i = 0;
+    while i < FACTS.len() {
+        assert!(FACTS[i].format as usize == i);
+        i += 1;
+    }
+};
+
+/// One field of every row of [`FACTS`], as an array: the per-block
+/// accessors then load from a 4-byte-stride table, as the `match`es they
+/// replace compiled to.
+macro_rules! column {
+    ($field:ident) => {{
+        let mut column = [FACTS[0].$field; FACTS.len()];
+        let mut i = 0;
+        while i < FACTS.len() {
+            column[i] = FACTS[i].$field;
+            i += 1;
+        }
+        column
+    }};
+}
+
 impl ElementFormat {
-    /// Every format, narrowest last.
-    pub const ALL: [ElementFormat; 6] =
-        [ElementFormat::F32, ElementFormat::Bf16, ElementFormat::F16, ElementFormat::E4m3fn, ElementFormat::E5m2, ElementFormat::E2m1];
+    /// Every format, narrowest last (the order of [`FACTS`]).
+    pub const ALL: [ElementFormat; FACTS.len()] = {
+        let mut all = [ElementFormat::F32; FACTS.len()];
+        let mut i = 0;
+        while i < FACTS.len() {
+            all[i] = FACTS[i].format;
+            i += 1;
+        }
+        all
+    };
+
+    const fn facts(self) -> &'static FormatFacts {
+        &FACTS[self as usize]
+    }
 
     /// Canonical name, as accepted by [`FromStr`] and written in reports.
-    pub fn name(self) -> &'static str {
-        match self {
-            ElementFormat::F32 => "f32",
-            ElementFormat::Bf16 => "bf16",
-            ElementFormat::F16 => "fp16",
-            ElementFormat::E4m3fn => "e4m3fn",
-            ElementFormat::E5m2 => "e5m2",
-            ElementFormat::E2m1 => "e2m1",
-        }
+    pub const fn name(self) -> &'static str {
+        self.facts().name
+    }
+
+    /// Other spellings [`FromStr`] accepts.
+    pub const fn aliases(self) -> &'static [&'static str] {
+        self.facts().aliases
     }
 
     /// Storage width in bits (the code occupies the low `bits()` bits).
-    pub fn bits(self) -> u32 {
-        match self {
-            ElementFormat::F32 => 32,
-            ElementFormat::Bf16 | ElementFormat::F16 => 16,
-            ElementFormat::E4m3fn | ElementFormat::E5m2 => 8,
-            ElementFormat::E2m1 => 4,
-        }
+    pub const fn bits(self) -> u32 {
+        self.facts().bits
+    }
+
+    /// Explicitly stored mantissa (fraction) bits.
+    pub const fn mantissa_bits(self) -> u32 {
+        self.facts().layout.mantissa_bits
     }
 
     /// Largest finite value.
-    pub fn max_finite(self) -> f32 {
-        match self {
-            ElementFormat::F32 => f32::MAX,
-            ElementFormat::Bf16 => f32::from_bits(0x7f7f_0000),
-            ElementFormat::F16 => 65504.0,
-            ElementFormat::E4m3fn => 448.0,
-            ElementFormat::E5m2 => 57344.0,
-            ElementFormat::E2m1 => 6.0,
-        }
+    pub const fn max_finite(self) -> f32 {
+        const COLUMN: [f32; FACTS.len()] = column!(max_finite);
+        COLUMN[self as usize]
     }
 
     /// Smallest positive normal value, 2^(1 - bias).
-    pub fn min_normal(self) -> f32 {
-        match self {
-            ElementFormat::F32 | ElementFormat::Bf16 => f32::MIN_POSITIVE,
-            ElementFormat::F16 | ElementFormat::E5m2 => f32::from_bits(0x3880_0000), // 2^-14
-            ElementFormat::E4m3fn => 0.015625,                                       // 2^-6
-            ElementFormat::E2m1 => 1.0,
-        }
+    pub const fn min_normal(self) -> f32 {
+        const COLUMN: [f32; FACTS.len()] = column!(min_normal);
+        COLUMN[self as usize]
     }
 
     /// Largest unbiased exponent of a finite value (`floor(log2(max_finite))`),
     /// the `emax` of the OCP MX scale rule.
-    pub fn emax(self) -> i32 {
-        match self {
-            ElementFormat::F32 | ElementFormat::Bf16 => 127,
-            ElementFormat::F16 | ElementFormat::E5m2 => 15,
-            ElementFormat::E4m3fn => 8,
-            ElementFormat::E2m1 => 2,
-        }
+    pub const fn emax(self) -> i32 {
+        const COLUMN: [i32; FACTS.len()] = column!(emax);
+        COLUMN[self as usize]
+    }
+
+    /// The canonical names of `formats` joined by `separator`, for help and
+    /// error texts (e.g. `names(&ElementFormat::ALL, ", ")`).
+    pub fn names(formats: &[ElementFormat], separator: &str) -> String {
+        formats.iter().map(|f| f.name()).collect::<Vec<_>>().join(separator)
+    }
+
+    /// Every accepted name, aliases in brackets: "f32 (fp32), bf16, …".
+    pub fn names_with_aliases() -> String {
+        let each = ElementFormat::ALL.iter().map(|f| match f.aliases() {
+            [] => f.name().to_string(),
+            aliases => format!("{} ({})", f.name(), aliases.join(", ")),
+        });
+        each.collect::<Vec<_>>().join(", ")
     }
 
     /// Code of `x` rounded to nearest even, in the low [`bits`](Self::bits)
@@ -446,19 +528,14 @@ impl fmt::Display for ElementFormat {
 impl FromStr for ElementFormat {
     type Err = FormatError;
 
-    /// Accepts [`ElementFormat::name`] values and the aliases `fp32`, `f16`
+    /// Accepts [`ElementFormat::name`] values and [`ElementFormat::aliases`]
     /// (ASCII case-insensitive).
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let lower = s.trim().to_ascii_lowercase();
-        let alias = match lower.as_str() {
-            "fp32" => Some(ElementFormat::F32),
-            "f16" => Some(ElementFormat::F16),
-            _ => None,
-        };
-        alias.or_else(|| ElementFormat::ALL.into_iter().find(|f| f.name() == lower)).ok_or_else(|| FormatError::UnknownElementFormat {
-            name: s.to_string(),
-            allowed: "f32 (fp32), bf16, fp16 (f16), e4m3fn, e5m2, e2m1",
-        })
+        ElementFormat::ALL
+            .into_iter()
+            .find(|f| f.name() == lower || f.aliases().contains(&lower.as_str()))
+            .ok_or_else(|| FormatError::UnknownElementFormat { name: s.to_string(), allowed: ElementFormat::names_with_aliases() })
     }
 }
 
@@ -545,6 +622,32 @@ mod tests {
     }
 
     #[test]
+    fn derived_facts_equal_the_former_literals_bit_for_bit() {
+        // The values each format spelled out by hand before they were derived.
+        let literals = |f: ElementFormat| -> (&str, u32, u32, f32, f32, i32) {
+            match f {
+                ElementFormat::F32 => ("f32", 32, 23, f32::MAX, f32::MIN_POSITIVE, 127),
+                ElementFormat::Bf16 => ("bf16", 16, 7, f32::from_bits(0x7f7f_0000), f32::MIN_POSITIVE, 127),
+                ElementFormat::F16 => ("fp16", 16, 10, 65504.0, f32::from_bits(0x3880_0000), 15),
+                ElementFormat::E4m3fn => ("e4m3fn", 8, 3, 448.0, 0.015625, 8),
+                ElementFormat::E5m2 => ("e5m2", 8, 2, 57344.0, f32::from_bits(0x3880_0000), 15),
+                ElementFormat::E2m1 => ("e2m1", 4, 1, 6.0, 1.0, 2),
+            }
+        };
+        for f in ElementFormat::ALL {
+            let (name, bits, mantissa_bits, max_finite, min_normal, emax) = literals(f);
+            assert_eq!(f.name(), name);
+            assert_eq!(f.bits(), bits, "{f}");
+            assert_eq!(f.mantissa_bits(), mantissa_bits, "{f}");
+            assert_eq!(f.max_finite().to_bits(), max_finite.to_bits(), "{f}");
+            assert_eq!(f.min_normal().to_bits(), min_normal.to_bits(), "{f}");
+            assert_eq!(f.emax(), emax, "{f}");
+        }
+        assert_eq!(ElementFormat::ALL.len(), 6);
+        assert_eq!(ElementFormat::names_with_aliases(), "f32 (fp32), bf16, fp16 (f16), e4m3fn, e5m2, e2m1");
+    }
+
+    #[test]
     fn names_parse_back() {
         for format in ElementFormat::ALL {
             assert_eq!(format.name().parse::<ElementFormat>().ok(), Some(format));
@@ -563,6 +666,11 @@ mod tests {
             let back: Option<ElementFormat> = serde_json::from_str(&json).ok();
             assert_eq!(back, Some(format));
         }
-        assert_eq!(serde_json::from_str::<ElementFormat>("\"f16\"").ok(), Some(ElementFormat::F16));
+        // The serde attributes spell the aliases again; this ties them to `aliases`.
+        for format in ElementFormat::ALL {
+            for alias in format.aliases() {
+                assert_eq!(serde_json::from_str::<ElementFormat>(&format!("\"{alias}\"")).ok(), Some(format), "{alias}");
+            }
+        }
     }
 }

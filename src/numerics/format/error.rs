@@ -5,7 +5,7 @@
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
 pub enum FormatError {
     #[error("unknown element format {name:?}; expected one of: {allowed}")]
-    UnknownElementFormat { name: String, allowed: &'static str },
+    UnknownElementFormat { name: String, allowed: String },
     #[error("row length d must be positive")]
     ZeroRowLength,
     #[error("{len} values do not form whole rows of length {d}")]

@@ -437,14 +437,7 @@ pub(crate) struct ClampedRounding {
 
 impl ClampedRounding {
     pub(crate) fn of(element: ElementFormat) -> Self {
-        let mantissa_bits = match element {
-            ElementFormat::F32 => 23,
-            ElementFormat::Bf16 => 7,
-            ElementFormat::F16 => 10,
-            ElementFormat::E4m3fn => 3,
-            ElementFormat::E5m2 => 2,
-            ElementFormat::E2m1 => 1,
-        };
+        let mantissa_bits = element.mantissa_bits();
         let min_normal = element.min_normal();
         let min_exponent = min_normal.to_bits() as i32 >> 23; // biased
         let magic_biased = min_exponent - mantissa_bits as i32 + 23;

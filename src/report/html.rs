@@ -516,6 +516,20 @@ mod tests {
     use super::*;
 
     #[test]
+    fn captions_describe_only_what_is_drawn() {
+        // Issue 30, item 13: prediction lines are described only when the
+        // sweep has them, and --whole-model-only is said where it applies.
+        let facts = |predicted, whole_model_only| CaptionFacts { whole: true, predicted, whole_model_only };
+        let plain = caption("recall_vs_context.png", facts(false, false));
+        assert!(!plain.contains("prediction") && !plain.contains("--whole-model-only"), "{plain}");
+        assert!(caption("recall_vs_context.png", facts(true, false)).contains("analytic prediction"));
+        let alone = caption("recall_vs_context.png", facts(true, true));
+        assert!(!alone.contains("prediction") && alone.contains("--whole-model-only"), "{alone}");
+        assert!(caption("compare.png", facts(false, true)).contains("--whole-model-only"));
+        assert!(!caption("heatmap.png", facts(true, true)).contains("--whole-model-only"));
+    }
+
+    #[test]
     fn escapes_markup() {
         assert_eq!(escape("a<b>&\"c'"), "a&lt;b&gt;&amp;&quot;c&#39;");
         assert_eq!(escape("k·c+W ≥ 1"), "k·c+W ≥ 1");

@@ -10,10 +10,10 @@ use dsa_recall::commands::cell::{CellCommand, CellRequest};
 use dsa_recall::commands::diagnose::{CalibrateRequest, DiagnoseRequest};
 use dsa_recall::commands::observe::ObserveRequest;
 use dsa_recall::commands::quantize::QuantizeRequest;
-use dsa_recall::commands::replay::{ReplayInput, ReplayRequest};
+use dsa_recall::commands::replay::{self, ReplayInput, ReplayRequest};
 use dsa_recall::commands::request::{image_formats, precision_definitions, ChartRequest, ScenarioRequest};
 use dsa_recall::commands::sweep::{MergeRequest, SweepRequest};
-use dsa_recall::config::flags::Scope;
+use dsa_recall::config::flags::{Command as KnobCommand, Flag, Scope};
 use dsa_recall::config::params;
 use dsa_recall::config::vary::VaryAxis;
 use dsa_recall::config::{self, ListSpec, Overlay, ScenarioParams};
@@ -84,8 +84,13 @@ fn preset_default(path: &str) -> Option<String> {
 }
 
 /// A knob flag's help with the preset's default appended.
-fn with_preset_default(arg: clap::Arg) -> clap::Arg {
-    match preset_default(arg.get_id().as_str()) {
+fn with_preset_default(arg: clap::Arg, command: KnobCommand) -> clap::Arg {
+    let id = arg.get_id().as_str();
+    let default = match ScenarioParams::flags().find(|f| f.path == id) {
+        Some(f) if f.spelling(command) != f.spelling(KnobCommand::Sweep) => cell_default(f, command),
+        _ => preset_default(id),
+    };
+    match default {
         Some(default) => {
             // The table's own "(default: …)" in words gives way to the values.
             let help = arg.get_help().map(|h| h.to_string()).unwrap_or_default();
@@ -117,53 +122,35 @@ fn precision_def_help() -> String {
     )
 }
 
-/// Help of `run`'s and `trial`'s singular flags, with the preset's value.
-fn one_cell_help(what: &str, path: &str) -> String {
-    let value = match path {
-        "indexer.index_topk" => {
-            preset_values(|p| p.indexer.index_topk.map(|k| k.to_string())).map(|v| format!(" (the preset's index_topk: {v})"))
-        }
-        _ => preset_default(path).map(|d| format!(" {d}")),
-    };
-    format!("{what}{}", value.unwrap_or_default())
-}
-
-/// Knob flags `trial` takes no value from: it writes one trial's tensors,
-/// with no trial count, estimator, recall threshold or layer stack.
-const TRIAL_IGNORES: &[&str] = &["sweep.trials", "sweep.threshold", "estimator.", "stack."];
-/// `run` reports one cell: no effective context, so no threshold.
-const RUN_IGNORES: &[&str] = &["sweep.threshold"];
-
-fn ignored(list: &[&str], path: &str) -> bool {
-    list.iter().any(|p| if p.ends_with('.') { path.starts_with(p) } else { path == *p })
-}
-
-fn hide_in_trial(arg: clap::Arg) -> clap::Arg {
-    let hide = ignored(TRIAL_IGNORES, arg.get_id().as_str());
-    arg.hide(hide)
-}
-
-fn hide_in_run(arg: clap::Arg) -> clap::Arg {
-    let hide = ignored(RUN_IGNORES, arg.get_id().as_str());
-    arg.hide(hide)
-}
-
-/// Refuses a flag the command does not use (hidden from its help): a value
-/// that changes nothing would mislead.
-fn refuse_ignored(flags: &ScenarioParams, list: &[&str], command: &str, why: &str) -> Result<(), ConfigError> {
-    let given = serde_json::to_value(flags).unwrap_or_default();
-    for f in params::ScenarioParams::flags().filter(|f| ignored(list, f.path)) {
-        let Some((section, field)) = f.path.split_once('.') else { continue };
-        if let Some(v) = given.get(section).and_then(|s| s.get(field)) {
-            let value = v.as_str().map_or_else(|| v.to_string(), str::to_string);
-            return Err(ConfigError::new(
-                config::field_name(f.path),
-                value,
-                format!("no value: `{command}` does not use {} ({why})", f.long),
-            ));
-        }
+/// The preset's value in the help of a grid list as `run` or `trial` spells
+/// it: shown where it is a value the flag takes (one depth; `trial`'s list
+/// of precisions), and for `--topk` the index_topk the preset's two-value
+/// default starts from.
+fn cell_default(flag: &Flag, command: KnobCommand) -> Option<String> {
+    if flag.path == "sweep.topk" {
+        let values = preset_values(|p| p.indexer.index_topk.map(|k| k.to_string()))?;
+        return Some(format!("(the preset's index_topk: {values})"));
     }
-    Ok(())
+    let takes_list = flag.spelling(command).long == flag.long;
+    // One value in every preset: a list's text with no separator or range.
+    let one_each = config::PRESETS.iter().all(|(name, _)| {
+        let sweep = config::preset_params(name).ok().and_then(|p| serde_json::to_value(p.sweep).ok());
+        let list = sweep.and_then(|v| serde_json::from_value::<ListSpec>(v.get(flag.path.strip_prefix("sweep.")?)?.clone()).ok());
+        let text = list.map(|l| l.to_text()).unwrap_or_default();
+        !text.is_empty() && !text.contains(',') && !text.contains("..") && !text.contains(':')
+    });
+    (takes_list || one_each).then(|| preset_default(flag.path)).flatten()
+}
+
+/// Hides the knobs `command` reads no value from (the knob table's
+/// `unused_by`); they are refused in `config::params::refuse_unused`.
+fn hide_unused(arg: clap::Arg, command: KnobCommand) -> clap::Arg {
+    let unused = ScenarioParams::flags().any(|f| f.path == arg.get_id().as_str() && !f.used_by(command));
+    if unused {
+        arg.hide(true)
+    } else {
+        arg
+    }
 }
 
 #[derive(Subcommand, Debug)]
@@ -516,20 +503,13 @@ impl ChartArgs {
 }
 
 #[derive(Args, Debug)]
-#[command(mut_args(hide_in_trial))]
+#[command(mut_args(|a| hide_unused(a, KnobCommand::Trial)))]
 pub struct TrialArgs {
     #[command(flatten)]
     pub scenario: ScenarioArgs,
-    /// Context length in tokens (K/M suffixes allowed).
-    #[arg(long, allow_hyphen_values = true, value_name = "TOKENS")]
-    pub context: Option<String>,
-    // Help texts with the presets' values.
-    #[arg(long, allow_hyphen_values = true, value_name = "PERCENT", help = one_cell_help("Needle depth in percent", "sweep.depths"))]
-    pub depth: Option<String>,
-    #[arg(long, allow_hyphen_values = true, value_name = "K", help = one_cell_help("Top-k", "indexer.index_topk"))]
-    pub topk: Option<String>,
-    #[arg(long, allow_hyphen_values = true, value_name = "LIST", help = one_cell_help("Precision variants to dump", "sweep.precisions"))]
-    pub precisions: Option<String>,
+    /// `--context`, `--depth`, `--topk` and `--precisions`, from the knob table.
+    #[command(flatten)]
+    pub cell: KnobFlags<TRIAL>,
     /// Which trial of the cell (its seed is the sweep's trial seed).
     #[arg(long, default_value_t = 0)]
     pub trial: u64,
@@ -571,7 +551,7 @@ pub struct ReplayArgs {
     #[arg(long, allow_hyphen_values = true, value_name = "LIST", default_value = "512")]
     pub topk: String,
     /// Precision variants to compare with fp32.
-    #[arg(long, allow_hyphen_values = true, value_name = "LIST", default_value = "bf16,fp8,fp8-fp32scale,fp4,mxfp4,nvfp4")]
+    #[arg(long, allow_hyphen_values = true, value_name = "LIST", default_value = replay::DEFAULT_VARIANTS)]
     pub precisions: String,
     /// Print JSON lines instead of a table.
     #[arg(long)]
@@ -632,7 +612,7 @@ pub struct ScenarioArgs {
     pub config: Option<PathBuf>,
     /// One flag per scenario parameter, from the knob table in `dsa_recall::config::params`.
     #[command(flatten)]
-    pub knobs: KnobFlags<false>,
+    pub knobs: KnobFlags<SCENARIO>,
     #[arg(long = "precision-def", value_name = "SPEC", help = precision_def_help())]
     pub precision_def: Vec<String>,
     /// Worker threads (default: all cores). Results do not depend on it.
@@ -641,15 +621,27 @@ pub struct ScenarioArgs {
 }
 
 /// The flags of the knob table (`dsa_recall::config::params`): with
-/// `SWEEP = false` those of every scenario command, with `SWEEP = true` the
-/// list flags of `sweep` alone. Holds the overlay they make, or the error of
-/// a flag read as text (reported after clap's own checks, as a config error).
-/// Boxed: a `ScenarioParams` is large and `Command` holds two.
+/// `SET = SCENARIO` those of every scenario command, else the grid's lists as
+/// `sweep` (`SWEEP`), `run` (`RUN`) or `trial` (`TRIAL`) spells them. Holds
+/// the overlay they make, or the error of a flag read as text (reported after
+/// clap's own checks, as a config error). Boxed: a `ScenarioParams` is large
+/// and `Command` holds two.
 #[derive(Clone, Debug)]
-pub struct KnobFlags<const SWEEP: bool>(Box<Result<ScenarioParams, ConfigError>>, Option<String>);
+pub struct KnobFlags<const SET: u8>(Box<Result<ScenarioParams, ConfigError>>, Option<String>);
 
-impl<const SWEEP: bool> KnobFlags<SWEEP> {
-    const SCOPE: Scope = if SWEEP { Scope::Sweep } else { Scope::Scenario };
+/// The sets of knob flags a [`KnobFlags`] can hold.
+pub const SCENARIO: u8 = 0;
+pub const SWEEP: u8 = 1;
+pub const RUN: u8 = 2;
+pub const TRIAL: u8 = 3;
+
+impl<const SET: u8> KnobFlags<SET> {
+    const SCOPE: Scope = if SET == SCENARIO { Scope::Scenario } else { Scope::Sweep };
+    const COMMAND: KnobCommand = match SET {
+        RUN => KnobCommand::Run,
+        TRIAL => KnobCommand::Trial,
+        _ => KnobCommand::Sweep,
+    };
 
     /// The flags given, as an overlay (absent flags leave gaps).
     pub fn params(&self) -> Result<ScenarioParams, ConfigError> {
@@ -666,7 +658,7 @@ impl<const SWEEP: bool> KnobFlags<SWEEP> {
 /// The knob a list on `--needle-strength` sweeps.
 const STRENGTH: &str = "needle.strength";
 
-impl<const SWEEP: bool> FromArgMatches for KnobFlags<SWEEP> {
+impl<const SET: u8> FromArgMatches for KnobFlags<SET> {
     fn from_arg_matches(m: &ArgMatches) -> Result<Self, clap::Error> {
         // A list on --needle-strength is taken out before the knob reads
         // one number (see `strength_list`).
@@ -687,9 +679,9 @@ impl<const SWEEP: bool> FromArgMatches for KnobFlags<SWEEP> {
     }
 }
 
-impl<const SWEEP: bool> Args for KnobFlags<SWEEP> {
+impl<const SET: u8> Args for KnobFlags<SET> {
     fn augment_args(cmd: clap::Command) -> clap::Command {
-        cmd.args(params::args(Self::SCOPE).map(with_preset_default))
+        cmd.args(params::args_for(Self::SCOPE, Self::COMMAND).map(|a| with_preset_default(a, Self::COMMAND)))
     }
 
     fn augment_args_for_update(cmd: clap::Command) -> clap::Command {
@@ -703,7 +695,7 @@ pub struct SweepArgs {
     pub scenario: ScenarioArgs,
     /// `--contexts`, `--depths`, `--topk` and `--precisions`, from the knob table.
     #[command(flatten)]
-    pub lists: KnobFlags<true>,
+    pub lists: KnobFlags<SWEEP>,
     /// Output directory.
     #[arg(long, allow_negative_numbers = true, value_name = "DIR", default_value = "results")]
     pub out: PathBuf,
@@ -729,27 +721,13 @@ pub struct SweepArgs {
 }
 
 #[derive(Args, Debug)]
-#[command(mut_args(hide_in_run))]
+#[command(mut_args(|a| hide_unused(a, KnobCommand::Run)))]
 pub struct RunArgs {
     #[command(flatten)]
     pub scenario: ScenarioArgs,
-    /// Context length in tokens (K/M suffixes allowed).
-    #[arg(long, allow_hyphen_values = true, allow_negative_numbers = true, value_name = "TOKENS")]
-    pub context: Option<String>,
-    // Help texts with the presets' values.
-    #[arg(
-        long,
-        allow_hyphen_values = true,
-        value_name = "PERCENT",
-        allow_negative_numbers = true,
-        help = one_cell_help("Needle depth in percent", "sweep.depths")
-    )]
-    pub depth: Option<String>,
-    #[arg(long, allow_hyphen_values = true, allow_negative_numbers = true, value_name = "K", help = one_cell_help("Top-k", "indexer.index_topk"))]
-    pub topk: Option<String>,
-    /// Precision variant.
-    #[arg(long, allow_hyphen_values = true, allow_negative_numbers = true, value_name = "NAME")]
-    pub precision: Option<String>,
+    /// `--context`, `--depth`, `--topk` and `--precision`, from the knob table.
+    #[command(flatten)]
+    pub cell: KnobFlags<RUN>,
     /// Print one line per trial.
     #[arg(long)]
     pub print_trials: bool,
@@ -796,6 +774,13 @@ impl ScenarioArgs {
     pub fn request(&self) -> Result<ScenarioRequest, ConfigError> {
         Ok(ScenarioRequest { config: self.config.clone(), overlay: self.overlay()?, threads: self.threads })
     }
+
+    /// [`ScenarioArgs::request`] with the command's grid flags on top.
+    pub fn request_with(&self, grid: ScenarioParams) -> Result<ScenarioRequest, ConfigError> {
+        let mut request = self.request()?;
+        request.overlay.overlay(grid);
+        Ok(request)
+    }
 }
 
 impl SweepArgs {
@@ -835,28 +820,12 @@ impl SweepArgs {
 
 impl TrialArgs {
     pub fn request(&self) -> Result<CellRequest, ConfigError> {
-        refuse_ignored(&self.scenario.knobs.params()?, TRIAL_IGNORES, "trial", "it writes the tensors of one trial, --trial")?;
-        Ok(CellRequest {
-            command: CellCommand::Trial,
-            scenario: self.scenario.request()?,
-            context: self.context.clone(),
-            depth: self.depth.clone(),
-            topk: self.topk.clone(),
-            precisions: self.precisions.clone(),
-        })
+        Ok(CellRequest { command: CellCommand::Trial, scenario: self.scenario.request_with(self.cell.params()?)? })
     }
 }
 
 impl RunArgs {
     pub fn request(&self) -> Result<CellRequest, ConfigError> {
-        refuse_ignored(&self.scenario.knobs.params()?, RUN_IGNORES, "run", "it reports one cell, not an effective context")?;
-        Ok(CellRequest {
-            command: CellCommand::Run,
-            scenario: self.scenario.request()?,
-            context: self.context.clone(),
-            depth: self.depth.clone(),
-            topk: self.topk.clone(),
-            precisions: self.precision.clone(),
-        })
+        Ok(CellRequest { command: CellCommand::Run, scenario: self.scenario.request_with(self.cell.params()?)? })
     }
 }

@@ -70,10 +70,10 @@ __all__ = [
 ]
 
 #: Element formats ``quantize`` casts to (anything else is a variant name).
-ELEMENT_FORMATS = ("bf16", "fp16", "f16", "e4m3fn", "e5m2", "e2m1")
+ELEMENT_FORMATS = _native.ELEMENT_FORMATS
 
 #: ``replay``'s variants when none are given (as ``dsa-recall replay``).
-DEFAULT_REPLAY_VARIANTS = ("bf16", "fp8", "fp8-fp32scale", "fp4", "mxfp4", "nvfp4")
+DEFAULT_REPLAY_VARIANTS = _native.DEFAULT_REPLAY_VARIANTS
 
 # ml_dtypes' floating types: NumPy reports their kind as 'V', so they are
 # recognised by name.

@@ -5,6 +5,8 @@ from typing import Any, Callable, Dict, List, Optional, Tuple, final
 import numpy as np
 
 __version__: str
+ELEMENT_FORMATS: Tuple[str, ...]
+DEFAULT_REPLAY_VARIANTS: Tuple[str, ...]
 
 class ConfigError(ValueError): ...
 class InputError(ValueError): ...

@@ -4,7 +4,7 @@ use crate::convert::{json_to_py, to_py_objects};
 use crate::{config_err, input_err, to_py};
 use dsa_recall::commands::replay::{replay as replay_command, ReplayInput, ReplayRequest};
 use dsa_recall::config::precision::{custom_variant, named_variant, parse_compact};
-use dsa_recall::numerics::quantize::QuantizeSpec;
+use dsa_recall::numerics::quantize::{self, QuantizeSpec};
 use dsa_recall::score::selection::TieRule;
 use dsa_recall::score::variant::PrecisionVariant;
 use dsa_recall::tensors::dump::{encode_side, select_top_k, variant_logits};
@@ -12,6 +12,7 @@ use dsa_recall::tensors::replay::capture_from_arrays;
 use dsa_recall::ConfigError;
 use numpy::{PyArray1, PyReadonlyArrayDyn};
 use pyo3::prelude::*;
+use pyo3::types::PyTuple;
 
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(quantize_spec, m)?)?;
@@ -20,6 +21,9 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(select, m)?)?;
     m.add_class::<Replayed>()?;
     m.add_function(wrap_pyfunction!(replay, m)?)?;
+    // Lists the package exports, from the tables the CLI reads.
+    m.add("ELEMENT_FORMATS", PyTuple::new(m.py(), quantize::cast_format_spellings())?)?;
+    m.add("DEFAULT_REPLAY_VARIANTS", PyTuple::new(m.py(), dsa_recall::commands::replay::DEFAULT_VARIANTS.split(',').collect::<Vec<_>>())?)?;
     Ok(())
 }
 

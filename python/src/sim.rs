@@ -8,7 +8,7 @@ use dsa_recall::commands::cell::{trial_tensors, CellCommand, CellRequest};
 use dsa_recall::commands::request::{precision_definitions, ScenarioRequest};
 use dsa_recall::commands::sweep::{sweep, SweepRequest, Swept};
 use dsa_recall::config::params::overlay_from_flags;
-use dsa_recall::config::{self, Scenario, ScenarioParams};
+use dsa_recall::config::{self, ListSpec, Scenario, ScenarioParams};
 use dsa_recall::report::{self, chart::chart_of};
 use dsa_recall::run::output;
 use dsa_recall::run::sweep;
@@ -245,8 +245,17 @@ fn run_trial(
     topk: Option<String>,
     precisions: Option<String>,
 ) -> PyResult<Trial> {
-    let scenario = scenario_request(preset, config, &knobs, &precision_defs, None)?;
-    let request = CellRequest { command: CellCommand::Trial, scenario, context, depth, topk, precisions };
+    let mut scenario = scenario_request(preset, config, &knobs, &precision_defs, None)?;
+    // The cell's coordinates, where `trial`'s flags put them.
+    let grid = &mut scenario.overlay.sweep;
+    for (field, value) in
+        [(&mut grid.contexts, context), (&mut grid.depths, depth), (&mut grid.topk, topk), (&mut grid.precisions, precisions)]
+    {
+        if value.is_some() {
+            *field = value.map(ListSpec::Text);
+        }
+    }
+    let request = CellRequest { command: CellCommand::Trial, scenario };
     let t = py.detach(|| trial_tensors(&request, trial)).map_err(to_py)?;
     let tensors = PyDict::new(py);
     for (name, x) in &t.tensors {

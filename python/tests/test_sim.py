@@ -167,6 +167,10 @@ def test_trial_equals_the_cli_dump(cli, tmp_path):
     assert set(t.summary) == {"fp32", "fp8", "fp4"}
     with pytest.raises(d.ConfigError, match="context"):
         d.trial(context="4K,8K", depth=25, topk=512)
+    # Knobs `trial` reads no value from are refused, as on the command line.
+    for knob, value in (("trials", 5), ("threshold", 0.5), ("mode", "tail")):
+        with pytest.raises(d.ConfigError, match=f"`trial` does not use --{knob}"):
+            d.trial(context="8K", depth=25, topk=512, precisions="fp8", **{knob: value})
 
 
 def test_replay_equals_the_cli(cli, tmp_path):

@@ -3,7 +3,8 @@
 
 use crate::base::observe::{Observer, Standing};
 use crate::commands::request::ScenarioRequest;
-use crate::config::{ListSpec, Scenario};
+use crate::config::flags::Command;
+use crate::config::{params, Scenario};
 use crate::error::{ConfigError, Error};
 use crate::estimate::driver::NoCheckpoint;
 use crate::run::cell::CellResult;
@@ -23,94 +24,72 @@ pub enum CellCommand {
 }
 
 impl CellCommand {
-    fn name(self) -> &'static str {
+    /// The command as the knob table knows it (its spellings, the knobs it
+    /// does not use).
+    fn knobs(self) -> Command {
         match self {
-            CellCommand::Run => "run",
-            CellCommand::Trial => "trial",
-        }
-    }
-
-    /// The precision flag: `run --precision NAME`, `trial --precisions LIST`.
-    fn precision_flag(self) -> &'static str {
-        match self {
-            CellCommand::Run => "--precision",
-            CellCommand::Trial => "--precisions",
+            CellCommand::Run => Command::Run,
+            CellCommand::Trial => Command::Trial,
         }
     }
 }
 
-/// The cell of `run` or `trial`, each coordinate as typed (None: not given,
-/// the scenario's value then counts only if it is a single one).
+/// The cell of `run` or `trial`: the scenario request whose overlay carries
+/// the coordinates given (`sweep.contexts` from `--context`, …; a coordinate
+/// not given counts only if the scenario's list holds one value).
 #[derive(Clone, Debug, PartialEq)]
 pub struct CellRequest {
     pub command: CellCommand,
     pub scenario: ScenarioRequest,
-    pub context: Option<String>,
-    pub depth: Option<String>,
-    pub topk: Option<String>,
-    /// `run`: one precision variant; `trial`: a list.
-    pub precisions: Option<String>,
 }
 
 impl CellRequest {
-    /// The checked scenario of the cell: the coordinates given replace the
-    /// sweep's lists, and every list must hold one value (`trial` may list
-    /// precisions).
+    /// The checked scenario of the cell: no knob the command does not use,
+    /// and every list of the grid holds one value (`trial` may list
+    /// precisions). Errors name the command's own flags.
     pub fn scenario(&self) -> Result<Scenario, Error> {
-        let text = |v: &Option<String>| v.as_ref().map(|s| ListSpec::Text(s.clone()));
-        let mut overlay = self.scenario.overlay.clone();
-        overlay.sweep.contexts = text(&self.context);
-        overlay.sweep.depths = text(&self.depth);
-        overlay.sweep.topk = text(&self.topk);
-        overlay.sweep.precisions = text(&self.precisions);
-        let request = ScenarioRequest { overlay, ..self.scenario.clone() };
-        let s = request.scenario().map_err(|e| self.singular_fields(e))?;
+        let command = self.command.knobs();
+        params::refuse_unused(&self.scenario.overlay, command)?;
+        let s = self.scenario.scenario().map_err(|e| match e {
+            Error::Config(c) => Error::Config(params::in_spelling(c, command)),
+            e => e,
+        })?;
         self.one_cell(&s)?;
         Ok(s)
-    }
-
-    /// Errors of the grid's lists in this command's spelling: `run` and
-    /// `trial` give `--context`, `--depth` (and `run` `--precision`) where
-    /// `sweep` gives `--contexts`, `--depths` and `--precisions`.
-    fn singular_fields(&self, e: Error) -> Error {
-        let Error::Config(mut c) = e else { return e };
-        for (path, flag) in
-            [("sweep.contexts", "--context"), ("sweep.depths", "--depth"), ("sweep.precisions", self.command.precision_flag())]
-        {
-            if c.field == crate::config::field_name(path) {
-                c.field = format!("{path} ({flag})");
-            }
-        }
-        Error::Config(c)
     }
 
     /// Every axis of the scenario holds one value (`trial` may list
     /// precisions). A list the user never typed (the preset's) is reported
     /// as a missing flag.
     fn one_cell(&self, s: &Scenario) -> Result<(), ConfigError> {
-        let command = self.command.name();
+        let command = self.command.knobs();
+        let given = &self.scenario.overlay.sweep;
         let mut axes = vec![
-            (s.contexts.len(), "--context", Some(self.context.is_some())),
-            (s.depths.len(), "--depth", Some(self.depth.is_some())),
-            (s.topks.len(), "--topk", Some(self.topk.is_some())),
-            (s.needle_offsets.len(), "--needle-offsets", None),
+            (s.contexts.len(), "sweep.contexts", given.contexts.is_some()),
+            (s.depths.len(), "sweep.depths", given.depths.is_some()),
+            (s.topks.len(), "sweep.topk", given.topk.is_some()),
+            // Offsets have no one-cell flag: a list is reported as given.
+            (s.needle_offsets.len(), "sweep.needle_offsets", true),
         ];
         if self.command == CellCommand::Run {
-            axes.push((s.precisions.len(), self.command.precision_flag(), Some(self.precisions.is_some())));
+            axes.push((s.precisions.len(), "sweep.precisions", given.precisions.is_some()));
         }
-        match axes.into_iter().find(|&(n, _, _)| n != 1) {
-            Some((n, field, Some(false))) => Err(ConfigError::new(
-                field,
-                "(not given)",
-                format!("one value: `{command}` simulates one cell, and the scenario's sweep has {n} (use `sweep` for lists)"),
-            )),
-            Some((n, field, _)) => Err(ConfigError::new(
+        let Some((n, path, typed)) = axes.into_iter().find(|&(n, _, _)| n != 1) else { return Ok(()) };
+        let field = params::spelling(path, command).map_or(path, |s| s.long);
+        let command = command.name();
+        Err(if typed {
+            ConfigError::new(
                 field,
                 format!("{n} values"),
                 format!("`{command}` simulates one cell: give one value (use `sweep` for lists)"),
-            )),
-            None => Ok(()),
-        }
+            )
+        } else {
+            ConfigError::new(
+                field,
+                "(not given)",
+                format!("one value: `{command}` simulates one cell, and the scenario's sweep has {n} (use `sweep` for lists)"),
+            )
+        })
     }
 }
 

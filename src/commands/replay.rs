@@ -12,6 +12,9 @@ use crate::tensors::replay::{
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
+/// The variants `replay` compares with fp32 when none are given.
+pub const DEFAULT_VARIANTS: &str = "bf16,fp8,fp8-fp32scale,fp4,mxfp4,nvfp4";
+
 /// What to replay a capture under.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ReplayRequest {

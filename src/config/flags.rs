@@ -9,11 +9,50 @@ use clap::{value_parser, Arg, ArgAction, ArgMatches};
 /// Which commands take a flag.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Scope {
-    /// Every scenario command: `sweep`, `run` and `trial`.
+    /// Every scenario command: `sweep`, `run`, `trial`, `diagnose` and
+    /// `calibrate` (hidden from and refused by a command in the row's
+    /// `unused_by`).
     Scenario,
-    /// `sweep` only: its list flags, which `run` and `trial` spell in the
-    /// singular with their own help (`--context`, `--depth`, …).
+    /// The grid's lists: `sweep` takes them as spelled, `run` and `trial`
+    /// in the row's one-cell spelling ([`Flag::cell`]).
     Sweep,
+}
+
+/// The commands whose knob flags differ from the others': the grid's lists
+/// are spelled per command, and some knobs mean nothing to a one-cell
+/// command.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Command {
+    Sweep,
+    Run,
+    Trial,
+}
+
+impl Command {
+    pub fn name(self) -> &'static str {
+        match self {
+            Command::Sweep => "sweep",
+            Command::Run => "run",
+            Command::Trial => "trial",
+        }
+    }
+
+    /// Why a knob in [`Flag::unused_by`] means nothing to this command.
+    pub fn why_unused(self) -> &'static str {
+        match self {
+            Command::Sweep => "it runs the whole grid",
+            Command::Run => "it reports one cell, not an effective context",
+            Command::Trial => "it writes the tensors of one trial, --trial",
+        }
+    }
+}
+
+/// How one command spells a flag: its long name, value name and help.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Spelling {
+    pub long: &'static str,
+    pub value_name: &'static str,
+    pub help: &'static str,
 }
 
 /// One row of the knob table that has a flag.
@@ -28,20 +67,51 @@ pub struct Flag {
     /// `--help` heading (the section's), or the default "Options".
     pub heading: Option<&'static str>,
     pub scope: Scope,
+    /// A grid list's spelling in `run` and `trial`, which take one value
+    /// (`--context` for `--contexts`); a command left out takes the list as
+    /// `sweep` spells it (`trial --precisions`).
+    pub cell: &'static [(Command, Spelling)],
+    /// Commands that read no value from this knob: hidden from their help,
+    /// and a value given is refused ([`refuse_unused`]).
+    pub unused_by: &'static [Command],
     /// Sets the value parser and how values starting with `-` are taken.
     pub configure: fn(Arg) -> Arg,
 }
 
 impl Flag {
-    /// The clap argument.
+    /// How `command` spells this flag.
+    pub fn spelling(&self, command: Command) -> Spelling {
+        let own = Spelling { long: self.long, value_name: self.value_name, help: self.help };
+        self.cell.iter().find(|(c, _)| *c == command).map_or(own, |(_, s)| *s)
+    }
+
+    /// Whether `command` reads a value from this knob.
+    pub fn used_by(&self, command: Command) -> bool {
+        !self.unused_by.contains(&command)
+    }
+
+    /// The clap argument, as `sweep` (and every command but `run` and
+    /// `trial`) spells it.
     pub fn arg(&self) -> Arg {
-        let arg =
-            Arg::new(self.path).long(self.long.trim_start_matches('-')).value_name(self.value_name).help(self.help).action(ArgAction::Set);
+        self.arg_for(Command::Sweep)
+    }
+
+    /// The clap argument as `command` spells it, hidden where the command
+    /// reads no value from it.
+    pub fn arg_for(&self, command: Command) -> Arg {
+        let s = self.spelling(command);
+        let arg = Arg::new(self.path).long(s.long.trim_start_matches('-')).value_name(s.value_name).help(s.help).action(ArgAction::Set);
         let arg = match self.heading {
             Some(heading) => arg.help_heading(heading),
             None => arg,
         };
-        (self.configure)(arg)
+        (self.configure)(arg).hide(!self.used_by(command))
+    }
+
+    /// "sweep.contexts (--context)": the name errors use for this knob in
+    /// `command`.
+    pub fn field_name(&self, command: Command) -> String {
+        format!("{} ({})", self.path, self.spelling(command).long)
     }
 }
 

@@ -27,7 +27,7 @@
 //! docs/MODEL.md table, and a value in the presets if the check has no
 //! default for it.
 
-use super::flags::{self, text_arg, Flag, FlagValue, Scope};
+use super::flags::{self, text_arg, Command, Flag, FlagValue, Scope, Spelling};
 use crate::error::ConfigError;
 use clap::Arg;
 use clap::ArgMatches;
@@ -78,17 +78,25 @@ pub trait Overlay {
 ///
 /// A section with a TOML path (`Name = "path" { … }`) is part of the knob
 /// table: a field may add `= flag(FLAG, VALUE_NAME, HELP)` for a flag of every
-/// scenario command, or `= sweep_flag(…)` for one of `sweep` only (its lists,
-/// which `run` and `trial` spell in the singular). The field's type says how
-/// the flag is parsed ([`FlagValue`]); `parse = FN` reads it as text through
-/// `FN` instead. From those rows come `Name::FLAGS` (clap arguments, and the
-/// TOML path → flag map of error messages, see [`super::flags`]) and
-/// `Name::from_flags` (the command line as an overlay).
+/// scenario command, or `= sweep_flag(…)` for a list of the grid, which
+/// `sweep` takes as spelled and `run` and `trial` in the spelling of
+/// `.one(FLAG, VALUE_NAME, HELP)` (or per command, `.run(…)`, `.trial(…)`;
+/// a command left out takes the list). `.unused_by(run, trial)` on a row, or
+/// `, unused_by(trial)` after a section's path, names the commands that read
+/// no value from it. The field's type says how the flag is parsed
+/// ([`FlagValue`]); `parse = FN` reads it as text through `FN` instead. From
+/// those rows come `Name::FLAGS` (clap arguments, and the TOML path → flag
+/// map of error messages, see [`super::flags`]) and `Name::from_flags` (the
+/// command line as an overlay).
 macro_rules! section {
     (@scope flag) => { Scope::Scenario };
     (@scope sweep_flag) => { Scope::Sweep };
     (@heading) => { None };
     (@heading $heading:literal) => { Some($heading) };
+    (@command run) => { Command::Run };
+    (@command trial) => { Command::Trial };
+    (@unused $section:expr) => { $section };
+    (@unused $section:expr, $($command:ident),+) => { &[$(section!(@command $command)),+] };
     (@configure $ty:ty) => { <$ty as FlagValue>::configure };
     (@configure $ty:ty, $parse:path) => { flags::text_arg };
     (@read $m:ident, $path:expr, $ty:ty) => { Ok::<_, ConfigError>(<$ty as FlagValue>::read($m, $path)) };
@@ -109,15 +117,23 @@ macro_rules! section {
     };
 
     (
-        $(#[$meta:meta])* $name:ident = $section:literal $(, heading $heading:literal)? {
+        $(#[$meta:meta])* $name:ident = $section:literal $(, heading $heading:literal)?
+            $(, unused_by($($section_unused:ident),+))? {
             $($(#[$fmeta:meta])* $field:ident : $ty:ty
-                $(= $scope:ident($long:literal, $value_name:literal, $help:literal $(, parse = $parse:path)?))?),* $(,)?
+                $(= $scope:ident($long:literal, $value_name:literal, $help:literal $(, parse = $parse:path)?)
+                    $(.one($one_long:literal, $one_value:literal, $one_help:literal))?
+                    $(.run($run_long:literal, $run_value:literal, $run_help:literal))?
+                    $(.trial($trial_long:literal, $trial_value:literal, $trial_help:literal))?
+                    $(.unused_by($($unused:ident),+))?
+                )?),* $(,)?
         }
     ) => {
         section!($(#[$meta])* $name { $($(#[$fmeta])* $field: $ty),* });
         impl $name {
             #[allow(dead_code)] // in sections without flags
             const HEADING: Option<&'static str> = section!(@heading $($heading)?);
+            #[allow(dead_code)] // in sections without flags
+            const UNUSED_BY: &'static [Command] = &[$($(section!(@command $section_unused)),+)?];
             /// This section's rows of the knob table that have a flag.
             pub const FLAGS: &'static [Flag] = &[$($(Flag {
                 path: concat!($section, ".", stringify!($field)),
@@ -126,6 +142,13 @@ macro_rules! section {
                 help: $help,
                 heading: Self::HEADING,
                 scope: section!(@scope $scope),
+                cell: &[
+                    $((Command::Run, Spelling { long: $one_long, value_name: $one_value, help: $one_help }),
+                      (Command::Trial, Spelling { long: $one_long, value_name: $one_value, help: $one_help }),)?
+                    $((Command::Run, Spelling { long: $run_long, value_name: $run_value, help: $run_help }),)?
+                    $((Command::Trial, Spelling { long: $trial_long, value_name: $trial_value, help: $trial_help }),)?
+                ],
+                unused_by: section!(@unused Self::UNUSED_BY $($(, $unused)+)?),
                 configure: section!(@configure $ty $(, $parse)?),
             },)?)*];
             /// The flags of `scope` that the command line gave, as an overlay.
@@ -339,7 +362,7 @@ section! {
 section! {
     /// `[stack]`: the model's layers and what counts as the model retrieving
     /// the needle (docs/MODEL.md, "Whole-model recall").
-    StackParams = "stack", heading "Whole model" {
+    StackParams = "stack", heading "Whole model", unused_by(trial) {
         /// Per layer: 0 = raw window only, the indexed ratio = an indexer layer, other = every row attended (HCA); "none" = no stack.
         compress_ratios: ListSpec = flag(
             "--compress-ratios",
@@ -386,7 +409,8 @@ section! {
             "--contexts",
             "LIST",
             "Context lengths: 1K,4K,… or a doubling range 1K..128K (K = 1024, M = 1048576)"
-        ),
+        )
+        .one("--context", "TOKENS", "Context length in tokens (K/M suffixes allowed)"),
         /// Added to every context: each context L becomes ⌊L/c⌋·c + m for each m (prompt length mod the ratio).
         length_mods: ListSpec = flag(
             "--length-mods",
@@ -397,22 +421,26 @@ section! {
             "--depths",
             "LIST",
             "Needle depths in percent (0 = start, 100 = end): 0,50,100, 0..100:10, linear:11 or sigmoid:11 (packed near 0 and 100)"
-        ),
+        )
+        .one("--depth", "PERCENT", "Needle depth in percent"),
         /// Needle offsets inside a row stride, 0 … c−1, or "natural".
         needle_offsets: ListSpec = flag(
             "--needle-offsets",
             "LIST",
             "Needle offsets inside a row stride: 0,1,2,3, all, or natural (where the depth puts it)"
         ),
-        topk: ListSpec = sweep_flag("--topk", "LIST", "Top-k values (default: the preset's index_topk and twice it)"),
+        topk: ListSpec =
+            sweep_flag("--topk", "LIST", "Top-k values (default: the preset's index_topk and twice it)").one("--topk", "K", "Top-k"),
         precisions: ListSpec = sweep_flag(
             "--precisions",
             "LIST",
             "Precision variants, e.g. fp32,bf16,fp8; all = every built-in and custom variant that fits head_dim"
-        ),
-        trials: u64 = flag("--trials", "TRIALS", "Trials per cell"),
+        )
+        .run("--precision", "NAME", "Precision variant")
+        .trial("--precisions", "LIST", "Precision variants to dump"),
+        trials: u64 = flag("--trials", "TRIALS", "Trials per cell").unused_by(trial),
         seed: u64 = flag("--seed", "SEED", "Master seed"),
-        threshold: f64 = flag("--threshold", "R", "Recall threshold for the effective context"),
+        threshold: f64 = flag("--threshold", "R", "Recall threshold for the effective context").unused_by(run, trial),
     }
 }
 
@@ -448,7 +476,7 @@ section! {
 
 section! {
     /// `[estimator]`: how recall is estimated (see `crate::estimate::settings`).
-    EstimatorParams = "estimator" {
+    EstimatorParams = "estimator", unused_by(trial) {
         /// full | tail (default full).
         mode: String = flag(
             "--mode",
@@ -599,9 +627,48 @@ pub fn args(scope: Scope) -> impl Iterator<Item = Arg> {
     ScenarioParams::flags().filter(move |f| f.scope == scope).map(Flag::arg)
 }
 
+/// The clap arguments of the knobs in `scope` as `command` spells them
+/// (hidden where it reads no value from them), in table order.
+pub fn args_for(scope: Scope, command: Command) -> impl Iterator<Item = Arg> {
+    ScenarioParams::flags().filter(move |f| f.scope == scope).map(move |f| f.arg_for(command))
+}
+
+/// Refuses a knob `command` reads no value from ([`Flag::unused_by`]): a
+/// value that changes nothing would mislead.
+pub fn refuse_unused(given: &ScenarioParams, command: Command) -> Result<(), ConfigError> {
+    let given = serde_json::to_value(given).unwrap_or_default();
+    for f in ScenarioParams::flags().filter(|f| !f.used_by(command)) {
+        let Some((section, field)) = f.path.split_once('.') else { continue };
+        if let Some(v) = given.get(section).and_then(|s| s.get(field)) {
+            let value = v.as_str().map_or_else(|| v.to_string(), str::to_string);
+            return Err(ConfigError::new(
+                field_name(f.path),
+                value,
+                format!("no value: `{}` does not use {} ({})", command.name(), f.long, command.why_unused()),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A check's error in `command`'s spelling: `run` and `trial` name
+/// `sweep.contexts (--context)` where the check, which knows no command,
+/// names `--contexts`.
+pub fn in_spelling(mut e: ConfigError, command: Command) -> ConfigError {
+    if let Some(f) = ScenarioParams::flags().find(|f| e.field == field_name(f.path)) {
+        e.field = f.field_name(command);
+    }
+    e
+}
+
 /// The flag that sets a scenario field (`sweep.topk` → `--topk`).
 pub fn flag(path: &str) -> Option<&'static str> {
     ScenarioParams::flags().find(|f| f.path == path).map(|f| f.long)
+}
+
+/// How `command` spells the flag that sets a scenario field.
+pub fn spelling(path: &str, command: Command) -> Option<Spelling> {
+    ScenarioParams::flags().find(|f| f.path == path).map(|f| f.spelling(command))
 }
 
 /// "sweep.topk (--topk)": the name errors use for a field.
@@ -687,6 +754,47 @@ mod tests {
         }
         assert_eq!(field_name("physics.gate_noise_std"), "physics.gate_noise_std (--gate-noise-std)");
         assert_eq!(field_name("indexer.heads"), "indexer.heads");
+    }
+
+    #[test]
+    fn one_cell_commands_spell_the_grid_lists_in_the_singular() {
+        let long = |path, c| spelling(path, c).unwrap().long;
+        for (path, one) in [("sweep.contexts", "--context"), ("sweep.depths", "--depth"), ("sweep.topk", "--topk")] {
+            assert_eq!(long(path, Command::Sweep), flag(path).unwrap());
+            assert_eq!((long(path, Command::Run), long(path, Command::Trial)), (one, one));
+        }
+        // `trial` dumps several precisions of one trial: the list stays.
+        assert_eq!(long("sweep.precisions", Command::Run), "--precision");
+        assert_eq!(long("sweep.precisions", Command::Trial), "--precisions");
+        // Every list of the grid has a one-value spelling in `run`.
+        for f in ScenarioParams::flags().filter(|f| f.scope == Scope::Sweep) {
+            assert!(f.cell.iter().any(|(c, _)| *c == Command::Run), "{}", f.path);
+        }
+        let e = in_spelling(ConfigError::new(field_name("sweep.contexts"), "\"-5\"", "x"), Command::Run);
+        assert_eq!(e.field, "sweep.contexts (--context)");
+        let e = in_spelling(ConfigError::new(field_name("sweep.trials"), "0", "x"), Command::Run);
+        assert_eq!(e.field, "sweep.trials (--trials)");
+    }
+
+    #[test]
+    fn unused_knobs_are_refused_by_the_commands_that_ignore_them() {
+        let given = |toml: &str| parse_scenario_toml(toml).unwrap();
+        let threshold = given("[sweep]\nthreshold = 0.5\n");
+        assert!(refuse_unused(&threshold, Command::Sweep).is_ok());
+        let e = refuse_unused(&threshold, Command::Run).unwrap_err().to_string();
+        assert!(e.contains("sweep.threshold (--threshold) = 0.5") && e.contains("`run` does not use --threshold"), "{e}");
+        let trials = given("[sweep]\ntrials = 5\n");
+        assert!(refuse_unused(&trials, Command::Run).is_ok());
+        assert!(refuse_unused(&trials, Command::Trial).is_err());
+        // A section's `unused_by` reaches each of its rows.
+        for toml in ["[stack]\nquorum = 2\n", "[estimator]\nmode = \"tail\"\n"] {
+            assert!(refuse_unused(&given(toml), Command::Run).is_ok(), "{toml}");
+            assert!(refuse_unused(&given(toml), Command::Trial).is_err(), "{toml}");
+        }
+        // Every row of those sections is hidden from `trial`, none from `sweep`.
+        for f in StackParams::FLAGS.iter().chain(EstimatorParams::FLAGS) {
+            assert!(f.arg_for(Command::Trial).is_hide_set() && !f.arg_for(Command::Sweep).is_hide_set(), "{}", f.path);
+        }
     }
 
     #[test]

@@ -68,6 +68,16 @@ pub fn cast_format_names() -> String {
     ElementFormat::names(&formats, ", ")
 }
 
+/// Every spelling `quantize --format` takes, names and aliases, in table
+/// order (Python's `ELEMENT_FORMATS`).
+pub fn cast_format_spellings() -> Vec<&'static str> {
+    ElementFormat::ALL
+        .into_iter()
+        .filter(|f| is_cast_format(*f))
+        .flat_map(|f| std::iter::once(f.name()).chain(f.aliases().iter().copied()))
+        .collect()
+}
+
 /// A bad `quantize` invocation or input. One line each.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
 pub enum QuantizeError {

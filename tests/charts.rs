@@ -86,7 +86,9 @@ fn a_sweep_writes_every_chart_and_a_self_contained_report() {
     assert_eq!(html.matches("src=\"data:image/png;base64,").count(), charts.len());
     // every chart's caption, as the registry gives it
     for (name, _) in &charts {
-        let caption = dsa_recall::report::chart::chart_of(name).unwrap().caption(true, false);
+        let caption = dsa_recall::report::chart::chart_of(name)
+            .unwrap()
+            .caption(dsa_recall::report::meta::CaptionFacts { whole: true, ..Default::default() });
         assert!(html.contains(&caption), "report.html lacks {name}'s caption");
     }
     for needle in [

@@ -12,7 +12,7 @@ use crate::base::units::{tokens_label, Reach, ReachRange};
 use crate::error::Error;
 use crate::model::stack::{FaultSpreadChoice, HcaReading, LayerKind};
 use crate::report::chart::chart_of;
-use crate::report::meta::{Grid, ReportMeta, RECALL_VS_CONTEXT};
+use crate::report::meta::{CaptionFacts, Grid, ReportMeta};
 use crate::run::cell::{CellResult, HolmFamily, PairedTest, Pairing};
 use crate::run::output::{is_narrow, multiple_comparison_note, row_label};
 use std::fmt::Write as _;
@@ -56,24 +56,9 @@ td.l,th.l{text-align:left}tr.sig td{background:#fff1c2;font-weight:bold}\
 figcaption{color:#555;font-size:13px}pre{background:#f7f7f7;padding:10px;overflow-x:auto;font-size:12px}\
 .scroll{overflow-x:auto}";
 
-/// What a chart's caption depends on beyond the chart: whether the sweep
-/// has whole-model recall and analytic predictions, and whether the charts
-/// were drawn with `--whole-model-only`.
-#[derive(Clone, Copy)]
-struct CaptionFacts {
-    whole: bool,
-    predicted: bool,
-    whole_model_only: bool,
-}
-
 /// A chart file's caption, from the registry of a sweep's charts.
 fn caption(file: &str, f: CaptionFacts) -> String {
-    let Some(chart) = chart_of(file) else { return String::new() };
-    let mut text = chart.caption(f.whole, f.predicted && !f.whole_model_only);
-    if f.whole_model_only && (chart.stem == RECALL_VS_CONTEXT || chart.stem == "compare") {
-        text.push_str(" Drawn with --whole-model-only: the per-layer series are left out.");
-    }
-    text
+    chart_of(file).map_or_else(String::new, |chart| chart.caption(f))
 }
 
 fn mime(file: &str) -> Option<&'static str> {

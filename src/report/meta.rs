@@ -317,25 +317,42 @@ pub struct SweepChart {
     pub caption: &'static str,
     /// … and the one when the sweep has whole-model recall, if different;
     pub caption_whole: Option<&'static str>,
-    /// a sentence added when the sweep has analytic predictions drawn.
+    /// a sentence added when the sweep has analytic predictions drawn;
     pub predicted: Option<&'static str>,
+    /// whether `--whole-model-only` leaves its per-layer series out (its
+    /// caption then says so, and mentions no predictions).
+    pub whole_model_only: bool,
     /// Builds and draws the chart into a directory in one format (`png`,
     /// `svg`); returns the file names written, none when it does not apply.
     pub render: fn(&ChartInputs<'_>, &Path, &str) -> Result<Vec<String>, Error>,
 }
 
+/// What a chart's caption depends on beyond the chart: whether the sweep
+/// has whole-model recall and analytic predictions, and whether the charts
+/// were drawn with `--whole-model-only`.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CaptionFacts {
+    pub whole: bool,
+    pub predicted: bool,
+    pub whole_model_only: bool,
+}
+
 impl SweepChart {
-    /// The caption for a sweep with (`whole`) or without whole-model
-    /// recall, and with (`predicted`) or without analytic predictions.
-    pub fn caption(&self, whole: bool, predicted: bool) -> String {
+    /// The caption under the sweep's facts.
+    pub fn caption(&self, f: CaptionFacts) -> String {
         let base = match self.caption_whole {
-            Some(c) if whole => c,
+            Some(c) if f.whole => c,
             _ => self.caption,
         };
-        match self.predicted {
-            Some(p) if predicted => format!("{base} {p}"),
+        let model_only = f.whole_model_only && self.whole_model_only;
+        let mut text = match self.predicted {
+            Some(p) if f.predicted && !model_only => format!("{base} {p}"),
             _ => base.to_string(),
+        };
+        if model_only {
+            text.push_str(" Drawn with --whole-model-only: the per-layer series are left out.");
         }
+        text
     }
 
     /// Whether `file` (a name in a sweep directory) is this chart's.

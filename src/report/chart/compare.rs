@@ -463,6 +463,7 @@ pub const CHART: SweepChart = SweepChart {
     caption: "Every precision and k at one context and the detail depth: per-layer selection recall with its Wilson 95 % interval, printed beside it; with a reference precision, the second panel is each selection's recall@k against the reference top-k; the dotted line is the recall threshold.",
     caption_whole: Some("Every precision and k at one context and the detail depth: whole-model recall (large marker, thick line) and per-layer selection recall (small marker, thin line) with Wilson 95 % intervals, whole-model recall printed beside them; with a reference precision, the second panel is each selection's recall@k against the reference top-k; the dotted line is the recall threshold."),
     predicted: None,
+    whole_model_only: true,
     render: |c, dir, ext| {
         let chart = compare_chart(c.meta, &c.cells, c.context, c.whole_model_only);
         draw(dir, "compare", ext, |path| Ok(render_compare(&chart, path, 1600, chart.height())?))

@@ -364,6 +364,7 @@ pub const CHART: SweepChart = SweepChart {
     caption: "Per-layer selection recall vs needle depth (0 % = start of the context), one panel per context (the longest four at most), one line per (k, precision) with Wilson 95 % bands; the dotted line is the recall threshold.",
     caption_whole: Some("Whole-model recall (solid lines, Wilson 95 % bands) and per-layer selection recall (dashed) vs needle depth (0 % = start of the context), one panel per context (the longest four at most), one colour per k, one marker per precision; the dotted line is the recall threshold."),
     predicted: None,
+    whole_model_only: false,
     render: |c, dir, ext| {
         if !c.by_depth() {
             return Ok(Vec::new());

@@ -14,10 +14,9 @@ use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, VPos};
 
 use super::recall_vs_context::{draw_dashed, draw_marker, Encoding};
-use crate::base::units::tokens_label;
 
 use super::canvas::{draw_err, render_atomically, ChartError, Painter};
-use super::style::{text, text_at, ui_scale, Dash, TickedAxis, TickedChart, GRID, INK, INK_SOFT};
+use super::style::{log2_token_tick, text, text_at, ui_scale, Dash, TickedAxis, TickedChart, GRID, INK, INK_SOFT};
 
 /// One measured value with its 95 % interval.
 #[derive(Debug, Clone, PartialEq)]
@@ -156,14 +155,7 @@ impl FidelityChart {
             .y_desc(desc)
             .axis_desc_style(text(17.0 * s, INK))
             .label_style(text(15.0 * s, INK))
-            .x_label_formatter(&|v: &f64| {
-                let e = v.round() as i64;
-                if (e - e_first) % label_every != 0 || !(0..63).contains(&e) {
-                    String::new()
-                } else {
-                    tokens_label(1u64 << e)
-                }
-            })
+            .x_label_formatter(&|v: &f64| log2_token_tick(*v, e_first, label_every))
             .y_label_formatter(&|v: &f64| format!("{v:.decimals$}"))
             .draw()
             .map_err(draw_err)?;
@@ -414,6 +406,7 @@ pub const CHART: SweepChart = SweepChart {
     caption: "Selection fidelity: the share of the exact top-k kept by each quantized selection (recall@k) and the Jaccard overlap of the two sets, with 95 % intervals; the dashed line is the 0.99 pass rule.",
     caption_whole: None,
     predicted: None,
+    whole_model_only: false,
     render: |c, dir, ext| match fidelity_chart(c.meta, &c.cells) {
         Some(f) => draw(dir, "fidelity", ext, |path| Ok(render_fidelity(&f, path, 1600, 1000)?)),
         None => Ok(Vec::new()),

@@ -558,6 +558,7 @@ pub const CHART: SweepChart = SweepChart {
     caption: "Per-layer selection recall by depth (0 % = start of the context, at the top) and context length; the dashed line marks the coverage limit k·c+W.",
     caption_whole: None,
     predicted: None,
+    whole_model_only: false,
     render: |c, dir, ext| {
         if c.grid.depths.len() < 2 {
             return Ok(Vec::new());
@@ -574,6 +575,7 @@ pub const MODEL_CHART: SweepChart = SweepChart {
     caption: "Whole-model recall by depth (0 % = start of the context, at the top) and context length; the dashed line marks the coverage limit k·c+W of the indexed layers.",
     caption_whole: None,
     predicted: None,
+    whole_model_only: false,
     render: |c, dir, ext| {
         let Some(model) = heatmap_model(c.meta, &c.cells).filter(|_| c.grid.depths.len() >= 2) else { return Ok(Vec::new()) };
         // Sized as the per-layer heatmap, which it sits beside.
@@ -588,6 +590,7 @@ pub const DIFF_CHART: SweepChart = SweepChart {
     caption: "Per-layer selection recall difference against the baseline precision on the same haystacks (blue: better than the baseline, red: worse); a ring marks a cell whose McNemar p, Holm-adjusted over every paired test of the sweep, is below 0.05; the colour span is ±the largest difference rounded up (at least 0.1) unless --diff-span sets it.",
     caption_whole: None,
     predicted: None,
+    whole_model_only: false,
     render: |c, dir, ext| {
         if c.grid.depths.len() < 2 {
             return Ok(Vec::new());

@@ -377,6 +377,7 @@ pub const CHART: SweepChart = SweepChart {
     caption: "Why needles miss one layer's top-k: rank of the best needle row as a share of k_eff (beyond 1 it is lost) and its score margin to the k-th competitor (below 0 it is lost); whiskers 5–95 %, box 25–75 %, bar = median.",
     caption_whole: None,
     predicted: None,
+    whole_model_only: false,
     render: |c, dir, ext| {
         let rm = rank_margin_chart(c.meta, &c.cells, c.context);
         let h = (300 + 70 * rm.rows.len()).clamp(1000, 4000) as u32;

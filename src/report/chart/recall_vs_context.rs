@@ -19,12 +19,12 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, VPos};
 
-use crate::base::units::{tokens_label, Reach, ReachRange};
+use crate::base::units::{Reach, ReachRange};
 
 use super::canvas::{draw_err, render_atomically, ChartError, Painter};
 use super::style::{
-    dash_polyline, format_thousands, lerp_color, palette_color, text, text_at, ui_scale, Dash, Marker, TickedAxis, TickedChart, GRID, INK,
-    INK_SOFT,
+    dash_polyline, format_thousands, lerp_color, log2_token_tick, palette_color, text, text_at, ui_scale, Dash, Marker, TickedAxis,
+    TickedChart, GRID, INK, INK_SOFT,
 };
 
 /// One measured point: recall at a context length with its confidence interval.
@@ -839,14 +839,7 @@ impl Painter for RecallChart {
             })
             .axis_desc_style(text(19.0 * s, INK))
             .label_style(text(16.0 * s, INK))
-            .x_label_formatter(&|v: &f64| {
-                let e = v.round() as i64;
-                if (e - axis.e_first) % axis.label_every as i64 != 0 || !(0..63).contains(&e) {
-                    String::new()
-                } else {
-                    tokens_label(1u64 << e)
-                }
-            })
+            .x_label_formatter(&|v: &f64| log2_token_tick(*v, axis.e_first, axis.label_every))
             .y_label_formatter(&|v: &f64| format!("{v:.1}"))
             .draw()
             .map_err(draw_err)?;
@@ -1006,6 +999,7 @@ pub const CHART: SweepChart = SweepChart {
     caption: "Per-layer selection recall vs context (log2 axis), one line per (k, precision), Wilson 95 % bands; thin solid verticals mark the coverage limit k·c+W, the dotted line the recall threshold; the legend gives each series' effective context, with the range read from the intervals' ends in brackets when it differs.",
     caption_whole: Some("Whole-model recall (solid lines, Wilson 95 % bands) and per-layer selection recall (thin dashed lines, smaller markers) vs context (log2 axis), one colour per k, one marker per precision; thin solid verticals mark the coverage limit k·c+W, the dotted grey line the recall threshold; the legend gives each series' effective context read from both, with the range read from the intervals' ends in brackets when it differs."),
     predicted: Some("Lines in each series' colour, long-dashed (dotted beside whole-model recall), are the analytic prediction of per-layer recall."),
+    whole_model_only: true,
     render: |c, dir, ext| {
         let first = dir.join(format!("{RECALL_VS_CONTEXT}.{ext}"));
         if c.grid.contexts.len() < 2 {

@@ -195,6 +195,18 @@ pub fn dash_polyline(points: &[(f64, f64)], pattern: &[f64], scale: f64) -> Vec<
     out.into_iter().map(|seg| seg.into_iter().map(to_px).collect()).collect()
 }
 
+/// A tick's label on a log2 token axis (ticks at whole exponents): every
+/// `label_every`-th power of two from `2^e_first`, in tokens ("32K"); the
+/// others blank.
+pub fn log2_token_tick(v: f64, e_first: i64, label_every: usize) -> String {
+    let e = v.round() as i64;
+    if (e - e_first) % label_every.max(1) as i64 != 0 || !(0..63).contains(&e) {
+        String::new()
+    } else {
+        crate::base::units::tokens_label(1u64 << e)
+    }
+}
+
 /// Text style in the embedded font.
 pub fn text(size: f64, color: RGBColor) -> TextStyle<'static> {
     (FONT_FAMILY, size).into_font().color(&color)

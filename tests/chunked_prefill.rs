@@ -81,3 +81,51 @@ fn the_raw_window_reaches_back_into_the_previous_chunk() {
     assert!(!outside.needle_in_window && outside.needle_start_token < 4096);
     assert_eq!(outside.survived, 0);
 }
+
+mod diagnosis {
+    use dsa_recall::config::{self, params::parse_scenario_toml};
+    use dsa_recall::diagnose::{self, observations, Options, Reading};
+
+    fn options(hypotheses: &str) -> Options<'static> {
+        Options {
+            hypotheses: diagnose::candidates(hypotheses).unwrap(),
+            reading: Reading::Layer,
+            next: false,
+            needle_multipliers: vec![1.0],
+            observer: &dsa_recall::base::observe::Silent,
+        }
+    }
+
+    fn params() -> dsa_recall::ScenarioParams {
+        config::resolve(parse_scenario_toml("[sweep]\ntrials = 20\nseed = 3\n").unwrap()).unwrap()
+    }
+
+    #[test]
+    fn each_row_is_simulated_with_its_own_chunk() {
+        // The same cell under chunks of 2,048 (the needle at depth 50 lies
+        // before the query's chunk) and 8,192 (one chunk: nothing hidden).
+        let text =
+            "context_tokens,depth_percent,topk,config,found,total,prefill_chunk\n6042,50,512,bf16,0,1,2048\n6042,50,512,bf16,1,1,8192\n";
+        let p = params();
+        let obs = observations::parse("x.csv", text, &|v| diagnose::variant_ok(&p, v)).unwrap();
+        let prepared = diagnose::prepare(&p, "x.csv", &obs.rows, &options("chunk-local")).unwrap();
+        let recall = |row: usize, h: &str| prepared.recall(h, &obs.rows[row]).unwrap().0;
+        assert_eq!(recall(0, "chunk-local"), 0.0);
+        assert_eq!(recall(1, "chunk-local"), recall(1, "healthy"));
+        assert!(recall(1, "healthy") > 0.9);
+    }
+
+    #[test]
+    fn a_chunk_fault_needs_every_rows_chunk() {
+        let text = "context_tokens,depth_percent,topk,config,found,total,prefill_chunk\n6042,50,512,bf16,0,1,2048\n8000,50,512,bf16,1,1,\n";
+        let p = params();
+        let obs = observations::parse("x.csv", text, &|v| diagnose::variant_ok(&p, v)).unwrap();
+        let err = diagnose::prepare(&p, "x.csv", &obs.rows, &options("chunk-local")).err().unwrap().to_string();
+        assert!(err.starts_with("x.csv:3: prefill_chunk is missing: candidate chunk-local") && !err.contains('\n'), "{err}");
+        // Without a chunk anywhere the fault cannot act: it is listed as not applicable.
+        let text = "context_tokens,depth_percent,topk,config,found,total\n6042,50,512,bf16,0,1\n";
+        let obs = observations::parse("x.csv", text, &|v| diagnose::variant_ok(&p, v)).unwrap();
+        let prepared = diagnose::prepare(&p, "x.csv", &obs.rows, &options("chunk-local")).unwrap();
+        assert_eq!(prepared.not_applicable, vec!["chunk-local".to_string()]);
+    }
+}

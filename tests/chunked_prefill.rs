@@ -56,8 +56,10 @@ fn chunk_local_keeps_the_needle_only_in_the_last_chunk() {
     }
     assert!(healthy_below_one(&all));
     for v in ["bf16+chunk-local", "fp8+chunk-local"] {
-        assert_eq!(cell(&all, 95.0, 512, v).survived, 30, "{v}");
+        let c = cell(&all, 95.0, 512, v);
+        assert_eq!((c.survived, c.candidate_rows, c.k_eff), (30, 486, 486), "{v}");
     }
+    assert_eq!(cell(&all, 95.0, 512, "bf16").candidate_rows, 1510);
 }
 
 /// At k 1 the healthy indexer loses some needles at depth 95 (else the

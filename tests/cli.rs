@@ -474,6 +474,7 @@ fn bad_prefill_chunks_say_what_is_allowed() {
         &["--precisions", "bf16+chunk-local", "--prefill-chunk", "2048", "--mode", "tail", "--needle-profile", "stress"],
         &["--mode", "tail", "bf16+chunk-local"],
     );
+    assert_bad_sweep(&["--precisions", "bf16+chunk-local+layers=1..", "--prefill-chunk", "2048"], &["--precisions", "acts in every layer"]);
 }
 
 #[test]

@@ -690,6 +690,12 @@ fn check_layer_subsets(
 ) -> Result<(), ConfigError> {
     for v in precisions.iter().filter(|v| !v.layers.is_all()) {
         let refuse = |why: String| ConfigError::new(field_name("sweep.precisions"), format!("{:?}", v.name), why);
+        if !v.chunk.is_all() {
+            // The whole-model estimate reads a needle with no visible row as
+            // absent in every layer, so a partial chunk fault would be read
+            // as a total one.
+            return Err(refuse("a chunk fault (chunk-local) acts in every layer; not with layers=SET or layer-share=F".into()));
+        }
         let Some(stack) = stack else {
             return Err(refuse("a fault in some layers needs the whole-model stack ([stack], --compress-ratios)".into()));
         };

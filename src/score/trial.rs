@@ -1058,9 +1058,15 @@ impl TrialSpec<'_> {
     /// The first row variant `v`'s query sees in context `ci` (0 unless a
     /// chunk fault hides earlier rows).
     fn first_candidate_row(&self, v: usize, ci: usize) -> usize {
-        match self.variants[v].chunk {
+        self.hidden_rows(&self.variants[v], self.contexts[ci]) as usize
+    }
+
+    /// Rows a chunk fault of `variant` hides from the query in a context
+    /// of `context` tokens: those before its prefill chunk (0 without one).
+    pub fn hidden_rows(&self, variant: &PrecisionVariant, context: u64) -> u64 {
+        match variant.chunk {
             ChunkVisibility::All => 0,
-            ChunkVisibility::OwnChunk => self.geometry.chunk_first_row(self.contexts[ci], self.prefill_chunk) as usize,
+            ChunkVisibility::OwnChunk => self.geometry.chunk_first_row(context, self.prefill_chunk),
         }
     }
 

@@ -457,6 +457,26 @@ fn bad_negative_numbers_name_their_flag() {
     assert!(failures.is_empty(), "errors that do not name their flag: {failures:?}");
 }
 
+/// `--prefill-chunk` takes a whole number of tokens; a chunk fault without
+/// one has no boundary to act at (issue 28, item 3).
+#[test]
+fn bad_prefill_chunks_say_what_is_allowed() {
+    for value in ["-1", "0.5", "x"] {
+        assert_bad_sweep(&["--prefill-chunk", value], &["--prefill-chunk", &format!("'{value}'"), "a whole number"]);
+    }
+    assert_bad_sweep(&["--prefill-chunk", "99999999"], &["--prefill-chunk", "99999999", "an integer from 0 to"]);
+    assert_bad_sweep(
+        &["--precisions", "fp8+chunk-local"],
+        &["--precisions", "fp8+chunk-local", "needs a prefill chunk", "--prefill-chunk"],
+    );
+    assert_bad_sweep(&["--precisions", "fp8+chunk-local", "--prefill-chunk", "0"], &["needs a prefill chunk"]);
+    assert_bad_sweep(
+        &["--precisions", "bf16+chunk-local", "--prefill-chunk", "2048", "--mode", "tail", "--needle-profile", "stress"],
+        &["--mode", "tail", "bf16+chunk-local"],
+    );
+    assert_bad_sweep(&["--precisions", "bf16+chunk-local+layers=1..", "--prefill-chunk", "2048"], &["--precisions", "acts in every layer"]);
+}
+
 #[test]
 fn bad_preset() {
     assert_bad_sweep(&["--preset", "nope"], &["preset", "nope"]);

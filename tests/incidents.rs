@@ -136,3 +136,8 @@ fn sglang_rope_pairing() {
 fn atom_hadamard_q_only() {
     check_incident("atom_hadamard_q_only.csv");
 }
+
+#[test]
+fn mlx_chunked_prefill() {
+    check_incident("mlx_chunked_prefill.csv");
+}

@@ -136,7 +136,24 @@ macro_rules! numeric_flag_value {
         }
     )*};
 }
-numeric_flag_value!(u64, usize, f64);
+numeric_flag_value!(f64);
+
+/// Whole-number flags say what is allowed (`-1`, `0.5` and `x` are not a
+/// count): clap's own message, "invalid digit found in string", does not.
+macro_rules! whole_flag_value {
+    ($($t:ty),*) => {$(
+        impl FlagValue for $t {
+            fn configure(arg: Arg) -> Arg {
+                let parse = |text: &str| text.trim().parse::<$t>().map_err(|_| format!("a whole number from 0 to {}, without sign or fraction", <$t>::MAX));
+                arg.value_parser(parse).allow_negative_numbers(true)
+            }
+            fn read(m: &ArgMatches, id: &str) -> Option<Self> {
+                m.get_one::<$t>(id).copied()
+            }
+        }
+    )*};
+}
+whole_flag_value!(u64, usize);
 
 impl FlagValue for String {
     fn configure(arg: Arg) -> Arg {

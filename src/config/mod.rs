@@ -63,6 +63,10 @@ pub struct Scenario {
     /// `[estimator]`; absent in manifests written before it existed.
     #[serde(default)]
     pub estimator: EstimatorSettings,
+    /// `[geometry] prefill_chunk`: tokens per prefill chunk (0: one chunk);
+    /// read by chunk faults only, left out of manifests when 0.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub prefill_chunk: u64,
     /// `[stack]`: the layers whole-model recall reads; None reports
     /// per-layer recall only (and in manifests written before it existed).
     #[serde(default)]
@@ -74,6 +78,10 @@ impl Scenario {
     pub fn needle_label(&self) -> String {
         crate::model::needle::needle_label(&self.model.needle_unit, self.model.needle_strength, self.needle_profile.as_deref())
     }
+}
+
+fn is_zero(x: &u64) -> bool {
+    *x == 0
 }
 
 fn require<T>(value: Option<T>, path: &str) -> Result<T, ConfigError> {
@@ -179,6 +187,7 @@ pub fn check(p: ScenarioParams) -> Result<Scenario, ConfigError> {
     let estimator = check_estimator(&p.estimator, &needle.unit, &physics, &structure, ratio, &precisions)?;
     let stack = check_stack(&p.stack)?;
     check_layer_subsets(&precisions, stack.as_ref(), &needle.unit)?;
+    let prefill_chunk = check_prefill_chunk(&p.geometry, &precisions)?;
 
     Ok(Scenario {
         preset: p.preset.unwrap_or_else(|| "custom".into()),
@@ -212,6 +221,7 @@ pub fn check(p: ScenarioParams) -> Result<Scenario, ConfigError> {
         seed,
         threshold,
         estimator,
+        prefill_chunk,
         stack,
     })
 }
@@ -680,6 +690,12 @@ fn check_layer_subsets(
 ) -> Result<(), ConfigError> {
     for v in precisions.iter().filter(|v| !v.layers.is_all()) {
         let refuse = |why: String| ConfigError::new(field_name("sweep.precisions"), format!("{:?}", v.name), why);
+        if !v.chunk.is_all() {
+            // The whole-model estimate reads a needle with no visible row as
+            // absent in every layer, so a partial chunk fault would be read
+            // as a total one.
+            return Err(refuse("a chunk fault (chunk-local) acts in every layer; not with layers=SET or layer-share=F".into()));
+        }
         let Some(stack) = stack else {
             return Err(refuse("a fault in some layers needs the whole-model stack ([stack], --compress-ratios)".into()));
         };
@@ -693,6 +709,22 @@ fn check_layer_subsets(
         }
     }
     Ok(())
+}
+
+/// `[geometry] prefill_chunk` (0 when left out), which a chunk fault
+/// (`chunk-local`) needs: without it the fault has no boundary to act at.
+fn check_prefill_chunk(p: &params::GeometryParams, precisions: &[PrecisionVariant]) -> Result<u64, ConfigError> {
+    let chunk = int_in(p.prefill_chunk.unwrap_or(0), 0, MAX_CONTEXT, "geometry.prefill_chunk")?;
+    if chunk == 0 {
+        if let Some(v) = precisions.iter().find(|v| !v.chunk.is_all()) {
+            return Err(ConfigError::new(
+                field_name("sweep.precisions"),
+                format!("{:?}", v.name),
+                "a chunk fault needs a prefill chunk: give geometry.prefill_chunk (--prefill-chunk N, N ≥ 1 tokens)",
+            ));
+        }
+    }
+    Ok(chunk)
 }
 
 /// `[sweep]`'s Monte Carlo: (trials per cell, seed, recall threshold).

@@ -197,6 +197,8 @@ section! {
         compress_ratio: u64 = flag("--compress-ratio", "C", "Tokens per compressed row"),
         overlap: bool,
         window: u64 = flag("--window", "W", "Raw window of most recent tokens always attended"),
+        /// Tokens per prefill chunk; absent or 0: the prompt in one chunk.
+        prefill_chunk: u64 = flag("--prefill-chunk", "N", "Prefill chunk in tokens, where chunk faults (chunk-local) put its boundaries (0 = one chunk)"),
     }
 }
 

@@ -526,7 +526,10 @@ pub struct Prepared {
     /// The needle knob and its multiples, one simulation each.
     pub needle_knob: String,
     pub needle_multipliers: Vec<f64>,
-    sims: Vec<BTreeMap<CellKey, Simulated>>,
+    /// Per needle multiple, by (prefill chunk, cell).
+    sims: Vec<BTreeMap<(u64, CellKey), Simulated>>,
+    /// The scenario's prefill chunk (0: one chunk), for rows without their own.
+    scenario_chunk: u64,
     reading: Reading,
     path: String,
 }
@@ -579,6 +582,21 @@ pub fn with_needle_multiple(params: &ScenarioParams, multiplier: f64) -> Result<
 /// (file `path`) with scenario `params` (resolved, unchecked).
 pub fn prepare(params: &ScenarioParams, path: &str, rows: &[Observation], opts: &Options<'_>) -> Result<Prepared, Error> {
     let mut ok = BTreeMap::new();
+    let checked = params_for_rows(params, rows);
+    // A chunk fault needs every row's chunk once any row has one.
+    if checked.geometry.prefill_chunk.is_some() {
+        let chunk_fault = opts.hypotheses.iter().find(|h| candidate_class(h) == FaultClass::Schedule);
+        let lacking = rows.iter().find(|r| r.prefill_chunk.or(params.geometry.prefill_chunk).is_none_or(|c| c == 0));
+        if let (Some(h), Some(r)) = (chunk_fault, lacking) {
+            return Err(Error::Input {
+                location: format!("{path}:{}", r.line),
+                message: format!(
+                    "prefill_chunk is missing: candidate {h} needs every row's prefill chunk (a prefill_chunk column, or --prefill-chunk N for rows without one)"
+                ),
+            });
+        }
+    }
+    let params = &checked;
     let configs: Vec<String> = {
         let mut c: Vec<String> = rows.iter().map(|r| r.config.clone()).collect();
         c.sort();
@@ -604,14 +622,51 @@ pub fn prepare(params: &ScenarioParams, path: &str, rows: &[Observation], opts: 
             }
         }
     }
-    let cells: Vec<(u64, f64, u64)> = rows.iter().map(|r| (r.context_tokens, r.depth_percent, r.topk)).collect();
+    // Rows are simulated with their own prefill chunk (the column), else the scenario's.
+    let scenario_chunk = params.geometry.prefill_chunk.unwrap_or(0);
+    let mut by_chunk: BTreeMap<u64, Vec<(u64, f64, u64)>> = BTreeMap::new();
+    for r in rows {
+        by_chunk.entry(r.prefill_chunk.unwrap_or(scenario_chunk)).or_default().push((r.context_tokens, r.depth_percent, r.topk));
+    }
     let needle_multipliers = if opts.needle_multipliers.is_empty() { vec![1.0] } else { opts.needle_multipliers.clone() };
-    let sims = needle_multipliers
-        .iter()
-        .map(|&m| simulate(&with_needle_multiple(params, m)?, &cells, &variants, opts.observer))
-        .collect::<Result<Vec<_>, Error>>()?;
+    let mut sims = Vec::with_capacity(needle_multipliers.len());
+    for &m in &needle_multipliers {
+        let mut sim = BTreeMap::new();
+        for (&chunk, cells) in &by_chunk {
+            let chunked = with_prefill_chunk(&with_needle_multiple(params, m)?, chunk);
+            sim.extend(simulate(&chunked, cells, &variants, opts.observer)?.into_iter().map(|(k, v)| ((chunk, k), v)));
+        }
+        sims.push(sim);
+    }
     let needle_knob = needle_knob(params).to_string();
-    Ok(Prepared { plan, not_applicable, needle_knob, needle_multipliers, sims, reading: opts.reading, path: path.to_string() })
+    Ok(Prepared {
+        plan,
+        not_applicable,
+        needle_knob,
+        needle_multipliers,
+        sims,
+        scenario_chunk,
+        reading: opts.reading,
+        path: path.to_string(),
+    })
+}
+
+/// `params` with the prefill chunk set to `chunk` (0 leaves it out: one chunk).
+fn with_prefill_chunk(params: &ScenarioParams, chunk: u64) -> ScenarioParams {
+    let mut p = params.clone();
+    p.geometry.prefill_chunk = (chunk > 0).then_some(chunk);
+    p
+}
+
+/// The params a candidate is checked against: with the rows' prefill chunk
+/// when the scenario has none, so that a chunk fault applies where the
+/// observation file gives the chunk (a row with neither is refused by
+/// [`prepare`] when a chunk fault is a candidate).
+fn params_for_rows(params: &ScenarioParams, rows: &[Observation]) -> ScenarioParams {
+    match (params.geometry.prefill_chunk.filter(|&c| c > 0), rows.iter().find_map(|r| r.prefill_chunk.filter(|&c| c > 0))) {
+        (None, Some(c)) => with_prefill_chunk(params, c),
+        _ => params.clone(),
+    }
 }
 
 impl Prepared {
@@ -635,7 +690,7 @@ impl Prepared {
         let s = self
             .sims
             .get(j)
-            .and_then(|sim| sim.get(&key(r.context_tokens, r.depth_percent, r.topk, v)))
+            .and_then(|sim| sim.get(&(r.prefill_chunk.unwrap_or(self.scenario_chunk), key(r.context_tokens, r.depth_percent, r.topk, v))))
             .ok_or_else(|| missing(format!("no simulated cell for {v} here")))?;
         Ok((s.recall_for(r.layer, self.reading)?, s.trials))
     }
@@ -701,7 +756,7 @@ pub fn diagnose(params: &ScenarioParams, obs: &observations::Observations, opts:
     let prepared = prepare(params, &obs.path, rows, opts)?;
     let (ranking, trials) = prepared.rank(rows)?;
     // The next experiment is simulated with the best candidate's needle.
-    let next_params = with_needle_multiple(params, ranking.first().map_or(1.0, |r| r.needle_multiplier))?;
+    let next_params = with_needle_multiple(&params_for_rows(params, rows), ranking.first().map_or(1.0, |r| r.needle_multiplier))?;
     let next = if opts.next && ranking.len() >= 2 { next_experiment(&next_params, rows, &prepared.plan, &ranking, opts)? } else { None };
     let mut notes = if rows.iter().any(|r| r.query_position.is_some()) { vec![QUERY_POSITION_NOTE.to_string()] } else { Vec::new() };
     notes.extend(calibrate_first(&ranking, &prepared.needle_knob, &prepared.needle_multipliers));

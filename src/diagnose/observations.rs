@@ -27,6 +27,9 @@ pub struct Observation {
     pub query_position: Option<u64>,
     /// Marked as a healthy configuration (for calibration); None when not given.
     pub healthy: Option<bool>,
+    /// The deployment's prefill chunk in tokens (0: one chunk); None: the
+    /// scenario's (`--prefill-chunk`). Chunk faults read it.
+    pub prefill_chunk: Option<u64>,
 }
 
 /// A parsed observation file.
@@ -37,7 +40,7 @@ pub struct Observations {
 }
 
 const REQUIRED: [&str; 6] = ["context_tokens", "depth_percent", "topk", "config", "found", "total"];
-const OPTIONAL: [&str; 3] = ["layer", "query_position", "healthy"];
+const OPTIONAL: [&str; 4] = ["layer", "query_position", "healthy", "prefill_chunk"];
 
 fn bad(path: &str, line: usize, message: String) -> Error {
     Error::Input { location: format!("{path}:{line}"), message }
@@ -193,6 +196,13 @@ fn read_row(
     if let Some(q) = query_position.filter(|&q| q >= context_tokens) {
         return Err(bad(path, line, format!("query_position = {q}: below context_tokens ({context_tokens})")));
     }
+    let prefill_chunk = get("prefill_chunk")
+        .map(|v| {
+            parse_size(v).filter(|&n| n <= MAX_CONTEXT).ok_or_else(|| {
+                bad(path, line, format!("prefill_chunk = {v:?}: a whole number of tokens from 0 (one chunk) to 16M (K/M suffixes allowed)"))
+            })
+        })
+        .transpose()?;
     let healthy = get("healthy")
         .map(|v| match v.to_ascii_lowercase().as_str() {
             "true" | "yes" | "1" => Ok(true),
@@ -200,7 +210,20 @@ fn read_row(
             _ => Err(bad(path, line, format!("healthy = {v:?}: true or false"))),
         })
         .transpose()?;
-    Ok(Observation { line, context_tokens, depth_percent, topk, label, config, found, total, layer, query_position, healthy })
+    Ok(Observation {
+        line,
+        context_tokens,
+        depth_percent,
+        topk,
+        label,
+        config,
+        found,
+        total,
+        layer,
+        query_position,
+        healthy,
+        prefill_chunk,
+    })
 }
 
 /// Adds `row`: two rows of the same cell are more prompts of one
@@ -208,8 +231,8 @@ fn read_row(
 /// is healthy.
 fn add_row(path: &str, rows: &mut Vec<Observation>, row: Observation) -> Result<(), Error> {
     let same = |o: &Observation| {
-        (o.context_tokens, o.depth_percent.to_bits(), o.topk, &o.config, o.layer, o.query_position)
-            == (row.context_tokens, row.depth_percent.to_bits(), row.topk, &row.config, row.layer, row.query_position)
+        (o.context_tokens, o.depth_percent.to_bits(), o.topk, &o.config, o.layer, o.query_position, o.prefill_chunk)
+            == (row.context_tokens, row.depth_percent.to_bits(), row.topk, &row.config, row.layer, row.query_position, row.prefill_chunk)
     };
     let healthy_text = |h: Option<bool>| match h {
         Some(true) => "true",
@@ -266,6 +289,26 @@ mod tests {
         assert_eq!((r.context_tokens, r.topk, r.config.as_str(), r.label.as_str()), (4096, 512, "fp8-fp32scale", "cache"));
         assert_eq!((r.found, r.total, r.line, r.healthy), (3, 5, 4, Some(false)));
         assert_eq!(o.rows[1].healthy, Some(true));
+    }
+
+    #[test]
+    fn a_prefill_chunk_column_is_read_and_kept_per_row() {
+        let text = "context_tokens,depth_percent,topk,config,found,total,prefill_chunk\n6042,50,512,bf16,0,1,2K\n6042,50,512,bf16,1,1,\n6042,50,512,bf16,0,2,2048\n";
+        let r = parse("x.csv", text, &any).unwrap().rows;
+        assert_eq!(r.iter().map(|o| (o.prefill_chunk, o.found, o.total)).collect::<Vec<_>>(), vec![(Some(2048), 0, 3), (None, 1, 1)]);
+        for bad in ["-1", "0.5", "x", "17M"] {
+            let err = parse(
+                "x.csv",
+                &format!("context_tokens,depth_percent,topk,config,found,total,prefill_chunk\n6042,50,512,bf16,0,1,{bad}\n"),
+                &any,
+            )
+            .unwrap_err()
+            .to_string();
+            assert!(
+                err.starts_with(&format!("x.csv:2: prefill_chunk = {bad:?}: a whole number of tokens")) && !err.contains('\n'),
+                "{err}"
+            );
+        }
     }
 
     #[test]

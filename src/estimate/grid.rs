@@ -22,7 +22,8 @@ pub struct GridCell<'a> {
     pub topk: u64,
     pub variant: &'a PrecisionVariant,
     pub placement: NeedlePlacement,
-    /// Rows that compete for selection: visible and outside the raw window.
+    /// Rows that compete for selection: visible, outside the raw window
+    /// (unless window rows compete) and not hidden by a chunk fault.
     pub candidates: u64,
 }
 
@@ -66,7 +67,7 @@ pub fn cells<'a>(spec: &'a TrialSpec<'a>) -> impl Iterator<Item = GridCell<'a>> 
                     topk,
                     variant,
                     placement: placement.clone(),
-                    candidates,
+                    candidates: candidates - spec.hidden_rows(variant, context).min(candidates),
                 })
             })
         })
@@ -127,6 +128,7 @@ pub(crate) mod fixture {
                 tie_rule: TieRule::LowestIndex,
                 fidelity_reference: Some(0),
                 stack: None,
+                prefill_chunk: 0,
             }
         }
     }

@@ -49,6 +49,18 @@ impl CompressionGeometry {
         visible.min(outside.div_ceil(self.ratio))
     }
 
+    /// The first row a query at position L−1 sees when its indexer sees
+    /// only rows completed within its own prefill chunk of `chunk` tokens
+    /// (0: one chunk, row 0). The query's chunk starts at
+    /// C = ⌊(L−1)/N⌋·N; row i completes with token c(i+1)−1, so it is
+    /// the chunk's when c(i+1) > C, i.e. i ≥ ⌊C/c⌋.
+    pub fn chunk_first_row(&self, context: u64, chunk: u64) -> u64 {
+        if chunk == 0 {
+            return 0;
+        }
+        (context.saturating_sub(1) / chunk * chunk) / self.ratio
+    }
+
     /// Tokens pooled by row `i`.
     pub fn row_tokens(&self, row: u64) -> Range<u64> {
         let own = row * self.ratio;
@@ -110,6 +122,23 @@ mod tests {
 
     fn csa() -> CompressionGeometry {
         CompressionGeometry { ratio: 4, overlap: true, window: 128, window_rows_compete: true }
+    }
+
+    #[test]
+    fn a_chunk_sees_the_rows_completed_in_it() {
+        let g = csa();
+        // ml-explore/mlx-lm #1189: 6,042 tokens, chunks of 2,048: the last
+        // chunk (tokens 4096 …) emitted 486 of 1,510 rows.
+        assert_eq!((g.chunk_first_row(6042, 2048), g.visible_rows(6042)), (1024, 1510));
+        assert_eq!(g.visible_rows(6042) - g.chunk_first_row(6042, 2048), 486);
+        // The query is token L−1: a context of exactly 2·N is still in chunk 1.
+        assert_eq!(g.chunk_first_row(4096, 2048), 512);
+        assert_eq!(g.chunk_first_row(4097, 2048), 1024);
+        // A chunk that is not a multiple of the ratio: row 1024 (tokens
+        // 4092 … 4099 with overlap) completes at token 4099 ≥ 4097.
+        assert_eq!(g.chunk_first_row(5000, 4097), 1024);
+        assert_eq!(g.chunk_first_row(6042, 0), 0);
+        assert_eq!(g.chunk_first_row(100, 2048), 0);
     }
 
     #[test]

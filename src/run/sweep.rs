@@ -115,6 +115,7 @@ pub fn spec_for(s: &Scenario, depth: f64) -> TrialSpec<'_> {
         tie_rule: s.tie_rule,
         fidelity_reference: s.precisions.iter().position(|p| p.name == FIDELITY_REFERENCE),
         stack: s.stack.as_ref(),
+        prefill_chunk: s.prefill_chunk,
     }
 }
 

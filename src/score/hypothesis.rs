@@ -458,6 +458,17 @@ pub const CATALOGUE: &[HypothesisInfo] = &[
         class: FaultClass::RandomLoss,
     },
     HypothesisInfo {
+        name: "chunk-local",
+        group: Group::Selection,
+        summary: "the query's indexer sees only rows compressed in its own prefill chunk",
+        changes: "With a prefill chunk of N tokens (--prefill-chunk N), the query at position L-1 belongs to the chunk starting at C = floor((L-1)/N)*N; only compressed rows completed within that chunk (row i with c(i+1) > C, i.e. i >= floor(C/c)) are candidates for its top-k, and k is capped at their count. Scores are unchanged; the raw window still applies. Assumption: the compressor carries its partial row across chunks, so a row is emitted by the chunk in which its last token arrives.",
+        stands_for: "ml-explore/mlx-lm #1189 (V4-Flash on MLX, comment 2026-08-16): the indexer's compressed pool was not kept in the cache, so on each prefill chunk (prefill_step_size 2048) the indexer scored only that chunk's rows (486 of 1510 on the last chunk of a 6,042-token prompt; needle at pool row ~755 found 0 of 42; survivals only where the needle lay in the last chunk).",
+        expected: "Depth- and length-dependent, not random: the needle survives when it lies in the query's chunk (the last (L-1) mod N + 1 tokens) or the raw window, and is lost otherwise at any k; when the last chunk is short (L just past a multiple of N) almost nothing survives. bf16 keys are hit as much as fp8. Cheapest test: a needle in the last chunk against one in the first, at one context above N.",
+        requires: Some("a prefill chunk (--prefill-chunk N, or an observation column prefill_chunk)"),
+        layers: FaultSpread::Shared,
+        class: FaultClass::Schedule,
+    },
+    HypothesisInfo {
         name: "ties-lowest",
         group: Group::Selection,
         summary: "top-k ties go to the lowest row index",
@@ -676,6 +687,7 @@ pub enum Hypothesis {
     /// Blocks in the pool.
     Offset32bit(u64),
     RowShift,
+    ChunkLocal,
     Layers(crate::score::variant::LayerSubset),
 }
 
@@ -748,6 +760,7 @@ impl Hypothesis {
             "layout-planar-read" => Hypothesis::LayoutPlanarRead,
             "layout-tile16" => Hypothesis::LayoutTile16,
             "row-shift" => Hypothesis::RowShift,
+            "chunk-local" => Hypothesis::ChunkLocal,
             "topk" | "window" | "tie-truncate" | "zero-blocks" | "rotated-before" | "layers" | "layer-share" | "offset-32bit" => {
                 return Err(format!("{text} needs a value: {text}=N"))
             }
@@ -782,6 +795,7 @@ impl Hypothesis {
             ZeroBlocks(_) | Offset32bit(_) => "which pages read as zeros",
             LayoutInterleavedRead | LayoutPlanarRead | LayoutTile16 => "the byte layout the cache is read with",
             RowShift => "the logits row a query selects from",
+            ChunkLocal => "which rows chunked prefill lets the query see",
             RotatedBefore(_) => "which rows the writer rotates",
             Layers(_) => "the layers the faults act in",
         }
@@ -841,6 +855,7 @@ impl Hypothesis {
             LayoutPlanarRead => v.cache.page_layout = PageLayoutFault::PlanarRead,
             LayoutTile16 => v.cache.page_layout = PageLayoutFault::Tile16Read,
             RowShift => v.position.query_row_shifted = true,
+            ChunkLocal => v.chunk = crate::score::variant::ChunkVisibility::OwnChunk,
             RotatedBefore(r) => {
                 if v.key.rotation != Rotation::Hadamard {
                     return Err(format!("{} writes its keys without a Hadamard rotation: nothing to mix", v.name));

@@ -19,7 +19,7 @@ use crate::numerics::pipeline::QuantizedRows;
 use crate::score::indexer::IndexerQuery;
 use crate::score::needle::{solve_scale, target_interval, NeedleSolve};
 use crate::score::selection::{kth_largest_many_with, selection_overlap_with, tally_with, tie_key, tied_ahead, NeedleRank, TieRule};
-use crate::score::variant::PrecisionVariant;
+use crate::score::variant::{ChunkVisibility, PrecisionVariant};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
@@ -48,6 +48,9 @@ pub struct TrialSpec<'a> {
     pub fidelity_reference: Option<usize>,
     /// The model's layer stack, when whole-model recall is read.
     pub stack: Option<&'a WholeModel>,
+    /// Prefill chunk in tokens (0: the prompt in one chunk); only
+    /// variants with a chunk fault (`chunk-local`) read it.
+    pub prefill_chunk: u64,
 }
 
 /// The needle's fate in one cell of one trial.
@@ -986,10 +989,17 @@ impl TrialSpec<'_> {
     /// The cells of variant `v` in `case`, from its scores `visible` (rows
     /// 0..candidates, with the case's patches in).
     fn judge_variant(&self, case: &Case, v: usize, visible: &[f32], trial_seed: u64, bufs: &mut JudgeBuffers, cells: &mut [NeedleOutcome]) {
-        let (ci, oi, candidates) = (case.ci, case.oi, case.candidates);
+        let (ci, oi) = (case.ci, case.oi);
         let placement = &case.placement;
-        let skip = placement.rows.start as usize..placement.rows.end as usize;
-        let priority = |row: usize| rng::derive(trial_seed, &[tag::TIE, row as u64]);
+        // A chunk fault hides the rows before the query's prefill chunk:
+        // the candidates are rows `first …` of `visible`, renumbered from 0
+        // (tie priorities keep each row's own number).
+        let first = self.first_candidate_row(v, ci).min(case.candidates);
+        let visible = &visible[first..];
+        let candidates = case.candidates - first;
+        let clip = |r: u64| (r as usize).clamp(first, case.candidates) - first;
+        let skip = clip(placement.rows.start)..clip(placement.rows.end).max(clip(placement.rows.start));
+        let priority = |row: usize| rng::derive(trial_seed, &[tag::TIE, (row + first) as u64]);
         // What this variant's engine selects with (hypotheses may change it).
         let sel = &self.variants[v].selection;
         let nan = sel.nan_order;
@@ -1045,6 +1055,21 @@ impl TrialSpec<'_> {
         }
     }
 
+    /// The first row variant `v`'s query sees in context `ci` (0 unless a
+    /// chunk fault hides earlier rows).
+    fn first_candidate_row(&self, v: usize, ci: usize) -> usize {
+        self.hidden_rows(&self.variants[v], self.contexts[ci]) as usize
+    }
+
+    /// Rows a chunk fault of `variant` hides from the query in a context
+    /// of `context` tokens: those before its prefill chunk (0 without one).
+    pub fn hidden_rows(&self, variant: &PrecisionVariant, context: u64) -> u64 {
+        match variant.chunk {
+            ChunkVisibility::All => 0,
+            ChunkVisibility::OwnChunk => self.geometry.chunk_first_row(context, self.prefill_chunk),
+        }
+    }
+
     /// Selection fidelity of every variant against the reference `r` in
     /// `case`: the share of r's top-k_eff rows each also selects, and the
     /// Jaccard overlap.
@@ -1058,7 +1083,9 @@ impl TrialSpec<'_> {
         cells: &mut [NeedleOutcome],
     ) {
         let k_effs: Vec<usize> = self.topks.iter().map(|&k| (k as usize).min(case.candidates)).collect();
-        for v in (0..self.variants.len()).filter(|&v| v != r) {
+        // A variant with hidden rows selects from fewer rows than the
+        // reference: its fidelity is left out (None), not compared.
+        for v in (0..self.variants.len()).filter(|&v| v != r && self.variants[v].chunk.is_all()) {
             for (ki, &k_eff) in k_effs.iter().enumerate().filter(|(_, &k)| k > 0) {
                 let (nan_r, nan_v) = (self.variants[r].selection.nan_order, self.variants[v].selection.nan_order);
                 let both = selection_overlap_with(assembled[r], assembled[v], tie_keys, k_eff, row_order, nan_r, nan_v);

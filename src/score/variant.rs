@@ -33,6 +33,27 @@ impl PositionOverride {
     }
 }
 
+/// What chunked prefill hides from the query's indexer (hypothesis
+/// `chunk-local`; docs/HYPOTHESES.md): which compressed rows are candidates.
+/// Needs the scenario's prefill chunk (`--prefill-chunk N`); acts at
+/// selection, so a variant's scores are unchanged.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum ChunkVisibility {
+    /// Every complete row (no fault).
+    #[default]
+    All,
+    /// Only rows completed within the query's own prefill chunk
+    /// (ml-explore/mlx-lm #1189).
+    OwnChunk,
+}
+
+impl ChunkVisibility {
+    pub fn is_all(&self) -> bool {
+        *self == ChunkVisibility::All
+    }
+}
+
 /// The indexer layers a fault acts in (hypotheses `layers=…`,
 /// `layer-share=F`); the others run the variant's healthy base. Layers are
 /// numbered 0 … L − 1 in the whole-model stack's order, 0 the simulated
@@ -144,6 +165,9 @@ pub struct PrecisionVariant {
     /// The layers its faults act in (whole-model recall); every layer by default.
     #[serde(default, skip_serializing_if = "LayerSubset::is_all")]
     pub layers: LayerSubset,
+    /// Which rows chunked prefill lets the query's indexer see.
+    #[serde(default, skip_serializing_if = "ChunkVisibility::is_all")]
+    pub chunk: ChunkVisibility,
 }
 
 /// Built-in variants: (name, what it stands for). Sources and the reasons
@@ -170,6 +194,7 @@ impl PrecisionVariant {
             selection: SelectionOverride::default(),
             position: PositionOverride::default(),
             layers: LayerSubset::All,
+            chunk: ChunkVisibility::All,
         }
     }
 

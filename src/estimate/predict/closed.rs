@@ -97,6 +97,7 @@ pub fn prediction_applies(variant: &PrecisionVariant) -> bool {
     variant.cache.is_default()
         && variant.selection.is_default()
         && !variant.position.query_row_shifted
+        && variant.chunk.is_all()
         && matches!(variant.key.element, ElementFormat::F32 | ElementFormat::Bf16 | ElementFormat::F16)
         && variant.scoring.logits == LogitFormat::F32
 }

@@ -127,6 +127,7 @@ pub(crate) mod fixture {
                 tie_rule: TieRule::LowestIndex,
                 fidelity_reference: Some(0),
                 stack: None,
+                tie_audit: false,
             }
         }
     }

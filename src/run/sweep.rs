@@ -115,6 +115,7 @@ pub fn spec_for(s: &Scenario, depth: f64) -> TrialSpec<'_> {
         tie_rule: s.tie_rule,
         fidelity_reference: s.precisions.iter().position(|p| p.name == FIDELITY_REFERENCE),
         stack: s.stack.as_ref(),
+        tie_audit: s.estimator.tie_audit,
     }
 }
 
@@ -290,6 +291,7 @@ mod tests {
             model_band_low: None,
             model_band_high: None,
             needle_capped: None,
+            ties: None,
         }
     }
 

@@ -181,6 +181,7 @@ fn quantile_needle_scale(s: &Scenario, seed: u64, depth: f64, on_step: &dyn Fn(&
                 tie_rule: s.tie_rule,
                 fidelity_reference: None,
                 stack: None,
+                tie_audit: false,
             };
             spec.run(seed)?.needle.first().map(|n| n.scale)
         }

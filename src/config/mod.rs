@@ -760,6 +760,16 @@ fn check_estimator(
     if let Some(predict) = p.predict {
         estimator.predict = predict;
     }
+    if let Some(audit) = p.tie_audit {
+        if audit && estimator.mode != EstimatorMode::Full {
+            return Err(ConfigError::new(
+                field_name("estimator.tie_audit"),
+                audit,
+                "off unless estimator.mode is full: only it scores every row",
+            ));
+        }
+        estimator.tie_audit = audit;
+    }
     // Each estimator says which scenarios it serves (src/estimate/).
     if let Some(r) = refusal(&estimator, physics, structure, ratio, precisions, needle) {
         return Err(ConfigError::new(field_name(r.field), r.value, r.allowed));

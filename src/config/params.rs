@@ -493,6 +493,12 @@ section! {
             "on|off",
             "Report the analytic prediction beside each recall (docs/MODEL.md): on or off (default)"
         ),
+        /// Audit each cell's top-k cut for ties (default false).
+        tie_audit: bool = flag(
+            "--tie-audit",
+            "on|off",
+            "Write ties.csv: rows tied at each cell's k-th score and recall under every tie rule (docs/MODEL.md, Tie audit): on or off (default)"
+        ),
     }
 }
 

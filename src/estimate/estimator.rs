@@ -4,6 +4,7 @@
 
 use crate::error::SimError;
 use crate::estimate::stack;
+use crate::score::selection::TieCut;
 use crate::score::trial::{NeedleOutcome, TrialSpec};
 
 /// An estimator: what one trial yields for every cell of a haystack group,
@@ -83,4 +84,38 @@ pub struct CellEstimate {
     /// Quantile needle: trials in which no offset scale reached the drawn
     /// exceedance (the norm caps the needle below it); None under the strength unit.
     pub needle_capped: Option<u64>,
+    /// The tie audit over the cell's trials, when the sweep asks for it.
+    pub ties: Option<TieCounts>,
+}
+
+/// A cell's tie audit summed over its trials (docs/MODEL.md, "Tie audit"):
+/// `ties.csv` reads its means and shares from these counts.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct TieCounts {
+    pub trials: u64,
+    /// Rows tied at the k-th score, summed over trials, and the most in one.
+    pub tied_rows_sum: u64,
+    pub tied_rows_max: u64,
+    /// Trials whose k-th score is tied (two rows or more) …
+    pub tied: u64,
+    /// … whose cut splits the tied rows …
+    pub split: u64,
+    /// … and whose needle the tie order decides.
+    pub needle_at_cut: u64,
+    /// Trials kept under each rule of [`crate::score::selection::AUDIT_RULES`].
+    pub kept: [u64; 4],
+}
+
+impl TieCounts {
+    pub fn add(&mut self, c: &TieCut) {
+        self.trials += 1;
+        self.tied_rows_sum += c.tied_rows;
+        self.tied_rows_max = self.tied_rows_max.max(c.tied_rows);
+        self.tied += u64::from(c.tied_rows >= 2);
+        self.split += u64::from(c.split);
+        self.needle_at_cut += u64::from(c.needle_at_cut);
+        for (n, &k) in self.kept.iter_mut().zip(&c.kept) {
+            *n += u64::from(k);
+        }
+    }
 }

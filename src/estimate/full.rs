@@ -6,7 +6,7 @@
 
 use crate::base::stats::{mean_interval, quantiles, wilson_interval, Z95};
 use crate::error::SimError;
-use crate::estimate::estimator::{CellEstimate, Estimator, RankSummary};
+use crate::estimate::estimator::{CellEstimate, Estimator, RankSummary, TieCounts};
 use crate::estimate::{grid, stack};
 use crate::score::trial::NeedleOutcome;
 use crate::score::trial::{TrialOutcome, TrialSpec};
@@ -35,6 +35,8 @@ pub struct CellTally {
     /// trials: trials kept at this k and lost at the smallest, and the reverse.
     pub gained_vs_smallest_k: u64,
     pub lost_vs_smallest_k: u64,
+    /// The tie audit, when the trials carry one.
+    pub ties: Option<TieCounts>,
 }
 
 /// Running sum and sum of squares.
@@ -149,6 +151,9 @@ impl CellTally {
         if let Some(m) = o.margin_sd {
             self.margins_sd.push(m);
         }
+        if let Some(c) = &o.ties {
+            self.ties.get_or_insert_with(TieCounts::default).add(c);
+        }
     }
 }
 
@@ -226,6 +231,7 @@ impl Estimator for Full {
                         let case = g.context_index * spec.needle_offsets.len() + g.offset_index;
                         trials.iter().filter(|t| t.needle.get(case).is_some_and(|n| n.capped)).count() as u64
                     }),
+                    ties: t.ties,
                 }
             })
             .collect()

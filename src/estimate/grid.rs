@@ -129,6 +129,7 @@ pub(crate) mod fixture {
                 fidelity_reference: Some(0),
                 stack: None,
                 prefill_chunk: 0,
+                tie_audit: false,
             }
         }
     }

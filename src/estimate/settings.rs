@@ -50,10 +50,19 @@ pub struct EstimatorSettings {
     /// default: it costs ~13 ms per trial on one core, more than a 32K-token
     /// trial (docs/MODEL.md, "Analytic prediction").
     pub predict: bool,
+    /// Audit every cell's cut for ties and re-pick it under each tie rule
+    /// (`ties.csv`; docs/MODEL.md, "Tie audit"). Off by default, and then
+    /// left out of manifests, which keep their bytes.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub tie_audit: bool,
+}
+
+fn is_false(x: &bool) -> bool {
+    !*x
 }
 
 impl Default for EstimatorSettings {
     fn default() -> Self {
-        Self { mode: EstimatorMode::Full, tail_rows: DEFAULT_TAIL_ROWS, predict: false }
+        Self { mode: EstimatorMode::Full, tail_rows: DEFAULT_TAIL_ROWS, predict: false, tie_audit: false }
     }
 }

@@ -374,6 +374,8 @@ pub fn report_html(
 
     push_fidelity_section(&mut h, cells);
 
+    push_ties_section(&mut h, cells);
+
     // configuration
     // Collapsed: the resolved scenario is long and read only when needed.
     let _ = writeln!(h, "<h2 id=\"configuration\">Configuration</h2>");
@@ -412,6 +414,37 @@ fn push_fidelity_section(h: &mut String, cells: &[CellResult]) {
         }
         h.push_str("</table></div>\n");
     }
+}
+
+/// The tie audit's table (`ties.csv`), when the sweep ran it.
+fn push_ties_section(h: &mut String, cells: &[CellResult]) {
+    let audited: Vec<(&CellResult, crate::estimate::estimator::TieCounts)> =
+        cells.iter().filter_map(|c| c.ties.filter(|t| t.trials > 0).map(|t| (c, t))).collect();
+    if audited.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        h,
+        "<h2>Ties at the cut</h2><p>Rows whose score equals the k-th score, in the variant's logits format (mean and most in one trial), the share of trials whose cut splits them, the share whose needle the tie order decides, and recall under each tie rule on the same trials (truncated: the top 15 bits of each score's order key, ties in arrival order). Also in <code>ties.csv</code>; docs/MODEL.md, “Tie audit”.</p>"
+    );
+    h.push_str("<div class=\"scroll\"><table><tr><th>context</th><th>depth</th><th>k</th><th class=\"l\">precision</th><th>tied rows</th><th>split</th><th>needle at cut</th><th>lowest index</th><th>highest index</th><th>random</th><th>truncated</th></tr>\n");
+    for (c, t) in audited {
+        let share = |n: u64| format!("{:.3}", n as f64 / t.trials as f64);
+        let _ = writeln!(
+            h,
+            "<tr><td>{}</td><td>{} %</td><td>{}</td><td class=\"l\">{}</td><td>{:.1} (max {})</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            tokens_label(c.context_tokens),
+            c.depth_percent,
+            c.topk,
+            escape(&c.precision),
+            t.tied_rows_sum as f64 / t.trials as f64,
+            t.tied_rows_max,
+            share(t.split),
+            share(t.needle_at_cut),
+            t.kept.map(share).join("</td><td>")
+        );
+    }
+    h.push_str("</table></div>\n");
 }
 
 /// The paired comparisons with the baseline precision and the smallest k:

@@ -20,6 +20,9 @@ pub const REPORT_FILE: &str = "report.html";
 /// (written as they finish, [`crate::run::store`]), the summary table, the
 /// effective contexts and the manifest (last: it marks the directory complete).
 pub const DATA_FILES: [&str; 4] = [RESULTS_FILE, SUMMARY_FILE, EFFECTIVE_CONTEXT_FILE, MANIFEST_FILE];
+/// The tie audit's table: a data file written, before the manifest, only
+/// when the sweep ran with `--tie-audit on` ([`crate::run::output::ties_csv`]).
+pub const TIES_FILE: &str = crate::run::output::TIES_FILE;
 /// Renders every chart of [`SWEEP_CHARTS`] that applies into `dir`, in each
 /// of `opts.formats`; returns the file names written, in a stable order.
 pub fn render_charts(dir: &Path, meta: &ReportMeta, cells: &[CellResult], opts: &PlotOptions) -> Result<Vec<String>, Error> {

@@ -2,6 +2,7 @@
 //! inputs, the fields every estimator shares, and its estimate.
 
 use crate::base::stats::{holm_adjust, mcnemar_exact_p};
+use crate::estimate::estimator::TieCounts;
 use crate::estimate::grid::GridCell;
 use crate::estimate::CellEstimate;
 use crate::score::trial::TrialSpec;
@@ -134,6 +135,10 @@ pub struct CellResult {
     /// exceedance (the norm caps it below; it sits as high as it can).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub needle_capped: Option<u64>,
+    /// The tie audit (`--tie-audit on`, docs/MODEL.md, "Tie audit"): the
+    /// counts `ties.csv` is read from; absent without it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ties: Option<TieCounts>,
 }
 
 impl CellResult {
@@ -200,6 +205,7 @@ impl CellResult {
             model_band_low: e.whole_model.as_ref().and_then(|w| w.band).map(|b| b.0),
             model_band_high: e.whole_model.as_ref().and_then(|w| w.band).map(|b| b.1),
             needle_capped: e.needle_capped,
+            ties: e.ties,
         }
     }
 }

@@ -19,6 +19,8 @@ pub const SUMMARY_FILE: &str = "summary.csv";
 pub const MANIFEST_FILE: &str = "manifest.json";
 pub const EFFECTIVE_CONTEXT_FILE: &str = "effective_context.csv";
 pub const RECALL_CHART_FILE: &str = "recall_vs_context.png";
+/// The tie audit's table (`--tie-audit on`).
+pub const TIES_FILE: &str = "ties.csv";
 
 /// Creates `dir`, refusing a non-empty existing one unless `force`.
 pub fn prepare_output_dir(dir: &Path, force: bool) -> Result<(), Error> {
@@ -307,6 +309,51 @@ pub fn effective_context_csv(effective: &[EffectiveContext]) -> String {
         out.push('\n');
     }
     out
+}
+
+/// `ties.csv`, the tie audit (docs/MODEL.md, "Tie audit"): one row per
+/// cell that has one, with the logits format its variant scores in; None
+/// when no cell has one (the sweep ran without `--tie-audit on`).
+pub fn ties_csv(s: &Scenario, cells: &[CellResult]) -> Option<String> {
+    use crate::numerics::pipeline::LogitFormat;
+    if cells.iter().all(|c| c.ties.is_none()) {
+        return None;
+    }
+    let mut out = String::from(
+        "context_tokens,depth_percent,needle_offset,topk,precision,logits,trials,tied_rows_mean,tied_rows_max,share_tied,share_split,\
+         share_needle_at_cut",
+    );
+    for rule in crate::score::selection::AUDIT_RULES {
+        let _ = write!(out, ",recall_{rule}");
+    }
+    out.push('\n');
+    for c in cells {
+        let Some(t) = c.ties.filter(|t| t.trials > 0) else { continue };
+        let logits = s.precisions.iter().find(|p| p.name == c.precision).map_or("", |p| match p.scoring.logits {
+            LogitFormat::F32 => "f32",
+            LogitFormat::Bf16 => "bf16",
+            LogitFormat::F16 => "f16",
+        });
+        let share = |n: u64| n as f64 / t.trials as f64;
+        let mut fields = vec![
+            c.context_tokens.to_string(),
+            c.depth_percent.to_string(),
+            opt(c.needle_offset),
+            c.topk.to_string(),
+            c.precision.clone(),
+            logits.to_string(),
+            t.trials.to_string(),
+            share(t.tied_rows_sum).to_string(),
+            t.tied_rows_max.to_string(),
+            share(t.tied).to_string(),
+            share(t.split).to_string(),
+            share(t.needle_at_cut).to_string(),
+        ];
+        fields.extend(t.kept.iter().map(|&k| share(k).to_string()));
+        out.push_str(&fields.join(","));
+        out.push('\n');
+    }
+    Some(out)
 }
 
 /// A recall table's row label: the context, and the needle offset when the

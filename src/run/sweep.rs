@@ -116,6 +116,7 @@ pub fn spec_for(s: &Scenario, depth: f64) -> TrialSpec<'_> {
         fidelity_reference: s.precisions.iter().position(|p| p.name == FIDELITY_REFERENCE),
         stack: s.stack.as_ref(),
         prefill_chunk: s.prefill_chunk,
+        tie_audit: s.estimator.tie_audit,
     }
 }
 
@@ -291,6 +292,7 @@ mod tests {
             model_band_low: None,
             model_band_high: None,
             needle_capped: None,
+            ties: None,
         }
     }
 

@@ -253,6 +253,117 @@ pub fn tied_ahead(
     n
 }
 
+/// Where the best needle row of `scores` stands (rows `needle` hold the
+/// needle, every other row is a competitor): best in the engine's order,
+/// first on ties. None without a needle row.
+pub fn best_needle(scores: &[f32], needle: std::ops::Range<usize>, nan: NanOrder) -> Option<(f32, CompetitorTally)> {
+    let needle_scores = &scores[needle.clone()];
+    let best = needle_scores.iter().copied().reduce(|a, b| if nan.compare(b, a, |x, y| x.total_cmp(&y)).is_gt() { b } else { a })?;
+    Some((best, tally_with(scores, needle, best, nan)))
+}
+
+/// Tied competitors that `rule` puts ahead of the best needle row (score
+/// `best`, rank `t`); if several needle rows tie for best, the luckiest
+/// counts. Scans the rows only when a competitor ties the needle.
+pub fn tied_ahead_of_best(
+    scores: &[f32],
+    needle: std::ops::Range<usize>,
+    best: f32,
+    t: &CompetitorTally,
+    rule: TieRule,
+    priority: impl Fn(usize) -> u64 + Copy,
+) -> u64 {
+    if t.rank.above_or_equal == t.rank.above {
+        return 0;
+    }
+    scores[needle.clone()]
+        .iter()
+        .enumerate()
+        .filter(|(_, &s)| s == best || (s.is_nan() && best.is_nan()))
+        .map(|(j, _)| tied_ahead(scores, needle.clone(), needle.start + j, best, rule, priority))
+        .min()
+        .unwrap_or(0)
+}
+
+/// The tie rules the tie audit re-picks each cut under, in `ties.csv`'s
+/// column order (docs/MODEL.md, "Tie audit").
+pub const AUDIT_RULES: [&str; 4] = ["lowest_index", "highest_index", "random", "truncated"];
+
+/// Bits of each score's order key the audit's `truncated` rule compares:
+/// sglang's fused top-k v2 bins by the top 12 bits of the fp16 order key
+/// (16 fp16 codes a bin: sign, 5 exponent and 6 mantissa bits), which within
+/// fp16's normal range is the f32 key cut to sign, 8 exponent and 6
+/// mantissa bits ([`coarse_score`]; docs/MODEL.md, "Tie audit").
+pub const TRUNCATE_BITS: u32 = 15;
+
+/// One selection's cut, audited (docs/MODEL.md, "Tie audit").
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TieCut {
+    /// Rows whose score equals the k-th score, the k-th row included (1: no
+    /// tie; 0: no cut, k keeps every row).
+    pub tied_rows: u64,
+    /// More rows reach the k-th score than k: the tie order picks which of
+    /// the tied rows are kept.
+    pub split: bool,
+    /// The best needle row is among those tied rows and the tie order
+    /// decides whether it is kept (outside the raw window).
+    pub needle_at_cut: bool,
+    /// The needle kept (raw window included) under each of [`AUDIT_RULES`].
+    pub kept: [bool; 4],
+}
+
+/// The needle's standing once per score vector, for auditing every k:
+/// the exact scores under the three index rules, and the coarse bins in
+/// arrival (random) order.
+pub struct TieAudit<'s> {
+    scores: &'s [f32],
+    nan: NanOrder,
+    /// Per rule of [`AUDIT_RULES`]: competitors strictly ahead plus tied
+    /// competitors the rule puts ahead; None without a needle row.
+    ahead: [Option<u64>; 4],
+    /// The exact scores' rank of the best needle row.
+    rank: Option<NeedleRank>,
+}
+
+impl<'s> TieAudit<'s> {
+    /// The audit of `scores` (the selector's, in its logits format) with the
+    /// needle in rows `needle`; `priority` is the random rule's.
+    pub fn new(scores: &'s [f32], needle: std::ops::Range<usize>, nan: NanOrder, priority: impl Fn(usize) -> u64 + Copy) -> Self {
+        let mut ahead = [None; 4];
+        let mut rank = None;
+        if let Some((best, t)) = best_needle(scores, needle.clone(), nan) {
+            rank = Some(t.rank);
+            for (slot, rule) in [TieRule::LowestIndex, TieRule::HighestIndex, TieRule::Random].into_iter().enumerate() {
+                ahead[slot] = Some(t.rank.above + tied_ahead_of_best(scores, needle.clone(), best, &t, rule, priority));
+            }
+            let coarse: Vec<f32> = scores.iter().map(|&x| coarse_score(x, TRUNCATE_BITS)).collect();
+            if let Some((best, t)) = best_needle(&coarse, needle.clone(), nan) {
+                ahead[3] = Some(t.rank.above + tied_ahead_of_best(&coarse, needle, best, &t, TieRule::Random, priority));
+            }
+        }
+        TieAudit { scores, nan, ahead, rank }
+    }
+
+    /// The cut at the top `k` (0 keeps none), with the needle kept anyway
+    /// when `in_window`. `scratch` is reused.
+    pub fn at(&self, k: usize, in_window: bool, scratch: &mut Vec<f32>) -> TieCut {
+        let kept = self.ahead.map(|a| in_window || a.is_some_and(|a| a < k as u64));
+        let mut cut = TieCut { tied_rows: 0, split: false, needle_at_cut: false, kept };
+        if k == 0 || k >= self.scores.len() {
+            return cut;
+        }
+        scratch.clear();
+        scratch.extend_from_slice(self.scores);
+        let mut kth = Vec::with_capacity(1);
+        kth_largest_many_with(scratch, &[k], &mut kth, self.nan);
+        let at_cut = tally_with(self.scores, 0..0, kth[0], self.nan).rank;
+        cut.tied_rows = at_cut.above_or_equal - at_cut.above;
+        cut.split = at_cut.above_or_equal > k as u64;
+        cut.needle_at_cut = !in_window && self.rank.is_some_and(|r| r.above < k as u64 && r.above_or_equal >= k as u64);
+        cut
+    }
+}
+
 /// A row's place among equal scores as one number: a larger key wins. Rows
 /// are then totally ordered by (score, tie key), as a top-k kernel orders them.
 pub fn tie_key(rule: TieRule, row: usize, priority: impl Fn(usize) -> u64) -> u64 {
@@ -380,6 +491,43 @@ mod tests {
         assert_eq!(tied_ahead(&s, 2..3, 2, 3.0, TieRule::HighestIndex, |_| 0), 1);
         let prio = [9u64, 1, 5, 7];
         assert_eq!(tied_ahead(&s, none, 2, 3.0, TieRule::Random, |i| prio[i]), 1);
+    }
+
+    #[test]
+    fn tie_audit_counts_the_cut_and_repicks_it_under_every_rule() {
+        // Row 6 holds the needle; rows 1, 2, 4, 7 tie it at 3.0; k = 3.
+        let s = [5.0, 3.0, 3.0, 1.0, 3.0, 0.5, 3.0, 3.0];
+        let prio = [9u64, 9, 1, 9, 8, 9, 5, 7];
+        let mut scratch = Vec::new();
+        let audit = TieAudit::new(&s, 6..7, NanOrder::First, |i| prio[i]);
+        let cut = audit.at(3, false, &mut scratch);
+        assert_eq!(cut.tied_rows, 5, "rows 1, 2, 4, 6, 7 share the 3rd score");
+        assert!(cut.split && cut.needle_at_cut);
+        // lowest: rows 1, 2, 4 ahead (1 + 3 ≥ 3, lost); highest: row 7 (1 + 1 < 3);
+        // random: row 2 (priority 1 < 5) ahead, kept; truncated: the same bins.
+        assert_eq!(cut.kept, [false, true, true, true]);
+        assert_eq!(audit.at(3, true, &mut scratch).kept, [true; 4], "the raw window keeps it");
+        assert!(!audit.at(3, true, &mut scratch).needle_at_cut);
+        // k = 6 takes every row at 3.0: tied, not split, the needle kept.
+        let wide = audit.at(6, false, &mut scratch);
+        assert_eq!((wide.tied_rows, wide.split, wide.needle_at_cut, wide.kept), (5, false, false, [true; 4]));
+        // No cut when k keeps every row; none kept at k = 0.
+        assert_eq!(audit.at(8, false, &mut scratch).tied_rows, 0);
+        assert_eq!(audit.at(0, false, &mut scratch).kept, [false; 4]);
+
+        // A needle at 3.01 beats the 3.0 rows exactly but shares their
+        // 15-bit bin: the truncated rule ties it, and arrival order loses it.
+        let mut s2 = s;
+        s2[6] = 3.01;
+        assert_eq!(coarse_score(3.01, TRUNCATE_BITS), 3.0);
+        let prio2 = [9u64, 0, 1, 9, 2, 9, 5, 7];
+        let cut = TieAudit::new(&s2, 6..7, NanOrder::First, |i| prio2[i]).at(3, false, &mut scratch);
+        assert_eq!((cut.tied_rows, cut.split, cut.needle_at_cut), (4, true, false));
+        assert_eq!(cut.kept, [true, true, true, false]);
+        // Exact f32-like scores: one row at the cut, no tie.
+        let distinct: Vec<f32> = (0..50).map(|i| i as f32 * 0.37).collect();
+        let cut = TieAudit::new(&distinct, 10..11, NanOrder::First, |i| i as u64).at(7, false, &mut scratch);
+        assert_eq!((cut.tied_rows, cut.split, cut.kept), (1, false, [false; 4]));
     }
 
     #[test]

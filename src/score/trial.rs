@@ -18,7 +18,9 @@ use crate::model::stack::WholeModel;
 use crate::numerics::pipeline::QuantizedRows;
 use crate::score::indexer::IndexerQuery;
 use crate::score::needle::{solve_scale, target_interval, NeedleSolve};
-use crate::score::selection::{kth_largest_many_with, selection_overlap_with, tally_with, tie_key, tied_ahead, NeedleRank, TieRule};
+use crate::score::selection::{
+    best_needle, kth_largest_many_with, selection_overlap_with, tie_key, tied_ahead_of_best, NeedleRank, TieAudit, TieCut, TieRule,
+};
 use crate::score::variant::{ChunkVisibility, PrecisionVariant};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
@@ -51,6 +53,8 @@ pub struct TrialSpec<'a> {
     /// Prefill chunk in tokens (0: the prompt in one chunk); only
     /// variants with a chunk fault (`chunk-local`) read it.
     pub prefill_chunk: u64,
+    /// Audit every cell's cut for ties ([`NeedleOutcome::ties`]).
+    pub tie_audit: bool,
 }
 
 /// The needle's fate in one cell of one trial.
@@ -71,6 +75,10 @@ pub struct NeedleOutcome {
     pub selection_recall: Option<f64>,
     /// … and the Jaccard overlap |A ∩ B| / |A ∪ B| of the two sets.
     pub jaccard: Option<f64>,
+    /// The tie audit of this cell's cut, when the sweep asks for it
+    /// (`--tie-audit on`; left out of checkpoints otherwise).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ties: Option<TieCut>,
 }
 
 impl NeedleOutcome {
@@ -82,6 +90,7 @@ impl NeedleOutcome {
         margin_sd: None,
         selection_recall: None,
         jaccard: None,
+        ties: None,
     };
 }
 
@@ -1007,29 +1016,20 @@ impl TrialSpec<'_> {
         let window = sel.window_for(self.geometry.window);
         let in_window = placement.tokens.start >= self.contexts[ci].saturating_sub(window);
         let k_effs: Vec<usize> = self.topks.iter().map(|&k| (sel.topk_for(k) as usize).min(candidates)).collect();
-        let needle_scores = &visible[skip.clone()];
+        // The tie audit re-picks each cut under every tie rule (docs/MODEL.md, "Tie audit").
+        let audit = self.tie_audit.then(|| TieAudit::new(visible, skip.clone(), nan, priority));
+        let audit_cut = |k: usize, scratch: &mut Vec<f32>| audit.as_ref().map(|a| a.at(k, in_window, scratch));
         // Best needle row: highest score in the engine's order, first on ties.
-        let best = needle_scores.iter().copied().reduce(|a, b| if nan.compare(b, a, |x, y| x.total_cmp(&y)).is_gt() { b } else { a });
-        let Some(best) = best else {
+        let Some((best, t)) = best_needle(visible, skip.clone(), nan) else {
             for ki in 0..self.topks.len() {
-                cells[self.cell_index(ci, oi, ki, v)] = NeedleOutcome { survived: in_window, via_window: in_window, ..NeedleOutcome::LOST };
+                let ties = audit_cut(k_effs[ki], &mut bufs.scratch);
+                cells[self.cell_index(ci, oi, ki, v)] =
+                    NeedleOutcome { survived: in_window, via_window: in_window, ties, ..NeedleOutcome::LOST };
             }
             return;
         };
-        let t = tally_with(visible, skip.clone(), best, nan);
-        // Tied competitors the tie rule puts ahead of the best needle
-        // row; if several needle rows tie for best, the luckiest counts.
-        let tied = if t.rank.above_or_equal > t.rank.above {
-            needle_scores
-                .iter()
-                .enumerate()
-                .filter(|(_, &s)| s == best || (s.is_nan() && best.is_nan()))
-                .map(|(j, _)| tied_ahead(visible, skip.clone(), skip.start + j, best, rule, priority))
-                .min()
-                .unwrap_or(0)
-        } else {
-            0
-        };
+        // Tied competitors the tie rule puts ahead of the best needle row.
+        let tied = tied_ahead_of_best(visible, skip.clone(), best, &t, rule, priority);
 
         let competitors = candidates - skip.len();
         let ks_with_margin: Vec<usize> = k_effs.iter().copied().filter(|&k| k >= 1 && k <= competitors).collect();
@@ -1050,6 +1050,7 @@ impl TrialSpec<'_> {
                 rank: Some(t.rank),
                 margin,
                 margin_sd,
+                ties: audit_cut(k_eff, scratch),
                 ..NeedleOutcome::LOST
             };
         }

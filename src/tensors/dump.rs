@@ -182,6 +182,7 @@ fn quantile_needle_scale(s: &Scenario, seed: u64, depth: f64, on_step: &dyn Fn(&
                 fidelity_reference: None,
                 stack: None,
                 prefill_chunk: s.prefill_chunk,
+                tie_audit: false,
             };
             spec.run(seed)?.needle.first().map(|n| n.scale)
         }

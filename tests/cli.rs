@@ -344,6 +344,21 @@ fn run_without_print_trials_prints_only_summary() {
 }
 
 #[test]
+fn run_prints_the_tie_audit_only_when_asked() {
+    let line = "ties at the cut (--tie-audit)";
+    let args = ["run", "--context", "8K", "--depth", "50", "--topk", "512", "--precision", "fp8+logits-bf16", "--trials", "20"];
+    let plain = bin().args(args).output().unwrap();
+    assert!(plain.status.success() && !stdout(&plain).contains(line), "{}", stdout(&plain));
+    let audited = bin().args(args).args(["--tie-audit", "on"]).output().unwrap();
+    let out = stdout(&audited);
+    assert!(audited.status.success(), "{}", stderr(&audited));
+    // The audit adds its line and changes nothing else.
+    assert_eq!(out.lines().filter(|l| !l.starts_with(line)).collect::<Vec<_>>(), stdout(&plain).lines().collect::<Vec<_>>());
+    let audit = out.lines().find(|l| l.starts_with(line)).unwrap_or_else(|| panic!("{out}"));
+    assert!(audit.contains("kept by rule: lowest_index") && audit.ends_with("of 20"), "{audit}");
+}
+
+#[test]
 fn run_json_prints_one_object() {
     let o = bin().args(RUN).arg("--json").output().unwrap();
     assert!(o.status.success(), "{}", stderr(&o));

@@ -9,7 +9,7 @@ use crate::error::{ConfigError, Error};
 use crate::estimate::driver::NoCheckpoint;
 use crate::run::cell::CellResult;
 use crate::run::sweep::{group_cells, group_trial_runs, spec_for};
-use crate::score::selection::NeedleRank;
+use crate::score::selection::{NeedleRank, AUDIT_RULES};
 use crate::score::trial::NeedleOutcome;
 use crate::tensors::dump::{self, DumpSummary};
 use std::fmt::Write as _;
@@ -173,6 +173,20 @@ fn cell_text(r: &CellResult) -> String {
             r.mean_rank_ties.unwrap_or(mean),
             r.trials_with_ties,
             r.mean_margin_sd.map_or("-".to_string(), |m| format!("{m:+.3}"))
+        );
+    }
+    if let Some(t) = r.ties.as_ref().filter(|t| t.trials > 0) {
+        let kept: Vec<String> = AUDIT_RULES.iter().zip(t.kept).map(|(rule, n)| format!("{rule} {n}")).collect();
+        let _ = writeln!(
+            text,
+            "ties at the cut (--tie-audit): tied rows mean {:.1}, max {}; trials tied {}, split {}, needle at the cut {}; kept by rule: {} of {}",
+            t.tied_rows_sum as f64 / t.trials as f64,
+            t.tied_rows_max,
+            t.tied,
+            t.split,
+            t.needle_at_cut,
+            kept.join(", "),
+            t.trials
         );
     }
     text

@@ -180,7 +180,7 @@ fn cell_text(r: &CellResult) -> String {
         let _ = writeln!(
             text,
             "ties at the cut (--tie-audit): tied rows mean {:.1}, max {}; trials tied {}, split {}, needle at the cut {}; kept by rule: {} of {}",
-            t.tied_rows_sum as f64 / t.trials as f64,
+            t.tied_rows_mean(),
             t.tied_rows_max,
             t.tied,
             t.split,

@@ -107,6 +107,16 @@ pub struct TieCounts {
 }
 
 impl TieCounts {
+    /// Rows tied at the k-th score, on average over the trials.
+    pub fn tied_rows_mean(&self) -> f64 {
+        self.tied_rows_sum as f64 / self.trials.max(1) as f64
+    }
+
+    /// `count` (one of the trial counts) as a share of the trials.
+    pub fn share(&self, count: u64) -> f64 {
+        count as f64 / self.trials.max(1) as f64
+    }
+
     pub fn add(&mut self, c: &TieCut) {
         self.trials += 1;
         self.tied_rows_sum += c.tied_rows;

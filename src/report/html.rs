@@ -429,7 +429,7 @@ fn push_ties_section(h: &mut String, cells: &[CellResult]) {
     );
     h.push_str("<div class=\"scroll\"><table><tr><th>context</th><th>depth</th><th>k</th><th class=\"l\">precision</th><th>tied rows</th><th>split</th><th>needle at cut</th><th>lowest index</th><th>highest index</th><th>random</th><th>truncated</th></tr>\n");
     for (c, t) in audited {
-        let share = |n: u64| format!("{:.3}", n as f64 / t.trials as f64);
+        let share = |n: u64| format!("{:.3}", t.share(n));
         let _ = writeln!(
             h,
             "<tr><td>{}</td><td>{} %</td><td>{}</td><td class=\"l\">{}</td><td>{:.1} (max {})</td><td>{}</td><td>{}</td><td>{}</td></tr>",
@@ -437,7 +437,7 @@ fn push_ties_section(h: &mut String, cells: &[CellResult]) {
             c.depth_percent,
             c.topk,
             escape(&c.precision),
-            t.tied_rows_sum as f64 / t.trials as f64,
+            t.tied_rows_mean(),
             t.tied_rows_max,
             share(t.split),
             share(t.needle_at_cut),

@@ -334,7 +334,7 @@ pub fn ties_csv(s: &Scenario, cells: &[CellResult]) -> Option<String> {
             LogitFormat::Bf16 => "bf16",
             LogitFormat::F16 => "f16",
         });
-        let share = |n: u64| n as f64 / t.trials as f64;
+        let share = |n: u64| t.share(n);
         let mut fields = vec![
             c.context_tokens.to_string(),
             c.depth_percent.to_string(),
@@ -343,7 +343,7 @@ pub fn ties_csv(s: &Scenario, cells: &[CellResult]) -> Option<String> {
             c.precision.clone(),
             logits.to_string(),
             t.trials.to_string(),
-            share(t.tied_rows_sum).to_string(),
+            t.tied_rows_mean().to_string(),
             t.tied_rows_max.to_string(),
             share(t.tied).to_string(),
             share(t.split).to_string(),

@@ -347,20 +347,32 @@ impl<'s> TieAudit<'s> {
     /// The cut at the top `k` (0 keeps none), with the needle kept anyway
     /// when `in_window`. `scratch` is reused.
     pub fn at(&self, k: usize, in_window: bool, scratch: &mut Vec<f32>) -> TieCut {
-        let kept = self.ahead.map(|a| in_window || a.is_some_and(|a| a < k as u64));
-        let mut cut = TieCut { tied_rows: 0, split: false, needle_at_cut: false, kept };
-        if k == 0 || k >= self.scores.len() {
-            return cut;
+        self.cuts(&[k], in_window, scratch, &mut Vec::with_capacity(1))[0]
+    }
+
+    /// [`Self::at`] for every k of `ks`, in their order, from one copy of
+    /// the scores (`scratch` and `kth` are reused).
+    pub fn cuts(&self, ks: &[usize], in_window: bool, scratch: &mut Vec<f32>, kth: &mut Vec<f32>) -> Vec<TieCut> {
+        let mut selected: Vec<usize> = ks.iter().copied().filter(|&k| k > 0 && k < self.scores.len()).collect();
+        selected.sort_unstable();
+        selected.dedup();
+        if !selected.is_empty() {
+            scratch.clear();
+            scratch.extend_from_slice(self.scores);
+            kth_largest_many_with(scratch, &selected, kth, self.nan);
         }
-        scratch.clear();
-        scratch.extend_from_slice(self.scores);
-        let mut kth = Vec::with_capacity(1);
-        kth_largest_many_with(scratch, &[k], &mut kth, self.nan);
-        let at_cut = tally_with(self.scores, 0..0, kth[0], self.nan).rank;
-        cut.tied_rows = at_cut.above_or_equal - at_cut.above;
-        cut.split = at_cut.above_or_equal > k as u64;
-        cut.needle_at_cut = !in_window && self.rank.is_some_and(|r| r.above < k as u64 && r.above_or_equal >= k as u64);
-        cut
+        ks.iter()
+            .map(|&k| {
+                let kept = self.ahead.map(|a| in_window || a.is_some_and(|a| a < k as u64));
+                let mut cut = TieCut { tied_rows: 0, split: false, needle_at_cut: false, kept };
+                let Ok(i) = selected.binary_search(&k) else { return cut };
+                let at_cut = tally_with(self.scores, 0..0, kth[i], self.nan).rank;
+                cut.tied_rows = at_cut.above_or_equal - at_cut.above;
+                cut.split = at_cut.above_or_equal > k as u64;
+                cut.needle_at_cut = !in_window && self.rank.is_some_and(|r| r.above < k as u64 && r.above_or_equal >= k as u64);
+                cut
+            })
+            .collect()
     }
 }
 

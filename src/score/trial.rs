@@ -1017,12 +1017,14 @@ impl TrialSpec<'_> {
         let in_window = placement.tokens.start >= self.contexts[ci].saturating_sub(window);
         let k_effs: Vec<usize> = self.topks.iter().map(|&k| (sel.topk_for(k) as usize).min(candidates)).collect();
         // The tie audit re-picks each cut under every tie rule (docs/MODEL.md, "Tie audit").
-        let audit = self.tie_audit.then(|| TieAudit::new(visible, skip.clone(), nan, priority));
-        let audit_cut = |k: usize, scratch: &mut Vec<f32>| audit.as_ref().map(|a| a.at(k, in_window, scratch));
+        let cuts: Option<Vec<TieCut>> = self
+            .tie_audit
+            .then(|| TieAudit::new(visible, skip.clone(), nan, priority).cuts(&k_effs, in_window, &mut bufs.scratch, &mut bufs.kth));
+        let audit_cut = |ki: usize| cuts.as_ref().map(|c| c[ki]);
         // Best needle row: highest score in the engine's order, first on ties.
         let Some((best, t)) = best_needle(visible, skip.clone(), nan) else {
             for ki in 0..self.topks.len() {
-                let ties = audit_cut(k_effs[ki], &mut bufs.scratch);
+                let ties = audit_cut(ki);
                 cells[self.cell_index(ci, oi, ki, v)] =
                     NeedleOutcome { survived: in_window, via_window: in_window, ties, ..NeedleOutcome::LOST };
             }
@@ -1050,7 +1052,7 @@ impl TrialSpec<'_> {
                 rank: Some(t.rank),
                 margin,
                 margin_sd,
-                ties: audit_cut(k_eff, scratch),
+                ties: audit_cut(ki),
                 ..NeedleOutcome::LOST
             };
         }

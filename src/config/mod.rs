@@ -187,6 +187,7 @@ pub fn check(p: ScenarioParams) -> Result<Scenario, ConfigError> {
     let estimator = check_estimator(&p.estimator, &needle.unit, &physics, &structure, ratio, &precisions)?;
     let stack = check_stack(&p.stack)?;
     check_layer_subsets(&precisions, stack.as_ref(), &needle.unit)?;
+    check_needle_multiples(&precisions, &needle.unit)?;
     let prefill_chunk = check_prefill_chunk(&p.geometry, &precisions)?;
 
     Ok(Scenario {
@@ -706,6 +707,25 @@ fn check_layer_subsets(
         }
         if let Some(why) = v.layers.unsupported(stack.indexed_layers()) {
             return Err(refuse(why));
+        }
+    }
+    Ok(())
+}
+
+/// Variants with another needle (`needle=M`) need the quantile needle, and
+/// M times its median exceedance must stay a share below 1.
+fn check_needle_multiples(precisions: &[PrecisionVariant], unit: &crate::model::needle::NeedleUnit) -> Result<(), ConfigError> {
+    for v in precisions.iter().filter(|v| v.needle_multiple != 1.0) {
+        let refuse = |why: String| ConfigError::new(field_name("sweep.precisions"), format!("{:?}", v.name), why);
+        let Some(q) = unit.quantile() else {
+            return Err(refuse("needle=M scales the quantile needle's median exceedance; not with needle.unit = \"strength\"".into()));
+        };
+        if q.exceedance * v.needle_multiple >= 1.0 {
+            return Err(refuse(format!(
+                "needle=M with M below {} (M times the median exceedance {:e} must stay below 1)",
+                1.0 / q.exceedance,
+                q.exceedance
+            )));
         }
     }
     Ok(())

@@ -148,6 +148,9 @@ impl Simulated {
 
 type CellKey = (u64, u64, u64, String);
 
+/// One needle multiple's simulated cells, by (prefill chunk, cell).
+type ChunkSims = BTreeMap<(u64, CellKey), Simulated>;
+
 fn key(context: u64, depth: f64, k: u64, variant: &str) -> CellKey {
     (context, depth.to_bits(), k, variant.to_string())
 }
@@ -523,11 +526,11 @@ pub struct Prepared {
     pub plan: Vec<(String, BTreeMap<String, String>)>,
     /// Candidates that change no observed configuration.
     pub not_applicable: Vec<String>,
-    /// The needle knob and its multiples, one simulation each.
+    /// The needle knob and its multiples (in one simulation where `needle=M` serves).
     pub needle_knob: String,
     pub needle_multipliers: Vec<f64>,
     /// Per needle multiple, by (prefill chunk, cell).
-    sims: Vec<BTreeMap<(u64, CellKey), Simulated>>,
+    sims: Vec<ChunkSims>,
     /// The scenario's prefill chunk (0: one chunk), for rows without their own.
     scenario_chunk: u64,
     reading: Reading,
@@ -629,15 +632,7 @@ pub fn prepare(params: &ScenarioParams, path: &str, rows: &[Observation], opts: 
         by_chunk.entry(r.prefill_chunk.unwrap_or(scenario_chunk)).or_default().push((r.context_tokens, r.depth_percent, r.topk));
     }
     let needle_multipliers = if opts.needle_multipliers.is_empty() { vec![1.0] } else { opts.needle_multipliers.clone() };
-    let mut sims = Vec::with_capacity(needle_multipliers.len());
-    for &m in &needle_multipliers {
-        let mut sim = BTreeMap::new();
-        for (&chunk, cells) in &by_chunk {
-            let chunked = with_prefill_chunk(&with_needle_multiple(params, m)?, chunk);
-            sim.extend(simulate(&chunked, cells, &variants, opts.observer)?.into_iter().map(|(k, v)| ((chunk, k), v)));
-        }
-        sims.push(sim);
-    }
+    let sims = simulate_multiples(params, &by_chunk, &variants, &needle_multipliers, opts.observer)?;
     let needle_knob = needle_knob(params).to_string();
     Ok(Prepared {
         plan,
@@ -649,6 +644,68 @@ pub fn prepare(params: &ScenarioParams, path: &str, rows: &[Observation], opts: 
         reading: opts.reading,
         path: path.to_string(),
     })
+}
+
+/// Every variant in the cells of each prefill chunk of `by_chunk`, under
+/// each needle multiple: per multiple, the recalls by (chunk, cell).
+fn simulate_multiples(
+    params: &ScenarioParams,
+    by_chunk: &BTreeMap<u64, Vec<(u64, f64, u64)>>,
+    variants: &[String],
+    needle_multipliers: &[f64],
+    observer: &dyn Observer,
+) -> Result<Vec<ChunkSims>, Error> {
+    let mut sims: Vec<ChunkSims> = vec![BTreeMap::new(); needle_multipliers.len()];
+    match in_trial_multiples(params, variants, needle_multipliers) {
+        // Every multiple in the same trials (`needle=M`): the haystacks are
+        // scored once, the same bits as one simulation per multiple.
+        Some(expanded) => {
+            for (&chunk, cells) in by_chunk {
+                let chunked = with_prefill_chunk(params, chunk);
+                for ((context, depth, k, name), s) in simulate(&chunked, cells, &expanded.names, observer)? {
+                    // (A cell under another name would be missing below: Prepared::recall_at says so.)
+                    if let Some((j, variant)) = expanded.of.get(&name) {
+                        sims[*j].insert((chunk, (context, depth, k, variant.clone())), s);
+                    }
+                }
+            }
+        }
+        None => {
+            for (sim, &m) in sims.iter_mut().zip(needle_multipliers) {
+                for (&chunk, cells) in by_chunk {
+                    let chunked = with_prefill_chunk(&with_needle_multiple(params, m)?, chunk);
+                    sim.extend(simulate(&chunked, cells, variants, observer)?.into_iter().map(|(k, v)| ((chunk, k), v)));
+                }
+            }
+        }
+    }
+    Ok(sims)
+}
+
+/// The variants of a diagnosis with every needle multiple as `needle=M`.
+struct Expanded {
+    /// The simulated names, multiple by multiple in the variants' order …
+    names: Vec<String>,
+    /// … and each one's (multiple's index, the variant without it).
+    of: BTreeMap<String, (usize, String)>,
+}
+
+/// `variants` under every multiple of `multiples` in one simulation, when
+/// the scenario can (the quantile needle and the full estimator: see
+/// `needle=M`); None otherwise (one simulation per multiple).
+fn in_trial_multiples(params: &ScenarioParams, variants: &[String], multiples: &[f64]) -> Option<Expanded> {
+    if multiples.len() < 2 {
+        return None;
+    }
+    let (mut names, mut of) = (Vec::new(), BTreeMap::new());
+    for (j, &m) in multiples.iter().enumerate() {
+        for v in variants {
+            let name = if m == 1.0 { v.clone() } else { format!("{v}+needle={m}") };
+            names.push(name.clone());
+            of.insert(name, (j, v.clone()));
+        }
+    }
+    variant_ok(params, &names.join(",")).is_ok().then_some(Expanded { names, of })
 }
 
 /// `params` with the prefill chunk set to `chunk` (0 leaves it out: one chunk).

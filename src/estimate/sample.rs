@@ -40,10 +40,15 @@ pub const NEEDS_INDEPENDENT_ROWS: &str =
 /// Whether the sampling estimators model a variant: every number format is
 /// sampled through the real pipeline, but hypotheses that change how rows
 /// are stored together, how they are selected, which rows chunked prefill
-/// hides, or how RoPE is laid out act on the whole context and are not
+/// hides, how RoPE is laid out, or where the needle is placed act on the
+/// whole context and are not
 /// modelled.
 pub fn models_variant(variant: &PrecisionVariant) -> bool {
-    variant.cache.is_default() && variant.selection.is_default() && variant.position.is_default() && variant.chunk.is_all()
+    variant.cache.is_default()
+        && variant.selection.is_default()
+        && variant.position.is_default()
+        && variant.chunk.is_all()
+        && variant.needle_multiple == 1.0
 }
 
 /// `m` rows of `0 … candidates − 1` without `skip` (the needle's rows): row

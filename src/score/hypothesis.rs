@@ -469,6 +469,17 @@ pub const CATALOGUE: &[HypothesisInfo] = &[
         class: FaultClass::Schedule,
     },
     HypothesisInfo {
+        name: "needle=M",
+        group: Group::Selection,
+        summary: "the needle's median exceedance times M (not a fault: how hard the needle is)",
+        changes: "Under the quantile needle, the needle is placed at a drawn exceedance whose median is M times the scenario's (the same draws, shifted by log10 M), on the same haystacks as the variant without it; every other part of the variant is unchanged.",
+        stands_for: "Not a fault: how hard the tested needle was is not known (docs/OBSERVATIONS.md, \"What diagnose does not know\"); diagnose profiles each candidate over needle=0.5 and needle=2 beside the scenario's own needle, in one simulation.",
+        expected: "M < 1 makes the needle easier (recall up), M > 1 harder; identical, bit for bit, to the variant without it in a scenario whose needle.exceedance is M times larger.",
+        requires: Some("the quantile needle (needle.unit = \"quantile\") and the full estimator; M times the median exceedance below 1"),
+        layers: FaultSpread::Shared,
+        class: FaultClass::Healthy,
+    },
+    HypothesisInfo {
         name: "ties-lowest",
         group: Group::Selection,
         summary: "top-k ties go to the lowest row index",
@@ -689,6 +700,8 @@ pub enum Hypothesis {
     RowShift,
     ChunkLocal,
     Layers(crate::score::variant::LayerSubset),
+    /// The needle's median exceedance times M (f64 bits).
+    NeedleMultiple(u64),
 }
 
 impl Hypothesis {
@@ -723,6 +736,10 @@ impl Hypothesis {
                 ("tie-truncate", _) => match value.trim().parse::<u32>() {
                     Ok(b) if (1..=32).contains(&b) => Ok(Hypothesis::TieTruncate(b)),
                     _ => Err(format!("tie-truncate=B needs a number of bits from 1 to 32, not {value:?}")),
+                },
+                ("needle", _) => match value.trim().parse::<f64>() {
+                    Ok(m) if m.is_finite() && m > 0.0 && m <= 1e6 => Ok(Hypothesis::NeedleMultiple(m.to_bits())),
+                    _ => Err(format!("needle=M needs a positive multiple of the needle's median exceedance, at most 1e6, not {value:?}")),
                 },
                 ("topk", _) => Err(format!("topk=N needs a positive number of rows, not {value:?}")),
                 ("window", _) => Err(format!("window=N needs a number of tokens ≥ 0, not {value:?}")),
@@ -761,9 +778,8 @@ impl Hypothesis {
             "layout-tile16" => Hypothesis::LayoutTile16,
             "row-shift" => Hypothesis::RowShift,
             "chunk-local" => Hypothesis::ChunkLocal,
-            "topk" | "window" | "tie-truncate" | "zero-blocks" | "rotated-before" | "layers" | "layer-share" | "offset-32bit" => {
-                return Err(format!("{text} needs a value: {text}=N"))
-            }
+            "topk" | "window" | "tie-truncate" | "zero-blocks" | "rotated-before" | "layers" | "layer-share" | "offset-32bit"
+            | "needle" => return Err(format!("{text} needs a value: {text}=N")),
             _ => return Err(format!("unknown hypothesis {text:?}; known: {}", names())),
         })
     }
@@ -798,6 +814,7 @@ impl Hypothesis {
             ChunkLocal => "which rows chunked prefill lets the query see",
             RotatedBefore(_) => "which rows the writer rotates",
             Layers(_) => "the layers the faults act in",
+            NeedleMultiple(_) => "the needle's median exceedance",
         }
     }
 
@@ -856,6 +873,13 @@ impl Hypothesis {
             LayoutTile16 => v.cache.page_layout = PageLayoutFault::Tile16Read,
             RowShift => v.position.query_row_shifted = true,
             ChunkLocal => v.chunk = crate::score::variant::ChunkVisibility::OwnChunk,
+            NeedleMultiple(bits) => {
+                let m = f64::from_bits(bits);
+                if m == 1.0 {
+                    return Err("needle=1 changes nothing".to_string());
+                }
+                v.needle_multiple = m;
+            }
             RotatedBefore(r) => {
                 if v.key.rotation != Rotation::Hadamard {
                     return Err(format!("{} writes its keys without a Hadamard rotation: nothing to mix", v.name));
@@ -951,7 +975,8 @@ mod tests {
                 .replace("=P", "=0.25")
                 .replace("=R", "=100")
                 .replace("=SET", "=1..")
-                .replace("=F", "=0.5");
+                .replace("=F", "=0.5")
+                .replace("=M", "=2");
             let parsed = Hypothesis::parse(&text).unwrap();
             assert_eq!(info(&text).map(|e| e.name), Some(h.name));
             // Every hypothesis changes fp8 except nan-first, the default spelled out.

@@ -11,7 +11,7 @@ use crate::base::rng::{self, tag};
 use crate::error::SimError;
 use crate::model::geometry::{CompressionGeometry, NeedlePlacement};
 use crate::model::haystack::{GenerativeModel, TrialHaystack};
-use crate::model::needle::{exceedance_of, rank_quantile, NeedleDraw};
+use crate::model::needle::{exceedance_of, rank_quantile, NeedleDraw, QuantileNeedle};
 use crate::model::physics::{Physics, RopeChoice};
 use crate::model::row_source::{scaled_key, Item, TrialRows};
 use crate::model::stack::WholeModel;
@@ -100,8 +100,8 @@ pub struct TrialOutcome {
     pub cells: Vec<NeedleOutcome>,
     /// The trial's seed (whole-model recall draws its chains from it).
     pub seed: u64,
-    /// The quantile needle's placement per (context, needle offset), in
-    /// case order (context-major); empty under the strength unit, and then
+    /// The quantile needle's placement per (needle multiple, context, needle
+    /// offset) ([`TrialSpec::needle_index`]); empty under the strength unit, and then
     /// left out of checkpoints, which keep their bytes.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub needle: Vec<NeedleSolve>,
@@ -204,6 +204,10 @@ struct ChunkWork<'w, 'a> {
     cases: &'w [Case],
     /// Per variant: an earlier variant whose scores it shares (see [`TrialSpec::score_twins`]).
     twins: Vec<Option<usize>>,
+    /// … and whose needle rows' scores too: a twin with the same needle multiple.
+    patch_twins: Vec<Option<usize>>,
+    /// Per variant: its needle multiple's slot ([`TrialSpec::needle_multiples`]).
+    needle_slots: Vec<usize>,
     /// Keep each special row's key without offsets (the quantile needle).
     keep_bare: bool,
     /// Keep finalized chunks that hold special rows (a cache-fault variant).
@@ -431,7 +435,7 @@ impl ChunkWork<'_, '_> {
         source: &TrialRows,
         c: usize,
         chunk: &ChunkSpecials,
-        scale: Option<f32>,
+        scales: &[Option<f32>],
         quantized: &mut QuantizedRows,
         patches: &mut Vec<Patch>,
     ) -> Result<(), SimError> {
@@ -441,14 +445,17 @@ impl ChunkWork<'_, '_> {
         }
         let d = self.spec.model.shape.head_dim;
         let (n, start) = (chunk.n, chunk.start);
-        let keys = self.special_keys(source, c, chunk, scale)?;
+        // The special rows' keys per needle slot (its scale).
+        let keys_of_slot: Vec<[Vec<f32>; 2]> =
+            scales.iter().map(|&scale| self.special_keys(source, c, chunk, scale)).collect::<Result<_, _>>()?;
         let case = &self.cases[c];
         let mut scores = vec![0.0f32; n.max(pres.len())];
         let first = patches.len();
         for (v, variant) in self.variants.iter().enumerate() {
-            if self.twins[v].is_some() {
+            if self.patch_twins[v].is_some() {
                 continue;
             }
+            let keys = &keys_of_slot[self.needle_slots[v]];
             let layout = self.layout_of(variant);
             let q = &self.queries[self.spec.query_group(case.ci)][v];
             if variant.cache.is_default() {
@@ -471,7 +478,7 @@ impl ChunkWork<'_, '_> {
                 patches.extend((0..n).map(|r| Patch { case: c, variant: v, row: (start as usize + r) as u32, score: scores[r] }));
             }
         }
-        for (v, u) in self.twins.iter().enumerate().filter_map(|(v, u)| u.map(|u| (v, u))) {
+        for (v, u) in self.patch_twins.iter().enumerate().filter_map(|(v, u)| u.map(|u| (v, u))) {
             let copies: Vec<Patch> = patches[first..].iter().filter(|p| p.variant == u).map(|p| Patch { variant: v, ..*p }).collect();
             patches.extend(copies);
         }
@@ -754,6 +761,34 @@ pub fn shifted_query(model: &GenerativeModel, trial_seed: u64, variants: &[Preci
 }
 
 impl TrialSpec<'_> {
+    /// The variants' needle multiples (`needle=M`), each once, in order of
+    /// first appearance: `[1.0]` when none has one.
+    pub fn needle_multiples(&self) -> Vec<f64> {
+        let mut out: Vec<f64> = Vec::new();
+        for v in self.variants {
+            if !out.contains(&v.needle_multiple) {
+                out.push(v.needle_multiple);
+            }
+        }
+        if out.is_empty() {
+            out.push(1.0);
+        }
+        out
+    }
+
+    /// Index in [`TrialOutcome::needle`] of the placement variant `variant`
+    /// reads in (context, needle offset): slot-major over
+    /// [`Self::needle_multiples`], then context-major cases.
+    pub fn needle_index(&self, context: usize, offset: usize, variant: usize) -> usize {
+        (self.needle_slot(variant) * self.contexts.len() + context) * self.needle_offsets.len() + offset
+    }
+
+    /// The position of variant `variant`'s needle multiple in [`Self::needle_multiples`].
+    pub fn needle_slot(&self, variant: usize) -> usize {
+        let multiple = self.variants.get(variant).map_or(1.0, |v| v.needle_multiple);
+        self.needle_multiples().iter().position(|&m| m == multiple).unwrap_or(0)
+    }
+
     /// Index of (context, needle offset, topk, variant) in [`TrialOutcome::cells`].
     pub fn cell_index(&self, context: usize, offset: usize, topk: usize, variant: usize) -> usize {
         ((context * self.needle_offsets.len() + offset) * self.topks.len() + topk) * self.variants.len() + variant
@@ -826,7 +861,11 @@ impl TrialSpec<'_> {
         // afterwards, once the needle's scale is known.
         let mut scores: Vec<Vec<Vec<f32>>> = group_rows.iter().map(|&n| vec![vec![0.0; n]; scored.len()]).collect();
         let twins = score_twins_of(scored);
-        let keep_fin = scored.iter().zip(&twins).any(|(v, t)| t.is_none() && !v.cache.is_default());
+        let multiples = self.needle_multiples();
+        let needle_slots: Vec<usize> = scored.iter().map(|v| multiples.iter().position(|&m| m == v.needle_multiple).unwrap_or(0)).collect();
+        let patch_twins: Vec<Option<usize>> =
+            twins.iter().enumerate().map(|(v, t)| t.filter(|&u| needle_slots[u] == needle_slots[v])).collect();
+        let keep_fin = scored.iter().zip(&patch_twins).any(|(v, t)| t.is_none() && !v.cache.is_default());
         let work = ChunkWork {
             spec: self,
             request: trial_seed,
@@ -835,6 +874,8 @@ impl TrialSpec<'_> {
             queries: &queries,
             cases: &cases,
             twins,
+            patch_twins,
+            needle_slots,
             keep_bare: quantile.is_some(),
             keep_fin,
             keep_norms: screen.is_some(),
@@ -871,16 +912,27 @@ impl TrialSpec<'_> {
                 source: &source,
                 quantized: &mut quantized,
             };
-            for c in 0..cases.len() {
-                needle.push(placer.place(c, &chunk_specials, &draw)?);
+            // One placement per needle multiple (slot-major): the same draws,
+            // the median exceedance scaled.
+            for &m in &multiples {
+                let q_m = QuantileNeedle { exceedance: q.exceedance * m, ..q };
+                let draw = if m == 1.0 {
+                    draw
+                } else {
+                    NeedleDraw { log10_exceedance: q_m.log10_exceedance(draw.prompt, draw.layer, draw.token), ..draw }
+                };
+                for c in 0..cases.len() {
+                    needle.push(placer.place(c, &chunk_specials, &draw)?);
+                }
             }
         }
 
-        // Each case's special rows, keyed at its scale, scored by every variant.
+        // Each case's special rows, keyed at each slot's scale, scored by every variant.
         let mut patches = Vec::new();
         for chunk in &chunk_specials {
             for c in 0..cases.len() {
-                work.case_patches(&source, c, chunk, needle.get(c).map(|n| n.scale), &mut quantized, &mut patches)?;
+                let scales: Vec<Option<f32>> = (0..multiples.len()).map(|s| needle.get(s * cases.len() + c).map(|n| n.scale)).collect();
+                work.case_patches(&source, c, chunk, &scales, &mut quantized, &mut patches)?;
             }
         }
         for patch in patches {

@@ -168,6 +168,18 @@ pub struct PrecisionVariant {
     /// Which rows chunked prefill lets the query's indexer see.
     #[serde(default, skip_serializing_if = "ChunkVisibility::is_all")]
     pub chunk: ChunkVisibility,
+    /// The needle's median exceedance times this (`needle=M`, the quantile
+    /// needle): a nuisance axis on the same haystacks, not a fault.
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub needle_multiple: f64,
+}
+
+fn one() -> f64 {
+    1.0
+}
+
+fn is_one(x: &f64) -> bool {
+    *x == 1.0
 }
 
 /// Built-in variants: (name, what it stands for). Sources and the reasons
@@ -195,6 +207,7 @@ impl PrecisionVariant {
             position: PositionOverride::default(),
             layers: LayerSubset::All,
             chunk: ChunkVisibility::All,
+            needle_multiple: 1.0,
         }
     }
 

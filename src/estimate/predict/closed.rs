@@ -98,6 +98,7 @@ pub fn prediction_applies(variant: &PrecisionVariant) -> bool {
         && variant.selection.is_default()
         && !variant.position.query_row_shifted
         && variant.chunk.is_all()
+        && variant.needle_multiple == 1.0
         && matches!(variant.key.element, ElementFormat::F32 | ElementFormat::Bf16 | ElementFormat::F16)
         && variant.scoring.logits == LogitFormat::F32
 }

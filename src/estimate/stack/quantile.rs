@@ -232,14 +232,21 @@ pub(super) fn whole_model(spec: &TrialSpec<'_>, whole: &WholeModel, q: &Quantile
     let layers = whole.indexed_layers();
     let tokens = whole.query_tokens().max(1) as usize;
     let n = trials.len();
-    let needles: Vec<TrialNeedle> = trials.iter().map(|t| TrialNeedle::draw(q, t.seed, layers, tokens)).collect();
+    // Per needle multiple (`needle=M`), every trial's draws with the median scaled.
+    let needles: Vec<Vec<TrialNeedle>> = spec
+        .needle_multiples()
+        .iter()
+        .map(|&m| {
+            let q_m = QuantileNeedle { exceedance: q.exceedance * m, ..*q };
+            trials.iter().map(|t| TrialNeedle::draw(&q_m, t.seed, layers, tokens)).collect()
+        })
+        .collect();
     let (rho_low, rho_high) =
         (correlation_for_overlap(OVERLAP_ENDS.0, OVERLAP_SHARE), correlation_for_overlap(OVERLAP_ENDS.1, OVERLAP_SHARE));
     let mut out = vec![StackEstimate::default(); spec.cell_count()];
     let mut draws = vec![0.0; 1 + layers + layers * tokens];
     for ci in 0..spec.contexts.len() {
         for oi in 0..spec.needle_offsets.len() {
-            let case = ci * spec.needle_offsets.len() + oi;
             let context = spec.contexts[ci];
             let placement = spec.placement(context, spec.needle_offsets[oi]);
             let candidates = spec.geometry.candidate_rows(context);
@@ -249,7 +256,9 @@ pub(super) fn whole_model(spec: &TrialSpec<'_>, whole: &WholeModel, q: &Quantile
                     let sel = &variant.selection;
                     let k_eff = sel.topk_for(spec.topks[ki]).min(candidates);
                     let in_window = placement.tokens.start >= context.saturating_sub(sel.window_for(spec.geometry.window));
-                    let cell_trials = cell_trials(trials, index, case, in_window, k_eff);
+                    let at = spec.needle_index(ci, oi, v);
+                    let cell_trials = cell_trials(trials, index, at, in_window, k_eff);
+                    let needles = &needles[spec.needle_slot(v)];
                     let (keep_if_kept, keep_if_lost) = keep_rates(&cell_trials, n);
                     let independent = variant_spread(&variant.name).map(|s| whole.fault_spread.pick(s)) == Some(FaultSpread::Independent);
                     let rho = |shared: f64| if independent { 0.0 } else { shared };

@@ -92,7 +92,7 @@ fn prediction_agrees_in(mut s: Scenario) {
     let topk = s.topks[0];
     s.estimator.predict = true;
     let cells = run_sweep(&s, &|| {}).unwrap().cells;
-    let predictions = estimate(&Predict, &spec_for(&s, 50.0), s.seed, s.trials, &|| {}).unwrap();
+    let predictions = estimate(&Predict, &spec_for(&s, &[50.0]), s.seed, s.trials, &|| {}).unwrap();
     let z = family_wise_z(cells.len());
     for (c, p) in cells.iter().zip(&predictions) {
         let p = p.expect("every variant here is predicted");

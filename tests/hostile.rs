@@ -154,7 +154,7 @@ fn a_second_sweep_is_refused_while_the_first_runs() {
 fn with_checkpoint_line(dir: &Path, edit: impl Fn(&str) -> String) {
     ok(&sweep_into(dir, &[]));
     let cp = FileCheckpoint::fresh(dir, None).unwrap();
-    let group = GroupKey { depth_percent: 50.0, contexts: vec![2048, 4096] };
+    let group = GroupKey { depth_percent: 50.0, contexts: vec![2048, 4096], shared_depths: Vec::new() };
     cp.save(&group, "full", 0, 1, "[{\"cells\":[]}]").unwrap();
     let path = dir.join(CHECKPOINT_FILE);
     let line = std::fs::read_to_string(&path).unwrap();

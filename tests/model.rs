@@ -208,7 +208,7 @@ fn k_pairs_match_a_hand_count_of_the_trials() {
     p.needle.profile = Some("hard".into());
     let s = config::check(config::resolve(p).unwrap()).unwrap();
     let s = Scenario { contexts: vec![4096, 16384], topks: vec![32, 64, 256], trials: 40, ..s };
-    let spec = dsa_recall::run::sweep::spec_for(&s, 50.0);
+    let spec = dsa_recall::run::sweep::spec_for(&s, &[50.0]);
     use dsa_recall::estimate::{full::Full, Estimator};
     let outcomes = dsa_recall::estimate::driver::run_trials(&Full, &spec, s.seed, s.trials, &|| {}).unwrap();
     let cells = Full.cells(&spec, &outcomes);

@@ -94,7 +94,7 @@ fn the_screened_exact_reference_places_the_needle_as_the_full_one() {
     ];
     for text in cases {
         let s = config::check(config::resolve(parse_scenario_toml(text).unwrap()).unwrap()).unwrap();
-        let spec = spec_for(&s, s.depths[0]);
+        let spec = spec_for(&s, &s.depths[..1]);
         for t in 0..6 {
             let seed = trial_seed(s.seed, s.depths[0], t);
             let screened = spec.run(seed).unwrap();

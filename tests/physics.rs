@@ -71,7 +71,7 @@ fn the_quantile_needle_keeps_its_drawn_rank_under_every_physics() {
             "[sweep]\ncontexts = \"4K,16K\"\ndepths = \"30\"\ntopk = \"256\"\nprecisions = \"bf16\"\ntrials = 1\n{}",
             physics_table(physics)
         ));
-        let spec = spec_for(&s, 30.0);
+        let spec = spec_for(&s, &[30.0]);
         for t in 0..20 {
             let o = spec.run(dsa_recall::estimate::driver::trial_seed(s.seed, 30.0, t)).unwrap();
             for n in o.needle.iter().filter(|n| !n.capped) {

@@ -112,7 +112,7 @@ fn the_quantile_stack_matches_a_full_simulation_of_every_layer() {
     ));
     let stacked = run_sweep(&s, &|| {}).unwrap().cells;
     let q = *s.model.needle_unit.quantile().unwrap();
-    let spec = spec_for(&s, s.depths[0]);
+    let spec = spec_for(&s, &s.depths[..1]);
     let mut full = [0u64; 2];
     for t in 0..trials {
         let seed = trial_seed(s.seed, s.depths[0], t);

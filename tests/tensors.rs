@@ -198,7 +198,7 @@ fn a_dump_with_physics_agrees_with_the_trial_engine() {
     let text = "[physics]\nrope = \"v4\"\npooling = \"on\"\nneedle_gate_boost = 2.0\ndistractors = 3\ndistractor_similarity = 0.9\n\
                 [sweep]\ncontexts = \"8K\"\ndepths = \"50\"\ntopk = \"256\"\nprecisions = \"fp32,fp8-fp32scale,fp4\"\n";
     let s = config::check(config::resolve(parse_scenario_toml(text).unwrap()).unwrap()).unwrap();
-    let spec = dsa_recall::run::sweep::spec_for(&s, 50.0);
+    let spec = dsa_recall::run::sweep::spec_for(&s, &[50.0]);
     let tmp = tempfile::tempdir().unwrap();
     for trial in 0..6u64 {
         let path = tmp.path().join(format!("t{trial}.safetensors"));
@@ -392,7 +392,7 @@ fn a_quantile_needle_dump_ranks_the_needle_where_the_trial_placed_it() {
         let s = config::check(config::resolve(parse_scenario_toml(&text).unwrap()).unwrap()).unwrap();
         assert!(!s.model.needle_unit.is_strength());
         for trial in 0..3 {
-            let placed = spec_for(&s, 40.0).run(trial_seed(s.seed, 40.0, trial)).unwrap().needle[0];
+            let placed = spec_for(&s, &[40.0]).run(trial_seed(s.seed, 40.0, trial)).unwrap().needle[0];
             let dumped = trial_tensors(&s, trial, &|_| {}).unwrap().summary;
             let fp32 = dumped.variants.iter().find(|v| v.0 == "fp32").unwrap();
             assert_eq!(fp32.2, Some(placed.hay_above + placed.fixed_above), "{context}, trial {trial}: {placed:?}");

@@ -111,7 +111,7 @@ pub fn run(request: &CellRequest, print_trials: bool, observer: &dyn Observer) -
 
 fn single_cell(s: &Scenario, print_trials: bool, observer: &dyn Observer) -> Result<SingleCell, Error> {
     observer.started(&Standing { trials_total: group_trial_runs(s), ..Standing::default() });
-    let spec = spec_for(s, s.depths[0]);
+    let spec = spec_for(s, &s.depths[..1]);
     let mut outcomes = Vec::new();
     let cells = group_cells(s, &spec, observer, &NoCheckpoint, print_trials.then_some(&mut outcomes))?;
     let result = cells.into_iter().next().ok_or_else(|| Error::Chart("no cell".into()))?;

@@ -5,7 +5,7 @@
 
 pub use super::knob::{current_value, default_field, with_value, DEFAULT_FIELD, DEFAULT_QUANTILE_FIELD};
 use super::observations::{Observation, Observations};
-use super::{clamped, log_binomial, simulate, Reading};
+use super::{clamped, log_binomial, simulate, DepthTrials, Reading};
 use crate::base::observe::Observer;
 use crate::config::params::ScenarioParams;
 use crate::config::vary::VaryAxis;
@@ -142,7 +142,7 @@ fn recalls(
     let mut variants: Vec<String> = rows.iter().map(|r| r.config.clone()).collect();
     variants.sort();
     variants.dedup();
-    let sim = simulate(params, &cells, &variants, observer)?;
+    let sim = simulate(params, &cells, &variants, DepthTrials::Own, observer)?;
     let mut out = Vec::new();
     let mut trials = 0;
     for r in rows {

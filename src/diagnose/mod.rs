@@ -12,7 +12,7 @@ use crate::base::observe::Observer;
 use crate::config::{self, ListSpec, Scenario, ScenarioParams};
 use crate::error::{ConfigError, Error};
 use crate::run::cell::CellResult;
-use crate::run::sweep::run_sweep;
+use crate::run::sweep::run_sweep_sharing_depths;
 use crate::score::hypothesis::{candidate_class, candidate_summary, FaultClass, Hypothesis, CATALOGUE};
 use observations::Observation;
 use serde::Serialize;
@@ -159,14 +159,14 @@ fn key(context: u64, depth: f64, k: u64, variant: &str) -> CellKey {
 fn scenario_with(
     params: &ScenarioParams,
     contexts: &[u64],
-    depth: f64,
+    depths: &[f64],
     topks: &[u64],
     variants: &[String],
 ) -> Result<Scenario, ConfigError> {
     let mut p = params.clone();
     let list = |v: Vec<String>| Some(ListSpec::Text(v.join(",")));
     p.sweep.contexts = list(contexts.iter().map(u64::to_string).collect());
-    p.sweep.depths = list(vec![format!("{depth}")]);
+    p.sweep.depths = list(depths.iter().map(|d| format!("{d}")).collect());
     p.sweep.topk = list(topks.iter().map(u64::to_string).collect());
     p.sweep.precisions = list(variants.to_vec());
     p.sweep.length_mods = None;
@@ -180,13 +180,32 @@ pub fn variant_ok(params: &ScenarioParams, name: &str) -> Result<(), String> {
     config::check(p).map(|_| ()).map_err(|e| e.allowed)
 }
 
+/// How the depths of a simulation draw their trials.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DepthTrials {
+    /// Each depth on trials of its own, as a sweep runs it: the simulation
+    /// error of one depth's recall is independent of another's, so a sum of
+    /// log-likelihoods over rows at several depths errs least. What the
+    /// ranking and calibrate use.
+    Own,
+    /// Every depth on the same trials, one haystack scored for all
+    /// ([`run_sweep_sharing_depths`]): common random numbers, so the
+    /// *differences* between depths are sharper and the cost is about one
+    /// depth's. What the next experiment uses, which compares cells.
+    Shared,
+}
+
 /// Simulates every (context, depth, k) of `cells` under every variant of
-/// `variants`, one sweep per depth, and returns the recalls by cell (mean
-/// over the scenario's needle offsets when it has several).
+/// `variants` and returns the recalls by cell (mean over the scenario's
+/// needle offsets when it has several). With [`DepthTrials::Own`], one
+/// sweep per depth over that depth's contexts and k; with
+/// [`DepthTrials::Shared`], one sweep over every pairing of the cells'
+/// contexts, depths and k.
 pub fn simulate(
     params: &ScenarioParams,
     cells: &[(u64, f64, u64)],
     variants: &[String],
+    depth_trials: DepthTrials,
     observer: &dyn Observer,
 ) -> Result<BTreeMap<CellKey, Simulated>, Error> {
     let mut by_depth: BTreeMap<u64, (Vec<u64>, Vec<u64>)> = BTreeMap::new();
@@ -195,17 +214,29 @@ pub fn simulate(
         e.0.push(c);
         e.1.push(k);
     }
+    let mut groups: Vec<(Vec<f64>, Vec<u64>, Vec<u64>)> =
+        by_depth.into_iter().map(|(bits, (contexts, topks))| (vec![f64::from_bits(bits)], contexts, topks)).collect();
+    if depth_trials == DepthTrials::Shared && !groups.is_empty() {
+        let all = groups.drain(..).fold((Vec::new(), Vec::new(), Vec::new()), |mut all, (d, c, k)| {
+            all.0.extend(d);
+            all.1.extend(c);
+            all.2.extend(k);
+            all
+        });
+        groups.push(all);
+    }
     let mut out = BTreeMap::new();
-    for (bits, (mut contexts, mut topks)) in by_depth {
+    for (depths, mut contexts, mut topks) in groups {
         contexts.sort_unstable();
         contexts.dedup();
         topks.sort_unstable();
         topks.dedup();
-        let s = scenario_with(params, &contexts, f64::from_bits(bits), &topks, variants)?;
-        let outcome = run_sweep(&s, observer)?;
+        let s = scenario_with(params, &contexts, &depths, &topks, variants)?;
+        // One depth alone is the same group as a sweep runs.
+        let outcome = run_sweep_sharing_depths(&s, observer)?;
         let mut sums: BTreeMap<CellKey, Vec<&CellResult>> = BTreeMap::new();
         for c in &outcome.cells {
-            sums.entry(key(c.context_tokens, f64::from_bits(bits), c.topk, &c.precision)).or_default().push(c);
+            sums.entry(key(c.context_tokens, c.depth_percent, c.topk, &c.precision)).or_default().push(c);
         }
         for (k, cs) in sums {
             let n = cs.len() as f64;
@@ -662,7 +693,7 @@ fn simulate_multiples(
         Some(expanded) => {
             for (&chunk, cells) in by_chunk {
                 let chunked = with_prefill_chunk(params, chunk);
-                for ((context, depth, k, name), s) in simulate(&chunked, cells, &expanded.names, observer)? {
+                for ((context, depth, k, name), s) in simulate(&chunked, cells, &expanded.names, DepthTrials::Own, observer)? {
                     // (A cell under another name would be missing below: Prepared::recall_at says so.)
                     if let Some((j, variant)) = expanded.of.get(&name) {
                         sims[*j].insert((chunk, (context, depth, k, variant.clone())), s);
@@ -674,7 +705,7 @@ fn simulate_multiples(
             for (sim, &m) in sims.iter_mut().zip(needle_multipliers) {
                 for (&chunk, cells) in by_chunk {
                     let chunked = with_prefill_chunk(&with_needle_multiple(params, m)?, chunk);
-                    sim.extend(simulate(&chunked, cells, variants, observer)?.into_iter().map(|(k, v)| ((chunk, k), v)));
+                    sim.extend(simulate(&chunked, cells, variants, DepthTrials::Own, observer)?.into_iter().map(|(k, v)| ((chunk, k), v)));
                 }
             }
         }
@@ -917,7 +948,7 @@ fn next_experiment(
     let k0 = rows.iter().map(|r| r.topk).min().unwrap_or(1);
     // Twice the least k only where the longest context has that many rows to select.
     let probe: Vec<String> = rows.iter().take(1).map(|r| r.config.clone()).collect();
-    let topks = if scenario_with(params, &contexts, 50.0, &[k0, 2 * k0], &probe).is_ok() { vec![k0, 2 * k0] } else { vec![k0] };
+    let topks = if scenario_with(params, &contexts, &[50.0], &[k0, 2 * k0], &probe).is_ok() { vec![k0, 2 * k0] } else { vec![k0] };
     let mut cells = Vec::new();
     for &d in &[10.0, 50.0, 90.0] {
         for &c in &contexts {
@@ -939,7 +970,7 @@ fn next_experiment(
             }
         }
     }
-    let sim = simulate(params, &cells, &variants, opts.observer)?;
+    let sim = simulate(params, &cells, &variants, DepthTrials::Shared, opts.observer)?;
     let weights: Vec<f64> = {
         let z: f64 = live.iter().map(|r| r.posterior).sum();
         live.iter().map(|r| r.posterior / z).collect()

@@ -48,7 +48,7 @@ fn run_range<E: Estimator>(
     range
         .into_par_iter()
         .map(|t| {
-            let out = estimator.trial(spec, trial_seed(seed, spec.depth_percent, t));
+            let out = estimator.trial(spec, trial_seed(seed, spec.seed_depth(), t));
             observer.trial_done();
             out
         })
@@ -72,14 +72,28 @@ pub fn estimate<E: Estimator>(
 /// cell indices on the group's contexts.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct GroupKey {
+    /// The depth whose value seeds the trials.
     pub depth_percent: f64,
     pub contexts: Vec<u64>,
+    /// Further depths simulated on the same trials (diagnose's groups);
+    /// empty in a sweep, and then left out of checkpoints.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub shared_depths: Vec<f64>,
 }
 
 impl GroupKey {
     /// The group `spec` simulates.
     pub fn of(spec: &TrialSpec<'_>) -> GroupKey {
-        GroupKey { depth_percent: spec.depth_percent, contexts: spec.contexts.to_vec() }
+        GroupKey {
+            depth_percent: spec.seed_depth(),
+            contexts: spec.contexts.to_vec(),
+            shared_depths: spec.depths.get(1..).unwrap_or_default().to_vec(),
+        }
+    }
+
+    /// Every depth of the group, the seeding one first.
+    pub fn depths(&self) -> Vec<f64> {
+        std::iter::once(self.depth_percent).chain(self.shared_depths.iter().copied()).collect()
     }
 }
 

@@ -228,7 +228,7 @@ impl Estimator for Full {
                     k_model_recall_diff: k_baseline.and_then(|b| model_recall.as_ref().map(|m| m[g.index] - m[b])),
                     whole_model: whole_model.as_mut().map(|w| std::mem::take(&mut w[g.index])),
                     needle_capped: spec.model.needle_unit.quantile().map(|_| {
-                        let at = spec.needle_index(g.context_index, g.offset_index, g.variant_index);
+                        let at = spec.needle_index(g.context_index, g.spot_index, g.variant_index);
                         trials.iter().filter(|t| t.needle.get(at).is_some_and(|n| n.capped)).count() as u64
                     }),
                     ties: t.ties,

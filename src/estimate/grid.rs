@@ -14,10 +14,12 @@ pub struct GridCell<'a> {
     /// Index of the same cell under the first (baseline) variant.
     pub baseline_index: usize,
     pub context_index: usize,
-    pub offset_index: usize,
+    /// The needle spot's index ([`TrialSpec::spot`]).
+    pub spot_index: usize,
     pub topk_index: usize,
     pub variant_index: usize,
     pub context: u64,
+    pub depth_percent: f64,
     pub needle_offset: Option<u64>,
     pub topk: u64,
     pub variant: &'a PrecisionVariant,
@@ -43,7 +45,7 @@ impl GridCell<'_> {
     /// are paired with on the same trials; None at that k.
     pub fn k_baseline_index(&self, spec: &TrialSpec<'_>) -> Option<usize> {
         let smallest = (0..spec.topks.len()).min_by_key(|&i| spec.topks[i])?;
-        (self.topk_index != smallest).then(|| spec.cell_index(self.context_index, self.offset_index, smallest, self.variant_index))
+        (self.topk_index != smallest).then(|| spec.cell_index(self.context_index, self.spot_index, smallest, self.variant_index))
     }
 }
 
@@ -51,18 +53,20 @@ impl GridCell<'_> {
 pub fn cells<'a>(spec: &'a TrialSpec<'a>) -> impl Iterator<Item = GridCell<'a>> + 'a {
     spec.contexts.iter().enumerate().flat_map(move |(ci, &context)| {
         let candidates = spec.geometry.candidate_rows(context);
-        spec.needle_offsets.iter().enumerate().flat_map(move |(oi, &needle_offset)| {
-            let placement = spec.placement(context, needle_offset);
+        (0..spec.spot_count()).flat_map(move |si| {
+            let (depth_percent, needle_offset) = spec.spot(si);
+            let placement = spec.placement(context, si);
             spec.topks.iter().enumerate().flat_map(move |(ki, &topk)| {
                 let placement = placement.clone();
                 spec.variants.iter().enumerate().map(move |(vi, variant)| GridCell {
-                    index: spec.cell_index(ci, oi, ki, vi),
-                    baseline_index: spec.cell_index(ci, oi, ki, 0),
+                    index: spec.cell_index(ci, si, ki, vi),
+                    baseline_index: spec.cell_index(ci, si, ki, 0),
                     context_index: ci,
-                    offset_index: oi,
+                    spot_index: si,
                     topk_index: ki,
                     variant_index: vi,
                     context,
+                    depth_percent,
                     needle_offset,
                     topk,
                     variant,
@@ -120,7 +124,7 @@ pub(crate) mod fixture {
                 physics: &Physics::NULL,
                 geometry: CompressionGeometry { ratio: 4, overlap: true, window: 128, window_rows_compete: true },
                 contexts: &[512, 1024, 4096],
-                depth_percent: 50.0,
+                depths: &[50.0],
                 needle_offsets: &self.offsets,
                 needle_tokens: 8,
                 topks: &[64, 128],
@@ -148,12 +152,13 @@ mod tests {
         assert_eq!(all.len(), spec.cell_count());
         for (i, c) in all.iter().enumerate() {
             assert_eq!(c.index, i);
-            assert_eq!(c.index, spec.cell_index(c.context_index, c.offset_index, c.topk_index, c.variant_index));
-            assert_eq!(c.baseline_index, spec.cell_index(c.context_index, c.offset_index, c.topk_index, 0));
+            assert_eq!(c.index, spec.cell_index(c.context_index, c.spot_index, c.topk_index, c.variant_index));
+            assert_eq!(c.baseline_index, spec.cell_index(c.context_index, c.spot_index, c.topk_index, 0));
             assert_eq!(c.context, spec.contexts[c.context_index]);
-            assert_eq!(c.needle_offset, offsets[c.offset_index]);
+            assert_eq!((c.depth_percent, c.needle_offset), spec.spot(c.spot_index));
+            assert_eq!(c.needle_offset, offsets[c.spot_index]);
             assert_eq!(c.topk, spec.topks[c.topk_index]);
-            assert_eq!(c.placement, spec.placement(c.context, c.needle_offset));
+            assert_eq!(c.placement, spec.placement(c.context, c.spot_index));
             assert!(c.k_eff() <= c.candidates);
         }
     }

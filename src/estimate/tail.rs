@@ -157,8 +157,8 @@ fn tail_trial_positional(spec: &TrialSpec<'_>, trial_seed: u64, tail_rows: u64) 
     for (ci, &context) in spec.contexts.iter().enumerate() {
         let queries = context_queries(&haystack, &source, spec.variants, context)?;
         let candidates = spec.geometry.candidate_rows(context);
-        for (oi, &offset) in spec.needle_offsets.iter().enumerate() {
-            let placement = spec.placement(context, offset);
+        for oi in 0..spec.spot_count() {
+            let placement = spec.placement(context, oi);
             let needle_rows = placement.rows.end - placement.rows.start;
             let competitors = candidates - needle_rows;
             if let Some(value) = settled_survival(&placement) {
@@ -277,7 +277,7 @@ fn tail_trial_null(spec: &TrialSpec<'_>, trial_seed: u64, tail_rows: u64) -> Res
     let mut key = vec![0.0f32; d];
     let mut quantized_key = QuantizedRows::with_capacity(1, d);
     for (ci, &context) in spec.contexts.iter().enumerate() {
-        let placement = spec.placement(context, None);
+        let placement = spec.placement(context, 0);
         let candidates = spec.geometry.candidate_rows(context);
         let needle_rows = placement.rows.end - placement.rows.start;
         let competitors = candidates - needle_rows;

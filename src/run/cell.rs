@@ -150,7 +150,7 @@ impl CellResult {
         let paired = !g.is_baseline();
         CellResult {
             context_tokens: g.context,
-            depth_percent: spec.depth_percent,
+            depth_percent: g.depth_percent,
             needle_offset: g.needle_offset,
             topk: g.topk,
             precision: g.variant.name.clone(),

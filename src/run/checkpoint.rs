@@ -186,7 +186,13 @@ mod tests {
 
     fn record(first: u64) -> ChunkRecord {
         let trials = serde_json::value::RawValue::from_string("[[true,3]]".into()).unwrap();
-        ChunkRecord { group: GroupKey { depth_percent: 50.0, contexts: vec![1024] }, estimator: "full".into(), first, count: 1, trials }
+        ChunkRecord {
+            group: GroupKey { depth_percent: 50.0, contexts: vec![1024], shared_depths: Vec::new() },
+            estimator: "full".into(),
+            first,
+            count: 1,
+            trials,
+        }
     }
 
     #[test]

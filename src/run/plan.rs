@@ -65,15 +65,30 @@ impl<'a> Plan<'a> {
         for (depth, context) in units {
             match groups.last_mut() {
                 Some(g) if g.depth_percent == depth => g.contexts.push(context),
-                _ => groups.push(GroupKey { depth_percent: depth, contexts: vec![context] }),
+                _ => groups.push(GroupKey { depth_percent: depth, contexts: vec![context], shared_depths: Vec::new() }),
             }
         }
         Plan { scenario: s, shard, groups, done: Vec::new(), groups_done: 0 }
     }
 
+    /// The whole grid of `s` as one haystack group: every depth on the
+    /// same trials, seeded by the first depth's value. Common random numbers
+    /// across depths, for diagnose: the first depth's cells are a sweep's
+    /// bit for bit, the others' are the same model's draws on other seeds
+    /// than a sweep gives them.
+    pub fn sharing_depths(s: &'a Scenario) -> Plan<'a> {
+        let groups = match s.depths.split_first() {
+            Some((&first, rest)) => {
+                vec![GroupKey { depth_percent: first, contexts: s.contexts.clone(), shared_depths: rest.to_vec() }]
+            }
+            None => Vec::new(),
+        };
+        Plan { scenario: s, shard: None, groups, done: Vec::new(), groups_done: 0 }
+    }
+
     /// Cells of one group.
     pub fn group_cells(&self, group: &GroupKey) -> usize {
-        group.contexts.len() * cells_per_unit(self.scenario)
+        group.contexts.len() * (1 + group.shared_depths.len()) * cells_per_unit(self.scenario)
     }
 
     /// Cells of the whole plan.
@@ -98,7 +113,7 @@ impl<'a> Plan<'a> {
 
     /// The scenario of group `group`: its depth and contexts alone.
     pub fn group_scenario(&self, group: &GroupKey) -> Scenario {
-        Scenario { contexts: group.contexts.clone(), depths: vec![group.depth_percent], ..self.scenario.clone() }
+        Scenario { contexts: group.contexts.clone(), depths: group.depths(), ..self.scenario.clone() }
     }
 }
 

@@ -100,15 +100,16 @@ pub fn total_trials(s: &Scenario) -> u64 {
     group_trial_runs(s) * s.depths.len() as u64
 }
 
-/// The trial specification of the haystack group at `depth`.
-pub fn spec_for(s: &Scenario, depth: f64) -> TrialSpec<'_> {
+/// The trial specification of the haystack group at `depths` (one in a
+/// sweep; several share the trials, seeded by the first).
+pub fn spec_for<'a>(s: &'a Scenario, depths: &'a [f64]) -> TrialSpec<'a> {
     TrialSpec {
         model: &s.model,
         physics: &s.physics,
         geometry: s.geometry,
         needle_offsets: &s.needle_offsets,
         contexts: &s.contexts,
-        depth_percent: depth,
+        depths,
         needle_tokens: s.needle_tokens,
         topks: &s.topks,
         variants: &s.precisions,
@@ -187,7 +188,7 @@ pub fn execute(
     let mut cells = std::mem::take(&mut plan.done);
     for group in &plan.groups[plan.groups_done..] {
         let part = plan.group_scenario(group);
-        let spec = spec_for(&part, group.depth_percent);
+        let spec = spec_for(&part, &part.depths);
         let new = group_cells(&part, &spec, observer, checkpoint, None)?;
         sink.write_group(&new)?;
         checkpoint.group_done(group)?;
@@ -203,6 +204,13 @@ pub fn execute(
 /// precision.
 pub fn run_sweep(s: &Scenario, observer: &dyn Observer) -> Result<SweepOutcome, Error> {
     execute(Plan::new(s, None), &NoCheckpoint, observer, &mut NoSink)
+}
+
+/// [`run_sweep`] with every depth on the same trials
+/// ([`Plan::sharing_depths`]): one haystack scored for all depths. Cells
+/// come out ordered by context, depth, k, precision.
+pub fn run_sweep_sharing_depths(s: &Scenario, observer: &dyn Observer) -> Result<SweepOutcome, Error> {
+    execute(Plan::sharing_depths(s), &NoCheckpoint, observer, &mut NoSink)
 }
 
 /// For each (k, precision): the longest context L such that recall is at or

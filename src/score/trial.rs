@@ -37,8 +37,12 @@ pub struct TrialSpec<'a> {
     pub geometry: CompressionGeometry,
     /// Context lengths in tokens, ascending.
     pub contexts: &'a [u64],
-    pub depth_percent: f64,
+    /// Needle depths, each in percent of the context. A sweep gives one
+    /// per haystack group; diagnose gives several, which then share the
+    /// trials (seeded by the first: [`Self::seed_depth`]).
+    pub depths: &'a [f64],
     /// Needle offsets inside a row stride (None: wherever the depth puts it).
+    /// With the depths they make the needle spots ([`Self::spot`]).
     pub needle_offsets: &'a [Option<u64>],
     pub needle_tokens: u64,
     /// Top-k values, ascending.
@@ -107,11 +111,11 @@ pub struct TrialOutcome {
     pub needle: Vec<NeedleSolve>,
 }
 
-/// One (context, needle offset) pair of a trial: where the needle and the
+/// One (context, needle spot) pair of a trial: where the needle and the
 /// distractors sit, and the scores of the rows that hold them.
 struct Case {
     ci: usize,
-    oi: usize,
+    si: usize,
     placement: NeedlePlacement,
     candidates: usize,
     items: Vec<Item>,
@@ -777,10 +781,10 @@ impl TrialSpec<'_> {
     }
 
     /// Index in [`TrialOutcome::needle`] of the placement variant `variant`
-    /// reads in (context, needle offset): slot-major over
+    /// reads in (context, needle spot): slot-major over
     /// [`Self::needle_multiples`], then context-major cases.
-    pub fn needle_index(&self, context: usize, offset: usize, variant: usize) -> usize {
-        (self.needle_slot(variant) * self.contexts.len() + context) * self.needle_offsets.len() + offset
+    pub fn needle_index(&self, context: usize, spot: usize, variant: usize) -> usize {
+        (self.needle_slot(variant) * self.contexts.len() + context) * self.spot_count() + spot
     }
 
     /// The position of variant `variant`'s needle multiple in [`Self::needle_multiples`].
@@ -789,9 +793,26 @@ impl TrialSpec<'_> {
         self.needle_multiples().iter().position(|&m| m == multiple).unwrap_or(0)
     }
 
-    /// Index of (context, needle offset, topk, variant) in [`TrialOutcome::cells`].
-    pub fn cell_index(&self, context: usize, offset: usize, topk: usize, variant: usize) -> usize {
-        ((context * self.needle_offsets.len() + offset) * self.topks.len() + topk) * self.variants.len() + variant
+    /// Index of (context, needle spot, topk, variant) in [`TrialOutcome::cells`].
+    pub fn cell_index(&self, context: usize, spot: usize, topk: usize, variant: usize) -> usize {
+        ((context * self.spot_count() + spot) * self.topks.len() + topk) * self.variants.len() + variant
+    }
+
+    /// Needle spots: (depth, offset) pairs, depth-major.
+    pub fn spot_count(&self) -> usize {
+        self.depths.len() * self.needle_offsets.len()
+    }
+
+    /// Spot `spot`'s (depth in percent, needle offset).
+    pub fn spot(&self, spot: usize) -> (f64, Option<u64>) {
+        let n = self.needle_offsets.len().max(1);
+        (self.depths[spot / n], self.needle_offsets[spot % n])
+    }
+
+    /// The depth whose value seeds the trials: the first (the group's own
+    /// in a sweep).
+    pub fn seed_depth(&self) -> f64 {
+        self.depths.first().copied().unwrap_or(0.0)
     }
 
     /// Per variant, the first earlier variant that scores every row the
@@ -803,14 +824,17 @@ impl TrialSpec<'_> {
     }
 
     pub fn cell_count(&self) -> usize {
-        self.contexts.len() * self.needle_offsets.len() * self.topks.len() * self.variants.len()
+        self.contexts.len() * self.spot_count() * self.topks.len() * self.variants.len()
     }
 
     /// Whether every row is the null model's (no physics at this ratio) and
-    /// the needle sits where the depth puts it: what the closed-form
+    /// the needle sits where its one depth puts it: what the closed-form
     /// estimators assume.
     pub fn is_null_model(&self) -> bool {
-        self.physics.is_null(self.geometry.ratio) && self.model.structure.is_null() && self.needle_offsets == [None]
+        self.physics.is_null(self.geometry.ratio)
+            && self.model.structure.is_null()
+            && self.needle_offsets == [None]
+            && self.depths.len() == 1
     }
 
     /// Which query scores context `ci`: with RoPE the query sits at position
@@ -824,8 +848,10 @@ impl TrialSpec<'_> {
         }
     }
 
-    pub fn placement(&self, context: u64, offset: Option<u64>) -> NeedlePlacement {
-        self.geometry.place_needle_at(context, self.needle_tokens, self.depth_percent, offset)
+    /// Where the needle sits in context `context` at spot `spot`.
+    pub fn placement(&self, context: u64, spot: usize) -> NeedlePlacement {
+        let (depth, offset) = self.spot(spot);
+        self.geometry.place_needle_at(context, self.needle_tokens, depth, offset)
     }
 
     /// Index of the variant `run` scores as the exact reference for the
@@ -986,17 +1012,17 @@ impl TrialSpec<'_> {
         Ok(ScoredSet { variants, reference, screen })
     }
 
-    /// One case per (context, needle offset), context-major, with its
+    /// One case per (context, needle spot), context-major, with its
     /// placement, items and special rows.
     fn cases(&self, source: &TrialRows, scored: usize) -> Vec<Case> {
-        let mut cases: Vec<Case> = Vec::with_capacity(self.contexts.len() * self.needle_offsets.len());
+        let mut cases: Vec<Case> = Vec::with_capacity(self.contexts.len() * self.spot_count());
         for ci in 0..self.contexts.len() {
-            for (oi, &offset) in self.needle_offsets.iter().enumerate() {
-                let placement = self.placement(self.contexts[ci], offset);
+            for si in 0..self.spot_count() {
+                let placement = self.placement(self.contexts[ci], si);
                 let candidates = self.geometry.candidate_rows(self.contexts[ci]) as usize;
                 let items = source.items(self.contexts[ci], placement.tokens.clone());
                 let special = source.special_rows(&items, candidates as u64);
-                cases.push(Case { ci, oi, placement, candidates, items, special, patches: vec![Vec::new(); scored] });
+                cases.push(Case { ci, si, placement, candidates, items, special, patches: vec![Vec::new(); scored] });
             }
         }
         cases
@@ -1050,7 +1076,7 @@ impl TrialSpec<'_> {
     /// The cells of variant `v` in `case`, from its scores `visible` (rows
     /// 0..candidates, with the case's patches in).
     fn judge_variant(&self, case: &Case, v: usize, visible: &[f32], trial_seed: u64, bufs: &mut JudgeBuffers, cells: &mut [NeedleOutcome]) {
-        let (ci, oi) = (case.ci, case.oi);
+        let (ci, si) = (case.ci, case.si);
         let placement = &case.placement;
         // A chunk fault hides the rows before the query's prefill chunk:
         // the candidates are rows `first …` of `visible`, renumbered from 0
@@ -1077,7 +1103,7 @@ impl TrialSpec<'_> {
         let Some((best, t)) = best_needle(visible, skip.clone(), nan) else {
             for ki in 0..self.topks.len() {
                 let ties = audit_cut(ki);
-                cells[self.cell_index(ci, oi, ki, v)] =
+                cells[self.cell_index(ci, si, ki, v)] =
                     NeedleOutcome { survived: in_window, via_window: in_window, ties, ..NeedleOutcome::LOST };
             }
             return;
@@ -1098,7 +1124,7 @@ impl TrialSpec<'_> {
             let by_rank = (t.rank.above + tied) < k_eff as u64;
             let margin = ks_with_margin.iter().position(|&k| k == k_eff).map(|p| best - kth[p]);
             let margin_sd = margin.filter(|_| t.std > 0.0).map(|m| f64::from(m) / t.std);
-            cells[self.cell_index(ci, oi, ki, v)] = NeedleOutcome {
+            cells[self.cell_index(ci, si, ki, v)] = NeedleOutcome {
                 survived: in_window || by_rank,
                 via_window: in_window,
                 rank: Some(t.rank),
@@ -1144,7 +1170,7 @@ impl TrialSpec<'_> {
             for (ki, &k_eff) in k_effs.iter().enumerate().filter(|(_, &k)| k > 0) {
                 let (nan_r, nan_v) = (self.variants[r].selection.nan_order, self.variants[v].selection.nan_order);
                 let both = selection_overlap_with(assembled[r], assembled[v], tie_keys, k_eff, row_order, nan_r, nan_v);
-                let cell = &mut cells[self.cell_index(case.ci, case.oi, ki, v)];
+                let cell = &mut cells[self.cell_index(case.ci, case.si, ki, v)];
                 cell.selection_recall = Some(both as f64 / k_eff as f64);
                 cell.jaccard = Some(both as f64 / (2 * k_eff as u64 - both) as f64);
             }

@@ -173,7 +173,7 @@ fn quantile_needle_scale(s: &Scenario, seed: u64, depth: f64, on_step: &dyn Fn(&
                 physics: &s.physics,
                 geometry: s.geometry,
                 contexts: &s.contexts[..1],
-                depth_percent: depth,
+                depths: std::slice::from_ref(&depth),
                 needle_offsets: &s.needle_offsets[..1],
                 needle_tokens: s.needle_tokens,
                 topks: &s.topks[..1],

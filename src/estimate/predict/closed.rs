@@ -255,7 +255,7 @@ pub fn closed_form_trial(spec: &TrialSpec<'_>, trial_seed: u64) -> Result<Vec<Op
         let mut needle: Vec<f64> = draws.iter().map(|d| d.1).collect();
         needle.sort_by(f64::total_cmp);
         for (ci, &context) in spec.contexts.iter().enumerate() {
-            let placement = spec.placement(context, None);
+            let placement = spec.placement(context, 0);
             let candidates = spec.geometry.candidate_rows(context);
             let rows = placement.rows.end - placement.rows.start;
             for (ki, &k) in spec.topks.iter().enumerate() {

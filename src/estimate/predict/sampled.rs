@@ -74,8 +74,8 @@ pub fn predict_trial_sampled(spec: &TrialSpec<'_>, trial_seed: u64, wanted: &[bo
     for (ci, &context) in spec.contexts.iter().enumerate() {
         let queries = shifted_context_queries(&haystack, shifted.as_ref(), &source, spec.variants, context)?;
         let candidates = spec.geometry.candidate_rows(context);
-        for (oi, &offset) in spec.needle_offsets.iter().enumerate() {
-            let placement = spec.placement(context, offset);
+        for oi in 0..spec.spot_count() {
+            let placement = spec.placement(context, oi);
             let needle_rows = (placement.rows.end - placement.rows.start) as usize;
             let competitors = candidates - needle_rows as u64;
             if let Some(probability) = settled_survival(&placement) {

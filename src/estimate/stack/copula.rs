@@ -118,7 +118,7 @@ pub fn whole_model_sampled(spec: &TrialSpec<'_>, whole: &WholeModel, trials: &[(
         .map(|(seed, survival)| {
             let mut kept = vec![false; survival.len()];
             for ci in 0..spec.contexts.len() {
-                for oi in 0..spec.needle_offsets.len() {
+                for oi in 0..spec.spot_count() {
                     for ki in 0..spec.topks.len() {
                         let [context, offset, topk] = cell_key(spec, ci, oi, ki);
                         let u =
@@ -149,7 +149,7 @@ pub(super) fn whole_model_of(spec: &TrialSpec<'_>, whole: &WholeModel, trials: &
     let mut draws = Draws::new(layers, tokens);
     let mut reached: Vec<Vec<f64>> = vec![Vec::with_capacity(n); variants];
     for ci in 0..spec.contexts.len() {
-        for oi in 0..spec.needle_offsets.len() {
+        for oi in 0..spec.spot_count() {
             for ki in 0..spec.topks.len() {
                 let index = |v: usize| spec.cell_index(ci, oi, ki, v);
                 let kept = |v: usize| trials.iter().filter(|t| t.1[index(v)]).count();

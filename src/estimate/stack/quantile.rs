@@ -246,9 +246,9 @@ pub(super) fn whole_model(spec: &TrialSpec<'_>, whole: &WholeModel, q: &Quantile
     let mut out = vec![StackEstimate::default(); spec.cell_count()];
     let mut draws = vec![0.0; 1 + layers + layers * tokens];
     for ci in 0..spec.contexts.len() {
-        for oi in 0..spec.needle_offsets.len() {
+        for oi in 0..spec.spot_count() {
             let context = spec.contexts[ci];
-            let placement = spec.placement(context, spec.needle_offsets[oi]);
+            let placement = spec.placement(context, oi);
             let candidates = spec.geometry.candidate_rows(context);
             for ki in 0..spec.topks.len() {
                 for (v, variant) in spec.variants.iter().enumerate() {
@@ -272,8 +272,7 @@ pub(super) fn whole_model(spec: &TrialSpec<'_>, whole: &WholeModel, q: &Quantile
                     for (t, (trial, c)) in trials.iter().zip(&cell_trials).enumerate() {
                         // The variant's own draws, keyed by the cell's values (not
                         // by k: the same draws at every k keep k pairs paired).
-                        let mut rng =
-                            rng::stream(trial.seed, &[tag::STACK, tag::NEEDLE, context, spec.needle_offsets[oi].unwrap_or(u64::MAX)]);
+                        let mut rng = rng::stream(trial.seed, &[tag::STACK, tag::NEEDLE, context, spec.spot(oi).1.unwrap_or(u64::MAX)]);
                         draws[0] = open_uniform(rng.random::<u64>());
                         for x in &mut draws[1..] {
                             *x = rng.sample(StandardNormal);

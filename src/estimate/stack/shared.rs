@@ -82,9 +82,10 @@ pub fn tetrachoric(both: f64, pa: f64, pb: f64) -> Option<f64> {
 
 /// What a cell's draws are keyed by: its values (context, needle offset,
 /// k), not its place in this sweep's lists, so that the same cell draws the
-/// same chains in any sweep, shard or resumed run.
-pub(super) fn cell_key(spec: &TrialSpec<'_>, ci: usize, oi: usize, ki: usize) -> [u64; 3] {
-    [spec.contexts[ci], spec.needle_offsets[oi].unwrap_or(u64::MAX), spec.topks[ki]]
+/// same chains in any sweep, shard or resumed run (depths that share trials
+/// share draws too: the trial seed is the depth's own in a sweep).
+pub(super) fn cell_key(spec: &TrialSpec<'_>, ci: usize, si: usize, ki: usize) -> [u64; 3] {
+    [spec.contexts[ci], spec.spot(si).1.unwrap_or(u64::MAX), spec.topks[ki]]
 }
 
 #[cfg(test)]

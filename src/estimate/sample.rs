@@ -44,11 +44,7 @@ pub const NEEDS_INDEPENDENT_ROWS: &str =
 /// whole context and are not
 /// modelled.
 pub fn models_variant(variant: &PrecisionVariant) -> bool {
-    variant.cache.is_default()
-        && variant.selection.is_default()
-        && variant.position.is_default()
-        && variant.chunk.is_all()
-        && variant.needle_multiple == 1.0
+    variant.keeps_rows_in_place() && variant.position.is_default()
 }
 
 /// `m` rows of `0 … candidates − 1` without `skip` (the needle's rows): row

@@ -72,6 +72,12 @@ pub fn open_uniform(bits: u64) -> f64 {
 }
 
 impl QuantileNeedle {
+    /// The same needle with its median exceedance times `multiple` (a
+    /// `needle=M` variant's): the spreads, and so the draws, unchanged.
+    pub fn scaled(&self, multiple: f64) -> QuantileNeedle {
+        QuantileNeedle { exceedance: self.exceedance * multiple, ..*self }
+    }
+
     /// Standard deviation of log10 u for one layer and token.
     pub fn total_spread(&self) -> f64 {
         (self.prompt_spread.powi(2) + self.layer_spread.powi(2) + self.token_spread.powi(2)).sqrt()

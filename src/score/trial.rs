@@ -11,7 +11,7 @@ use crate::base::rng::{self, tag};
 use crate::error::SimError;
 use crate::model::geometry::{CompressionGeometry, NeedlePlacement};
 use crate::model::haystack::{GenerativeModel, TrialHaystack};
-use crate::model::needle::{exceedance_of, rank_quantile, NeedleDraw, QuantileNeedle};
+use crate::model::needle::{exceedance_of, rank_quantile, NeedleDraw};
 use crate::model::physics::{Physics, RopeChoice};
 use crate::model::row_source::{scaled_key, Item, TrialRows};
 use crate::model::stack::WholeModel;
@@ -941,7 +941,7 @@ impl TrialSpec<'_> {
             // One placement per needle multiple (slot-major): the same draws,
             // the median exceedance scaled.
             for &m in &multiples {
-                let q_m = QuantileNeedle { exceedance: q.exceedance * m, ..q };
+                let q_m = q.scaled(m);
                 let draw = if m == 1.0 {
                     draw
                 } else {

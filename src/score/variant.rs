@@ -211,6 +211,14 @@ impl PrecisionVariant {
         }
     }
 
+    /// Whether the variant leaves the cache layout, the selection, the rows
+    /// chunked prefill hides and the needle's placement as a healthy
+    /// deployment has them: what estimators that sample rows one at a time
+    /// (and the closed-form prediction) can follow.
+    pub fn keeps_rows_in_place(&self) -> bool {
+        self.cache.is_default() && self.selection.is_default() && self.chunk.is_all() && self.needle_multiple == 1.0
+    }
+
     /// Quantizes a chunk of raw keys (rows `first_row …`, rows of `d`;
     /// `first_row` a multiple of 256) as they are written to the paged key
     /// cache of the request seeded `request` (the trial), and gives in

@@ -94,11 +94,8 @@ pub const NEEDLE_SAMPLES: usize = 512;
 /// must be f32 (coarser logits make ties, which the prediction ignores). The
 /// query side may be anything: the prediction scores the quantized query.
 pub fn prediction_applies(variant: &PrecisionVariant) -> bool {
-    variant.cache.is_default()
-        && variant.selection.is_default()
+    variant.keeps_rows_in_place()
         && !variant.position.query_row_shifted
-        && variant.chunk.is_all()
-        && variant.needle_multiple == 1.0
         && matches!(variant.key.element, ElementFormat::F32 | ElementFormat::Bf16 | ElementFormat::F16)
         && variant.scoring.logits == LogitFormat::F32
 }

@@ -237,7 +237,7 @@ pub(super) fn whole_model(spec: &TrialSpec<'_>, whole: &WholeModel, q: &Quantile
         .needle_multiples()
         .iter()
         .map(|&m| {
-            let q_m = QuantileNeedle { exceedance: q.exceedance * m, ..*q };
+            let q_m = q.scaled(m);
             trials.iter().map(|t| TrialNeedle::draw(&q_m, t.seed, layers, tokens)).collect()
         })
         .collect();

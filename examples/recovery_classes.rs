@@ -1,0 +1,238 @@
+//! Does `diagnose` name the right *class* of fault? (issue 28, item 7)
+//!
+//! Every candidate of the catalogue (`--hypotheses all`, the needle
+//! profiled × 0.5, 1, 2, as `diagnose` runs by default) is in turn the
+//! truth: its whole-model recall is simulated in twelve cells (4K and 16K
+//! tokens × depths 10, 50, 90 % × k 512 × the fp8 cache and bf16 keys) at
+//! seed A = 7 with the scenario's own needle; observation counts are drawn
+//! from it, n prompts per row, R times at seeds derived from B = 3000 + n;
+//! each draw is ranked by `diagnose` over the whole catalogue simulated at
+//! seed C = 42 (other haystacks). A draw counts when the class with the
+//! greatest posterior is the truth's, strictly. Beside them, healthy truths
+//! whose needle is 2× easier (median exceedance × 0.5) and 2× harder (× 2)
+//! than the scenario's, counted when the verdict is "consistent with a
+//! healthy indexer". The scenario is `examples/incidents/findings.toml`
+//! (V4-Flash, the niah needle), 200 trials per cell. Prints a table per
+//! truth and per class and draws `plots/diagnose_recovery_classes.png`.
+//!
+//! `cargo run --release --example recovery_classes [R]` (R = 200 by
+//! default; a few minutes on 2 cores, nearly all of it the simulations).
+
+use dsa_recall::base::stats::{wilson_interval, Z95};
+use dsa_recall::config::{self, params::parse_scenario_toml};
+use dsa_recall::diagnose::{self, observations, Options, Prepared, Reading, HEALTHY};
+use dsa_recall::report::chart::knob::{render_knob, KnobChart, KnobPanel, KnobSeries};
+use dsa_recall::score::hypothesis::{candidate_class, FaultClass};
+use std::collections::BTreeMap;
+
+const PROMPTS: [u64; 3] = [5, 20, 80];
+const SEED_TRUTH: u64 = 7;
+const SEED_DRAWS: u64 = 3000;
+const SEED_DIAGNOSE: u64 = 42;
+
+fn params(seed: u64) -> dsa_recall::ScenarioParams {
+    let toml = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/examples/incidents/findings.toml"))
+        .expect("examples/incidents/findings.toml");
+    let mut p = config::resolve(parse_scenario_toml(&toml).expect("the scenario parses")).expect("the scenario resolves");
+    p.sweep.seed = Some(seed);
+    p.sweep.trials = Some(200);
+    p.estimator.predict = Some(false);
+    p
+}
+
+/// The class with the greatest posterior, if it is alone there.
+fn first_class(d: &Prepared, rows: &[observations::Observation]) -> Option<FaultClass> {
+    let (ranking, _) = d.rank(rows).ok()?;
+    let mut classes = diagnose::class_standings(&ranking);
+    classes.sort_by(|a, b| b.posterior.total_cmp(&a.posterior));
+    let alone = classes.get(1).is_none_or(|second| second.posterior < classes[0].posterior);
+    alone.then(|| classes[0].class)
+}
+
+/// What diagnose's verdict says of a draw whose truth is of class `truth`:
+/// 0 the truth's class (a fault verdict naming it, or healthy for a healthy
+/// truth), 1 inconclusive, 2 consistent with healthy (for a fault), 3 a
+/// fault of another class.
+fn verdict_outcome(d: &Prepared, rows: &[observations::Observation], truth: FaultClass) -> usize {
+    let Ok((ranking, _)) = d.rank(rows) else { return 1 };
+    let classes = diagnose::class_standings(&ranking);
+    let v = diagnose::verdict(&ranking, &classes);
+    match v.kind.as_str() {
+        "healthy" if truth == FaultClass::Healthy => 0,
+        "healthy" => 2,
+        "fault" if classes.first().is_some_and(|c| c.class == truth) => 0,
+        "fault" => 3,
+        _ => 1,
+    }
+}
+
+/// Of `replicates` draws of `prompts` per row from `recalls`, how many
+/// `judge` accepts.
+fn share(
+    rows: &[observations::Observation],
+    recalls: &[f64],
+    prompts: u64,
+    replicates: u64,
+    judge: impl Fn(&[observations::Observation]) -> bool,
+) -> u64 {
+    let mut drawn = rows.to_vec();
+    (0..replicates)
+        .filter(|&j| {
+            let counts = diagnose::draw_counts(recalls, prompts, dsa_recall::base::rng::derive(SEED_DRAWS + prompts, &[j]));
+            for (r, found) in drawn.iter_mut().zip(counts) {
+                r.found = found;
+                r.total = prompts;
+            }
+            judge(&drawn)
+        })
+        .count() as u64
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let replicates: u64 = std::env::args().nth(1).map(|a| a.parse()).transpose()?.unwrap_or(200);
+    let mut csv = String::from("context_tokens,depth_percent,topk,config,found,total\n");
+    for c in ["4K", "16K"] {
+        for d in [10, 50, 90] {
+            for config in ["fp8-fp32scale", "bf16"] {
+                csv.push_str(&format!("{c},{d},512,{config},0,1\n"));
+            }
+        }
+    }
+    let (truth_params, diag_params) = (params(SEED_TRUTH), params(SEED_DIAGNOSE));
+    let obs = observations::parse("recovery_classes.csv", &csv, &|v| diagnose::variant_ok(&diag_params, v))?;
+    let silent = &dsa_recall::base::observe::Silent;
+    let opts = |hypotheses: Vec<String>, multipliers: Vec<f64>| Options {
+        hypotheses,
+        reading: Reading::Model,
+        next: false,
+        needle_multipliers: multipliers,
+        observer: silent,
+    };
+    let all = diagnose::candidates("all")?;
+    let started = std::time::Instant::now();
+    let diag = diagnose::prepare(&diag_params, &obs.path, &obs.rows, &opts(all.clone(), diagnose::NUISANCE_MULTIPLIERS.to_vec()))?;
+    let truth = diagnose::prepare(&truth_params, &obs.path, &obs.rows, &opts(all.clone(), vec![1.0]))?;
+    println!(
+        "{} rows, {} candidates ({} change no row), simulated at seeds {SEED_TRUTH} (truth) and {SEED_DIAGNOSE} (diagnosis) in {:.1} s; {replicates} draws per point",
+        obs.rows.len(),
+        diag.plan.len(),
+        diag.not_applicable.len(),
+        started.elapsed().as_secs_f64()
+    );
+    let header = PROMPTS.map(|n| format!("{:>22}", format!("n = {n}"))).join("");
+    println!("\nshare of draws whose true class has the greatest posterior, strictly (Wilson 95 %); the last column, the");
+    println!("share whose verdict is \"consistent with a healthy indexer\" at n = 20; \"= healthy\": the truth's simulated");
+    println!("recall is healthy's in every row (the same trials), so no count can tell them apart here");
+    println!("{:<36} {:<13}{header}{:>10}", "true hypothesis", "class", "healthy");
+    let recalls_of =
+        |h: &str| -> Result<Vec<f64>, dsa_recall::Error> { obs.rows.iter().map(|r| truth.recall(h, r).map(|(p, _)| p)).collect() };
+    let healthy_recalls = recalls_of(HEALTHY)?;
+    let mut by_class: BTreeMap<&'static str, (FaultClass, Vec<[u64; 3]>)> = BTreeMap::new();
+    let mut unidentifiable: BTreeMap<&'static str, usize> = BTreeMap::new();
+    for (h, _) in &diag.plan {
+        let class = candidate_class(h);
+        let recalls = recalls_of(h)?;
+        let as_healthy = recalls == healthy_recalls;
+        let reads_healthy = share(&obs.rows, &recalls, 20, replicates, |rows| diag.verdict(rows).is_ok_and(|v| v.kind == "healthy"));
+        if class != FaultClass::Healthy && as_healthy {
+            *unidentifiable.entry(class.name()).or_default() += 1;
+            println!("{h:<36} {:<13}{:>66}{:>10.3}", class.name(), "= healthy", reads_healthy as f64 / replicates as f64);
+            continue;
+        }
+        let mut hits = [0u64; 3];
+        let mut line = format!("{h:<36} {:<13}", class.name());
+        for (i, &n) in PROMPTS.iter().enumerate() {
+            hits[i] = if class == FaultClass::Healthy {
+                // Healthy shares its recall with every benign candidate: its
+                // criterion is the verdict (issue 28).
+                share(&obs.rows, &recalls, n, replicates, |rows| diag.verdict(rows).is_ok_and(|v| v.kind == "healthy"))
+            } else {
+                share(&obs.rows, &recalls, n, replicates, |rows| first_class(&diag, rows) == Some(class))
+            };
+            let (lo, hi) = wilson_interval(hits[i], replicates, Z95);
+            line.push_str(&format!("{:>22}", format!("{:.3} [{lo:.3}, {hi:.3}]", hits[i] as f64 / replicates as f64)));
+        }
+        println!("{line}{:>10.3}", reads_healthy as f64 / replicates as f64);
+        by_class.entry(class.name()).or_insert((class, Vec::new())).1.push(hits);
+    }
+    println!("\nby class: the mean share over its truths that change recall here (each weighs the same; healthy: the verdict)");
+    let mut series = Vec::new();
+    for (i, (name, (_, truths))) in by_class.iter().enumerate() {
+        let left_out = unidentifiable.get(name).copied().unwrap_or(0);
+        let mut line = format!("{name:<13} {:>2} truths ({left_out:>2} = healthy)  ", truths.len());
+        let mut points = Vec::new();
+        for (j, &n) in PROMPTS.iter().enumerate() {
+            let total = truths.len() as u64 * replicates;
+            let hits: u64 = truths.iter().map(|t| t[j]).sum();
+            let (lo, hi) = wilson_interval(hits, total, Z95);
+            let mean = hits as f64 / total as f64;
+            line.push_str(&format!("{:>22}", format!("{mean:.3} [{lo:.3}, {hi:.3}]")));
+            points.push((n as f64, mean, lo, hi));
+        }
+        println!("{line}");
+        series.push(KnobSeries { label: format!("{name} ({} truths)", truths.len()), color: i, points, whole_model: true });
+    }
+    for (name, n) in unidentifiable.iter().filter(|(name, _)| !by_class.contains_key(*name)) {
+        println!("{name:<13}  0 truths ({n:>2} = healthy)  not identifiable from needle counts in these rows");
+    }
+    println!("\nwhat the verdict says at n = 20, by class (truths that change recall here): shares of draws");
+    println!("{:<13} {:>10} {:>13} {:>10} {:>12}", "class", "its class", "inconclusive", "healthy", "other class");
+    for (name, (class, _)) in &by_class {
+        let mut counts = [0u64; 4];
+        let mut total = 0u64;
+        for (h, _) in diag.plan.iter().filter(|(h, _)| candidate_class(h) == *class) {
+            let recalls = recalls_of(h)?;
+            if *class != FaultClass::Healthy && recalls == healthy_recalls {
+                continue;
+            }
+            for (i, c) in counts.iter_mut().enumerate() {
+                *c += share(&obs.rows, &recalls, 20, replicates, |rows| verdict_outcome(&diag, rows, *class) == i);
+            }
+            total += replicates;
+        }
+        let f = |c: u64| c as f64 / total.max(1) as f64;
+        println!("{name:<13} {:>10.3} {:>13.3} {:>10.3} {:>12.3}", f(counts[0]), f(counts[1]), f(counts[2]), f(counts[3]));
+    }
+    println!("\nhealthy truths with another needle: share of draws whose verdict is \"consistent with a healthy indexer\"");
+    let mut healthy_series = Vec::new();
+    for (i, (label, multiple)) in
+        [("2x easier (exceedance x 0.5)", 0.5), ("as assumed", 1.0), ("2x harder (exceedance x 2)", 2.0)].iter().enumerate()
+    {
+        let p = diagnose::with_needle_multiple(&truth_params, *multiple)?;
+        let sim = diagnose::prepare(&p, &obs.path, &obs.rows, &opts(vec![HEALTHY.to_string()], vec![1.0]))?;
+        let recalls: Vec<f64> = obs.rows.iter().map(|r| sim.recall(HEALTHY, r).map(|(p, _)| p)).collect::<Result<_, _>>()?;
+        let mut line = format!("{label:<36} {:<13}", "");
+        let mut points = Vec::new();
+        for &n in &PROMPTS {
+            let hits = share(&obs.rows, &recalls, n, replicates, |rows| diag.verdict(rows).is_ok_and(|v| v.kind == "healthy"));
+            let (lo, hi) = wilson_interval(hits, replicates, Z95);
+            let mean = hits as f64 / replicates as f64;
+            line.push_str(&format!("{:>22}", format!("{mean:.3} [{lo:.3}, {hi:.3}]")));
+            points.push((n as f64, mean, lo, hi));
+        }
+        println!(
+            "{line}   (recalls {:.3}–{:.3})",
+            recalls.iter().copied().fold(1.0, f64::min),
+            recalls.iter().copied().fold(0.0, f64::max)
+        );
+        healthy_series.push(KnobSeries { label: format!("healthy, needle {label}"), color: i, points, whole_model: true });
+    }
+    let chart = KnobChart {
+        title: "diagnose names the class of the fault that made the counts".into(),
+        subtitle: format!(
+            "{replicates} draws per point, Wilson 95 %; 12 rows: 4K, 16K × depth 10/50/90 % × k 512 × fp8 cache, bf16; {} candidates, needle profiled; truth at seed 7, diagnosis at seed 42",
+            diag.plan.len()
+        ),
+        x_label: "prompts per observation row".into(),
+        y_label: "share of draws".into(),
+        key: Some("— share of draws (Wilson 95 % band)".into()),
+        panels: vec![
+            KnobPanel { title: "true class first (healthy: verdict healthy), mean over truths that change recall".into(), series },
+            KnobPanel { title: "a healthy truth reads as healthy".into(), series: healthy_series },
+        ],
+    };
+    std::fs::create_dir_all("plots")?;
+    render_knob(&chart, std::path::Path::new("plots/diagnose_recovery_classes.png"), 1600, 1000)?;
+    println!("\nwrote plots/diagnose_recovery_classes.png ({:.1} s in all)", started.elapsed().as_secs_f64());
+    Ok(())
+}

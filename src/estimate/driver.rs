@@ -75,7 +75,7 @@ pub struct GroupKey {
     /// The depth whose value seeds the trials.
     pub depth_percent: f64,
     pub contexts: Vec<u64>,
-    /// Further depths simulated on the same trials (diagnose's groups);
+    /// Further depths simulated on the same trials (diagnose's next experiment);
     /// empty in a sweep, and then left out of checkpoints.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub shared_depths: Vec<f64>,

@@ -73,7 +73,7 @@ impl<'a> Plan<'a> {
 
     /// The whole grid of `s` as one haystack group: every depth on the
     /// same trials, seeded by the first depth's value. Common random numbers
-    /// across depths, for diagnose: the first depth's cells are a sweep's
+    /// across depths, for diagnose's next experiment: the first depth's cells are a sweep's
     /// bit for bit, the others' are the same model's draws on other seeds
     /// than a sweep gives them.
     pub fn sharing_depths(s: &'a Scenario) -> Plan<'a> {
@@ -111,7 +111,7 @@ impl<'a> Plan<'a> {
         kept
     }
 
-    /// The scenario of group `group`: its depth and contexts alone.
+    /// The scenario of group `group`: its depths and contexts alone.
     pub fn group_scenario(&self, group: &GroupKey) -> Scenario {
         Scenario { contexts: group.contexts.clone(), depths: group.depths(), ..self.scenario.clone() }
     }

@@ -38,8 +38,8 @@ pub struct TrialSpec<'a> {
     /// Context lengths in tokens, ascending.
     pub contexts: &'a [u64],
     /// Needle depths, each in percent of the context. A sweep gives one
-    /// per haystack group; diagnose gives several, which then share the
-    /// trials (seeded by the first: [`Self::seed_depth`]).
+    /// per haystack group; diagnose's next experiment gives several, which
+    /// then share the trials (seeded by the first: [`Self::seed_depth`]).
     pub depths: &'a [f64],
     /// Needle offsets inside a row stride (None: wherever the depth puts it).
     /// With the depths they make the needle spots ([`Self::spot`]).

@@ -52,21 +52,22 @@ fn a_depth_on_shared_trials_is_the_depth_alone_on_those_seeds() {
     let s = findings("10,50,90");
     let spec = spec_for(&s, &s.depths);
     assert_eq!(spec.spot_count(), 3);
+    let slots = spec.needle_slots();
     for seed in [7u64, 1 << 40] {
         let together = spec.run(seed).unwrap();
         for (si, &depth) in s.depths.iter().enumerate() {
             let alone = spec_for(&s, std::slice::from_ref(&depth)).run(seed).unwrap();
             for ci in 0..s.contexts.len() {
                 for ki in 0..s.topks.len() {
-                    for v in 0..s.precisions.len() {
+                    for (v, &slot) in slots.iter().enumerate() {
                         assert_eq!(
                             together.cells[spec.cell_index(ci, si, ki, v)],
                             alone.cells[alone_index(&s, ci, ki, v)],
                             "depth {depth}, context {ci}, k {ki}, variant {v}"
                         );
                         assert_eq!(
-                            together.needle[spec.needle_index(ci, si, v)],
-                            alone.needle[spec_for(&s, std::slice::from_ref(&depth)).needle_index(ci, 0, v)],
+                            together.needle[spec.needle_index(slot, ci, si)],
+                            alone.needle[spec_for(&s, std::slice::from_ref(&depth)).needle_index(slot, ci, 0)],
                             "the needle's placement at depth {depth}"
                         );
                     }

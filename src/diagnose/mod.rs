@@ -195,6 +195,9 @@ pub enum DepthTrials {
     Shared,
 }
 
+/// One sweep's depths, contexts and k.
+type SweepLists = (Vec<f64>, Vec<u64>, Vec<u64>);
+
 /// Simulates every (context, depth, k) of `cells` under every variant of
 /// `variants` and returns the recalls by cell (mean over the scenario's
 /// needle offsets when it has several). With [`DepthTrials::Own`], one
@@ -208,25 +211,19 @@ pub fn simulate(
     depth_trials: DepthTrials,
     observer: &dyn Observer,
 ) -> Result<BTreeMap<CellKey, Simulated>, Error> {
-    let mut by_depth: BTreeMap<u64, (Vec<u64>, Vec<u64>)> = BTreeMap::new();
+    // A sweep per depth, or one for all.
+    let mut groups: BTreeMap<u64, SweepLists> = BTreeMap::new();
     for &(c, d, k) in cells {
-        let e = by_depth.entry(d.to_bits()).or_default();
-        e.0.push(c);
-        e.1.push(k);
-    }
-    let mut groups: Vec<(Vec<f64>, Vec<u64>, Vec<u64>)> =
-        by_depth.into_iter().map(|(bits, (contexts, topks))| (vec![f64::from_bits(bits)], contexts, topks)).collect();
-    if depth_trials == DepthTrials::Shared && !groups.is_empty() {
-        let all = groups.drain(..).fold((Vec::new(), Vec::new(), Vec::new()), |mut all, (d, c, k)| {
-            all.0.extend(d);
-            all.1.extend(c);
-            all.2.extend(k);
-            all
-        });
-        groups.push(all);
+        let group = if depth_trials == DepthTrials::Own { d.to_bits() } else { 0 };
+        let e = groups.entry(group).or_default();
+        if !e.0.iter().any(|x| x.to_bits() == d.to_bits()) {
+            e.0.push(d);
+        }
+        e.1.push(c);
+        e.2.push(k);
     }
     let mut out = BTreeMap::new();
-    for (depths, mut contexts, mut topks) in groups {
+    for (_, (depths, mut contexts, mut topks)) in groups {
         contexts.sort_unstable();
         contexts.dedup();
         topks.sort_unstable();

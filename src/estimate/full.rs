@@ -195,6 +195,7 @@ impl Estimator for Full {
         let reference = spec.fidelity_reference.map(|r| spec.variants[r].name.clone());
         let mut whole_model = spec.stack.map(|w| stack::whole_model(spec, w, trials));
         let model_recall: Option<Vec<f64>> = whole_model.as_ref().map(|w| w.iter().map(|e| e.recall).collect());
+        let needle_slots = spec.needle_slots();
         grid::cells(spec)
             .map(|g| {
                 let t = &tallies[g.index];
@@ -228,7 +229,7 @@ impl Estimator for Full {
                     k_model_recall_diff: k_baseline.and_then(|b| model_recall.as_ref().map(|m| m[g.index] - m[b])),
                     whole_model: whole_model.as_mut().map(|w| std::mem::take(&mut w[g.index])),
                     needle_capped: spec.model.needle_unit.quantile().map(|_| {
-                        let at = spec.needle_index(g.context_index, g.spot_index, g.variant_index);
+                        let at = spec.needle_index(needle_slots[g.variant_index], g.context_index, g.spot_index);
                         trials.iter().filter(|t| t.needle.get(at).is_some_and(|n| n.capped)).count() as u64
                     }),
                     ties: t.ties,

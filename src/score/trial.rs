@@ -764,6 +764,12 @@ pub fn shifted_query(model: &GenerativeModel, trial_seed: u64, variants: &[Preci
     TrialHaystack::draw(model, seed).map(Some)
 }
 
+/// The position of `multiple` among `multiples` (0 when absent: the
+/// exact reference a trial adds has multiple 1).
+fn slot_of(multiples: &[f64], multiple: f64) -> usize {
+    multiples.iter().position(|&m| m == multiple).unwrap_or(0)
+}
+
 impl TrialSpec<'_> {
     /// The variants' needle multiples (`needle=M`), each once, in order of
     /// first appearance: `[1.0]` when none has one.
@@ -780,17 +786,18 @@ impl TrialSpec<'_> {
         out
     }
 
-    /// Index in [`TrialOutcome::needle`] of the placement variant `variant`
-    /// reads in (context, needle spot): slot-major over
-    /// [`Self::needle_multiples`], then context-major cases.
-    pub fn needle_index(&self, context: usize, spot: usize, variant: usize) -> usize {
-        (self.needle_slot(variant) * self.contexts.len() + context) * self.spot_count() + spot
+    /// Index in [`TrialOutcome::needle`] of the placement that needle slot
+    /// `slot` ([`Self::needle_slots`]) reads in (context, needle spot):
+    /// slot-major, then context-major cases.
+    pub fn needle_index(&self, slot: usize, context: usize, spot: usize) -> usize {
+        (slot * self.contexts.len() + context) * self.spot_count() + spot
     }
 
-    /// The position of variant `variant`'s needle multiple in [`Self::needle_multiples`].
-    pub fn needle_slot(&self, variant: usize) -> usize {
-        let multiple = self.variants.get(variant).map_or(1.0, |v| v.needle_multiple);
-        self.needle_multiples().iter().position(|&m| m == multiple).unwrap_or(0)
+    /// Per variant, the position of its needle multiple in
+    /// [`Self::needle_multiples`] (computed once per spec by its readers).
+    pub fn needle_slots(&self) -> Vec<usize> {
+        let multiples = self.needle_multiples();
+        self.variants.iter().map(|v| slot_of(&multiples, v.needle_multiple)).collect()
     }
 
     /// Index of (context, needle spot, topk, variant) in [`TrialOutcome::cells`].
@@ -888,7 +895,7 @@ impl TrialSpec<'_> {
         let mut scores: Vec<Vec<Vec<f32>>> = group_rows.iter().map(|&n| vec![vec![0.0; n]; scored.len()]).collect();
         let twins = score_twins_of(scored);
         let multiples = self.needle_multiples();
-        let needle_slots: Vec<usize> = scored.iter().map(|v| multiples.iter().position(|&m| m == v.needle_multiple).unwrap_or(0)).collect();
+        let needle_slots: Vec<usize> = scored.iter().map(|v| slot_of(&multiples, v.needle_multiple)).collect();
         let patch_twins: Vec<Option<usize>> =
             twins.iter().enumerate().map(|(v, t)| t.filter(|&u| needle_slots[u] == needle_slots[v])).collect();
         let keep_fin = scored.iter().zip(&patch_twins).any(|(v, t)| t.is_none() && !v.cache.is_default());

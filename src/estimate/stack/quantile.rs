@@ -245,6 +245,7 @@ pub(super) fn whole_model(spec: &TrialSpec<'_>, whole: &WholeModel, q: &Quantile
         (correlation_for_overlap(OVERLAP_ENDS.0, OVERLAP_SHARE), correlation_for_overlap(OVERLAP_ENDS.1, OVERLAP_SHARE));
     let mut out = vec![StackEstimate::default(); spec.cell_count()];
     let mut draws = vec![0.0; 1 + layers + layers * tokens];
+    let needle_slots = spec.needle_slots();
     for ci in 0..spec.contexts.len() {
         for oi in 0..spec.spot_count() {
             let context = spec.contexts[ci];
@@ -256,9 +257,9 @@ pub(super) fn whole_model(spec: &TrialSpec<'_>, whole: &WholeModel, q: &Quantile
                     let sel = &variant.selection;
                     let k_eff = sel.topk_for(spec.topks[ki]).min(candidates);
                     let in_window = placement.tokens.start >= context.saturating_sub(sel.window_for(spec.geometry.window));
-                    let at = spec.needle_index(ci, oi, v);
+                    let at = spec.needle_index(needle_slots[v], ci, oi);
                     let cell_trials = cell_trials(trials, index, at, in_window, k_eff);
-                    let needles = &needles[spec.needle_slot(v)];
+                    let needles = &needles[needle_slots[v]];
                     let (keep_if_kept, keep_if_lost) = keep_rates(&cell_trials, n);
                     let independent = variant_spread(&variant.name).map(|s| whole.fault_spread.pick(s)) == Some(FaultSpread::Independent);
                     let rho = |shared: f64| if independent { 0.0 } else { shared };

@@ -11,7 +11,13 @@
 //! greatest posterior is the truth's, strictly. Beside them, healthy truths
 //! whose needle is 2× easier (median exceedance × 0.5) and 2× harder (× 2)
 //! than the scenario's, counted when the verdict is "consistent with a
-//! healthy indexer". The scenario is `examples/incidents/findings.toml`
+//! healthy indexer". Per truth, what its class's recovery can be: the
+//! prompts per row for an expected 20:1 of the nearest candidate of its
+//! class against the nearest of any other class (nearest: the least
+//! Σ_rows KL from the truth's recalls, over the diagnosis's candidates and
+//! needle multiples); a truth that needs more than 20 is not identifiable
+//! at n = 20 on these rows, and one whose nearest other-class candidate is
+//! nearer than its own class is not identifiable at any n. The scenario is `examples/incidents/findings.toml`
 //! (V4-Flash, the niah needle), 200 trials per cell. Prints a table per
 //! truth and per class and draws `plots/diagnose_recovery_classes.png`.
 //!
@@ -20,6 +26,7 @@
 
 use dsa_recall::base::stats::{wilson_interval, Z95};
 use dsa_recall::config::{self, params::parse_scenario_toml};
+use dsa_recall::diagnose::separation::kl_per_prompt;
 use dsa_recall::diagnose::{self, observations, Options, Prepared, Reading, HEALTHY};
 use dsa_recall::report::chart::knob::{render_knob, KnobChart, KnobPanel, KnobSeries};
 use dsa_recall::score::hypothesis::{candidate_class, FaultClass};
@@ -88,6 +95,45 @@ fn share(
         .count() as u64
 }
 
+/// One truth's draws whose class came first, at each n of [`PROMPTS`], and
+/// the prompts per row it needs ([`prompts_to_identify`]; None: never).
+struct Truth {
+    hits: [u64; 3],
+    need: Option<u64>,
+}
+
+/// Prompts per row for an expected 20:1 of the truth's class over every
+/// other (its nearest candidate against the nearest other-class one, by
+/// Σ_rows KL from `truth`'s recalls over `d`'s candidates and multiples),
+/// with the nearest other-class candidate; None when that one is nearer.
+fn prompts_to_identify(
+    d: &Prepared,
+    rows: &[observations::Observation],
+    truth: &[f64],
+    class: FaultClass,
+) -> Result<(Option<u64>, String), dsa_recall::Error> {
+    let (mut own, mut other, mut nearest) = (f64::INFINITY, f64::INFINITY, String::new());
+    for (g, _) in &d.plan {
+        for j in 0..d.needle_multipliers.len() {
+            let mut recalls = Vec::with_capacity(rows.len());
+            let mut trials = 0;
+            for r in rows {
+                let (p, n) = d.recall_at(g, r, j)?;
+                recalls.push(p);
+                trials = n;
+            }
+            let kl = kl_per_prompt(truth, &recalls, trials);
+            if candidate_class(g) == class {
+                own = own.min(kl);
+            } else if kl < other {
+                (other, nearest) = (kl, g.clone());
+            }
+        }
+    }
+    let gap = other - own;
+    Ok(((gap > 0.0).then(|| (20f64.ln() / gap).ceil() as u64), nearest))
+}
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let replicates: u64 = std::env::args().nth(1).map(|a| a.parse()).transpose()?.unwrap_or(200);
     let mut csv = String::from("context_tokens,depth_percent,topk,config,found,total\n");
@@ -122,12 +168,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let header = PROMPTS.map(|n| format!("{:>22}", format!("n = {n}"))).join("");
     println!("\nshare of draws whose true class has the greatest posterior, strictly (Wilson 95 %); the last column, the");
     println!("share whose verdict is \"consistent with a healthy indexer\" at n = 20; \"= healthy\": the truth's simulated");
-    println!("recall is healthy's in every row (the same trials), so no count can tell them apart here");
-    println!("{:<36} {:<13}{header}{:>10}", "true hypothesis", "class", "healthy");
+    println!("recall is healthy's in every row (the same trials), so no count can tell them apart here; \"n 20:1\": prompts");
+    println!("per row for an expected 20:1 of the truth's class over the nearest other-class candidate (named; \"never\": that");
+    println!("candidate lies nearer the truth than any of its own class)");
+    println!("{:<36} {:<13}{header}{:>10}{:>8}  nearest other class", "true hypothesis", "class", "healthy", "n 20:1");
     let recalls_of =
         |h: &str| -> Result<Vec<f64>, dsa_recall::Error> { obs.rows.iter().map(|r| truth.recall(h, r).map(|(p, _)| p)).collect() };
     let healthy_recalls = recalls_of(HEALTHY)?;
-    let mut by_class: BTreeMap<&'static str, (FaultClass, Vec<[u64; 3]>)> = BTreeMap::new();
+    let mut by_class: BTreeMap<&'static str, (FaultClass, Vec<Truth>)> = BTreeMap::new();
     let mut unidentifiable: BTreeMap<&'static str, usize> = BTreeMap::new();
     for (h, _) in &diag.plan {
         let class = candidate_class(h);
@@ -152,8 +200,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             let (lo, hi) = wilson_interval(hits[i], replicates, Z95);
             line.push_str(&format!("{:>22}", format!("{:.3} [{lo:.3}, {hi:.3}]", hits[i] as f64 / replicates as f64)));
         }
-        println!("{line}{:>10.3}", reads_healthy as f64 / replicates as f64);
-        by_class.entry(class.name()).or_insert((class, Vec::new())).1.push(hits);
+        let (need, nearest) = if class == FaultClass::Healthy {
+            (Some(0), String::from("(the verdict)"))
+        } else {
+            prompts_to_identify(&diag, &obs.rows, &recalls, class)?
+        };
+        let need_text = need.map_or_else(|| "never".to_string(), |n| n.to_string());
+        println!("{line}{:>10.3}{need_text:>8}  {nearest}", reads_healthy as f64 / replicates as f64);
+        by_class.entry(class.name()).or_insert((class, Vec::new())).1.push(Truth { hits, need });
     }
     println!("\nby class: the mean share over its truths that change recall here (each weighs the same; healthy: the verdict)");
     let mut series = Vec::new();
@@ -163,7 +217,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let mut points = Vec::new();
         for (j, &n) in PROMPTS.iter().enumerate() {
             let total = truths.len() as u64 * replicates;
-            let hits: u64 = truths.iter().map(|t| t[j]).sum();
+            let hits: u64 = truths.iter().map(|t| t.hits[j]).sum();
             let (lo, hi) = wilson_interval(hits, total, Z95);
             let mean = hits as f64 / total as f64;
             line.push_str(&format!("{:>22}", format!("{mean:.3} [{lo:.3}, {hi:.3}]")));
@@ -171,6 +225,20 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         println!("{line}");
         series.push(KnobSeries { label: format!("{name} ({} truths)", truths.len()), color: i, points, whole_model: true });
+    }
+    println!("\nby class, the truths identifiable at n = 20 on these rows (n 20:1 ≤ 20) and their share at n = 20");
+    for (name, (_, truths)) in by_class.iter().filter(|(_, (c, _))| *c != FaultClass::Healthy) {
+        let able: Vec<u64> = truths.iter().filter(|t| t.need.is_some_and(|n| n <= 20)).map(|t| t.hits[1]).collect();
+        let never = truths.iter().filter(|t| t.need.is_none()).count();
+        let total = able.len() as u64 * replicates;
+        let hits: u64 = able.iter().sum();
+        let (lo, hi) = wilson_interval(hits, total.max(1), Z95);
+        println!(
+            "{name:<13} {:>2} of {:>2} identifiable at n = 20 ({never} never){:>24}",
+            able.len(),
+            truths.len(),
+            if able.is_empty() { "-".to_string() } else { format!("{:.3} [{lo:.3}, {hi:.3}]", hits as f64 / total as f64) }
+        );
     }
     for (name, n) in unidentifiable.iter().filter(|(name, _)| !by_class.contains_key(*name)) {
         println!("{name:<13}  0 truths ({n:>2} = healthy)  not identifiable from needle counts in these rows");

@@ -93,6 +93,14 @@ fn check_incident(name: &str) {
     let d = diagnose::diagnose(&params, &obs, &opts).unwrap();
     let table = diagnose::format_table(&d);
     let claim = header(&text, "diagnose").unwrap_or_else(|| panic!("{name}: no `# diagnose:` line"));
+    // An open verdict compares the pair it leaves open, row by row (issue 28, item 5).
+    match &d.separation {
+        Some(s) => {
+            assert_eq!(s.leader, d.ranking[0].hypothesis, "{name}:\n{table}");
+            assert!(d.verdict.text.contains(&format!("in these cells {} and {}", s.leader, s.runner)), "{name}:\n{table}");
+        }
+        None => assert_ne!(d.verdict.kind, "inconclusive", "{name}:\n{table}"),
+    }
     let class_rank = |class: &str| d.classes.iter().position(|c| c.class.to_string() == class);
     if claim == "consistent with healthy" {
         assert_eq!(d.verdict.kind, "healthy", "{name}:\n{table}");

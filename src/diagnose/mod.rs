@@ -7,6 +7,7 @@
 pub mod fit;
 pub mod knob;
 pub mod observations;
+pub mod separation;
 
 use crate::base::observe::Observer;
 use crate::config::{self, ListSpec, Scenario, ScenarioParams};
@@ -394,6 +395,9 @@ pub struct Diagnosis {
     /// Candidates that change no observed configuration (the same as healthy): left out.
     pub not_applicable: Vec<String>,
     pub next: Option<NextExperiment>,
+    /// The two candidates the verdict leaves open, compared row by row
+    /// (None when it leaves none open).
+    pub separation: Option<separation::Separation>,
     /// What the reader should know about the rows (e.g. an ignored column); left out of JSON when empty.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
@@ -529,7 +533,7 @@ pub fn information(weights: &[f64], recalls: &[f64]) -> f64 {
 /// Prompts for the expected log Bayes factor of hypothesis a (recall `pa`,
 /// true) against b (`pb`) to reach log 20: ⌈log 20 / KL(a‖b)⌉.
 pub fn prompts_for_odds(pa: f64, pb: f64) -> Option<u64> {
-    let kl = pa * (pa / pb).ln() + (1.0 - pa) * ((1.0 - pa) / (1.0 - pb)).ln();
+    let kl = separation::kl_bernoulli(pa, pb);
     (kl > 1e-9).then(|| (20f64.ln() / kl).ceil() as u64)
 }
 
@@ -847,6 +851,13 @@ pub fn diagnose(params: &ScenarioParams, obs: &observations::Observations, opts:
     notes.extend(calibrate_first(&ranking, &prepared.needle_knob, &prepared.needle_multipliers));
     let classes = class_standings(&ranking);
     let mut verdict = verdict(&ranking, &classes);
+    let separation = separation::open_pair(&ranking, &classes)
+        .map(|(a, b)| separation::Separation::of(&a.hypothesis, &b.hypothesis, &a.recalls, &b.recalls, trials));
+    if let Some(s) = &separation {
+        let mut totals: Vec<u64> = rows.iter().map(|r| r.total).collect();
+        totals.sort_unstable();
+        verdict.text.push_str(&format!("; {}", s.sentence(totals.get(totals.len() / 2).copied().unwrap_or(0))));
+    }
     let unexplained = unexplained_rows(rows, &ranking, trials);
     if !unexplained.is_empty() {
         verdict.text.push_str(&format!(
@@ -868,6 +879,7 @@ pub fn diagnose(params: &ScenarioParams, obs: &observations::Observations, opts:
         needle_multipliers: prepared.needle_multipliers,
         not_applicable: prepared.not_applicable,
         next,
+        separation,
         notes,
     })
 }
@@ -1216,6 +1228,24 @@ mod tests {
         let v = verdict(&r, &class_standings(&r));
         assert_eq!(v.kind, "fault", "{}", v.text);
         assert!(v.text.contains("pages-swapped cannot be told"), "{}", v.text);
+    }
+
+    // Issue 28, item 5: the pair an open verdict compares is the pair it names.
+    #[test]
+    fn the_open_pair_is_the_one_the_verdict_leaves_open() {
+        let ln10 = std::f64::consts::LN_10;
+        let names = |r: &[Ranked]| separation::open_pair(r, &class_standings(r)).map(|(a, b)| (a.hypothesis.clone(), b.hypothesis.clone()));
+        let pair = |a: &str, b: &str| Some((a.to_string(), b.to_string()));
+        let r = ranked(&[(HEALTHY, 0.0), ("slot-shift", -0.5 * ln10)]);
+        assert_eq!(names(&r), pair(HEALTHY, "slot-shift"), "healthy first, a fault within 10:1");
+        let r = ranked(&[(HEALTHY, -0.5 * ln10), ("slot-shift", 0.0), ("hadamard-q-only", -0.2 * ln10)]);
+        assert_eq!(names(&r), pair("slot-shift", HEALTHY), "healthy within 10:1 of the best: the verdict names healthy");
+        let r = ranked(&[(HEALTHY, -5.0 * ln10), ("slot-shift", 0.0), ("pages-swapped", -0.1 * ln10), ("hadamard-q-only", -0.5 * ln10)]);
+        assert_eq!(names(&r), pair("slot-shift", "hadamard-q-only"), "inconclusive: the runner class's best");
+        let r = ranked(&[(HEALTHY, -5.0 * ln10), ("slot-shift", 0.0), ("hadamard-q-only", -2.0 * ln10)]);
+        assert_eq!(names(&r), None, "a decisive fault leaves nothing open");
+        let r = ranked(&[(HEALTHY, 0.0), ("slot-shift", -2.0 * ln10)]);
+        assert_eq!(names(&r), None, "healthy ahead of every fault by 10:1");
     }
 
     #[test]

@@ -360,6 +360,12 @@ impl ChunkWork<'_, '_> {
         pieces: &mut [ScorePiece],
     ) -> Result<(), SimError> {
         let d = self.spec.model.shape.head_dim;
+        // A chunk holds a piece per (group, variant): found by index, not by
+        // a scan per variant (hundreds of variants in a diagnosis).
+        let mut of_variant: Vec<Vec<usize>> = vec![Vec::new(); self.variants.len()];
+        for (i, p) in pieces.iter().enumerate() {
+            of_variant[p.variant].push(i);
+        }
         for (v, variant) in self.variants.iter().enumerate() {
             if self.twins[v].is_some() {
                 continue;
@@ -378,7 +384,8 @@ impl ChunkWork<'_, '_> {
                 Some(keys) => q.score_quantized_rows(keys, out),
                 None => q.score_rows(&fin[..n * d], out),
             };
-            for piece in pieces.iter_mut().filter(|p| p.variant == v) {
+            for &i in &of_variant[v] {
+                let piece = &mut pieces[i];
                 let q = &self.queries[piece.group][v];
                 if piece.scores.len() == n {
                     score(q, piece.scores);
@@ -394,21 +401,18 @@ impl ChunkWork<'_, '_> {
 
     /// A twin's scores are its original's, bit for bit: copied, not recomputed.
     fn copy_twin_scores(&self, pieces: &mut [ScorePiece]) {
-        for (v, u) in self.twins.iter().enumerate().filter_map(|(v, u)| u.map(|u| (v, u))) {
-            for i in 0..pieces.len() {
-                let Some(j) = pieces.iter().position(|p| p.group == pieces[i].group && p.variant == u).filter(|_| pieces[i].variant == v)
-                else {
-                    continue;
-                };
-                let (to, from) = if i < j {
-                    let (a, b) = pieces.split_at_mut(j);
-                    (&mut a[i], &b[0])
-                } else {
-                    let (a, b) = pieces.split_at_mut(i);
-                    (&mut b[0], &a[j])
-                };
-                to.scores.copy_from_slice(from.scores);
-            }
+        let at = piece_index(pieces, self.twins.len());
+        for i in 0..pieces.len() {
+            let (g, v) = (pieces[i].group, pieces[i].variant);
+            let Some(j) = self.twins[v].and_then(|u| at[g * self.twins.len() + u]) else { continue };
+            let (to, from) = if i < j {
+                let (a, b) = pieces.split_at_mut(j);
+                (&mut a[i], &b[0])
+            } else {
+                let (a, b) = pieces.split_at_mut(i);
+                (&mut b[0], &a[j])
+            };
+            to.scores.copy_from_slice(from.scores);
         }
     }
 
@@ -692,6 +696,17 @@ fn screened(
         out.push((row, exact));
     }
     Ok(out)
+}
+
+/// The index in `pieces` of each (group, variant) piece, at `group ×
+/// variants + variant` (None where the chunk has none).
+fn piece_index(pieces: &[ScorePiece], variants: usize) -> Vec<Option<usize>> {
+    let groups = pieces.iter().map(|p| p.group + 1).max().unwrap_or(0);
+    let mut at = vec![None; groups * variants];
+    for (i, p) in pieces.iter().enumerate() {
+        at[p.group * variants + p.variant] = Some(i);
+    }
+    at
 }
 
 /// Per variant, its scores (first `candidates`) moved to the lower edges

@@ -331,12 +331,55 @@ impl KeyCacheFaults {
         } else {
             key.quantize_rows_into(raw, d, &mut written)?;
         }
+        self.corrupt_relay_read(written, d, out);
+        Ok(())
+    }
+
+    /// Whether [`Self::store`] starts from `key`'s own quantization of the
+    /// rows, which several faults may then share ([`Self::store_quantized`]).
+    pub fn starts_from_quantized(&self) -> bool {
+        let layout = KeyCacheFaults { zero_pages_ppm: 0, rotated_before: None, offset_32bit_blocks: None, ..*self };
+        self.is_default() || (layout == *self && !self.write_changed())
+    }
+
+    /// [`Self::store`] from `quantized`, the rows as `key` quantizes them
+    /// (`key.quantize_rows_into`), for faults that
+    /// [`Self::starts_from_quantized`]: the same bits as `store` on the raw rows.
+    pub fn store_quantized(
+        &self,
+        key: &QuantPipeline,
+        quantized: &QuantizedRows,
+        first_row: u64,
+        d: usize,
+        out: &mut QuantizedRows,
+    ) -> Result<(), SimError> {
+        if self.is_default() {
+            out.clone_from(quantized);
+            return Ok(());
+        }
+        if !self.starts_from_quantized() {
+            return Err(SimError::Hypothesis(format!(
+                "key cache faults {self:?} write their own quantization: store them from the raw keys"
+            )));
+        }
+        if let Some(why) = self.unsupported(key, d) {
+            return Err(SimError::Hypothesis(format!("key cache faults {self:?} cannot apply to these keys: {why}")));
+        }
+        if !first_row.is_multiple_of(TENSOR_SPAN_ROWS as u64) {
+            return Err(SimError::Hypothesis(format!("key chunks must start at a multiple of {TENSOR_SPAN_ROWS} rows, not {first_row}")));
+        }
+        self.corrupt_relay_read(quantized.clone(), d, out);
+        Ok(())
+    }
+
+    /// What the reader makes of the rows as written: scale words corrupted,
+    /// pages relaid, codes read.
+    fn corrupt_relay_read(&self, mut written: QuantizedRows, d: usize, out: &mut QuantizedRows) {
         self.corrupt_scale_words(&mut written.row_scales);
         if self.page_layout != PageLayoutFault::None {
             written = self.relay_pages(&written, d);
         }
         self.read(&written, d, out);
-        Ok(())
     }
 
     /// The mixed-cache and zero-page faults on top of the others: rows from
@@ -596,6 +639,54 @@ mod tests {
         for name in ["fp32", "bf16", "fp8", "fp8-fp32scale", "fp4", "nvfp4"] {
             let key = fp8(name);
             assert_eq!(store(KeyCacheFaults::default(), &key, &raw), key.quantize_rows(&raw, D).unwrap(), "{name}");
+        }
+    }
+
+    // The scorer quantizes each key pipeline once per chunk and lets every
+    // fault that starts from that quantization read it (store_quantized):
+    // the same bits as storing the raw rows, for each such fault; a fault
+    // that writes its own quantization says so and is refused.
+    #[test]
+    fn faults_that_start_from_the_quantization_store_it_bit_for_bit() {
+        let raw = keys(256 + 80);
+        let sharing = [
+            KeyCacheFaults::default(),
+            KeyCacheFaults { read_as: Fp8Flavour::E4m3fnuz, ..Default::default() },
+            KeyCacheFaults { scale_word: ScaleWordFault::NextSlot, ..Default::default() },
+            KeyCacheFaults { scale_word: ScaleWordFault::UnwrittenZero, ..Default::default() },
+            KeyCacheFaults { scale_word: ScaleWordFault::UnwrittenNan, ..Default::default() },
+            KeyCacheFaults { slot_shift: true, ..Default::default() },
+            KeyCacheFaults { pages_swapped: true, ..Default::default() },
+            KeyCacheFaults { block_row0: true, ..Default::default() },
+            KeyCacheFaults { page_layout: PageLayoutFault::InterleavedRead, ..Default::default() },
+            KeyCacheFaults { page_layout: PageLayoutFault::PlanarRead, ..Default::default() },
+            KeyCacheFaults { page_layout: PageLayoutFault::Tile16Read, ..Default::default() },
+        ];
+        for name in ["fp8", "fp8-fp32scale"] {
+            let key = fp8(name);
+            let quantized = key.quantize_rows(&raw, D).unwrap();
+            for f in sharing {
+                assert!(f.starts_from_quantized(), "{f:?}");
+                let mut out = QuantizedRows::default();
+                f.store_quantized(&key, &quantized, 0, D, &mut out).unwrap();
+                // NaN scale words compare unequal: compare the bits.
+                let bits = |q: &QuantizedRows| {
+                    (q.values.iter().map(|x| x.to_bits()).collect::<Vec<_>>(), q.row_scales.iter().map(|x| x.to_bits()).collect::<Vec<_>>())
+                };
+                assert_eq!(bits(&out), bits(&store(f, &key, &raw)), "{name} {f:?}");
+            }
+        }
+        let key = fp8("fp8-fp32scale");
+        let quantized = key.quantize_rows(&raw, D).unwrap();
+        for f in [
+            KeyCacheFaults { stale_scale: true, ..Default::default() },
+            KeyCacheFaults { scale_span: ScaleSpan::Page, ..Default::default() },
+            KeyCacheFaults { written_as: Fp8Flavour::E4m3fnuz, ..Default::default() },
+            KeyCacheFaults { zero_pages_ppm: 500_000, ..Default::default() },
+            KeyCacheFaults { rotated_before: Some(64), ..Default::default() },
+        ] {
+            assert!(!f.starts_from_quantized(), "{f:?}");
+            assert!(f.store_quantized(&key, &quantized, 0, D, &mut QuantizedRows::default()).is_err(), "{f:?}");
         }
     }
 

@@ -15,7 +15,7 @@ use crate::model::needle::{exceedance_of, rank_quantile, NeedleDraw};
 use crate::model::physics::{Physics, RopeChoice};
 use crate::model::row_source::{scaled_key, Item, TrialRows};
 use crate::model::stack::WholeModel;
-use crate::numerics::pipeline::QuantizedRows;
+use crate::numerics::pipeline::{QuantPipeline, QuantizedRows};
 use crate::score::indexer::IndexerQuery;
 use crate::score::needle::{solve_scale, target_interval, NeedleSolve};
 use crate::score::selection::{
@@ -228,6 +228,8 @@ struct ChunkScratch {
     swapped_fin: Vec<f32>,
     chunk_scores: Vec<f32>,
     quantized: QuantizedRows,
+    /// Each key pipeline's quantization of the chunk, shared by its variants.
+    plain: Vec<QuantizedRows>,
 }
 
 impl ChunkScratch {
@@ -238,6 +240,7 @@ impl ChunkScratch {
             swapped_fin: if work.key_layouts == 2 { vec![0.0; CHUNK_ROWS * d] } else { Vec::new() },
             chunk_scores: vec![0.0; CHUNK_ROWS],
             quantized: QuantizedRows::with_capacity(CHUNK_ROWS, d),
+            plain: Vec::new(),
         }
     }
 }
@@ -291,7 +294,7 @@ impl ChunkWork<'_, '_> {
         let (d, key_layouts) = (self.spec.model.shape.head_dim, self.key_layouts);
         let n = pieces.iter().map(|p| p.scores.len()).max().unwrap_or(0);
         let rows = start as u64..(start + n) as u64;
-        let ChunkScratch { pre, swapped_fin, chunk_scores, quantized } = scratch;
+        let ChunkScratch { pre, swapped_fin, chunk_scores, quantized, plain } = scratch;
         source.next_chunk(rows.start, &mut pre[..n * d])?;
         let cases = self.special_rows(source, &pre[..n * d], &rows)?;
         let mut specials = ChunkSpecials { start: rows.start, n, cases, fin: Vec::new(), norms: Vec::new() };
@@ -315,7 +318,7 @@ impl ChunkWork<'_, '_> {
             }
         }
         let fins: [&[f32]; 2] = [&pre[..n * d], &swapped_fin[..]];
-        self.score_variants(fins, rows.start, n, quantized, &mut chunk_scores[..n], pieces)?;
+        self.score_variants(fins, rows.start, n, (quantized, plain), &mut chunk_scores[..n], pieces)?;
         self.copy_twin_scores(pieces);
         Ok(specials)
     }
@@ -355,7 +358,7 @@ impl ChunkWork<'_, '_> {
         fins: [&[f32]; 2],
         start: u64,
         n: usize,
-        quantized: &mut QuantizedRows,
+        (quantized, plain): (&mut QuantizedRows, &mut Vec<QuantizedRows>),
         chunk_scores: &mut [f32],
         pieces: &mut [ScorePiece],
     ) -> Result<(), SimError> {
@@ -366,16 +369,40 @@ impl ChunkWork<'_, '_> {
         for (i, p) in pieces.iter().enumerate() {
             of_variant[p.variant].push(i);
         }
+        // The key pipelines quantized so far in this chunk, by (key layout,
+        // pipeline), their rows in `plain` at the same index.
+        let mut shared: Vec<(usize, &QuantPipeline)> = Vec::new();
         for (v, variant) in self.variants.iter().enumerate() {
             if self.twins[v].is_some() {
                 continue;
             }
-            let fin: &[f32] = fins[self.layout_of(variant)];
+            let layout = self.layout_of(variant);
+            let fin: &[f32] = fins[layout];
             // Exact keys in a fault-free cache are what was generated:
             // scored in place, without a copy (the same bits: their
-            // row scales would be 1).
+            // row scales would be 1). A key pipeline's quantization is done
+            // once per chunk and shared by every variant that starts from
+            // it (a fault-free cache reads it as it is).
             let stored = if variant.key.is_identity() && variant.cache.is_default() {
                 None
+            } else if variant.cache.starts_from_quantized() {
+                let i = match shared.iter().position(|&(l, k)| l == layout && *k == variant.key) {
+                    Some(i) => i,
+                    None => {
+                        if plain.len() == shared.len() {
+                            plain.push(QuantizedRows::with_capacity(n, d));
+                        }
+                        variant.key.quantize_rows_into(&fin[..n * d], d, &mut plain[shared.len()])?;
+                        shared.push((layout, &variant.key));
+                        shared.len() - 1
+                    }
+                };
+                if variant.cache.is_default() {
+                    Some(&plain[i])
+                } else {
+                    variant.cache.store_quantized(&variant.key, &plain[i], start, d, quantized)?;
+                    Some(&*quantized)
+                }
             } else {
                 variant.store_keys(&fin[..n * d], start, self.request, d, quantized)?;
                 Some(&*quantized)

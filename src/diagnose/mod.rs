@@ -16,6 +16,7 @@ use crate::run::cell::CellResult;
 use crate::run::sweep::run_sweep_sharing_depths;
 use crate::score::hypothesis::{candidate_class, candidate_summary, FaultClass, Hypothesis, CATALOGUE};
 use observations::Observation;
+pub use separation::clamped;
 use serde::Serialize;
 use std::collections::BTreeMap;
 
@@ -113,13 +114,6 @@ pub fn log_binomial(found: u64, total: u64, p: f64) -> f64 {
         ll += (n - k) * (1.0 - p).ln();
     }
     ll
-}
-
-/// A simulated recall from `n_sim` trials kept inside [1/(2n), 1 − 1/(2n)]:
-/// 0 of n simulated cannot prove a probability of exactly 0.
-pub fn clamped(p: f64, n_sim: u64) -> f64 {
-    let e = 0.5 / n_sim.max(1) as f64;
-    p.clamp(e, 1.0 - e)
 }
 
 /// A simulated cell's recall, and the trials behind it.
@@ -517,6 +511,26 @@ pub fn verdict(ranking: &[Ranked], classes: &[ClassStanding]) -> Verdict {
     }
 }
 
+/// The pair a verdict leaves open, if any, as [`verdict`] reads the
+/// ranking: healthy and the best fault when healthy is first and a fault
+/// within 10:1; the best candidate and healthy when healthy is within 10:1
+/// of it; else the best candidates of the two leading classes when the
+/// second is within 10:1.
+pub fn open_pair<'a>(ranking: &'a [Ranked], classes: &[ClassStanding]) -> Option<(&'a Ranked, &'a Ranked)> {
+    let close = |bf: f64| bf > -DECISIVE_LOG10;
+    let best = ranking.first()?;
+    let healthy = ranking.iter().find(|r| r.class == FaultClass::Healthy).filter(|h| close(h.log10_bayes_factor));
+    let runner = match healthy {
+        Some(h) if h.hypothesis == best.hypothesis => ranking.get(1),
+        Some(h) => Some(h),
+        None => {
+            let class = classes.iter().skip(1).find(|c| close(c.log10_bayes_factor))?;
+            ranking.iter().find(|r| r.hypothesis == class.best)
+        }
+    };
+    runner.filter(|r| close(r.log10_bayes_factor)).map(|r| (best, r))
+}
+
 /// Binary entropy in nats.
 fn entropy(p: f64) -> f64 {
     let h = |x: f64| if x > 0.0 { -x * x.ln() } else { 0.0 };
@@ -851,7 +865,7 @@ pub fn diagnose(params: &ScenarioParams, obs: &observations::Observations, opts:
     notes.extend(calibrate_first(&ranking, &prepared.needle_knob, &prepared.needle_multipliers));
     let classes = class_standings(&ranking);
     let mut verdict = verdict(&ranking, &classes);
-    let separation = separation::open_pair(&ranking, &classes)
+    let separation = open_pair(&ranking, &classes)
         .map(|(a, b)| separation::Separation::of(&a.hypothesis, &b.hypothesis, &a.recalls, &b.recalls, trials));
     if let Some(s) = &separation {
         let mut totals: Vec<u64> = rows.iter().map(|r| r.total).collect();
@@ -1234,7 +1248,7 @@ mod tests {
     #[test]
     fn the_open_pair_is_the_one_the_verdict_leaves_open() {
         let ln10 = std::f64::consts::LN_10;
-        let names = |r: &[Ranked]| separation::open_pair(r, &class_standings(r)).map(|(a, b)| (a.hypothesis.clone(), b.hypothesis.clone()));
+        let names = |r: &[Ranked]| open_pair(r, &class_standings(r)).map(|(a, b)| (a.hypothesis.clone(), b.hypothesis.clone()));
         let pair = |a: &str, b: &str| Some((a.to_string(), b.to_string()));
         let r = ranked(&[(HEALTHY, 0.0), ("slot-shift", -0.5 * ln10)]);
         assert_eq!(names(&r), pair(HEALTHY, "slot-shift"), "healthy first, a fault within 10:1");

@@ -4,9 +4,7 @@
 //! close "healthy" verdict owes its reader: more prompts of the same rows,
 //! or another experiment (docs/OBSERVATIONS.md, "When the data cannot decide").
 
-use super::{clamped, ClassStanding, Ranked, DECISIVE_LOG10};
 use crate::base::special::upper_regularized_gamma;
-use crate::score::hypothesis::FaultClass;
 use serde::Serialize;
 
 /// Below this p the χ² test says two candidates' recalls differ beyond
@@ -72,6 +70,13 @@ impl Separation {
     }
 }
 
+/// A simulated recall from `n_sim` trials kept inside [1/(2n), 1 − 1/(2n)]:
+/// 0 of n simulated cannot prove a probability of exactly 0.
+pub fn clamped(p: f64, n_sim: u64) -> f64 {
+    let e = 0.5 / n_sim.max(1) as f64;
+    p.clamp(e, 1.0 - e)
+}
+
 /// KL(Bernoulli(pa) ‖ Bernoulli(pb)) in nats: the expected log Bayes factor
 /// of one prompt for a true `pa` against `pb`.
 pub fn kl_bernoulli(pa: f64, pb: f64) -> f64 {
@@ -84,26 +89,6 @@ pub fn kl_bernoulli(pa: f64, pb: f64) -> f64 {
 /// the expected log Bayes factor of one prompt in every row.
 pub fn kl_per_prompt(a: &[f64], b: &[f64], trials: u64) -> f64 {
     a.iter().zip(b).map(|(&pa, &pb)| kl_bernoulli(clamped(pa, trials), clamped(pb, trials))).sum()
-}
-
-/// The pair a verdict leaves open, if any, as [`super::verdict`] reads the
-/// ranking: healthy and the best fault when healthy is first and a fault
-/// within 10:1; the best candidate and healthy when healthy is within 10:1
-/// of it; else the best candidates of the two leading classes when the
-/// second is within 10:1.
-pub fn open_pair<'a>(ranking: &'a [Ranked], classes: &[ClassStanding]) -> Option<(&'a Ranked, &'a Ranked)> {
-    let close = |bf: f64| bf > -DECISIVE_LOG10;
-    let best = ranking.first()?;
-    let healthy = ranking.iter().find(|r| r.class == FaultClass::Healthy).filter(|h| close(h.log10_bayes_factor));
-    let runner = match healthy {
-        Some(h) if h.hypothesis == best.hypothesis => ranking.get(1),
-        Some(h) => Some(h),
-        None => {
-            let class = classes.iter().skip(1).find(|c| close(c.log10_bayes_factor))?;
-            ranking.iter().find(|r| r.hypothesis == class.best)
-        }
-    };
-    runner.filter(|r| close(r.log10_bayes_factor)).map(|r| (best, r))
 }
 
 #[cfg(test)]

@@ -820,6 +820,28 @@ fn unusable_output_paths_are_usage_errors() {
     }
 }
 
+// `trial --dump` and `replay` score the rows as given: a variant whose
+// fault lives in the cache, the RoPE layout, the selection or the needle
+// was silently scored as its base (the same survival and overlap); it is
+// refused, before anything is written.
+#[test]
+fn rows_as_given_refuse_faults_they_cannot_follow() {
+    let dir = TempDir::new().unwrap();
+    let dump = dir.path().join("t.safetensors");
+    let cell = ["trial", "--context", "4K", "--depth", "50", "--topk", "64", "--precisions"];
+    for v in ["fp8-fp32scale+slot-shift", "fp8-fp32scale+ties-lowest", "fp8-fp32scale+rope-swap-k", "fp8-fp32scale+needle=2"] {
+        let o = bin().args(cell).arg(format!("fp8-fp32scale,{v}")).arg("--dump").arg(&dump).output().unwrap();
+        assert_one_line_error(&o, &["--precisions", v, "without cache faults"]);
+        assert!(!dump.exists(), "{v}: a refused dump wrote {}", dump.display());
+    }
+    let o = bin().args(cell).arg("fp8-fp32scale+hadamard-q-only,bf16+logits-bf16,fp8+no-relu").arg("--dump").arg(&dump).output().unwrap();
+    assert!(o.status.success(), "formats and scoring are dumped: {}", stderr(&o));
+    // replay takes the number formats alone (its parser refuses faults; the
+    // library's replay refuses them too, for callers that build variants).
+    let o = bin().arg("replay").arg(&dump).args(["--topk", "64", "--precisions", "fp8+block-row0"]).output().unwrap();
+    assert_one_line_error(&o, &["--precisions", "fp8+block-row0"]);
+}
+
 #[test]
 fn recall_tables_show_every_needle_offset() {
     // Issue 17, bug 3: with --needle-offsets all the tables showed offset 0 only.

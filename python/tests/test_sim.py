@@ -204,6 +204,15 @@ def test_layered_replay_equals_the_cli(cli, tmp_path):
     assert list(df.columns)[0] == "layer"
 
 
+def test_trial_refuses_faults_it_cannot_dump():
+    # The dump scores its rows as given: a cache or selection fault would be
+    # scored as its base, so it is refused (formats and scoring are not).
+    with pytest.raises(d.ConfigError, match="invalid --precisions = fp8\\+slot-shift: variants of number formats"):
+        d.trial(context=4096, depth=50, topk=512, precisions="fp8,fp8+slot-shift")
+    t = d.trial(context=4096, depth=50, topk=512, precisions="fp8+no-relu")
+    assert "fp8+no-relu.logits" in sorted(t)
+
+
 def test_replay_refuses_bad_input():
     q, k, w = np.ones((4, 128), np.float32), np.ones((50, 128), np.float32), np.ones(4, np.float32)
     with pytest.raises(d.ConfigError, match="invalid --needle-rows = 50: row indices below 50"):

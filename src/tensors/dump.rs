@@ -45,8 +45,27 @@ pub fn encode_side(p: &QuantPipeline, input: &[f32], dim: usize) -> Result<Encod
     }
 }
 
-/// Scores of every row of `keys` under `variant`, exactly as a sweep computes them.
+/// Refuses a variant these rows-as-given paths (`trial --dump`, `replay`,
+/// the Python `trial` and `logits`) cannot follow: they score the keys as
+/// the variant's key pipeline quantizes them, with its query pipeline and
+/// scoring, and select with the scenario's tie rule; a cache fault, a RoPE
+/// layout, a selection fault, chunk visibility or a needle multiple would
+/// be silently left out, so the variant is refused instead.
+pub fn scores_rows_as_given(variants: &[PrecisionVariant]) -> Result<(), Error> {
+    match variants.iter().find(|v| !(v.keeps_rows_in_place() && v.position.is_default())) {
+        None => Ok(()),
+        Some(v) => Err(Error::Config(crate::error::ConfigError::new(
+            "--precisions",
+            &v.name,
+            "variants of number formats and scoring only here (the key and query pipelines, logits dtype, ReLU): trial --dump and replay score the rows as given, without cache faults, RoPE layouts, selection faults, chunk visibility or needle multiples; run or sweep simulate those",
+        ))),
+    }
+}
+
+/// Scores of every row of `keys` under `variant`, exactly as a sweep
+/// computes them; refused for a variant [`scores_rows_as_given`] refuses.
 pub fn variant_logits(v: &PrecisionVariant, queries: &[f32], weights: &[f32], keys: &[f32], dim: usize) -> Result<Vec<f32>, Error> {
+    scores_rows_as_given(std::slice::from_ref(v))?;
     let q = v.query.quantize_rows(queries, dim).map_err(crate::SimError::from)?;
     let k = v.key.quantize_rows(keys, dim).map_err(crate::SimError::from)?;
     let iq = IndexerQuery::new(q, weights, dim, v.scoring);
@@ -194,6 +213,7 @@ fn quantile_needle_scale(s: &Scenario, seed: u64, depth: f64, on_step: &dyn Fn(&
 /// [`dump_trial`] writes, and the Python binding's `trial` returns.
 /// `on_step` names each step as it starts (for a progress display).
 pub fn trial_tensors(s: &Scenario, trial: u64, on_step: &dyn Fn(&str)) -> Result<TrialTensors, Error> {
+    scores_rows_as_given(&s.precisions)?;
     let (context, depth, k) = (s.contexts[0], s.depths[0], s.topks[0]);
     let d = s.model.shape.head_dim;
     let seed = trial_seed(s.seed, depth, trial);

@@ -440,6 +440,7 @@ fn replay_layer(
 
 /// Replays every token × k × variant.
 pub fn replay(rec: &Recorded, variants: &[PrecisionVariant], topks: &[u64]) -> Result<Vec<ReplayRow>, Error> {
+    super::dump::scores_rows_as_given(variants)?;
     let shape = |e: ndarray::ShapeError| internal(format!("sizes do not match the data: {e}"));
     let views = LayerViews {
         queries: ArrayView3::from_shape((rec.tokens, rec.heads, rec.dim), &rec.queries).map_err(shape)?,
@@ -504,6 +505,7 @@ fn mean(xs: &[f64]) -> f64 {
 
 /// Replays every layer × token × k × variant and summarises across layers.
 pub fn replay_layered(cap: &Layered, variants: &[PrecisionVariant], topks: &[u64]) -> Result<LayeredReplay, Error> {
+    super::dump::scores_rows_as_given(variants)?;
     let (layers, tokens, _, _) = cap.queries.dim();
     let rows = cap.keys.dim().1;
     let mut out = Vec::new();

@@ -341,3 +341,38 @@ fn a_healthy_deployment_with_another_needle_reads_as_healthy() {
     }
     eprintln!("{report:?}");
 }
+
+// Issue 28, item 5: the next experiment may leave the observed grid. One
+// prompt lost at 6,042 tokens with a 2,048-token prefill chunk (mlx-lm
+// #1189, examples/incidents/mlx_chunked_prefill.csv), chunk-local against
+// block-row0: k covering every candidate row (mlx-lm #1453's cure) gives
+// block-row0's needle back but not chunk-local's (rows outside the query's
+// chunk are not there to select), so the next experiment goes there, and
+// says that it leaves the observed grid.
+#[test]
+fn the_next_experiment_may_leave_the_observed_grid() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let toml = fs::read_to_string(root.join("examples/incidents/findings.toml")).unwrap();
+    let mut p = config::resolve(parse_scenario_toml(&toml).unwrap()).unwrap();
+    p.sweep.trials = Some(60);
+    p.estimator.predict = Some(false);
+    let csv = "context_tokens,depth_percent,topk,config,found,total,prefill_chunk\n6042,50,512,bf16,0,1,2048\n";
+    let obs = observations::parse("chunked.csv", csv, &|v| diagnose::variant_ok(&p, v)).unwrap();
+    let opts = Options {
+        hypotheses: diagnose::candidates("chunk-local,block-row0").unwrap(),
+        reading: Reading::Model,
+        next: true,
+        needle_multipliers: vec![1.0],
+        observer: &dsa_recall::base::observe::Silent,
+    };
+    let d = diagnose::diagnose(&p, &obs, &opts).unwrap();
+    let table = diagnose::format_table(&d);
+    let next = d.next.as_ref().expect("a next experiment");
+    // 6,042 tokens hold 1,510 candidate rows (compress ratio 4).
+    assert_eq!((next.context_tokens, next.topk), (6042, 1510), "{table}");
+    assert!(next.beyond_observed.iter().any(|b| b.contains("every candidate row")), "{table}");
+    let recall = |h: &str| next.leader_recalls[next.leaders.iter().position(|l| l == h).unwrap()];
+    assert!(recall("chunk-local") < 0.1 && recall("block-row0") > 0.9, "{table}");
+    assert_eq!(next.prompts_for_20_to_1, Some(1), "{table}");
+    assert!(table.contains("every candidate row (mlx-lm #1453's cure)"), "{table}");
+}

@@ -368,6 +368,9 @@ pub struct NextExperiment {
     /// Prompts for the leader's expected log Bayes factor against the
     /// runner-up to reach log 20; None when this cell cannot tell them apart.
     pub prompts_for_20_to_1: Option<u64>,
+    /// How the cell leaves the observed grid, if it does (a longer context,
+    /// the needle in the last 2K tokens, k covering every row); empty inside it.
+    pub beyond_observed: Vec<String>,
 }
 
 /// The full answer.
@@ -389,6 +392,10 @@ pub struct Diagnosis {
     /// Candidates that change no observed configuration (the same as healthy): left out.
     pub not_applicable: Vec<String>,
     pub next: Option<NextExperiment>,
+    /// The best cell for a per-layer capture of the indexer's top-k instead
+    /// (one layer's selection per prompt, `dsa-recall observe`), when it
+    /// carries more information per prompt than the best needle test.
+    pub next_capture: Option<NextExperiment>,
     /// The two candidates the verdict leaves open, compared row by row
     /// (None when it leaves none open).
     pub separation: Option<separation::Separation>,
@@ -860,7 +867,8 @@ pub fn diagnose(params: &ScenarioParams, obs: &observations::Observations, opts:
     let (ranking, trials) = prepared.rank(rows)?;
     // The next experiment is simulated with the best candidate's needle.
     let next_params = with_needle_multiple(&params_for_rows(params, rows), ranking.first().map_or(1.0, |r| r.needle_multiplier))?;
-    let next = if opts.next && ranking.len() >= 2 { next_experiment(&next_params, rows, &prepared.plan, &ranking, opts)? } else { None };
+    let (next, next_capture) =
+        if opts.next && ranking.len() >= 2 { next_experiment(&next_params, rows, &prepared.plan, &ranking, opts)? } else { (None, None) };
     let mut notes = if rows.iter().any(|r| r.query_position.is_some()) { vec![QUERY_POSITION_NOTE.to_string()] } else { Vec::new() };
     notes.extend(calibrate_first(&ranking, &prepared.needle_knob, &prepared.needle_multipliers));
     let classes = class_standings(&ranking);
@@ -893,6 +901,7 @@ pub fn diagnose(params: &ScenarioParams, obs: &observations::Observations, opts:
         needle_multipliers: prepared.needle_multipliers,
         not_applicable: prepared.not_applicable,
         next,
+        next_capture,
         separation,
         notes,
     })
@@ -954,32 +963,77 @@ pub fn recovered(
     Ok(hits)
 }
 
-/// The cell of a small grid (the observed contexts' least, greatest and
-/// geometric middle × depths 10, 50, 90 × the observed k and twice the
-/// least × the observed configurations) where one prompt's outcome carries
-/// the most information about the posterior; the leaders are the two best.
+/// Cells (context, depth, k), and by (context, depth bits, k) how each
+/// leaves the observed grid (empty inside it).
+type NextGrid = (Vec<(u64, f64, u64)>, BTreeMap<(u64, u64, u64), Vec<String>>);
+
+/// The next experiment's grid (see [`next_experiment`]) for `rows`.
+fn next_grid(params: &ScenarioParams, rows: &[Observation]) -> NextGrid {
+    let (lo, hi) = rows.iter().fold((u64::MAX, 0), |(lo, hi), r| (lo.min(r.context_tokens), hi.max(r.context_tokens)));
+    let mut contexts = vec![lo, ((lo as f64 * hi as f64).sqrt().round() as u64), hi];
+    contexts.dedup();
+    let k0 = rows.iter().map(|r| r.topk).min().unwrap_or(1);
+    let probe: Vec<String> = rows.iter().take(1).map(|r| r.config.clone()).collect();
+    let accepts = |contexts: &[u64], depths: &[f64], topks: &[u64]| scenario_with(params, contexts, depths, topks, &probe).ok();
+    if accepts(&[2 * hi], &[50.0], &[k0]).is_some() {
+        contexts.push(2 * hi);
+    }
+    // Twice the least k only where the longest context has that many rows to select.
+    let mut topks = if accepts(&contexts, &[50.0], &[k0, 2 * k0]).is_some() { vec![k0, 2 * k0] } else { vec![k0] };
+    let geometry = accepts(&[hi], &[50.0], &[k0]).map(|s| s.geometry);
+    let rows_of = |c: u64| geometry.map_or(0, |g| g.candidate_rows(c));
+    let every_row = rows_of(hi);
+    if every_row > *topks.last().unwrap_or(&0) && accepts(&contexts, &[50.0], &[every_row]).is_some() {
+        topks.push(every_row);
+    }
+    let near_end = |c: u64| (c > 2 * NEAR_END_TOKENS).then(|| ((c - NEAR_END_TOKENS) as f64 / c as f64 * 1e4).floor() / 100.0);
+    let mut cells = Vec::new();
+    for &c in &contexts {
+        for d in [10.0, 50.0, 90.0].into_iter().chain(near_end(c).filter(|&d| accepts(&[c], &[d], &[k0]).is_some())) {
+            for &k in &topks {
+                cells.push((c, d, k));
+            }
+        }
+    }
+    let beyond_of = |c: u64, d: f64, k: u64| {
+        let mut why = Vec::new();
+        if c > hi {
+            why.push(format!("a longer context than observed ({c} tokens)"));
+        }
+        if near_end(c) == Some(d) {
+            why.push(format!("the needle {NEAR_END_TOKENS} tokens before the end"));
+        }
+        if k == every_row && k >= rows_of(c) {
+            why.push(format!("k = {k}, every candidate row (mlx-lm #1453's cure)"));
+        }
+        why
+    };
+    let beyond = cells.iter().map(|&(c, d, k)| ((c, d.to_bits(), k), beyond_of(c, d, k))).collect();
+    (cells, beyond)
+}
+
+/// The needle's place, in tokens before the end, of the "last 2K tokens"
+/// cells of the next experiment: inside the last 2K, outside V4's raw
+/// window of 128 tokens.
+pub const NEAR_END_TOKENS: u64 = 1024;
+
+/// The cell of a grid where one prompt's outcome carries the most
+/// information about the posterior (the leaders are the two best), and the
+/// best cell for a per-layer capture when that carries more. The grid: the
+/// observed contexts' least, geometric middle and greatest, and twice the
+/// greatest (a longer context); depths 10, 50, 90 % and, per context, the
+/// needle [`NEAR_END_TOKENS`] before the end; the least observed k, twice
+/// it, and every candidate row of the greatest observed context (k ≥ the
+/// context, the cure of ml-explore/mlx-lm #1453); the observed
+/// configurations. Each addition only where the scenario accepts it.
 fn next_experiment(
     params: &ScenarioParams,
     rows: &[Observation],
     plan: &[(String, BTreeMap<String, String>)],
     ranking: &[Ranked],
     opts: &Options<'_>,
-) -> Result<Option<NextExperiment>, Error> {
-    let (lo, hi) = rows.iter().fold((u64::MAX, 0), |(lo, hi), r| (lo.min(r.context_tokens), hi.max(r.context_tokens)));
-    let mut contexts = vec![lo, ((lo as f64 * hi as f64).sqrt().round() as u64), hi];
-    contexts.dedup();
-    let k0 = rows.iter().map(|r| r.topk).min().unwrap_or(1);
-    // Twice the least k only where the longest context has that many rows to select.
-    let probe: Vec<String> = rows.iter().take(1).map(|r| r.config.clone()).collect();
-    let topks = if scenario_with(params, &contexts, &[50.0], &[k0, 2 * k0], &probe).is_ok() { vec![k0, 2 * k0] } else { vec![k0] };
-    let mut cells = Vec::new();
-    for &d in &[10.0, 50.0, 90.0] {
-        for &c in &contexts {
-            for &k in &topks {
-                cells.push((c, d, k));
-            }
-        }
-    }
+) -> Result<(Option<NextExperiment>, Option<NextExperiment>), Error> {
+    let (cells, beyond) = next_grid(params, rows);
     // Only candidates with weight are worth simulating again: the others
     // change the information of a cell by less than their weight.
     let live: Vec<&Ranked> = ranking.iter().filter(|r| r.posterior >= LIVE_POSTERIOR).take(LIVE_MAX).collect();
@@ -998,41 +1052,50 @@ fn next_experiment(
         let z: f64 = live.iter().map(|r| r.posterior).sum();
         live.iter().map(|r| r.posterior / z).collect()
     };
-    let mut best: Option<NextExperiment> = None;
+    // Best needle test, best per-layer capture (the latter only under the whole-model reading).
+    let mut best: [Option<NextExperiment>; 2] = [None, None];
     let configs: Vec<&String> = plan.first().map(|(_, m)| m.keys().collect()).unwrap_or_default();
     for &(c, d, k) in &cells {
         for config in &configs {
-            let mut recalls = Vec::new();
+            let mut recalls = [Vec::new(), Vec::new()];
             for r in &live {
                 let v = &plan_of(&r.hypothesis).expect("planned")[config.as_str()];
                 let s = sim.get(&key(c, d, k, v)).copied();
-                let p = match (s, opts.reading) {
+                let test = match (s, opts.reading) {
                     (Some(s), Reading::Model) => s.model.unwrap_or(s.layer),
                     (Some(s), Reading::Layer) => s.layer,
                     (None, _) => f64::NAN,
                 };
-                recalls.push(clamped(p, s.map_or(1, |s| s.trials)));
+                let trials = s.map_or(1, |s| s.trials);
+                recalls[0].push(clamped(test, trials));
+                recalls[1].push(clamped(s.map_or(f64::NAN, |s| s.layer), trials));
             }
-            if recalls.iter().any(|p| p.is_nan()) {
-                continue;
-            }
-            let info = information(&weights, &recalls);
-            if best.as_ref().is_none_or(|b| info > b.information_per_prompt + 1e-12) {
-                best = Some(NextExperiment {
-                    context_tokens: c,
-                    depth_percent: d,
-                    topk: k,
-                    config: (*config).clone(),
-                    label: rows.iter().find(|r| &r.config == *config).map_or_else(|| (*config).clone(), |r| r.label.clone()),
-                    information_per_prompt: info,
-                    leaders: [live[0].hypothesis.clone(), live[1].hypothesis.clone()],
-                    leader_recalls: [recalls[0], recalls[1]],
-                    prompts_for_20_to_1: prompts_for_odds(recalls[0], recalls[1]),
-                });
+            let kinds = if opts.reading == Reading::Model { 2 } else { 1 };
+            for (slot, recalls) in best.iter_mut().zip(&recalls).take(kinds) {
+                if recalls.iter().any(|p| p.is_nan()) {
+                    continue;
+                }
+                let info = information(&weights, recalls);
+                if slot.as_ref().is_none_or(|b| info > b.information_per_prompt + 1e-12) {
+                    *slot = Some(NextExperiment {
+                        context_tokens: c,
+                        depth_percent: d,
+                        topk: k,
+                        config: (*config).clone(),
+                        label: rows.iter().find(|r| &r.config == *config).map_or_else(|| (*config).clone(), |r| r.label.clone()),
+                        information_per_prompt: info,
+                        leaders: [live[0].hypothesis.clone(), live[1].hypothesis.clone()],
+                        leader_recalls: [recalls[0], recalls[1]],
+                        prompts_for_20_to_1: prompts_for_odds(recalls[0], recalls[1]),
+                        beyond_observed: beyond.get(&(c, d.to_bits(), k)).cloned().unwrap_or_default(),
+                    });
+                }
             }
         }
     }
-    Ok(best)
+    let [test, capture] = best;
+    let capture = capture.filter(|cap| test.as_ref().is_none_or(|t| cap.information_per_prompt > t.information_per_prompt + 1e-12));
+    Ok((test, capture))
 }
 
 /// The ranking as a table, the classes and the verdict under it, then the next experiment.
@@ -1115,22 +1178,37 @@ fn push_classes_and_verdict(d: &Diagnosis, out: &mut String) {
             n.leaders[0], n.leaders[1]
         ));
     } else if let Some(n) = &d.next {
+        out.push_str(&format!("next experiment: {}\n", n.describe()));
+    }
+    if let Some(n) = &d.next_capture {
         out.push_str(&format!(
-            "next experiment: {} tokens, depth {} %, k {}, {}: {:.3} nats per prompt; {} {:.3} vs {} {:.3}, {}\n",
-            n.context_tokens,
-            n.depth_percent,
-            n.topk,
-            if n.label == n.config { n.label.clone() } else { format!("{} ({})", n.label, n.config) },
-            n.information_per_prompt,
-            n.leaders[0],
-            n.leader_recalls[0],
-            n.leaders[1],
-            n.leader_recalls[1],
-            match n.prompts_for_20_to_1 {
+            "or a per-layer capture of the indexer's top-k (sglang --enable-return-indexer-topk, then dsa-recall observe), one layer per prompt: {}\n",
+            n.describe()
+        ));
+    }
+}
+
+impl NextExperiment {
+    /// The cell, what it carries, the leaders' recalls and how the cell
+    /// leaves the observed grid, in one line.
+    pub fn describe(&self) -> String {
+        let beyond = if self.beyond_observed.is_empty() { String::new() } else { format!(" [{}]", self.beyond_observed.join("; ")) };
+        format!(
+            "{} tokens, depth {} %, k {}, {}{beyond}: {:.3} nats per prompt; {} {:.3} vs {} {:.3}, {}",
+            self.context_tokens,
+            self.depth_percent,
+            self.topk,
+            if self.label == self.config { self.label.clone() } else { format!("{} ({})", self.label, self.config) },
+            self.information_per_prompt,
+            self.leaders[0],
+            self.leader_recalls[0],
+            self.leaders[1],
+            self.leader_recalls[1],
+            match self.prompts_for_20_to_1 {
                 Some(p) => format!("{p} prompt(s) for 20:1 odds between them"),
                 None => "this cell does not tell them apart".into(),
             }
-        ));
+        )
     }
 }
 

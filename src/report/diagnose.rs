@@ -201,11 +201,12 @@ fn push_next_experiment(h: &mut String, d: &Diagnosis) {
         Some(n) => {
             let _ = writeln!(
                 h,
-                "<p><b>{} tokens, needle depth {} %, k {}, {}</b>: {:.3} nats per prompt. {} predicts recall {:.3}, {} {:.3}; {}.</p>",
+                "<p><b>{} tokens, needle depth {} %, k {}, {}</b>{}: {:.3} nats per prompt. {} predicts recall {:.3}, {} {:.3}; {}.</p>",
                 tokens_label(n.context_tokens),
                 n.depth_percent,
                 n.topk,
                 escape(&n.config),
+                beyond_observed(n),
                 n.information_per_prompt,
                 escape(&n.leaders[0]),
                 n.leader_recalls[0],
@@ -217,6 +218,31 @@ fn push_next_experiment(h: &mut String, d: &Diagnosis) {
                 }
             );
         }
+    }
+    if let Some(n) = &d.next_capture {
+        let _ = writeln!(
+            h,
+            "<p>Or a per-layer capture of the indexer's top-k (sglang <code>--enable-return-indexer-topk</code>, then <code>dsa-recall observe</code>), one layer's selection per prompt: <b>{} tokens, needle depth {} %, k {}, {}</b>{}: {:.3} nats per prompt; {} selects the needle with probability {:.3}, {} {:.3}.</p>",
+            tokens_label(n.context_tokens),
+            n.depth_percent,
+            n.topk,
+            escape(&n.config),
+            beyond_observed(n),
+            n.information_per_prompt,
+            escape(&n.leaders[0]),
+            n.leader_recalls[0],
+            escape(&n.leaders[1]),
+            n.leader_recalls[1],
+        );
+    }
+}
+
+/// " (outside the observed grid: …)" for a cell that leaves it, else nothing.
+fn beyond_observed(n: &crate::diagnose::NextExperiment) -> String {
+    if n.beyond_observed.is_empty() {
+        String::new()
+    } else {
+        format!(" (outside the observed grid: {})", escape(&n.beyond_observed.join("; ")))
     }
 }
 

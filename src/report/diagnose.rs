@@ -201,13 +201,8 @@ fn push_next_experiment(h: &mut String, d: &Diagnosis) {
         Some(n) => {
             let _ = writeln!(
                 h,
-                "<p><b>{} tokens, needle depth {} %, k {}, {}</b>{}: {:.3} nats per prompt. {} predicts recall {:.3}, {} {:.3}; {}.</p>",
-                tokens_label(n.context_tokens),
-                n.depth_percent,
-                n.topk,
-                escape(&n.config),
-                beyond_observed(n),
-                n.information_per_prompt,
+                "<p>{} {} predicts recall {:.3}, {} {:.3}; {}.</p>",
+                next_cell(n),
                 escape(&n.leaders[0]),
                 n.leader_recalls[0],
                 escape(&n.leaders[1]),
@@ -222,13 +217,8 @@ fn push_next_experiment(h: &mut String, d: &Diagnosis) {
     if let Some(n) = &d.next_capture {
         let _ = writeln!(
             h,
-            "<p>Or a per-layer capture of the indexer's top-k (sglang <code>--enable-return-indexer-topk</code>, then <code>dsa-recall observe</code>), one layer's selection per prompt: <b>{} tokens, needle depth {} %, k {}, {}</b>{}: {:.3} nats per prompt; {} selects the needle with probability {:.3}, {} {:.3}.</p>",
-            tokens_label(n.context_tokens),
-            n.depth_percent,
-            n.topk,
-            escape(&n.config),
-            beyond_observed(n),
-            n.information_per_prompt,
+            "<p>Or a per-layer capture of the indexer's top-k (sglang <code>--enable-return-indexer-topk</code>, then <code>dsa-recall observe</code>), one layer's selection per prompt: {} {} selects the needle with probability {:.3}, {} {:.3}.</p>",
+            next_cell(n),
             escape(&n.leaders[0]),
             n.leader_recalls[0],
             escape(&n.leaders[1]),
@@ -237,13 +227,22 @@ fn push_next_experiment(h: &mut String, d: &Diagnosis) {
     }
 }
 
-/// " (outside the observed grid: …)" for a cell that leaves it, else nothing.
-fn beyond_observed(n: &crate::diagnose::NextExperiment) -> String {
-    if n.beyond_observed.is_empty() {
+/// A next experiment's cell in bold, how it leaves the observed grid, and
+/// what one prompt there carries.
+fn next_cell(n: &crate::diagnose::NextExperiment) -> String {
+    let beyond = if n.beyond_observed.is_empty() {
         String::new()
     } else {
         format!(" (outside the observed grid: {})", escape(&n.beyond_observed.join("; ")))
-    }
+    };
+    format!(
+        "<b>{} tokens, needle depth {} %, k {}, {}</b>{beyond}: {:.3} nats per prompt.",
+        tokens_label(n.context_tokens),
+        n.depth_percent,
+        n.topk,
+        escape(&n.config),
+        n.information_per_prompt
+    )
 }
 
 /// The class table and the candidates' ranking.

@@ -21,6 +21,9 @@
 //! (V4-Flash, the niah needle), 200 trials per cell. Prints a table per
 //! truth and per class and draws `plots/diagnose_recovery_classes.png`.
 //!
+//! Also draws `plots/diagnose_identifiability.png`: each truth's share at
+//! n = 20 against the prompts per row it needs.
+//!
 //! `cargo run --release --example recovery_classes [R]` (R = 200 by
 //! default; a few minutes on 2 cores, nearly all of it the simulations).
 
@@ -36,6 +39,8 @@ const PROMPTS: [u64; 3] = [5, 20, 80];
 const SEED_TRUTH: u64 = 7;
 const SEED_DRAWS: u64 = 3000;
 const SEED_DIAGNOSE: u64 = 42;
+/// Where a truth that never separates is drawn on the identifiability chart.
+const NEVER_DRAWN_AT: f64 = 10_000.0;
 
 fn params(seed: u64) -> dsa_recall::ScenarioParams {
     let toml = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/examples/incidents/findings.toml"))
@@ -301,6 +306,34 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     std::fs::create_dir_all("plots")?;
     render_knob(&chart, std::path::Path::new("plots/diagnose_recovery_classes.png"), 1600, 1000)?;
-    println!("\nwrote plots/diagnose_recovery_classes.png ({:.1} s in all)", started.elapsed().as_secs_f64());
+    // Each truth's share at n = 20 against the prompts it needs, per class
+    // (the colours of the chart above).
+    let mut needed = Vec::new();
+    for (i, (name, (_, truths))) in by_class.iter().enumerate().filter(|(_, (_, (c, _)))| *c != FaultClass::Healthy) {
+        let mut points: Vec<(f64, f64, f64, f64)> = truths
+            .iter()
+            .map(|t| {
+                let (lo, hi) = wilson_interval(t.hits[1], replicates, Z95);
+                (t.need.map_or(NEVER_DRAWN_AT, |n| n.max(1) as f64), t.hits[1] as f64 / replicates as f64, lo, hi)
+            })
+            .collect();
+        points.sort_by(|a, b| a.0.total_cmp(&b.0));
+        needed.push(KnobSeries { label: format!("{name} ({} truths)", truths.len()), color: i, points, whole_model: true });
+    }
+    let identifiability = KnobChart {
+        title: "a truth's class is named when few prompts separate it".into(),
+        subtitle: format!(
+            "each point one true hypothesis, the rows and simulations of diagnose_recovery_classes.png; {replicates} draws at n = 20, Wilson 95 %; \"never\" drawn at {NEVER_DRAWN_AT}"
+        ),
+        x_label: "prompts per row for an expected 20:1 of its class over the nearest other-class candidate".into(),
+        y_label: "share of draws, its class first at n = 20".into(),
+        key: Some("— one class's truths, by the prompts they need (Wilson 95 % band)".into()),
+        panels: vec![KnobPanel { title: "computed from the simulations before any draw".into(), series: needed }],
+    };
+    render_knob(&identifiability, std::path::Path::new("plots/diagnose_identifiability.png"), 1200, 800)?;
+    println!(
+        "\nwrote plots/diagnose_recovery_classes.png, plots/diagnose_identifiability.png ({:.1} s in all)",
+        started.elapsed().as_secs_f64()
+    );
     Ok(())
 }

@@ -44,7 +44,7 @@ pub const NEEDS_INDEPENDENT_ROWS: &str =
 /// whole context and are not
 /// modelled.
 pub fn models_variant(variant: &PrecisionVariant) -> bool {
-    variant.keeps_rows_in_place() && variant.position.is_default()
+    variant.changes_only_numbers()
 }
 
 /// `m` rows of `0 … candidates − 1` without `skip` (the needle's rows): row

@@ -315,15 +315,9 @@ impl KeyCacheFaults {
         if self.is_default() {
             return Ok(key.quantize_rows_into(raw, d, out)?);
         }
-        if let Some(why) = self.unsupported(key, d) {
-            return Err(SimError::Hypothesis(format!("key cache faults {self:?} cannot apply to these keys: {why}")));
-        }
-        let layout = KeyCacheFaults { zero_pages_ppm: 0, rotated_before: None, offset_32bit_blocks: None, ..*self };
-        if layout != *self {
+        self.check_keys(key, d)?;
+        if self.without_mixed() != *self {
             return self.store_mixed(key, raw, first_row, request, d, out);
-        }
-        if !first_row.is_multiple_of(TENSOR_SPAN_ROWS as u64) {
-            return Err(SimError::Hypothesis(format!("key chunks must start at a multiple of {TENSOR_SPAN_ROWS} rows, not {first_row}")));
         }
         let mut written = QuantizedRows::default();
         if self.write_changed() {
@@ -331,15 +325,26 @@ impl KeyCacheFaults {
         } else {
             key.quantize_rows_into(raw, d, &mut written)?;
         }
-        self.corrupt_relay_read(written, d, out);
-        Ok(())
+        self.read_back(written, first_row, d, out)
+    }
+
+    /// These faults without the mixed-cache and zero-page ones ([`Self::store_mixed`]).
+    fn without_mixed(&self) -> KeyCacheFaults {
+        KeyCacheFaults { zero_pages_ppm: 0, rotated_before: None, offset_32bit_blocks: None, ..*self }
+    }
+
+    /// Refuses keys these faults cannot apply to ([`Self::unsupported`]).
+    fn check_keys(&self, key: &QuantPipeline, d: usize) -> Result<(), SimError> {
+        match self.unsupported(key, d) {
+            Some(why) => Err(SimError::Hypothesis(format!("key cache faults {self:?} cannot apply to these keys: {why}"))),
+            None => Ok(()),
+        }
     }
 
     /// Whether [`Self::store`] starts from `key`'s own quantization of the
     /// rows, which several faults may then share ([`Self::store_quantized`]).
     pub fn starts_from_quantized(&self) -> bool {
-        let layout = KeyCacheFaults { zero_pages_ppm: 0, rotated_before: None, offset_32bit_blocks: None, ..*self };
-        self.is_default() || (layout == *self && !self.write_changed())
+        self.is_default() || (self.without_mixed() == *self && !self.write_changed())
     }
 
     /// [`Self::store`] from `quantized`, the rows as `key` quantizes them
@@ -362,13 +367,17 @@ impl KeyCacheFaults {
                 "key cache faults {self:?} write their own quantization: store them from the raw keys"
             )));
         }
-        if let Some(why) = self.unsupported(key, d) {
-            return Err(SimError::Hypothesis(format!("key cache faults {self:?} cannot apply to these keys: {why}")));
-        }
+        self.check_keys(key, d)?;
+        self.read_back(quantized.clone(), first_row, d, out)
+    }
+
+    /// The rows `written` from `first_row` (a multiple of
+    /// [`TENSOR_SPAN_ROWS`]) as the scorer reads them back.
+    fn read_back(&self, written: QuantizedRows, first_row: u64, d: usize, out: &mut QuantizedRows) -> Result<(), SimError> {
         if !first_row.is_multiple_of(TENSOR_SPAN_ROWS as u64) {
             return Err(SimError::Hypothesis(format!("key chunks must start at a multiple of {TENSOR_SPAN_ROWS} rows, not {first_row}")));
         }
-        self.corrupt_relay_read(quantized.clone(), d, out);
+        self.corrupt_relay_read(written, d, out);
         Ok(())
     }
 
@@ -394,7 +403,7 @@ impl KeyCacheFaults {
         d: usize,
         out: &mut QuantizedRows,
     ) -> Result<(), SimError> {
-        let rest = KeyCacheFaults { zero_pages_ppm: 0, rotated_before: None, offset_32bit_blocks: None, ..*self };
+        let rest = self.without_mixed();
         match self.rotated_before {
             Some(r) if d > 0 && r < first_row + (raw.len() / d) as u64 => {
                 if key.rotation != Rotation::Hadamard {

@@ -219,6 +219,15 @@ impl PrecisionVariant {
         self.cache.is_default() && self.selection.is_default() && self.chunk.is_all() && self.needle_multiple == 1.0
     }
 
+    /// Whether the variant changes only number formats and scoring (the
+    /// query and key pipelines, weights and logits, ReLU): rows in place and
+    /// the model's RoPE layout. What rows scored one at a time (the tail
+    /// estimator, the sampled prediction) or as given (`trial --dump`,
+    /// `replay`) can follow.
+    pub fn changes_only_numbers(&self) -> bool {
+        self.keeps_rows_in_place() && self.position.is_default()
+    }
+
     /// Quantizes a chunk of raw keys (rows `first_row …`, rows of `d`;
     /// `first_row` a multiple of 256) as they are written to the paged key
     /// cache of the request seeded `request` (the trial), and gives in

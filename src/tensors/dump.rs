@@ -52,7 +52,7 @@ pub fn encode_side(p: &QuantPipeline, input: &[f32], dim: usize) -> Result<Encod
 /// layout, a selection fault, chunk visibility or a needle multiple would
 /// be silently left out, so the variant is refused instead.
 pub fn scores_rows_as_given(variants: &[PrecisionVariant]) -> Result<(), Error> {
-    match variants.iter().find(|v| !(v.keeps_rows_in_place() && v.position.is_default())) {
+    match variants.iter().find(|v| !v.changes_only_numbers()) {
         None => Ok(()),
         Some(v) => Err(Error::Config(crate::error::ConfigError::new(
             "--precisions",

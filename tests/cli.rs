@@ -906,6 +906,8 @@ fn bad_stack_values_name_their_flag() {
     assert_bad_sweep(&["--layer-correlation", "1.5"], &["--layer-correlation", "from 0 to 0.9999"]);
     assert_bad_sweep(&["--hca", "maybe"], &["--hca", "blind, retrieves"]);
     assert_bad_sweep(&["--fault-layers", "some"], &["--fault-layers", "catalogue, shared, independent"]);
+    assert_bad_sweep(&["--candidate-source-layer", "3"], &["--candidate-source-layer", "an indexer layer of the stack"]);
+    assert_bad_sweep(&["--candidate-blocks", "2048"], &["--candidate-blocks", "only with stack.candidate_source_layer"]);
     assert_bad_sweep(&["--question-tokens", "0", "--answer-tokens", "0"], &["--question-tokens", "at least 1"]);
     assert_bad_sweep(&["--indexer-ratio", "8"], &["--compress-ratios", "stack.indexer_ratio = 8"]);
 }

@@ -73,6 +73,9 @@ fn key() -> impl Strategy<Value = (&'static str, &'static str)> {
         ("stack", "quorum"),
         ("stack", "hca"),
         ("stack", "fault_layers"),
+        ("stack", "candidate_source_layer"),
+        ("stack", "candidate_blocks"),
+        ("stack", "candidate_block_rows"),
         ("needle", "strenght"),
         ("bogus", "x"),
     ])

@@ -189,3 +189,47 @@ fn a_fault_in_some_layers_is_rescued_by_the_healthy_ones() {
         assert!(e.contains(needle) && !e.contains('\n'), "{e}");
     }
 }
+
+// Issue 28 (V4.1's two-level candidate indexer, docs/MODEL.md "Two-level
+// candidate indexer"): the candidate source is V4-Flash's model layer 20,
+// indexer layer 9. Constant logits with index-ordered ties in that layer
+// alone keep blocks 0 … 2046 and the newest, rows 0 … 16375 and the last,
+// so at 128K (32,768 rows), depth 50 % (row 16,384) its blocks lose the
+// needle and the 11 indexer layers from it on cannot select it: 9 layers
+// reach the needle where 20 did without the stage. The same fault in
+// layer 0, before the source, costs one layer either way. At 64K the 2,048
+// blocks of 8 hold every row and the stage changes nothing at all.
+#[test]
+fn a_fault_in_the_candidate_source_reaches_every_later_layer() {
+    let fault = "fp8-fp32scale+scale-unwritten-zero+ties-lowest";
+    let run = |context: &str, stage: &str| {
+        let s = scenario(&format!(
+            "[stack]\n{stage}[sweep]\ncontexts = \"{context}\"\ndepths = \"50\"\ntopk = \"512\"\n\
+             precisions = \"fp8-fp32scale,{fault}+layers=9,{fault}+layers=0\"\ntrials = 40\nseed = 3\n"
+        ));
+        run_sweep(&s, &|| {}).unwrap().cells
+    };
+    let stage = "candidate_source_layer = 20\ncandidate_blocks = 2048\ncandidate_block_rows = 8\n";
+    let reached = |cells: &[CellResult]| -> Vec<f64> { cells.iter().map(|c| c.layers_reached.unwrap()).collect() };
+    let (without, with) = (run("128K", ""), run("128K", stage));
+    assert_eq!(reached(&without), vec![21.0, 20.0, 20.0]);
+    assert_eq!(reached(&with), vec![21.0, 9.0, 20.0]);
+    assert_eq!(run("64K", ""), run("64K", stage), "2,048 blocks of 8 hold all 16,384 rows");
+}
+
+#[test]
+fn a_candidate_stage_is_refused_where_it_cannot_be_read() {
+    let stage = |source: &str, blocks: &str| {
+        format!("[stack]\ncandidate_source_layer = {source}\ncandidate_blocks = {blocks}\ncandidate_block_rows = 8\n")
+    };
+    for (toml, field, needle) in [
+        (stage("3", "2048"), "stack.candidate_source_layer", "an indexer layer of the stack"),
+        (stage("99", "2048"), "stack.candidate_source_layer", "2, 4, …, 42"),
+        (stage("20", "0"), "stack.candidate_blocks", "1"),
+        ("[stack]\ncandidate_blocks = 2048\n".to_string(), "stack.candidate_blocks", "only with stack.candidate_source_layer"),
+        (format!("[needle]\nprofile = \"stress\"\n{}", stage("20", "2048")), "stack.candidate_source_layer", "quantile needle"),
+    ] {
+        let e = config::check(config::resolve(parse_scenario_toml(&toml).unwrap()).unwrap()).unwrap_err().to_string();
+        assert!(e.contains(field) && e.contains(needle) && !e.contains('\n'), "{e}");
+    }
+}

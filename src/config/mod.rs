@@ -22,7 +22,7 @@ use crate::model::geometry::CompressionGeometry;
 use crate::model::haystack::{GenerativeModel, HaystackStructure, IndexerShape, NeedleGeometry};
 use crate::model::needle::{NeedleUnit, QuantileNeedle};
 use crate::model::physics::{KeyNorm, Physics, Pooling, RopeChoice};
-use crate::model::stack::{parse_compress_ratios, FaultSpreadChoice, HcaReading, WholeModel};
+use crate::model::stack::{parse_compress_ratios, CandidateStage, FaultSpreadChoice, HcaReading, LayerKind, WholeModel};
 use crate::score::selection::{check_topk, TieRule};
 use crate::score::variant::PrecisionVariant;
 use serde::Serialize;
@@ -187,6 +187,13 @@ pub fn check(p: ScenarioParams) -> Result<Scenario, ConfigError> {
     let estimator = check_estimator(&p.estimator, &needle.unit, &physics, &structure, ratio, &precisions)?;
     let stack = check_stack(&p.stack)?;
     check_layer_subsets(&precisions, stack.as_ref(), &needle.unit)?;
+    if stack.as_ref().is_some_and(|w| w.candidates.is_some()) && needle.unit.is_strength() {
+        return Err(ConfigError::new(
+            field_name("stack.candidate_source_layer"),
+            stack.as_ref().and_then(|w| w.candidates).map_or(0, |c| c.source_layer),
+            "a candidate stage needs the quantile needle (its per-layer draws); not with needle.unit = \"strength\"",
+        ));
+    }
     check_needle_multiples(&precisions, &needle.unit)?;
     let prefill_chunk = check_prefill_chunk(&p.geometry, &precisions)?;
 
@@ -257,7 +264,9 @@ fn check_stack(p: &params::StackParams) -> Result<Option<WholeModel>, ConfigErro
         fault_spread: FaultSpreadChoice::parse(spread_text).ok_or_else(|| {
             ConfigError::new(field_name("stack.fault_layers"), format!("{spread_text:?}"), format!("one of {}", FaultSpreadChoice::NAMES))
         })?,
+        candidates: None,
     };
+    let whole = WholeModel { candidates: check_candidates(p, &whole)?, ..whole };
     let indexed = whole.indexed_layers() as u64;
     if indexed == 0 {
         return Err(ConfigError::new(
@@ -275,6 +284,35 @@ fn check_stack(p: &params::StackParams) -> Result<Option<WholeModel>, ConfigErro
     }
     int_in(whole.quorum, 1, indexed, "stack.quorum")?;
     Ok(Some(whole))
+}
+
+/// `[stack]`'s candidate stage (V4.1's two-level indexer): None when
+/// `candidate_source_layer` is left out; then the other two must be too.
+fn check_candidates(p: &params::StackParams, whole: &WholeModel) -> Result<Option<CandidateStage>, ConfigError> {
+    let Some(source_layer) = p.candidate_source_layer else {
+        for (value, path) in [(p.candidate_blocks, "stack.candidate_blocks"), (p.candidate_block_rows, "stack.candidate_block_rows")] {
+            if let Some(v) = value {
+                return Err(ConfigError::new(field_name(path), v, "only with stack.candidate_source_layer (--candidate-source-layer)"));
+            }
+        }
+        return Ok(None);
+    };
+    let path = "stack.candidate_source_layer";
+    let layers = whole.compress_ratios.len() as u64;
+    if source_layer >= layers || whole.kind(whole.compress_ratios[source_layer as usize]) != LayerKind::Indexed {
+        return Err(ConfigError::new(
+            field_name(path),
+            source_layer,
+            format!(
+                "an indexer layer of the stack (ratio stack.indexer_ratio = {}): {}",
+                whole.indexed_ratio,
+                whole.layer_list(LayerKind::Indexed)
+            ),
+        ));
+    }
+    let blocks = int_in(require(p.candidate_blocks, "stack.candidate_blocks")?, 1, 1 << 24, "stack.candidate_blocks")?;
+    let block_rows = int_in(require(p.candidate_block_rows, "stack.candidate_block_rows")?, 1, 4096, "stack.candidate_block_rows")?;
+    Ok(Some(CandidateStage { source_layer, blocks, block_rows }))
 }
 
 /// `[indexer]`, checked.

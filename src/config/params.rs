@@ -401,6 +401,18 @@ section! {
             "SPREAD",
             "How hypotheses act across layers: catalogue (each entry's), shared (identical in every layer) or independent"
         ),
+        /// V4.1's two-level indexer: the model layer whose candidate blocks the later indexer layers select inside (left out: none).
+        candidate_source_layer: u64 = flag(
+            "--candidate-source-layer",
+            "LAYER",
+            "Two-level indexer (DeepSeek-V4.1: 20): this indexer layer keeps the best --candidate-blocks blocks and every later indexer layer selects inside them"
+        ),
+        candidate_blocks: u64 = flag(
+            "--candidate-blocks",
+            "B",
+            "Blocks the candidate source keeps per query, the newest included (V4.1: 2048)"
+        ),
+        candidate_block_rows: u64 = flag("--candidate-block-rows", "R", "Compressed rows per candidate block (V4.1: 8)"),
     }
 }
 

@@ -4,6 +4,7 @@
 //! estimators spread that layer's outcome over the stack
 //! (`crate::estimate::stack`).
 
+use crate::model::needle::ranks_below;
 use serde::{Deserialize, Serialize};
 
 /// What a layer of the stack attends.
@@ -124,6 +125,65 @@ pub struct WholeModel {
     pub quorum: u64,
     pub hca: HcaReading,
     pub fault_spread: FaultSpreadChoice,
+    /// V4.1's candidate stage, if the model has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub candidates: Option<CandidateStage>,
+}
+
+/// DeepSeek-V4.1's two-level candidate indexer (docs/MODEL.md, "Two-level
+/// candidate indexer"): the candidate-source layer keeps, per query, the
+/// `blocks` blocks of `block_rows` consecutive compressed rows with the
+/// highest block score (the greatest row score in the block), the newest
+/// block always among them; from that layer on, every indexer layer
+/// selects its top-k only among the rows of those blocks. V4.1's config:
+/// `candidate_source_layer_id` 20, `candidate_topk_blocks` 2048,
+/// `candidate_block_size` 8.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CandidateStage {
+    /// The source's layer number in the model (0 = the first layer).
+    pub source_layer: u64,
+    pub blocks: u64,
+    pub block_rows: u64,
+}
+
+impl CandidateStage {
+    /// Whether the source layer keeps the block of a needle in row
+    /// `needle_row` of `rows` candidate rows, for a needle that a share `u`
+    /// of haystack rows outscores (its exceedance), with `fixed_above` rows
+    /// certain to outscore it. `own` and `uniform` are uniforms in (0, 1):
+    /// `own` draws the best of the needle block's other rows, `uniform`
+    /// inverts the binomial count of blocks above it.
+    ///
+    /// Exact for a haystack of independent rows (the assumption the
+    /// quantile needle's rank already makes): another row of the needle's
+    /// block beats the needle with probability u each, so the block's score
+    /// has exceedance u_B = min(u, V), V the least of `block_rows` − 1
+    /// uniforms; every other block beats it with probability
+    /// 1 − (1 − u_B)^block_rows. Each fixed row is counted as a block above
+    /// (a bound: it may share a block or fall below the block's score).
+    pub fn keeps_needle_block(&self, rows: u64, needle_row: u64, u: f64, fixed_above: u64, own: f64, uniform: f64) -> bool {
+        if self.always_keeps(rows, needle_row) {
+            return true;
+        }
+        let r = self.block_rows.max(1);
+        let total = rows.div_ceil(r);
+        let block_u = if r > 1 { u.min(1.0 - own.powf(1.0 / (r - 1) as f64)) } else { u };
+        let beats = -(r as f64 * (-block_u).ln_1p()).exp_m1();
+        // The needle's block and the newest one are not among the others.
+        ranks_below(total.saturating_sub(2), beats, uniform, fixed_above, self.blocks.saturating_sub(1))
+    }
+
+    /// Whether row `needle_row` of `rows` is a candidate whatever the
+    /// scores: every block is kept, or the row is in the newest block.
+    pub fn always_keeps(&self, rows: u64, needle_row: u64) -> bool {
+        let r = self.block_rows.max(1);
+        rows.div_ceil(r) <= self.blocks || needle_row / r >= rows.saturating_sub(1) / r
+    }
+
+    /// The rows the candidate blocks hold at most: what top-k may take.
+    pub fn rows_held(&self) -> u64 {
+        self.blocks.saturating_mul(self.block_rows)
+    }
 }
 
 impl WholeModel {
@@ -146,6 +206,16 @@ impl WholeModel {
     /// Query tokens whose selections are read.
     pub fn query_tokens(&self) -> u64 {
         self.question_tokens + self.answer_tokens
+    }
+
+    /// The candidate source's number among the indexer layers (0 = the
+    /// first, the simulated one), when the stack has a candidate stage;
+    /// the indexer layers after it select inside its blocks.
+    pub fn candidate_source(&self) -> Option<usize> {
+        let c = self.candidates?;
+        let layer = usize::try_from(c.source_layer).ok().filter(|&l| l < self.compress_ratios.len())?;
+        (self.kind(self.compress_ratios[layer]) == LayerKind::Indexed)
+            .then(|| self.compress_ratios[..layer].iter().filter(|&&r| self.kind(r) == LayerKind::Indexed).count())
     }
 
     /// Whether HCA alone retrieves the needle in this stack.
@@ -179,6 +249,16 @@ impl WholeModel {
         out
     }
 
+    /// The model's layers of one kind, by layer number.
+    pub fn layers_of(&self, kind: LayerKind) -> Vec<usize> {
+        (0..self.compress_ratios.len()).filter(|&l| self.kind(self.compress_ratios[l]) == kind).collect()
+    }
+
+    /// [`Self::layers_of`] as text: `2, 4, …, 42`.
+    pub fn layer_list(&self, kind: LayerKind) -> String {
+        layer_numbers(&self.layers_of(kind))
+    }
+
     /// One paragraph per kind of layer, with the layer numbers:
     /// `21 indexed (ratio 4): 2, 4, …, 42`.
     pub fn describe(&self) -> String {
@@ -186,13 +266,20 @@ impl WholeModel {
         for (kind, label) in
             [(LayerKind::WindowOnly, "raw window only"), (LayerKind::Indexed, "indexed"), (LayerKind::Dense, "dense (HCA)")]
         {
-            let layers: Vec<usize> = (0..self.compress_ratios.len()).filter(|&l| self.kind(self.compress_ratios[l]) == kind).collect();
+            let layers = self.layers_of(kind);
             if layers.is_empty() {
                 continue;
             }
             let ratios: Vec<u64> = layers.iter().map(|&l| self.compress_ratios[l]).collect();
             let ratio = if ratios.iter().all(|&r| r == ratios[0]) { format!(", ratio {}", ratios[0]) } else { String::new() };
             out.push_str(&format!("\n  {} {label}{ratio}: {}", layers.len(), layer_numbers(&layers)));
+        }
+        if let (Some(c), Some(source)) = (self.candidates, self.candidate_source()) {
+            let consumers = self.indexed_layers() - source - 1;
+            out.push_str(&format!(
+                "\n  candidate stage: layer {} keeps {} blocks of {} rows; the {consumers} indexer layers after it select inside them",
+                c.source_layer, c.blocks, c.block_rows
+            ));
         }
         out
     }
@@ -321,7 +408,49 @@ mod tests {
             quorum: 1,
             hca: HcaReading::Blind,
             fault_spread: FaultSpreadChoice::Catalogue,
+            candidates: None,
         }
+    }
+
+    /// The candidate stage's block rule against blocks of explicit uniform
+    /// row scores: 201 rows in 26 blocks of 8 (the newest one partial and
+    /// always kept), the needle in row 50, a needle that a share u of rows
+    /// outscores. Both sides are Monte Carlo over 40,000 draws; the
+    /// tolerance is the 99.9 % interval of the difference of two binomial
+    /// shares.
+    #[test]
+    fn the_needle_block_rule_matches_blocks_of_explicit_rows() {
+        use crate::base::rng;
+        use rand::Rng;
+        let (rows, needle_row, n) = (201u64, 50u64, 40_000usize);
+        let stage = CandidateStage { source_layer: 0, blocks: 12, block_rows: 8 };
+        for (case, &u) in [0.06, 0.075, 0.09].iter().enumerate() {
+            let mut r = rng::stream(7, &[case as u64]);
+            let (mut explicit, mut rule) = (0usize, 0usize);
+            for _ in 0..n {
+                let needle = 1.0 - u;
+                let scores: Vec<f64> = (0..rows).map(|i| if i == needle_row { needle } else { r.random::<f64>() }).collect();
+                let best: Vec<f64> = scores.chunks(8).map(|b| b.iter().copied().fold(f64::MIN, f64::max)).collect();
+                let (own, last) = (best[(needle_row / 8) as usize], best.len() - 1);
+                let above = (0..last).filter(|&b| b != (needle_row / 8) as usize && best[b] > own).count() as u64;
+                explicit += usize::from(above < stage.blocks - 1);
+                rule += usize::from(stage.keeps_needle_block(rows, needle_row, u, 0, r.random(), r.random()));
+            }
+            let (a, b) = (explicit as f64 / n as f64, rule as f64 / n as f64);
+            let p = 0.5 * (a + b);
+            let tol = 3.29 * (2.0 * p * (1.0 - p) / n as f64).sqrt();
+            assert!(p > 0.05 && p < 0.95, "u {u}: kept {p} is not informative");
+            assert!((a - b).abs() <= tol, "u {u}: explicit {a} vs rule {b} (tolerance {tol})");
+        }
+        // Every block a candidate, the newest block, a certain loss.
+        assert!(stage.keeps_needle_block(96, 0, 1.0, 0, 0.5, 0.5));
+        assert!(stage.keeps_needle_block(rows, 200, 1.0, 0, 0.5, 0.5));
+        assert!(!stage.keeps_needle_block(rows, 0, 1.0, 0, 0.5, 0.5));
+        assert!(!stage.keeps_needle_block(rows, 0, 1e-9, 11, 0.5, 0.5));
+        assert!(stage.keeps_needle_block(rows, 0, 1e-9, 10, 0.5, 0.5));
+        // Sound for degenerate stages.
+        let none = CandidateStage { source_layer: 0, blocks: 0, block_rows: 0 };
+        assert!(!none.keeps_needle_block(rows, 0, 0.5, 0, 0.5, 0.5));
     }
 
     #[test]

@@ -19,8 +19,9 @@ use crate::base::rng::{self, tag};
 use crate::base::special::normal_quantile;
 use crate::base::stats::{mean_interval, quantiles, wilson_interval, Z95};
 use crate::model::needle::{exceedance_of, open_uniform, ranks_below, QuantileNeedle};
+use crate::model::stack::CandidateStage;
 use crate::model::stack::{FaultSpread, WholeModel};
-use crate::score::hypothesis::variant_spread;
+use crate::score::hypothesis::{candidate_class, variant_spread, FaultClass};
 use crate::score::trial::{TrialOutcome, TrialSpec};
 use crate::score::variant::LayerSubset;
 use rand::Rng;
@@ -104,6 +105,18 @@ impl Transfer {
     }
 }
 
+/// The stack's candidate stage as one variant's cell reads it.
+struct Stage<'a> {
+    /// The source's number among the indexer layers.
+    source: usize,
+    rule: CandidateStage,
+    /// Whether the variant is a fault: in the source layer its block
+    /// choice is then bounded below by its own row choice.
+    fault: bool,
+    /// Two uniforms per query token ([`CandidateStage::keeps_needle_block`]).
+    draws: &'a [f64],
+}
+
 /// What one cell of one trial fixes for every layer.
 struct CellTrial {
     /// The needle is in the raw window (kept everywhere) …
@@ -113,6 +126,9 @@ struct CellTrial {
     hay_rows: u64,
     fixed_above: u64,
     k_eff: u64,
+    /// Candidate rows, and the needle's (first) row among them.
+    rows: u64,
+    needle_row: u64,
     /// The reference's and the variant's outcome in the simulated layer.
     reference: bool,
     variant: bool,
@@ -130,6 +146,7 @@ fn layers_reached(
     draws: &[f64],
     layers: usize,
     tokens: usize,
+    stage: Option<&Stage>,
 ) -> u64 {
     if c.in_window {
         return layers as u64;
@@ -158,42 +175,64 @@ fn layers_reached(
     let (layer_draws, token_draws) = draws[1..].split_at(layers);
     let mut reached = 0;
     let mut layer_f = f00;
+    // Per query token: whether the candidate source kept the needle's block.
+    let mut blocks = vec![true; if stage.is_some() { tokens } else { 0 }];
     for (l, &layer_draw) in layer_draws.iter().enumerate() {
         if l > 0 {
             layer_f = a * layer_f + sa * layer_draw;
         }
         let mut f = layer_f;
+        let layer_faulty = faulty.contains(l, layers);
+        let source = stage.filter(|s| s.source == l);
+        let consumer = stage.is_some_and(|s| l > s.source);
+        let mut layer_kept = false;
         for tok in 0..tokens {
             let i = l * tokens + tok;
             if tok > 0 {
                 f = b * f + sb * token_draws[i];
             }
-            let kept = if i == 0 {
-                if simulated_faulty {
-                    c.variant
-                } else {
-                    c.reference
-                }
+            let reference =
+                if i == 0 { c.reference } else { ranks_below(c.hay_rows, exceedance[i], needle.uniform[i], c.fixed_above, c.k_eff) };
+            let kept = if !layer_faulty {
+                reference
+            } else if i == 0 {
+                c.variant
             } else {
-                let reference = ranks_below(c.hay_rows, exceedance[i], needle.uniform[i], c.fixed_above, c.k_eff);
-                if faulty.contains(l, layers) {
-                    f > if reference { z_kept } else { z_lost }
-                } else {
-                    reference
-                }
+                f > if reference { z_kept } else { z_lost }
             };
-            if kept {
-                reached += 1;
-                break;
+            if let (Some(s), Some(block)) = (source, blocks.get_mut(tok)) {
+                // A row the source keeps has its block kept (the block's
+                // score is at least the row's); otherwise the block draw,
+                // which a fault's own block choice is not credited with.
+                *block = kept
+                    || if layer_faulty && s.fault {
+                        s.rule.always_keeps(c.rows, c.needle_row)
+                    } else {
+                        s.rule.keeps_needle_block(
+                            c.rows,
+                            c.needle_row,
+                            exceedance[i],
+                            c.fixed_above,
+                            s.draws[2 * tok],
+                            s.draws[2 * tok + 1],
+                        )
+                    };
+            }
+            if kept && (!consumer || blocks.get(tok) == Some(&true)) {
+                layer_kept = true;
+                if source.is_none() {
+                    break;
+                }
             }
         }
+        reached += u64::from(layer_kept);
     }
     reached
 }
 
 /// Each trial of one cell, as the layer stack reads it: whether the
 /// reference and the variant kept the needle, and where it ranked.
-fn cell_trials(trials: &[TrialOutcome], index: usize, case: usize, in_window: bool, k_eff: u64) -> Vec<CellTrial> {
+fn cell_trials(trials: &[TrialOutcome], index: usize, case: usize, in_window: bool, k_eff: u64, rows: (u64, u64)) -> Vec<CellTrial> {
     trials
         .iter()
         .map(|t| {
@@ -206,6 +245,8 @@ fn cell_trials(trials: &[TrialOutcome], index: usize, case: usize, in_window: bo
                 hay_rows: solve.hay_rows,
                 fixed_above: solve.fixed_above,
                 k_eff,
+                rows: rows.0,
+                needle_row: rows.1,
                 reference: in_window || (o.rank.is_some() && exact_rank < k_eff),
                 variant: o.survived,
             }
@@ -245,6 +286,8 @@ pub(super) fn whole_model(spec: &TrialSpec<'_>, whole: &WholeModel, q: &Quantile
         (correlation_for_overlap(OVERLAP_ENDS.0, OVERLAP_SHARE), correlation_for_overlap(OVERLAP_ENDS.1, OVERLAP_SHARE));
     let mut out = vec![StackEstimate::default(); spec.cell_count()];
     let mut draws = vec![0.0; 1 + layers + layers * tokens];
+    let stage_rule = whole.candidate_source().zip(whole.candidates);
+    let mut stage_draws = vec![0.0; if stage_rule.is_some() { 2 * tokens } else { 0 }];
     let needle_slots = spec.needle_slots();
     for ci in 0..spec.contexts.len() {
         for oi in 0..spec.spot_count() {
@@ -258,7 +301,7 @@ pub(super) fn whole_model(spec: &TrialSpec<'_>, whole: &WholeModel, q: &Quantile
                     let k_eff = sel.topk_for(spec.topks[ki]).min(candidates);
                     let in_window = placement.tokens.start >= context.saturating_sub(sel.window_for(spec.geometry.window));
                     let at = spec.needle_index(needle_slots[v], ci, oi);
-                    let cell_trials = cell_trials(trials, index, at, in_window, k_eff);
+                    let cell_trials = cell_trials(trials, index, at, in_window, k_eff, (candidates, placement.rows.start));
                     let needles = &needles[needle_slots[v]];
                     let (keep_if_kept, keep_if_lost) = keep_rates(&cell_trials, n);
                     let independent = variant_spread(&variant.name).map(|s| whole.fault_spread.pick(s)) == Some(FaultSpread::Independent);
@@ -270,16 +313,30 @@ pub(super) fn whole_model(spec: &TrialSpec<'_>, whole: &WholeModel, q: &Quantile
                         (Split::Independent, transfer(rho(rho_low))),
                     ];
                     let mut reached: [Vec<f64>; 3] = [Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n)];
+                    let fault = candidate_class(&variant.name) != FaultClass::Healthy;
                     for (t, (trial, c)) in trials.iter().zip(&cell_trials).enumerate() {
                         // The variant's own draws, keyed by the cell's values (not
                         // by k: the same draws at every k keep k pairs paired).
-                        let mut rng = rng::stream(trial.seed, &[tag::STACK, tag::NEEDLE, context, spec.spot(oi).1.unwrap_or(u64::MAX)]);
+                        let spot = spec.spot(oi).1.unwrap_or(u64::MAX);
+                        let mut rng = rng::stream(trial.seed, &[tag::STACK, tag::NEEDLE, context, spot]);
                         draws[0] = open_uniform(rng.random::<u64>());
                         for x in &mut draws[1..] {
                             *x = rng.sample(StandardNormal);
                         }
+                        // The candidate stage's draws come from a stream of their
+                        // own, so a stack without one draws what it always did.
+                        if stage_rule.is_some() {
+                            let mut rng = rng::stream(trial.seed, &[tag::STACK, tag::CANDIDATE, context, spot]);
+                            for x in &mut stage_draws {
+                                *x = open_uniform(rng.random::<u64>());
+                            }
+                        }
+                        let stage = stage_rule.map(|(source, rule)| Stage { source, rule, fault, draws: &stage_draws });
                         for (r, (split, transfer)) in reached.iter_mut().zip(&runs) {
-                            r.push(layers_reached(c, &needles[t], *split, transfer, variant.layers, &draws, layers, tokens) as f64);
+                            r.push(
+                                layers_reached(c, &needles[t], *split, transfer, variant.layers, &draws, layers, tokens, stage.as_ref())
+                                    as f64,
+                            );
                         }
                     }
                     let recall_of = |r: &[f64]| {

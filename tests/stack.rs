@@ -233,3 +233,21 @@ fn a_candidate_stage_is_refused_where_it_cannot_be_read() {
         assert!(e.contains(field) && e.contains(needle) && !e.contains('\n'), "{e}");
     }
 }
+
+/// The V4.1 what-if scenario loads, and its stack is V4.1-Flash's ratio-1
+/// half: indexer layers 20, 24, …, 36, layer 20 the candidate source.
+#[test]
+fn the_v41_what_if_scenario_describes_its_candidate_stage() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/scenarios/v41_flash_ratio1.toml");
+    let s = config::check(config::resolve(config::load_scenario_file(&path).unwrap()).unwrap()).unwrap();
+    let stack = s.stack.as_ref().expect("a stack");
+    assert_eq!(stack.compress_ratios.len(), 40);
+    assert_eq!(stack.candidate_source(), Some(0));
+    assert!(
+        stack.describe().ends_with(
+            "5 indexed, ratio 1: 20, 24, …, 36\n  candidate stage: layer 20 keeps 2048 blocks of 8 rows; the 4 indexer layers after it select inside them"
+        ),
+        "{}",
+        stack.describe()
+    );
+}

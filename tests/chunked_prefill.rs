@@ -131,3 +131,38 @@ mod diagnosis {
         assert_eq!(prepared.not_applicable, vec!["chunk-local".to_string()]);
     }
 }
+
+/// `longer-than=T` (vllm #40018, docs/HYPOTHESES.md): up to T tokens the
+/// variant is its base, trial by trial; beyond T it is the fault it gates.
+/// Exact: the same haystacks, so the cells match field by field (but for
+/// the name and the paired comparison's baseline fields).
+#[test]
+fn a_length_gate_is_the_base_up_to_t_and_the_fault_beyond() {
+    let fault = "fp8-fp32scale+row-shift";
+    let got = cells(&format!(
+        "contexts = \"8K,16K\"\ndepths = \"10,90\"\ntopk = \"512\"\nprecisions = \"fp8-fp32scale,{fault},{fault}+longer-than=12K\"\n"
+    ));
+    let outcome = |c: &CellResult| (c.survived, c.mean_rank, c.trials_with_ties, c.model_survived, c.layers_reached, c.model_band_low);
+    for depth in [10.0, 90.0] {
+        let at = |context: u64, p: &str| {
+            got.iter().find(|c| c.context_tokens == context && c.depth_percent == depth && c.precision == p).unwrap()
+        };
+        let gated = format!("{fault}+longer-than=12K");
+        assert_eq!(outcome(at(8192, &gated)), outcome(at(8192, "fp8-fp32scale")), "depth {depth}: the base at 8K");
+        assert_eq!(outcome(at(16384, &gated)), outcome(at(16384, fault)), "depth {depth}: the fault at 16K");
+        // And the fault is visible: the base keeps more than row-shift.
+        assert!(at(16384, "fp8-fp32scale").survived > at(16384, fault).survived + 5, "depth {depth}");
+    }
+    // The gate names the composite a schedule fault.
+    assert_eq!(dsa_recall::score::hypothesis::candidate_class("row-shift+longer-than=12K").name(), "schedule");
+    // Refused without its base, with needle=M, and at 0 tokens: one line each.
+    for (precisions, needle) in [
+        (format!("{fault}+longer-than=12K"), "add fp8-fp32scale to --precisions"),
+        (format!("fp8-fp32scale,{fault}+needle=2+longer-than=12K"), "not with needle=M"),
+        (format!("fp8-fp32scale,{fault}+longer-than=0"), "at least 1 token"),
+    ] {
+        let toml = format!("[sweep]\nprecisions = \"{precisions}\"\n");
+        let e = config::check(config::resolve(parse_scenario_toml(&toml).unwrap()).unwrap()).unwrap_err().to_string();
+        assert!(e.contains(needle) && !e.contains('\n'), "{e}");
+    }
+}

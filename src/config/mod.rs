@@ -187,6 +187,7 @@ pub fn check(p: ScenarioParams) -> Result<Scenario, ConfigError> {
     let estimator = check_estimator(&p.estimator, &needle.unit, &physics, &structure, ratio, &precisions)?;
     let stack = check_stack(&p.stack)?;
     check_layer_subsets(&precisions, stack.as_ref(), &needle.unit)?;
+    check_length_gates(&precisions)?;
     if stack.as_ref().is_some_and(|w| w.candidates.is_some()) && needle.unit.is_strength() {
         return Err(ConfigError::new(
             field_name("stack.candidate_source_layer"),
@@ -745,6 +746,23 @@ fn check_layer_subsets(
         }
         if let Some(why) = v.layers.unsupported(stack.indexed_layers()) {
             return Err(refuse(why));
+        }
+    }
+    Ok(())
+}
+
+/// Variants whose faults act only in longer prompts (`longer-than=T`)
+/// take their base's outcomes in shorter ones: the base must be in the
+/// sweep, with the same needle.
+fn check_length_gates(precisions: &[PrecisionVariant]) -> Result<(), ConfigError> {
+    for v in precisions.iter().filter(|v| v.longer_than > 0) {
+        let refuse = |why: String| ConfigError::new(field_name("sweep.precisions"), format!("{:?}", v.name), why);
+        if v.needle_multiple != 1.0 {
+            return Err(refuse("longer-than=T not with needle=M (its base would need the same needle)".into()));
+        }
+        let base = v.base_name();
+        if !precisions.iter().any(|p| p.name == base) {
+            return Err(refuse(format!("longer-than=T runs its base in shorter prompts: add {base} to --precisions")));
         }
     }
     Ok(())

@@ -171,7 +171,10 @@ fn scenario_with(
 /// Whether the scenario `params` can simulate variant `name`, or why not.
 pub fn variant_ok(params: &ScenarioParams, name: &str) -> Result<(), String> {
     let mut p = params.clone();
-    p.sweep.precisions = Some(ListSpec::Text(name.to_string()));
+    // Beside its base, as every simulation runs it (healthy is always a
+    // candidate): a length-gated variant needs it.
+    let base = name.split('+').next().unwrap_or(name);
+    p.sweep.precisions = Some(ListSpec::Text(format!("{base},{name}")));
     config::check(p).map(|_| ()).map_err(|e| e.allowed)
 }
 
@@ -641,7 +644,7 @@ pub fn prepare(params: &ScenarioParams, path: &str, rows: &[Observation], opts: 
     let checked = params_for_rows(params, rows);
     // A chunk fault needs every row's chunk once any row has one.
     if checked.geometry.prefill_chunk.is_some() {
-        let chunk_fault = opts.hypotheses.iter().find(|h| candidate_class(h) == FaultClass::Schedule);
+        let chunk_fault = opts.hypotheses.iter().find(|h| h.split('+').any(|p| p.trim() == "chunk-local"));
         let lacking = rows.iter().find(|r| r.prefill_chunk.or(params.geometry.prefill_chunk).is_none_or(|c| c == 0));
         if let (Some(h), Some(r)) = (chunk_fault, lacking) {
             return Err(Error::Input {

@@ -95,7 +95,7 @@ impl FaultClass {
             FaultClass::Partial => "information partly kept",
             FaultClass::Layout => "cache writer and reader disagree",
             FaultClass::LayerSubset => "a fault in some layers only",
-            FaultClass::Schedule => "chunked prefill hides rows",
+            FaultClass::Schedule => "chunked prefill hides or garbles rows",
         }
     }
 
@@ -138,6 +138,12 @@ pub fn candidate_class(candidate: &str) -> FaultClass {
     // as the unwritten-scale makers are (random-loss).
     let classes = parts.iter().filter_map(|p| info(p).map(|h| if every_page_zero(p) { FaultClass::RandomLoss } else { h.class }));
     let base = classes.max_by_key(|c| c.severity()).unwrap_or(FaultClass::Healthy);
+    // A length gate (longer-than=T) says when the rest acts: the composite
+    // is a prefill schedule fault, whatever its content.
+    let gated = parts.iter().any(|p| p.starts_with("longer-than="));
+    if gated && base != FaultClass::LayerSubset {
+        return FaultClass::Schedule;
+    }
     if all_tie && index_order && base != FaultClass::LayerSubset {
         FaultClass::IndexTies
     } else {
@@ -469,6 +475,17 @@ pub const CATALOGUE: &[HypothesisInfo] = &[
         class: FaultClass::Schedule,
     },
     HypothesisInfo {
+        name: "longer-than=T",
+        group: Group::Selection,
+        summary: "the other hypotheses act only in prompts longer than T tokens (a split prefill)",
+        changes: "In a context of at most T tokens the variant is its base (the name before the first +): the same outcomes, trial by trial; in longer contexts its other hypotheses act as written. It says when a fault acts, not what it does: the content is the other hypotheses' (keys unrelated to the prompt: row-shift; keys read as zeros: zero-blocks=1).",
+        stands_for: "vllm #40018 (GLM-5.1-FP8, ROCM_AITER_MLA_SPARSE): prefill garbage only above ~20K prompt tokens; the indexer's prefill split into sub-chunks, and the sub-chunks after the first scored keys gathered into a workspace that did not hold this prompt's keys (fix PRs #46478, #40049 disagree on what it held).",
+        expected: "Healthy up to T, then the other hypotheses' signature at every depth (row-shift: kept about k in the candidate rows; zero-blocks=1: every logit 0, kept as the tie rule says). bf16 keys are hit as much as fp8. Cheapest test: two prompts straddling T.",
+        requires: Some("the full estimator; its base variant in the same sweep; not with needle=M"),
+        layers: FaultSpread::Shared,
+        class: FaultClass::Schedule,
+    },
+    HypothesisInfo {
         name: "needle=M",
         group: Group::Selection,
         summary: "the needle's median exceedance times M (not a fault: how hard the needle is)",
@@ -702,6 +719,8 @@ pub enum Hypothesis {
     Layers(crate::score::variant::LayerSubset),
     /// The needle's median exceedance times M (f64 bits).
     NeedleMultiple(u64),
+    /// Tokens: the faults act only in longer prompts.
+    LongerThan(u64),
 }
 
 impl Hypothesis {
@@ -719,6 +738,8 @@ impl Hypothesis {
                     _ => Err(format!("zero-blocks=P needs a share of pages above 0 (at least 1e-6) and at most 1, not {value:?}")),
                 },
                 ("rotated-before", Some(r)) => Ok(Hypothesis::RotatedBefore(r)),
+                ("longer-than", Some(t)) if t >= 1 => Ok(Hypothesis::LongerThan(t)),
+                ("longer-than", _) => Err(format!("longer-than=T needs a prompt length of at least 1 token (K/M allowed), not {value:?}")),
                 ("offset-32bit", Some(tokens)) if (MIN_32BIT_POOL..=MAX_32BIT_POOL).contains(&tokens) => {
                     Ok(Hypothesis::Offset32bit(tokens / PAGE_ROWS as u64))
                 }
@@ -779,7 +800,7 @@ impl Hypothesis {
             "row-shift" => Hypothesis::RowShift,
             "chunk-local" => Hypothesis::ChunkLocal,
             "topk" | "window" | "tie-truncate" | "zero-blocks" | "rotated-before" | "layers" | "layer-share" | "offset-32bit"
-            | "needle" => return Err(format!("{text} needs a value: {text}=N")),
+            | "needle" | "longer-than" => return Err(format!("{text} needs a value: {text}=N")),
             _ => return Err(format!("unknown hypothesis {text:?}; known: {}", names())),
         })
     }
@@ -815,6 +836,7 @@ impl Hypothesis {
             RotatedBefore(_) => "which rows the writer rotates",
             Layers(_) => "the layers the faults act in",
             NeedleMultiple(_) => "the needle's median exceedance",
+            LongerThan(_) => "the prompts the faults act in",
         }
     }
 
@@ -887,6 +909,7 @@ impl Hypothesis {
                 v.cache.rotated_before = Some(r);
             }
             TieTruncate(b) => v.selection.coarse_bits = Some(b),
+            LongerThan(t) => v.longer_than = t,
         }
         Ok(())
     }
@@ -976,7 +999,8 @@ mod tests {
                 .replace("=R", "=100")
                 .replace("=SET", "=1..")
                 .replace("=F", "=0.5")
-                .replace("=M", "=2");
+                .replace("=M", "=2")
+                .replace("=T", "=20K");
             let parsed = Hypothesis::parse(&text).unwrap();
             assert_eq!(info(&text).map(|e| e.name), Some(h.name));
             // Every hypothesis changes fp8 except nan-first, the default spelled out.

@@ -1013,8 +1013,29 @@ impl TrialSpec<'_> {
         for patch in patches {
             cases[patch.case].patches[patch.variant].push((patch.row, patch.score));
         }
-        let cells = self.judge_cases(&cases, &mut scores, max_rows, trial_seed);
+        let mut cells = self.judge_cases(&cases, &mut scores, max_rows, trial_seed);
+        self.gate_by_length(&mut cells)?;
         Ok(TrialOutcome { cells, seed: trial_seed, needle })
+    }
+
+    /// A variant whose faults act only in longer prompts (`longer-than=T`)
+    /// takes its base variant's outcomes in every context of at most T
+    /// tokens: there it is the base, on the same haystacks.
+    fn gate_by_length(&self, cells: &mut [NeedleOutcome]) -> Result<(), SimError> {
+        for (v, variant) in self.variants.iter().enumerate().filter(|(_, x)| x.longer_than > 0) {
+            let base = variant.base_name();
+            let b = self.variants.iter().position(|x| x.name == base).ok_or_else(|| {
+                SimError::Model(format!("{} acts only in longer prompts: its base {base} must be scored beside it", variant.name))
+            })?;
+            for ci in (0..self.contexts.len()).filter(|&ci| self.contexts[ci] <= variant.longer_than) {
+                for si in 0..self.spot_count() {
+                    for ki in 0..self.topks.len() {
+                        cells[self.cell_index(ci, si, ki, v)] = cells[self.cell_index(ci, si, ki, b)];
+                    }
+                }
+            }
+        }
+        Ok(())
     }
 
     /// The trial's query groups: one per context with RoPE (see

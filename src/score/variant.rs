@@ -172,6 +172,14 @@ pub struct PrecisionVariant {
     /// needle): a nuisance axis on the same haystacks, not a fault.
     #[serde(default = "one", skip_serializing_if = "is_one")]
     pub needle_multiple: f64,
+    /// Its faults act only in prompts longer than this many tokens
+    /// (`longer-than=T`); shorter prompts run its base. 0: in every prompt.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub longer_than: u64,
+}
+
+fn is_zero(x: &u64) -> bool {
+    *x == 0
 }
 
 fn one() -> f64 {
@@ -208,6 +216,7 @@ impl PrecisionVariant {
             layers: LayerSubset::All,
             chunk: ChunkVisibility::All,
             needle_multiple: 1.0,
+            longer_than: 0,
         }
     }
 
@@ -216,7 +225,17 @@ impl PrecisionVariant {
     /// deployment has them: what estimators that sample rows one at a time
     /// (and the closed-form prediction) can follow.
     pub fn keeps_rows_in_place(&self) -> bool {
-        self.cache.is_default() && self.selection.is_default() && self.chunk.is_all() && self.needle_multiple == 1.0
+        self.cache.is_default()
+            && self.selection.is_default()
+            && self.chunk.is_all()
+            && self.needle_multiple == 1.0
+            && self.longer_than == 0
+    }
+
+    /// The variant its name starts from (`fp8` of `fp8+row-shift`): what a
+    /// length-gated variant runs in the prompts its faults spare.
+    pub fn base_name(&self) -> &str {
+        self.name.split('+').next().unwrap_or(&self.name).trim()
     }
 
     /// Whether the variant changes only number formats and scoring (the

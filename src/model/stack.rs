@@ -203,6 +203,14 @@ impl WholeModel {
         self.count(LayerKind::Indexed)
     }
 
+    /// How whole-model recall is read, in a few words: "1 of 21 indexer
+    /// layers, 20 query tokens", and ", candidates from layer 20" with a
+    /// candidate stage.
+    pub fn label(&self) -> String {
+        let stage = self.candidates.map_or_else(String::new, |c| format!(", candidates from layer {}", c.source_layer));
+        format!("{} of {} indexer layers, {} query tokens{stage}", self.quorum, self.indexed_layers(), self.query_tokens())
+    }
+
     /// Query tokens whose selections are read.
     pub fn query_tokens(&self) -> u64 {
         self.question_tokens + self.answer_tokens

@@ -125,11 +125,10 @@ impl ReportMeta {
         serde_json::from_value(self.scenario.get("stack")?.clone()).ok()
     }
 
-    /// The stack's reading of whole-model recall in a few words ("1 of 21
-    /// indexer layers, 20 query tokens"), None without a stack.
+    /// The stack's reading of whole-model recall ([`WholeModel::label`]),
+    /// None without a stack.
     pub fn stack_label(&self) -> Option<String> {
-        let w = self.stack()?;
-        Some(format!("{} of {} indexer layers, {} query tokens", w.quorum, w.indexed_layers(), w.query_tokens()))
+        Some(self.stack()?.label())
     }
 
     /// Reads the fields back from a `manifest.json` text (`location` names the file in errors).

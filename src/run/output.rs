@@ -430,7 +430,7 @@ pub fn format_table(s: &Scenario, outcome: &SweepOutcome) -> String {
     let holm = HolmFamily::of(&outcome.cells);
     let narrow = narrow_layout(s);
     let model_title = match &s.stack {
-        Some(w) => format!("whole-model recall ({} of {} indexer layers, {} query tokens)", w.quorum, w.indexed_layers(), w.query_tokens()),
+        Some(w) => format!("whole-model recall ({})", w.label()),
         None => "whole-model recall".into(),
     };
     for &depth in &s.depths {

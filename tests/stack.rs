@@ -228,6 +228,7 @@ fn a_candidate_stage_is_refused_where_it_cannot_be_read() {
         (stage("20", "0"), "stack.candidate_blocks", "1"),
         ("[stack]\ncandidate_blocks = 2048\n".to_string(), "stack.candidate_blocks", "only with stack.candidate_source_layer"),
         (format!("[needle]\nprofile = \"stress\"\n{}", stage("20", "2048")), "stack.candidate_source_layer", "quantile needle"),
+        (format!("{}compress_ratios = \"none\"\n", stage("20", "2048")), "stack.candidate_source_layer", "only with a stack"),
     ] {
         let e = config::check(config::resolve(parse_scenario_toml(&toml).unwrap()).unwrap()).unwrap_err().to_string();
         assert!(e.contains(field) && e.contains(needle) && !e.contains('\n'), "{e}");

@@ -237,11 +237,20 @@ pub fn check(p: ScenarioParams) -> Result<Scenario, ConfigError> {
 
 /// Validates `[stack]`: None when `compress_ratios` is left out or `none`.
 fn check_stack(p: &params::StackParams) -> Result<Option<WholeModel>, ConfigError> {
-    let text = match &p.compress_ratios {
-        None => return Ok(None),
-        Some(list) => list.to_text(),
-    };
+    let text = p.compress_ratios.as_ref().map(|list| list.to_text()).unwrap_or_else(|| "none".into());
     if text.trim() == "none" {
+        let stage = [
+            (p.candidate_source_layer, "stack.candidate_source_layer"),
+            (p.candidate_blocks, "stack.candidate_blocks"),
+            (p.candidate_block_rows, "stack.candidate_block_rows"),
+        ];
+        if let Some((Some(v), path)) = stage.into_iter().find(|(v, _)| v.is_some()) {
+            return Err(ConfigError::new(
+                field_name(path),
+                v,
+                "only with a stack (stack.compress_ratios, --compress-ratios): a candidate stage acts across its layers",
+            ));
+        }
         return Ok(None);
     }
     let field = "stack.compress_ratios";

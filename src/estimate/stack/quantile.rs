@@ -135,7 +135,9 @@ struct CellTrial {
 }
 
 /// Indexer layers that keep the needle for some query token. Layers
-/// outside `faulty` select as the exact reference does.
+/// outside `faulty` select as the exact reference does; with a candidate
+/// `stage`, a layer after its source keeps the needle for a token only when
+/// the source kept the needle's block for that token.
 #[allow(clippy::too_many_arguments)]
 fn layers_reached(
     c: &CellTrial,

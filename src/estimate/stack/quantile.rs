@@ -117,6 +117,22 @@ struct Stage<'a> {
     draws: &'a [f64],
 }
 
+impl Stage<'_> {
+    /// Whether the source keeps the needle's block for token `tok`, given
+    /// whether it keeps the row: a kept row has its block kept (the block's
+    /// score is at least the row's); otherwise the block draw at exceedance
+    /// `u`, which a fault acting in the source is not credited with.
+    fn keeps_block(&self, c: &CellTrial, row_kept: bool, faulty: bool, u: f64, tok: usize) -> bool {
+        row_kept
+            || if faulty && self.fault {
+                self.rule.always_keeps(c.rows, c.needle_row)
+            } else {
+                let (own, uniform) = (self.draws[2 * tok], self.draws[2 * tok + 1]);
+                self.rule.keeps_needle_block(c.rows, c.needle_row, u, c.fixed_above, own, uniform)
+            }
+    }
+}
+
 /// What one cell of one trial fixes for every layer.
 struct CellTrial {
     /// The needle is in the raw window (kept everywhere) …
@@ -203,22 +219,7 @@ fn layers_reached(
                 f > if reference { z_kept } else { z_lost }
             };
             if let (Some(s), Some(block)) = (source, blocks.get_mut(tok)) {
-                // A row the source keeps has its block kept (the block's
-                // score is at least the row's); otherwise the block draw,
-                // which a fault's own block choice is not credited with.
-                *block = kept
-                    || if layer_faulty && s.fault {
-                        s.rule.always_keeps(c.rows, c.needle_row)
-                    } else {
-                        s.rule.keeps_needle_block(
-                            c.rows,
-                            c.needle_row,
-                            exceedance[i],
-                            c.fixed_above,
-                            s.draws[2 * tok],
-                            s.draws[2 * tok + 1],
-                        )
-                    };
+                *block = s.keeps_block(c, kept, layer_faulty, exceedance[i], tok);
             }
             if kept && (!consumer || blocks.get(tok) == Some(&true)) {
                 layer_kept = true;
@@ -269,6 +270,50 @@ fn keep_rates(cell_trials: &[CellTrial], n: usize) -> (f64, f64) {
     (keep_if_kept, keep_if_lost)
 }
 
+/// One trial's draws for one cell (keyed by its context and needle
+/// offset, not by k: the same draws at every k keep k pairs paired): the
+/// pin and the chains' innovations, and the candidate stage's uniforms
+/// from a stream of their own, so a stack without one draws what it
+/// always did.
+fn fill_draws(draws: &mut [f64], stage_draws: &mut [f64], seed: u64, [context, spot]: [u64; 2]) {
+    let mut rng = rng::stream(seed, &[tag::STACK, tag::NEEDLE, context, spot]);
+    draws[0] = open_uniform(rng.random::<u64>());
+    for x in &mut draws[1..] {
+        *x = rng.sample(StandardNormal);
+    }
+    if !stage_draws.is_empty() {
+        let mut rng = rng::stream(seed, &[tag::STACK, tag::CANDIDATE, context, spot]);
+        for x in stage_draws {
+            *x = open_uniform(rng.random::<u64>());
+        }
+    }
+}
+
+/// A cell's estimate from the layers reached in each trial, under the
+/// default split and at the band's two ends.
+fn estimate(whole: &WholeModel, mut reached: [Vec<f64>; 3]) -> StackEstimate {
+    let n = reached[0].len();
+    let recall_of = |r: &[f64]| {
+        let survived = if whole.hca_retrieves() { n } else { r.iter().filter(|&&x| x >= whole.quorum as f64).count() };
+        (survived as u64, if n == 0 { 0.0 } else { survived as f64 / n as f64 })
+    };
+    let (survived, recall) = recall_of(&reached[0]);
+    let (ends_a, ends_b) = (recall_of(&reached[1]).1, recall_of(&reached[2]).1);
+    let (ci_low, ci_high) = wilson_interval(survived, n as u64, Z95);
+    let (sum, sum_sq) = reached[0].iter().fold((0.0, 0.0), |(s, q), &x| (s + x, q + x * x));
+    StackEstimate {
+        indexed_layers: whole.indexed_layers() as u64,
+        trials: n as u64,
+        survived,
+        recall,
+        ci_low,
+        ci_high,
+        layers_reached: mean_interval(sum, sum_sq, n as u64),
+        layers_reached_quantiles: quantiles(&mut reached[0]),
+        band: Some((recall.min(ends_a).min(ends_b), recall.max(ends_a).max(ends_b))),
+    }
+}
+
 /// Whole-model recall of every cell of `spec` ([`TrialSpec::cell_index`]
 /// order), with the band.
 pub(super) fn whole_model(spec: &TrialSpec<'_>, whole: &WholeModel, q: &QuantileNeedle, trials: &[TrialOutcome]) -> Vec<StackEstimate> {
@@ -317,22 +362,7 @@ pub(super) fn whole_model(spec: &TrialSpec<'_>, whole: &WholeModel, q: &Quantile
                     let mut reached: [Vec<f64>; 3] = [Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n)];
                     let fault = candidate_class(&variant.name) != FaultClass::Healthy;
                     for (t, (trial, c)) in trials.iter().zip(&cell_trials).enumerate() {
-                        // The variant's own draws, keyed by the cell's values (not
-                        // by k: the same draws at every k keep k pairs paired).
-                        let spot = spec.spot(oi).1.unwrap_or(u64::MAX);
-                        let mut rng = rng::stream(trial.seed, &[tag::STACK, tag::NEEDLE, context, spot]);
-                        draws[0] = open_uniform(rng.random::<u64>());
-                        for x in &mut draws[1..] {
-                            *x = rng.sample(StandardNormal);
-                        }
-                        // The candidate stage's draws come from a stream of their
-                        // own, so a stack without one draws what it always did.
-                        if stage_rule.is_some() {
-                            let mut rng = rng::stream(trial.seed, &[tag::STACK, tag::CANDIDATE, context, spot]);
-                            for x in &mut stage_draws {
-                                *x = open_uniform(rng.random::<u64>());
-                            }
-                        }
+                        fill_draws(&mut draws, &mut stage_draws, trial.seed, [context, spec.spot(oi).1.unwrap_or(u64::MAX)]);
                         let stage = stage_rule.map(|(source, rule)| Stage { source, rule, fault, draws: &stage_draws });
                         for (r, (split, transfer)) in reached.iter_mut().zip(&runs) {
                             r.push(
@@ -341,25 +371,7 @@ pub(super) fn whole_model(spec: &TrialSpec<'_>, whole: &WholeModel, q: &Quantile
                             );
                         }
                     }
-                    let recall_of = |r: &[f64]| {
-                        let survived = if whole.hca_retrieves() { n } else { r.iter().filter(|&&x| x >= whole.quorum as f64).count() };
-                        (survived as u64, if n == 0 { 0.0 } else { survived as f64 / n as f64 })
-                    };
-                    let (survived, recall) = recall_of(&reached[0]);
-                    let (ends_a, ends_b) = (recall_of(&reached[1]).1, recall_of(&reached[2]).1);
-                    let (ci_low, ci_high) = wilson_interval(survived, n as u64, Z95);
-                    let (sum, sum_sq) = reached[0].iter().fold((0.0, 0.0), |(s, q), &x| (s + x, q + x * x));
-                    out[index] = StackEstimate {
-                        indexed_layers: layers as u64,
-                        trials: n as u64,
-                        survived,
-                        recall,
-                        ci_low,
-                        ci_high,
-                        layers_reached: mean_interval(sum, sum_sq, n as u64),
-                        layers_reached_quantiles: quantiles(&mut reached[0]),
-                        band: Some((recall.min(ends_a).min(ends_b), recall.max(ends_a).max(ends_b))),
-                    };
+                    out[index] = estimate(whole, reached);
                 }
             }
         }

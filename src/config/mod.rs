@@ -239,12 +239,8 @@ pub fn check(p: ScenarioParams) -> Result<Scenario, ConfigError> {
 fn check_stack(p: &params::StackParams) -> Result<Option<WholeModel>, ConfigError> {
     let text = p.compress_ratios.as_ref().map(|list| list.to_text()).unwrap_or_else(|| "none".into());
     if text.trim() == "none" {
-        let stage = [
-            (p.candidate_source_layer, "stack.candidate_source_layer"),
-            (p.candidate_blocks, "stack.candidate_blocks"),
-            (p.candidate_block_rows, "stack.candidate_block_rows"),
-        ];
-        if let Some((Some(v), path)) = stage.into_iter().find(|(v, _)| v.is_some()) {
+        let given = [(p.candidate_source_layer, "stack.candidate_source_layer")].into_iter().chain(stage_fields(p));
+        if let Some((v, path)) = given.into_iter().find_map(|(v, path)| Some((v?, path))) {
             return Err(ConfigError::new(
                 field_name(path),
                 v,
@@ -296,22 +292,23 @@ fn check_stack(p: &params::StackParams) -> Result<Option<WholeModel>, ConfigErro
     Ok(Some(whole))
 }
 
+/// The candidate stage's fields besides its source, with their paths.
+fn stage_fields(p: &params::StackParams) -> [(Option<u64>, &'static str); 2] {
+    [(p.candidate_blocks, "stack.candidate_blocks"), (p.candidate_block_rows, "stack.candidate_block_rows")]
+}
+
 /// `[stack]`'s candidate stage (V4.1's two-level indexer): None when
 /// `candidate_source_layer` is left out; then the other two must be too.
 fn check_candidates(p: &params::StackParams, whole: &WholeModel) -> Result<Option<CandidateStage>, ConfigError> {
     let Some(source_layer) = p.candidate_source_layer else {
-        for (value, path) in [(p.candidate_blocks, "stack.candidate_blocks"), (p.candidate_block_rows, "stack.candidate_block_rows")] {
-            if let Some(v) = value {
-                return Err(ConfigError::new(field_name(path), v, "only with stack.candidate_source_layer (--candidate-source-layer)"));
-            }
+        if let Some((v, path)) = stage_fields(p).into_iter().find_map(|(v, path)| Some((v?, path))) {
+            return Err(ConfigError::new(field_name(path), v, "only with stack.candidate_source_layer (--candidate-source-layer)"));
         }
         return Ok(None);
     };
-    let path = "stack.candidate_source_layer";
-    let layers = whole.compress_ratios.len() as u64;
-    if source_layer >= layers || whole.kind(whole.compress_ratios[source_layer as usize]) != LayerKind::Indexed {
+    if whole.indexer_number(source_layer).is_none() {
         return Err(ConfigError::new(
-            field_name(path),
+            field_name("stack.candidate_source_layer"),
             source_layer,
             format!(
                 "an indexer layer of the stack (ratio stack.indexer_ratio = {}): {}",

@@ -173,7 +173,7 @@ pub fn variant_ok(params: &ScenarioParams, name: &str) -> Result<(), String> {
     let mut p = params.clone();
     // Beside its base, as every simulation runs it (healthy is always a
     // candidate): a length-gated variant needs it.
-    let base = name.split('+').next().unwrap_or(name);
+    let base = crate::score::variant::base_of(name);
     p.sweep.precisions = Some(ListSpec::Text(format!("{base},{name}")));
     config::check(p).map(|_| ()).map_err(|e| e.allowed)
 }

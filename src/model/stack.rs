@@ -179,11 +179,6 @@ impl CandidateStage {
         let r = self.block_rows.max(1);
         rows.div_ceil(r) <= self.blocks || needle_row / r >= rows.saturating_sub(1) / r
     }
-
-    /// The rows the candidate blocks hold at most: what top-k may take.
-    pub fn rows_held(&self) -> u64 {
-        self.blocks.saturating_mul(self.block_rows)
-    }
 }
 
 impl WholeModel {
@@ -220,10 +215,13 @@ impl WholeModel {
     /// first, the simulated one), when the stack has a candidate stage;
     /// the indexer layers after it select inside its blocks.
     pub fn candidate_source(&self) -> Option<usize> {
-        let c = self.candidates?;
-        let layer = usize::try_from(c.source_layer).ok().filter(|&l| l < self.compress_ratios.len())?;
-        (self.kind(self.compress_ratios[layer]) == LayerKind::Indexed)
-            .then(|| self.compress_ratios[..layer].iter().filter(|&&r| self.kind(r) == LayerKind::Indexed).count())
+        self.indexer_number(self.candidates?.source_layer)
+    }
+
+    /// Model layer `layer`'s number among the indexer layers, None when it
+    /// is not one.
+    pub fn indexer_number(&self, layer: u64) -> Option<usize> {
+        self.layers_of(LayerKind::Indexed).iter().position(|&l| l as u64 == layer)
     }
 
     /// Whether HCA alone retrieves the needle in this stack.

@@ -182,6 +182,11 @@ fn is_zero(x: &u64) -> bool {
     *x == 0
 }
 
+/// The variant a name `base+h1+h2…` starts from: `base`.
+pub fn base_of(name: &str) -> &str {
+    name.split('+').next().unwrap_or(name).trim()
+}
+
 fn one() -> f64 {
     1.0
 }
@@ -235,7 +240,7 @@ impl PrecisionVariant {
     /// The variant its name starts from (`fp8` of `fp8+row-shift`): what a
     /// length-gated variant runs in the prompts its faults spare.
     pub fn base_name(&self) -> &str {
-        self.name.split('+').next().unwrap_or(&self.name).trim()
+        base_of(&self.name)
     }
 
     /// Whether the variant changes only number formats and scoring (the

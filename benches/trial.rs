@@ -10,7 +10,8 @@
 //!    the preset's physics) on 1 and 2 threads, where its chunks are scored
 //!    in parallel;
 //!    and whole-model recall's cost: the same trials with the preset's
-//!    layer stack and with none, side by side;
+//!    layer stack and with none, side by side; and a whole-model trial of
+//!    each 2026 preset against a V4-Flash one at 256K (`-- plans` alone);
 //! 2. our scoring of 32K rows against an optimized GEMM (`gemm` crate) on the
 //!    same [32K × 128]·[128 × 64] product: the share of its throughput;
 //! 3. the README's default sweep end to end (2 threads, as shipped);
@@ -89,6 +90,10 @@ fn main() {
     }
     let quick = std::env::var_os("DSA_BENCH_QUICK").is_some();
     let rounds = if quick { 1 } else { 3 };
+    // `cargo bench --bench trial -- plans` runs section 1e alone.
+    if std::env::args().any(|a| a == "plans") {
+        return plans(rounds);
+    }
 
     // 1. Trials.
     let mut cases = Vec::new();
@@ -319,4 +324,38 @@ fn main() {
             f1 / e1
         );
     }
+}
+
+/// 1e. A whole-model trial of each layer-plan preset (mixed ratios, reused
+/// selections, linear layers) against a V4-Flash one, at 256K, each preset
+/// as shipped (its precisions, k = index_topk, its stack), 1 thread.
+fn plans(rounds: usize) {
+    println!("## whole-model trials by preset, 256K (as shipped, k = index_topk, 8 trials, 1 thread; median of {rounds} rounds)");
+    let presets = ["deepseek-v4-flash", "deepseek-v4.1-flash", "glm-5.2", "glm-5.3-flash"];
+    let cases: Vec<Scenario> = presets
+        .iter()
+        .map(|p| scenario(&format!("preset = \"{p}\"\n[sweep]\ncontexts = \"256K\"\ntopk = \"{}\"\ntrials = 8\n", topk_of(p))))
+        .collect();
+    let one = pool(1);
+    let mut times = vec![Vec::new(); cases.len()];
+    for _ in 0..rounds {
+        for (s, t) in cases.iter().zip(times.iter_mut()) {
+            t.push(
+                time(|| {
+                    one.install(|| run_sweep(s, &|| {})).expect("sweep");
+                }) / 8.0,
+            );
+        }
+    }
+    let base = median(times[0].clone());
+    println!("{:<22} {:>12} {:>14}", "preset", "ms/trial", "vs V4-Flash");
+    for (p, t) in presets.iter().zip(&times) {
+        let m = median(t.clone());
+        println!("{p:<22} {:>12.1} {:>13.2}×", 1e3 * m, m / base);
+    }
+}
+
+/// A preset's index_topk, its shipped k.
+fn topk_of(preset: &str) -> u64 {
+    scenario(&format!("preset = \"{preset}\"\n")).index_topk
 }

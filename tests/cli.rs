@@ -114,11 +114,11 @@ fn snapshot(dir: &Path) -> Vec<(String, Vec<u8>)> {
 // ---------------------------------------------------------------- presets --
 
 #[test]
-fn presets_lists_the_three_presets() {
+fn presets_lists_every_preset() {
     let o = bin().arg("presets").output().unwrap();
     assert!(o.status.success(), "{}", stderr(&o));
     let out = stdout(&o);
-    for name in ["deepseek-v4-flash", "deepseek-v4-pro", "deepseek-v3.2"] {
+    for name in ["deepseek-v4-flash", "deepseek-v4-pro", "deepseek-v3.2", "deepseek-v4.1-flash", "glm-5.2", "glm-5.3-flash"] {
         assert!(out.lines().any(|l| l.split_whitespace().next() == Some(name)), "missing preset {name}:\n{out}");
     }
 }
@@ -135,7 +135,14 @@ fn presets_show_prints_parseable_toml() {
 
 #[test]
 fn presets_show_every_preset_is_toml() {
-    for (name, rope, pooling) in [("deepseek-v4-flash", "v4", "on"), ("deepseek-v4-pro", "v4", "on"), ("deepseek-v3.2", "v3.2", "off")] {
+    for (name, rope, pooling) in [
+        ("deepseek-v4-flash", "v4", "on"),
+        ("deepseek-v4-pro", "v4", "on"),
+        ("deepseek-v3.2", "v3.2", "off"),
+        ("deepseek-v4.1-flash", "v4", "on"),
+        ("glm-5.2", "v4", "off"),
+        ("glm-5.3-flash", "off", "on"),
+    ] {
         let o = bin().args(["presets", "show", name]).output().unwrap();
         assert!(o.status.success(), "{name}: {}", stderr(&o));
         let v = toml::from_str::<toml::Value>(&stdout(&o)).unwrap_or_else(|e| panic!("{name}: not TOML: {e}"));
@@ -143,7 +150,7 @@ fn presets_show_every_preset_is_toml() {
         assert_eq!(physics.get("rope").and_then(toml::Value::as_str), Some(rope), "{name}");
         assert_eq!(physics.get("pooling").and_then(toml::Value::as_str), Some(pooling), "{name}");
         // The key norm knobs are shown with their values.
-        let key_norm = if name == "deepseek-v3.2" { "layernorm" } else { "off" };
+        let key_norm = if name == "deepseek-v3.2" || name == "glm-5.2" { "layernorm" } else { "off" };
         assert_eq!(physics.get("key_norm").and_then(toml::Value::as_str), Some(key_norm), "{name}");
         assert!(physics.get("norm_weight_spread").and_then(toml::Value::as_float).is_some(), "{name}");
         assert!(physics.get("norm_bias").and_then(toml::Value::as_float).is_some(), "{name}");
@@ -937,6 +944,31 @@ fn whole_model_recall_is_reported_and_can_be_switched_off() {
     let o = sweep(&hca, &["--hca", "retrieves"]);
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(results(&hca).iter().all(|r| r["model_recall"] == 1.0));
+}
+
+/// A malformed layer plan is refused in one line naming the layer, exit 2,
+/// before anything is written.
+#[test]
+fn bad_layer_plans_name_the_layer() {
+    assert_bad_sweep(&["--layers", "i4, s3, i4, i4"], &["--layers", "layer 1 reuses layer 3, a later layer"]);
+    assert_bad_sweep(&["--layers", "w, i0"], &["--layers", "layer 1: an indexer at ratio 0"]);
+    assert_bad_sweep(&["--layers", "i4, s1"], &["--layers", "layer 1 reuses its own selection (a cycle)"]);
+    assert_bad_sweep(&["--layers", "w, lin"], &["--layers", "at least one indexer layer"]);
+    assert_bad_sweep(&["--layers", "w, i1, i4"], &["--layers", "the first indexer layer (layer 1, ratio 1) is the simulated one"]);
+    assert_bad_sweep(&["--lost-layer-harm", "0.5", "--lost-layer-harm-band", "0.6..1"], &["--lost-layer-harm-band", "LOW..HIGH"]);
+}
+
+#[test]
+fn presets_show_prints_the_layer_plan() {
+    let o = bin().args(["presets", "show", "glm-5.2"]).output().unwrap();
+    let out = stdout(&o);
+    assert!(out.contains("layers = \"i1*3, (s, s, s, i1)*18, s, s, s\""), "{out}");
+    assert!(out.contains("#  21 indexed, ratio 1: 0, 1, 2, 6, …, 74\n#  57 reusing a selection, ratio 1: 3, 4, 5, 7,"), "{out}");
+    assert!(out.contains("selections reused: 2 → 3, 4, 5; 6 → 7, 8, 9;"), "{out}");
+    let o = bin().args(["presets", "show", "deepseek-v4.1-flash"]).output().unwrap();
+    let out = stdout(&o);
+    assert!(out.contains("#  5 indexed, ratio 1: 20, 24, …, 36\n#  3 indexed, ratio 2: 2, 8, 14"), "{out}");
+    assert!(out.contains("candidate stage: layer 20 keeps 2048 blocks of 8 rows"), "{out}");
 }
 
 #[test]

@@ -7,7 +7,7 @@
 //! 3,000 mutated safetensors files through the tensor readers.
 
 use dsa_recall::config::{self, lists, params::parse_scenario_toml};
-use dsa_recall::model::stack::{parse_compress_ratios, MAX_LAYERS};
+use dsa_recall::model::plan::{LayerPlan, MAX_LAYERS};
 use proptest::prelude::*;
 
 fn check_text(text: &str) {
@@ -65,6 +65,7 @@ fn key() -> impl Strategy<Value = (&'static str, &'static str)> {
         ("sweep", "seed"),
         ("sweep", "threshold"),
         ("stack", "compress_ratios"),
+        ("stack", "layers"),
         ("stack", "indexer_ratio"),
         ("stack", "layer_correlation"),
         ("stack", "token_correlation"),
@@ -126,8 +127,16 @@ proptest! {
 
     #[test]
     fn layer_stacks_never_panic(text in "[0-9(),* ]{0,40}|\\PC{0,40}") {
-        match parse_compress_ratios(&text) {
+        match LayerPlan::from_compress_ratios(&text, 4) {
             Ok(v) => prop_assert!(!v.is_empty() && v.len() <= MAX_LAYERS),
+            Err(e) => prop_assert!(!e.contains('\n')),
+        }
+    }
+
+    #[test]
+    fn layer_plans_never_panic(text in "[wlinhs0-9(),* ]{0,40}|\\PC{0,40}") {
+        match LayerPlan::parse(&text) {
+            Ok(v) => prop_assert!(!v.is_empty() && v.len() <= MAX_LAYERS && LayerPlan::parse(&v.to_words()).as_ref() == Ok(&v)),
             Err(e) => prop_assert!(!e.contains('\n')),
         }
     }

@@ -235,20 +235,82 @@ fn a_candidate_stage_is_refused_where_it_cannot_be_read() {
     }
 }
 
-/// The V4.1 what-if scenario loads, and its stack is V4.1-Flash's ratio-1
-/// half: indexer layers 20, 24, …, 36, layer 20 the candidate source.
+/// A fault that loses every needle (constant logits, index-ordered ties)
+/// on GLM-5.2's plan (21 indexer layers, the 57 others reusing the one
+/// before them) at 16K, depth 50 %, k 2048: the healthy model reaches the
+/// needle in all 78 selecting layers. In indexer layer 3 (model layer 6,
+/// reused by 7, 8 and 9) the fault costs those four layers; in indexer
+/// layer 0 (model layer 0, which nobody reuses) it costs that layer alone;
+/// in the reusing layers (`layers=reusers`: each selects on its own with
+/// the fault) it leaves only the 21 indexer layers. Under the any-layer
+/// rule (lost-layer harm 0) the answer survives each; under GLM-5.2's
+/// default rule (harm 1: a faulty layer that loses the needle a correct
+/// selection keeps costs the answer) none does.
 #[test]
-fn the_v41_what_if_scenario_describes_its_candidate_stage() {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/scenarios/v41_flash_ratio1.toml");
-    let s = config::check(config::resolve(config::load_scenario_file(&path).unwrap()).unwrap()).unwrap();
-    let stack = s.stack.as_ref().expect("a stack");
-    assert_eq!(stack.compress_ratios.len(), 40);
-    assert_eq!(stack.candidate_source(), Some(0));
-    assert!(
-        stack.describe().ends_with(
-            "5 indexed, ratio 1: 20, 24, …, 36\n  candidate stage: layer 20 keeps 2048 blocks of 8 rows; the 4 indexer layers after it select inside them"
-        ),
-        "{}",
-        stack.describe()
-    );
+fn a_fault_in_a_reused_layer_reaches_every_layer_that_reuses_it() {
+    let fault = "fp8-fp32scale+scale-unwritten-zero+ties-lowest";
+    let run = |harm: &str| {
+        let s = scenario(&format!(
+            "preset = \"glm-5.2\"\n[stack]\n{harm}[sweep]\ncontexts = \"16K\"\ndepths = \"50\"\ntopk = \"2048\"\n\
+             precisions = \"fp8-fp32scale,{fault}+layers=3,{fault}+layers=0,{fault}+layers=reusers\"\ntrials = 40\nseed = 3\n"
+        ));
+        run_sweep(&s, &|| {}).unwrap().cells
+    };
+    let any_layer = run("lost_layer_harm = 0\nlost_layer_harm_band = \"0..0\"\n");
+    let reached: Vec<f64> = any_layer.iter().map(|c| c.layers_reached.unwrap()).collect();
+    assert_eq!(reached, vec![78.0, 74.0, 77.0, 21.0]);
+    assert!(any_layer.iter().all(|c| c.model_survived == Some(40) && c.indexed_layers == Some(78)), "{any_layer:?}");
+    assert!(any_layer[1..].iter().all(|c| c.survived == 0), "per-layer recall is a faulty layer's");
+    let glm = run("");
+    assert_eq!(glm.iter().map(|c| c.layers_reached.unwrap()).collect::<Vec<_>>(), reached, "the rule leaves the layers alone");
+    assert_eq!(glm.iter().map(|c| c.model_survived.unwrap()).collect::<Vec<_>>(), vec![40, 0, 0, 0]);
+    // The band spans the harm's own band (0.1 … 1): at 0.1, four lost layers
+    // leave the answer intact in 0.9⁴ = 66 % of trials.
+    let (low, high) = (glm[1].model_band_low.unwrap(), glm[1].model_band_high.unwrap());
+    assert!(low == 0.0 && high > 0.3 && high < 0.95, "band {low} … {high}");
+}
+
+/// An indexer layer at another compress ratio is read on its own rows.
+/// On V4-Flash's calibration with a needle that half the haystack
+/// outscores, at 2K tokens: a ratio-4 layer has 512 rows, all selected at
+/// k 512, so it always keeps the needle; a ratio-1 layer has 2,048 rows
+/// and keeps it only when its rank falls below 512 for some query token.
+#[test]
+fn an_indexer_layer_at_another_ratio_is_read_on_its_own_rows() {
+    let run = |layers: &str| {
+        let s = scenario(&format!(
+            "[needle]\nexceedance = 0.5\n[stack]\nlayers = \"{layers}\"\n[sweep]\ncontexts = \"2K\"\ndepths = \"50\"\ntopk = \"512\"\n\
+             precisions = \"bf16\"\ntrials = 200\nseed = 4\n"
+        ));
+        run_sweep(&s, &|| {}).unwrap().cells.remove(0)
+    };
+    let same = run("w, i4, i4");
+    assert_eq!((same.survived, same.layers_reached), (200, Some(2.0)));
+    let mixed = run("w, i4, i1");
+    assert_eq!(mixed.survived, 200, "the simulated layer is the ratio-4 one");
+    let extra = mixed.layers_reached.unwrap() - 1.0;
+    // Read on the simulated layer's rows it would keep the needle in every
+    // trial (1.0); on its own 2,048 rows, each of the twenty query tokens
+    // ranks it around the 1,024th, so it keeps it only sometimes.
+    assert!(extra > 0.0 && extra < 1.0, "the ratio-1 layer kept it in {extra} of trials");
+    // A plan whose first indexer is not at the simulated ratio is refused.
+    let toml = "[stack]\nlayers = \"w, i1, i4\"\n";
+    let e = config::check(config::resolve(parse_scenario_toml(toml).unwrap()).unwrap()).unwrap_err().to_string();
+    assert!(e.contains("stack.layers") && e.contains("layer 1, ratio 1") && !e.contains('\n'), "{e}");
+}
+
+/// The new presets run their released plans.
+#[test]
+fn the_new_presets_describe_their_plans() {
+    let plan = |name: &str| scenario(&format!("preset = \"{name}\"\n")).stack.expect("a stack");
+    let v41 = plan("deepseek-v4.1-flash");
+    assert_eq!((v41.plan.len(), v41.indexed_layers(), v41.selecting_layers()), (40, 8, 38));
+    assert_eq!(v41.indexer_ratios(), vec![2, 2, 2, 1, 1, 1, 1, 1]);
+    assert_eq!(v41.candidate_source(), Some(3));
+    let glm = plan("glm-5.2");
+    assert_eq!((glm.plan.len(), glm.indexed_layers(), glm.selecting_layers()), (78, 21, 78));
+    assert_eq!(glm.plan.indexers()[..5], [0, 1, 2, 6, 10]);
+    let flash = plan("glm-5.3-flash");
+    assert_eq!((flash.plan.len(), flash.indexed_layers(), flash.selecting_layers()), (45, 11, 11));
+    assert_eq!(flash.plan.indexers(), (3..45).step_by(4).collect::<Vec<_>>());
 }

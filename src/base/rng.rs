@@ -36,6 +36,7 @@ pub mod tag {
     pub const CACHE: u64 = 0x6361_6368_6500_000f; // a request's physical cache pages (zero-pages faults)
     pub const ROW_SHIFT: u64 = 0x7368_6966_7400_0010; // the other query whose logits row-shift reads
     pub const CANDIDATE: u64 = 0x6361_6e64_0000_0011; // the candidate stage's block draws (whole-model stack)
+    pub const PLAN: u64 = 0x706c_616e_0000_0012; // the layer plan's draws: reusers selecting alone, lost-layer harm
 }
 
 /// SplitMix64 finaliser: a bijective 64-bit mixer with good avalanche.

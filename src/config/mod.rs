@@ -22,7 +22,8 @@ use crate::model::geometry::CompressionGeometry;
 use crate::model::haystack::{GenerativeModel, HaystackStructure, IndexerShape, NeedleGeometry};
 use crate::model::needle::{NeedleUnit, QuantileNeedle};
 use crate::model::physics::{KeyNorm, Physics, Pooling, RopeChoice};
-use crate::model::stack::{parse_compress_ratios, CandidateStage, FaultSpreadChoice, HcaReading, LayerKind, WholeModel};
+use crate::model::plan::LayerPlan;
+use crate::model::stack::{CandidateStage, FaultSpreadChoice, HcaReading, LayerKind, LostLayerHarm, WholeModel};
 use crate::score::selection::{check_topk, TieRule};
 use crate::score::variant::PrecisionVariant;
 use serde::Serialize;
@@ -186,6 +187,7 @@ pub fn check(p: ScenarioParams) -> Result<Scenario, ConfigError> {
     let (trials, seed, threshold) = check_monte_carlo(&p.sweep)?;
     let estimator = check_estimator(&p.estimator, &needle.unit, &physics, &structure, ratio, &precisions)?;
     let stack = check_stack(&p.stack)?;
+    check_simulated_ratio(stack.as_ref(), &p.stack, ratio)?;
     check_layer_subsets(&precisions, stack.as_ref(), &needle.unit)?;
     check_length_gates(&precisions)?;
     if stack.as_ref().is_some_and(|w| w.candidates.is_some()) && needle.unit.is_strength() {
@@ -193,6 +195,18 @@ pub fn check(p: ScenarioParams) -> Result<Scenario, ConfigError> {
             field_name("stack.candidate_source_layer"),
             stack.as_ref().and_then(|w| w.candidates).map_or(0, |c| c.source_layer),
             "a candidate stage needs the quantile needle (its per-layer draws); not with needle.unit = \"strength\"",
+        ));
+    }
+    if let Some(w) = stack.as_ref().filter(|w| (w.plan.needs_words() || w.harm.high > 0.0) && needle.unit.is_strength()) {
+        let (path, value) = if w.plan.needs_words() {
+            ("stack.layers", format!("{:?}", w.plan.to_words()))
+        } else {
+            ("stack.lost_layer_harm", w.harm.central.to_string())
+        };
+        return Err(ConfigError::new(
+            field_name(path),
+            value,
+            "reused selections, mixed ratios, linear layers and lost-layer harm need the quantile needle (its per-layer draws); not with needle.unit = \"strength\"",
         ));
     }
     check_needle_multiples(&precisions, &needle.unit)?;
@@ -235,31 +249,40 @@ pub fn check(p: ScenarioParams) -> Result<Scenario, ConfigError> {
     })
 }
 
-/// Validates `[stack]`: None when `compress_ratios` is left out or `none`.
+/// Validates `[stack]`: None when neither `layers` nor `compress_ratios`
+/// is given, or the one given is `none`.
 fn check_stack(p: &params::StackParams) -> Result<Option<WholeModel>, ConfigError> {
-    let text = p.compress_ratios.as_ref().map(|list| list.to_text()).unwrap_or_else(|| "none".into());
+    let (field, text) = match (&p.layers, &p.compress_ratios) {
+        (Some(words), _) => ("stack.layers", words.clone()),
+        (None, Some(list)) => ("stack.compress_ratios", list.to_text()),
+        (None, None) => ("stack.compress_ratios", "none".into()),
+    };
     if text.trim() == "none" {
         let given = [(p.candidate_source_layer, "stack.candidate_source_layer")].into_iter().chain(stage_fields(p));
         if let Some((v, path)) = given.into_iter().find_map(|(v, path)| Some((v?, path))) {
             return Err(ConfigError::new(
                 field_name(path),
                 v,
-                "only with a stack (stack.compress_ratios, --compress-ratios): a candidate stage acts across its layers",
+                "only with a stack (stack.layers or stack.compress_ratios): a candidate stage acts across its layers",
             ));
         }
         return Ok(None);
     }
-    let field = "stack.compress_ratios";
-    let compress_ratios = parse_compress_ratios(&text)
-        .map_err(|e| ConfigError::new(field_name(field), format!("{text:?}"), format!("{e}; e.g. \"0*2, (4, 128)*20, 4\" or none")))?;
+    let plan = if field == "stack.layers" {
+        LayerPlan::parse(&text).map_err(|e| {
+            ConfigError::new(field_name(field), format!("{text:?}"), format!("{e}; e.g. \"w*2, (i4, h128)*20, i4\" or none"))
+        })?
+    } else {
+        let ratio = int_in(require(p.indexer_ratio, "stack.indexer_ratio")?, 1, 1 << 16, "stack.indexer_ratio")?;
+        LayerPlan::from_compress_ratios(&text, ratio)
+            .map_err(|e| ConfigError::new(field_name(field), format!("{text:?}"), format!("{e}; e.g. \"0*2, (4, 128)*20, 4\" or none")))?
+    };
     let correlation = |v: Option<f64>, path: &str| number_in(require(v, path)?, 0.0, 0.9999, path);
     let tokens = |v: Option<u64>, path: &str| int_in(require(v, path)?, 0, 1 << 16, path);
     let hca_text = require(p.hca.as_deref(), "stack.hca")?;
     let spread_text = require(p.fault_layers.as_deref(), "stack.fault_layers")?;
-    let ratio = int_in(require(p.indexer_ratio, "stack.indexer_ratio")?, 1, 1 << 16, "stack.indexer_ratio")?;
     let whole = WholeModel {
-        compress_ratios,
-        indexed_ratio: ratio,
+        plan,
         layer_correlation: correlation(p.layer_correlation, "stack.layer_correlation")?,
         token_correlation: correlation(p.token_correlation, "stack.token_correlation")?,
         question_tokens: tokens(p.question_tokens, "stack.question_tokens")?,
@@ -271,15 +294,16 @@ fn check_stack(p: &params::StackParams) -> Result<Option<WholeModel>, ConfigErro
             ConfigError::new(field_name("stack.fault_layers"), format!("{spread_text:?}"), format!("one of {}", FaultSpreadChoice::NAMES))
         })?,
         candidates: None,
+        harm: check_harm(p)?,
     };
     let whole = WholeModel { candidates: check_candidates(p, &whole)?, ..whole };
-    let indexed = whole.indexed_layers() as u64;
-    if indexed == 0 {
-        return Err(ConfigError::new(
-            field_name(field),
-            format!("{text:?}"),
-            format!("at least one indexer layer: a layer at stack.indexer_ratio = {ratio}"),
-        ));
+    if whole.indexed_layers() == 0 {
+        let why = if field == "stack.layers" {
+            "at least one indexer layer (iR)".to_string()
+        } else {
+            format!("at least one indexer layer: a layer at stack.indexer_ratio = {}", p.indexer_ratio.unwrap_or(0))
+        };
+        return Err(ConfigError::new(field_name(field), format!("{text:?}"), why));
     }
     if whole.query_tokens() == 0 {
         return Err(ConfigError::new(
@@ -288,8 +312,44 @@ fn check_stack(p: &params::StackParams) -> Result<Option<WholeModel>, ConfigErro
             "at least 1 question or answer token (stack.answer_tokens is 0)",
         ));
     }
-    int_in(whole.quorum, 1, indexed, "stack.quorum")?;
+    int_in(whole.quorum, 1, whole.selecting_layers() as u64, "stack.quorum")?;
     Ok(Some(whole))
+}
+
+/// A plan in words simulates its first indexer layer: that layer's ratio
+/// must be the simulated geometry's (with the shorthand, the simulated
+/// layer stands for every indexer layer whatever its ratio, as before).
+fn check_simulated_ratio(stack: Option<&WholeModel>, p: &params::StackParams, ratio: u64) -> Result<(), ConfigError> {
+    let (Some(w), Some(words)) = (stack, &p.layers) else { return Ok(()) };
+    let first = w.layers_of(LayerKind::Indexed)[0];
+    match w.simulated_ratio() {
+        Some(r) if r != ratio => Err(ConfigError::new(
+            field_name("stack.layers"),
+            format!("{words:?}"),
+            format!("the first indexer layer (layer {first}, ratio {r}) is the simulated one: geometry.compress_ratio is {ratio}; make them equal"),
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// `stack.lost_layer_harm` and its band: 0 when left out.
+fn check_harm(p: &params::StackParams) -> Result<LostLayerHarm, ConfigError> {
+    let path = "stack.lost_layer_harm";
+    let central = number_in(p.lost_layer_harm.unwrap_or(0.0), 0.0, 1.0, path)?;
+    let Some(band) = p.lost_layer_harm_band.as_deref() else { return Ok(LostLayerHarm { central, low: central, high: central }) };
+    let bad = || {
+        ConfigError::new(
+            field_name("stack.lost_layer_harm_band"),
+            format!("{band:?}"),
+            format!("LOW..HIGH with 0 ≤ LOW ≤ {central} ≤ HIGH ≤ 1 (stack.lost_layer_harm = {central})"),
+        )
+    };
+    let (low, high) = band.split_once("..").ok_or_else(bad)?;
+    let (low, high): (f64, f64) = (low.trim().parse().map_err(|_| bad())?, high.trim().parse().map_err(|_| bad())?);
+    if !(0.0..=central).contains(&low) || !(central..=1.0).contains(&high) {
+        return Err(bad());
+    }
+    Ok(LostLayerHarm { central, low, high })
 }
 
 /// The candidate stage's fields besides its source, with their paths.
@@ -310,11 +370,7 @@ fn check_candidates(p: &params::StackParams, whole: &WholeModel) -> Result<Optio
         return Err(ConfigError::new(
             field_name("stack.candidate_source_layer"),
             source_layer,
-            format!(
-                "an indexer layer of the stack (ratio stack.indexer_ratio = {}): {}",
-                whole.indexed_ratio,
-                whole.layer_list(LayerKind::Indexed)
-            ),
+            format!("an indexer layer of the stack: {}", whole.layer_list(LayerKind::Indexed)),
         ));
     }
     let blocks = int_in(require(p.candidate_blocks, "stack.candidate_blocks")?, 1, 1 << 24, "stack.candidate_blocks")?;
@@ -752,6 +808,9 @@ fn check_layer_subsets(
         }
         if let Some(why) = v.layers.unsupported(stack.indexed_layers()) {
             return Err(refuse(why));
+        }
+        if v.layers == crate::score::variant::LayerSubset::Reusers && stack.count(LayerKind::Reused) == 0 {
+            return Err(refuse("layers=reusers needs a plan with layers that reuse a selection (s, sN in stack.layers)".into()));
         }
     }
     Ok(())

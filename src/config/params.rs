@@ -371,6 +371,12 @@ section! {
             "LIST",
             "The model's layers by compress ratio: 0 raw window only, --indexer-ratio an indexer layer, other every row (HCA); R*N and (A,B)*N repeat; none = per-layer recall only"
         ),
+        /// The layer plan in words (w, lin, iR, hR, s, sN); replaces compress_ratios and indexer_ratio.
+        layers: String = flag(
+            "--layers",
+            "PLAN",
+            "The model's layers in words: w raw window, lin linear attention, iR an indexer at ratio R, hR every row (HCA), sN reuse layer N's selection, s the last indexer's; X*N and (A,B)*N repeat (replaces --compress-ratios)"
+        ),
         indexer_ratio: u64 = flag(
             "--indexer-ratio",
             "C",
@@ -388,7 +394,19 @@ section! {
         ),
         question_tokens: u64 = flag("--question-tokens", "N", "Question tokens whose selections may read the needle (prefill)"),
         answer_tokens: u64 = flag("--answer-tokens", "N", "First answer tokens whose selections may read the needle (decode)"),
-        quorum: u64 = flag("--quorum", "N", "Indexer layers that must select the needle for the model to retrieve it"),
+        quorum: u64 = flag("--quorum", "N", "Selecting layers (indexer layers and those reusing their selections) that must select the needle for the model to retrieve it"),
+        /// Probability that a faulty layer losing the needle corrupts the answer (left out: 0).
+        lost_layer_harm: f64 = flag(
+            "--lost-layer-harm",
+            "P",
+            "Whole-model rule: a layer whose fault loses the needle where a correct selection keeps it corrupts the answer with probability P (0: any one layer suffices)"
+        ),
+        /// The band of lost_layer_harm, "LOW..HIGH" (left out: the central value alone).
+        lost_layer_harm_band: String = flag(
+            "--lost-layer-harm-band",
+            "LOW..HIGH",
+            "The assumption band of --lost-layer-harm, reported beside the layer-overlap band"
+        ),
         /// blind | retrieves
         hca: String = flag(
             "--hca",
@@ -563,6 +581,13 @@ impl Overlay for ScenarioParams {
         self.needle.overlay(top.needle);
         self.selection.overlay(top.selection);
         self.physics.overlay(top.physics);
+        // A plan in words and the ratio shorthand say the same thing: the
+        // one a higher layer gives replaces the other.
+        if top.stack.layers.is_some() {
+            self.stack.compress_ratios = None;
+        } else if top.stack.compress_ratios.is_some() {
+            self.stack.layers = None;
+        }
         self.stack.overlay(top.stack);
         self.sweep.overlay(top.sweep);
         self.estimator.overlay(top.estimator);

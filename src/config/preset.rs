@@ -11,6 +11,9 @@ pub const PRESETS: &[(&str, &str)] = &[
     ("deepseek-v4-flash", include_str!("../../presets/deepseek-v4-flash.toml")),
     ("deepseek-v4-pro", include_str!("../../presets/deepseek-v4-pro.toml")),
     ("deepseek-v3.2", include_str!("../../presets/deepseek-v3.2.toml")),
+    ("deepseek-v4.1-flash", include_str!("../../presets/deepseek-v4.1-flash.toml")),
+    ("glm-5.2", include_str!("../../presets/glm-5.2.toml")),
+    ("glm-5.3-flash", include_str!("../../presets/glm-5.3-flash.toml")),
 ];
 
 pub fn preset_names() -> String {

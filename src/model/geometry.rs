@@ -101,6 +101,12 @@ impl CompressionGeometry {
         self.placement_from(context, start.min(context.saturating_sub(len)), len)
     }
 
+    /// The placement of `len` tokens from token `start`: another layer's
+    /// rows for a needle placed by the simulated layer.
+    pub fn place_tokens(&self, context: u64, start: u64, len: u64) -> NeedlePlacement {
+        self.placement_from(context, start, len)
+    }
+
     fn placement_from(&self, context: u64, start: u64, len: u64) -> NeedlePlacement {
         let end = (start + len).min(context);
         let first_row = start / self.ratio;

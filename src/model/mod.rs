@@ -9,6 +9,7 @@ pub mod geometry;
 pub mod haystack;
 pub mod needle;
 pub mod physics;
+pub mod plan;
 pub mod rope;
 pub mod row_source;
 pub mod stack;

@@ -5,6 +5,7 @@
 //! (`crate::estimate::stack`).
 
 use crate::model::needle::ranks_below;
+use crate::model::plan::{LayerPlan, PlanLayer};
 use serde::{Deserialize, Serialize};
 
 /// What a layer of the stack attends.
@@ -12,11 +13,15 @@ use serde::{Deserialize, Serialize};
 pub enum LayerKind {
     /// The raw window only (compress ratio 0).
     WindowOnly,
-    /// An indexer picks the top-k rows (the simulated layer's ratio: CSA, or
-    /// V3.2's token-level DSA).
+    /// Linear attention (a recurrent state): no rows selected.
+    Linear,
+    /// An indexer of its own picks the top-k rows (CSA, V3.2's token-level
+    /// DSA, a pooled indexer).
     Indexed,
-    /// Compressed rows at another ratio, every visible row attended, no
-    /// indexer (V4's HCA, ratio 128).
+    /// Another layer's selection, reused (IndexShare).
+    Reused,
+    /// Compressed rows, every visible row attended, no indexer (V4's HCA,
+    /// ratio 128).
     Dense,
 }
 
@@ -106,13 +111,12 @@ impl FaultSpreadChoice {
 /// The whole model a cell's recall is read through: its layers, how alike
 /// its layers and query tokens select, and what counts as retrieved.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(into = "WholeModelRecord", try_from = "WholeModelRecord")]
 pub struct WholeModel {
-    /// Per layer, its compress ratio (0: raw window only), as in the model's
-    /// configuration (`compress_ratios`).
-    pub compress_ratios: Vec<u64>,
-    /// The ratio of the layers with an indexer; the simulated layer stands
-    /// for each of them (whatever its own `geometry.compress_ratio`).
-    pub indexed_ratio: u64,
+    /// What each layer attends (docs/MODEL.md, "Layer plans"). The first
+    /// indexer layer is the simulated one; every indexer layer at its ratio
+    /// is simulated as it is, one at another ratio on its own rows.
+    pub plan: LayerPlan,
     /// Latent correlation of a row's selection in adjacent indexed layers.
     pub layer_correlation: f64,
     /// Latent correlation of a row's selection for adjacent query tokens.
@@ -121,13 +125,118 @@ pub struct WholeModel {
     /// selections may read the needle.
     pub question_tokens: u64,
     pub answer_tokens: u64,
-    /// Indexed layers that must select the needle.
+    /// Selecting layers (indexer layers and the layers that reuse their
+    /// selections) that must select the needle.
     pub quorum: u64,
     pub hca: HcaReading,
     pub fault_spread: FaultSpreadChoice,
     /// V4.1's candidate stage, if the model has one.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub candidates: Option<CandidateStage>,
+    /// What a faulty layer that loses the needle does to the answer.
+    pub harm: LostLayerHarm,
+}
+
+/// The whole-model rule for faulty layers (docs/MODEL.md, "What a faulty
+/// layer does to the answer"): a selecting layer whose fault loses the
+/// needle where a correct selection keeps it corrupts the answer with
+/// probability `central` (an assumption; `low` … `high` is its band). 0
+/// everywhere: any one layer that keeps the needle suffices.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct LostLayerHarm {
+    pub central: f64,
+    pub low: f64,
+    pub high: f64,
+}
+
+impl LostLayerHarm {
+    pub fn is_none(&self) -> bool {
+        self.central == 0.0 && self.low == 0.0 && self.high == 0.0
+    }
+
+    /// The probability that `lost` faulty layers leave the answer intact at
+    /// harm `c`.
+    pub fn intact(c: f64, lost: u64) -> f64 {
+        (1.0 - c).powi(lost.min(i32::MAX as u64) as i32)
+    }
+}
+
+/// [`WholeModel`] as scenario manifests store it: a plan the
+/// `compress_ratios` shorthand can say is stored so (the manifests of
+/// earlier versions read back), any other in `layers`.
+#[derive(Serialize, Deserialize)]
+struct WholeModelRecord {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    compress_ratios: Option<Vec<u64>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    indexed_ratio: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    layers: Option<String>,
+    layer_correlation: f64,
+    token_correlation: f64,
+    question_tokens: u64,
+    answer_tokens: u64,
+    quorum: u64,
+    hca: HcaReading,
+    fault_spread: FaultSpreadChoice,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    candidates: Option<CandidateStage>,
+    #[serde(default, skip_serializing_if = "LostLayerHarm::is_none")]
+    lost_layer_harm: LostLayerHarm,
+}
+
+impl From<WholeModel> for WholeModelRecord {
+    fn from(w: WholeModel) -> Self {
+        let short = !w.plan.needs_words();
+        let ratio = w.plan.layers().iter().find_map(|l| match l {
+            PlanLayer::Indexer { ratio } => Some(*ratio),
+            _ => None,
+        });
+        let ratios = w.plan.layers().iter().map(|l| match *l {
+            PlanLayer::Indexer { ratio } | PlanLayer::Dense { ratio } => ratio,
+            _ => 0,
+        });
+        WholeModelRecord {
+            compress_ratios: short.then(|| ratios.collect()),
+            indexed_ratio: if short { ratio } else { None },
+            layers: (!short).then(|| w.plan.to_words()),
+            layer_correlation: w.layer_correlation,
+            token_correlation: w.token_correlation,
+            question_tokens: w.question_tokens,
+            answer_tokens: w.answer_tokens,
+            quorum: w.quorum,
+            hca: w.hca,
+            fault_spread: w.fault_spread,
+            candidates: w.candidates,
+            lost_layer_harm: w.harm,
+        }
+    }
+}
+
+impl TryFrom<WholeModelRecord> for WholeModel {
+    type Error = String;
+
+    fn try_from(r: WholeModelRecord) -> Result<Self, String> {
+        let plan = match (r.layers, r.compress_ratios) {
+            (Some(words), _) => LayerPlan::parse(&words)?,
+            (None, Some(ratios)) => {
+                let text = ratios.iter().map(u64::to_string).collect::<Vec<_>>().join(",");
+                LayerPlan::from_compress_ratios(&text, r.indexed_ratio.unwrap_or(0))?
+            }
+            (None, None) => return Err("a stack needs layers or compress_ratios".into()),
+        };
+        Ok(WholeModel {
+            plan,
+            layer_correlation: r.layer_correlation,
+            token_correlation: r.token_correlation,
+            question_tokens: r.question_tokens,
+            answer_tokens: r.answer_tokens,
+            quorum: r.quorum,
+            hca: r.hca,
+            fault_spread: r.fault_spread,
+            candidates: r.candidates,
+            harm: r.lost_layer_harm,
+        })
+    }
 }
 
 /// DeepSeek-V4.1's two-level candidate indexer (docs/MODEL.md, "Two-level
@@ -182,20 +291,47 @@ impl CandidateStage {
 }
 
 impl WholeModel {
-    pub fn kind(&self, ratio: u64) -> LayerKind {
-        match ratio {
-            0 => LayerKind::WindowOnly,
-            r if r == self.indexed_ratio => LayerKind::Indexed,
-            _ => LayerKind::Dense,
+    /// What layer `l` of the model is.
+    pub fn kind_of(&self, l: usize) -> LayerKind {
+        match self.plan.layers()[l] {
+            PlanLayer::Window => LayerKind::WindowOnly,
+            PlanLayer::Linear => LayerKind::Linear,
+            PlanLayer::Indexer { .. } => LayerKind::Indexed,
+            PlanLayer::Dense { .. } => LayerKind::Dense,
+            PlanLayer::Reuse { .. } => LayerKind::Reused,
         }
     }
 
     pub fn count(&self, kind: LayerKind) -> usize {
-        self.compress_ratios.iter().filter(|&&r| self.kind(r) == kind).count()
+        (0..self.plan.len()).filter(|&l| self.kind_of(l) == kind).count()
     }
 
+    /// Layers with an indexer of their own.
     pub fn indexed_layers(&self) -> usize {
         self.count(LayerKind::Indexed)
+    }
+
+    /// Layers whose attention reads a selection: the indexer layers and
+    /// the layers that reuse theirs. Whole-model recall counts these.
+    pub fn selecting_layers(&self) -> usize {
+        self.indexed_layers() + self.count(LayerKind::Reused)
+    }
+
+    /// Per indexer layer, its compress ratio, in order.
+    pub fn indexer_ratios(&self) -> Vec<u64> {
+        self.plan
+            .layers()
+            .iter()
+            .filter_map(|l| match *l {
+                PlanLayer::Indexer { ratio } => Some(ratio),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The compress ratio of the first indexer layer: the simulated one.
+    pub fn simulated_ratio(&self) -> Option<u64> {
+        self.indexer_ratios().first().copied()
     }
 
     /// How whole-model recall is read, in a few words: "1 of 21 indexer
@@ -203,7 +339,14 @@ impl WholeModel {
     /// candidate stage.
     pub fn label(&self) -> String {
         let stage = self.candidates.map_or_else(String::new, |c| format!(", candidates from layer {}", c.source_layer));
-        format!("{} of {} indexer layers, {} query tokens{stage}", self.quorum, self.indexed_layers(), self.query_tokens())
+        let reused = self.count(LayerKind::Reused);
+        let layers = if reused == 0 {
+            format!("{} indexer layers", self.indexed_layers())
+        } else {
+            format!("{} selecting layers ({} with an indexer)", self.selecting_layers(), self.indexed_layers())
+        };
+        let harm = if self.harm.central > 0.0 { format!(", lost-layer harm {}", self.harm.central) } else { String::new() };
+        format!("{} of {layers}, {} query tokens{stage}{harm}", self.quorum, self.query_tokens())
     }
 
     /// Query tokens whose selections are read.
@@ -234,7 +377,7 @@ impl WholeModel {
     /// `gate_boost` over the row's other tokens (equal gate biases): n·e^b /
     /// (n·e^b + r − n) for ratio r. None without dense layers.
     pub fn dense_needle_share(&self, needle_tokens: u64, gate_boost: f64) -> Option<f64> {
-        let ratio = self.compress_ratios.iter().copied().find(|&r| self.kind(r) == LayerKind::Dense)?;
+        let ratio = self.dense_ratio()?;
         let n = needle_tokens.min(ratio) as f64;
         let boosted = n * gate_boost.exp();
         Some(boosted / (boosted + ratio as f64 - n))
@@ -255,9 +398,27 @@ impl WholeModel {
         out
     }
 
+    /// The ratio of the first HCA layer, None without one.
+    pub fn dense_ratio(&self) -> Option<u64> {
+        self.plan.layers().iter().find_map(|l| match *l {
+            PlanLayer::Dense { ratio } => Some(ratio),
+            _ => None,
+        })
+    }
+
+    /// The compress ratio of layer `l` (0 for a layer without rows; a
+    /// reusing layer's is its source's).
+    pub fn ratio_of(&self, l: usize) -> u64 {
+        match self.plan.layers()[l] {
+            PlanLayer::Indexer { ratio } | PlanLayer::Dense { ratio } => ratio,
+            PlanLayer::Reuse { source } => self.ratio_of(source),
+            PlanLayer::Window | PlanLayer::Linear => 0,
+        }
+    }
+
     /// The model's layers of one kind, by layer number.
     pub fn layers_of(&self, kind: LayerKind) -> Vec<usize> {
-        (0..self.compress_ratios.len()).filter(|&l| self.kind(self.compress_ratios[l]) == kind).collect()
+        (0..self.plan.len()).filter(|&l| self.kind_of(l) == kind).collect()
     }
 
     /// [`Self::layers_of`] as text: `2, 4, …, 42`.
@@ -268,17 +429,44 @@ impl WholeModel {
     /// One paragraph per kind of layer, with the layer numbers:
     /// `21 indexed (ratio 4): 2, 4, …, 42`.
     pub fn describe(&self) -> String {
-        let mut out = format!("{} layers", self.compress_ratios.len());
-        for (kind, label) in
-            [(LayerKind::WindowOnly, "raw window only"), (LayerKind::Indexed, "indexed"), (LayerKind::Dense, "dense (HCA)")]
-        {
+        let mut out = format!("{} layers", self.plan.len());
+        for (kind, label) in [
+            (LayerKind::WindowOnly, "raw window only"),
+            (LayerKind::Linear, "linear attention"),
+            (LayerKind::Indexed, "indexed"),
+            (LayerKind::Reused, "reusing a selection"),
+            (LayerKind::Dense, "dense (HCA)"),
+        ] {
             let layers = self.layers_of(kind);
             if layers.is_empty() {
                 continue;
             }
-            let ratios: Vec<u64> = layers.iter().map(|&l| self.compress_ratios[l]).collect();
-            let ratio = if ratios.iter().all(|&r| r == ratios[0]) { format!(", ratio {}", ratios[0]) } else { String::new() };
-            out.push_str(&format!("\n  {} {label}{ratio}: {}", layers.len(), layer_numbers(&layers)));
+            let ratios: Vec<u64> = layers.iter().map(|&l| self.ratio_of(l)).collect();
+            let mut by_ratio: Vec<u64> = ratios.clone();
+            by_ratio.sort_unstable();
+            by_ratio.dedup();
+            if kind == LayerKind::Linear {
+                out.push_str(&format!("\n  {} {label}: {}", layers.len(), layer_numbers(&layers)));
+            } else if by_ratio.len() == 1 {
+                out.push_str(&format!("\n  {} {label}, ratio {}: {}", layers.len(), by_ratio[0], layer_numbers(&layers)));
+            } else {
+                for r in by_ratio {
+                    let at: Vec<usize> = layers.iter().zip(&ratios).filter(|(_, &x)| x == r).map(|(&l, _)| l).collect();
+                    out.push_str(&format!("\n  {} {label}, ratio {r}: {}", at.len(), layer_numbers(&at)));
+                }
+            }
+        }
+        let reusers = self.plan.reusers();
+        if reusers.iter().any(|r| !r.is_empty()) {
+            let parts: Vec<String> = self
+                .plan
+                .indexers()
+                .iter()
+                .zip(&reusers)
+                .filter(|(_, r)| !r.is_empty())
+                .map(|(i, r)| format!("{i} → {}", layer_numbers(r)))
+                .collect();
+            out.push_str(&format!("\n  selections reused: {}", parts.join("; ")));
         }
         if let (Some(c), Some(source)) = (self.candidates, self.candidate_source()) {
             let consumers = self.indexed_layers() - source - 1;
@@ -315,98 +503,13 @@ fn layer_numbers(layers: &[usize]) -> String {
     parts.join(", ")
 }
 
-/// Parses a stack's compress ratios: numbers separated by commas, `R*N`
-/// for N layers of ratio R, and `(A, B, …)*N` for a group repeated N times.
-/// `0*2, (4, 128)*20, 4` is DeepSeek-V4-Flash. The error says what is
-/// wrong and where.
-pub fn parse_compress_ratios(text: &str) -> Result<Vec<u64>, String> {
-    let chars: Vec<char> = text.chars().collect();
-    let mut pos = 0;
-    let out = parse_list(&chars, &mut pos, 0)?;
-    skip_spaces(&chars, &mut pos);
-    if pos != chars.len() {
-        return Err(format!("unexpected {:?} at character {}", chars[pos], pos + 1));
-    }
-    if out.is_empty() {
-        return Err("no layers".into());
-    }
-    Ok(out)
-}
-
-/// Layers a stack may have (a bound on what `R*N` may write).
-pub const MAX_LAYERS: usize = 4096;
-
-fn skip_spaces(chars: &[char], pos: &mut usize) {
-    while chars.get(*pos).is_some_and(|c| c.is_whitespace()) {
-        *pos += 1;
-    }
-}
-
-fn parse_list(chars: &[char], pos: &mut usize, depth: usize) -> Result<Vec<u64>, String> {
-    let mut out = Vec::new();
-    loop {
-        skip_spaces(chars, pos);
-        let mut item = if chars.get(*pos) == Some(&'(') {
-            if depth > 4 {
-                return Err("groups nested more than 4 deep".into());
-            }
-            *pos += 1;
-            let inner = parse_list(chars, pos, depth + 1)?;
-            skip_spaces(chars, pos);
-            match chars.get(*pos) {
-                Some(')') => {}
-                Some(c) => return Err(format!("expected ) at character {}, found {c:?}", *pos + 1)),
-                None => return Err("missing ) at the end".into()),
-            }
-            *pos += 1;
-            inner
-        } else {
-            vec![parse_number(chars, pos)?]
-        };
-        skip_spaces(chars, pos);
-        if chars.get(*pos) == Some(&'*') {
-            *pos += 1;
-            skip_spaces(chars, pos);
-            let n = parse_number(chars, pos)? as usize;
-            skip_spaces(chars, pos);
-            if n == 0 || n.saturating_mul(item.len()) > MAX_LAYERS {
-                return Err(format!("repeat count {n}: from 1 to {} layers in all", MAX_LAYERS));
-            }
-            item = item.repeat(n);
-        }
-        out.extend(item);
-        if out.len() > MAX_LAYERS {
-            return Err(format!("more than {MAX_LAYERS} layers"));
-        }
-        match chars.get(*pos) {
-            Some(',') => *pos += 1,
-            _ => return Ok(out),
-        }
-    }
-}
-
-fn parse_number(chars: &[char], pos: &mut usize) -> Result<u64, String> {
-    let start = *pos;
-    while chars.get(*pos).is_some_and(char::is_ascii_digit) {
-        *pos += 1;
-    }
-    if start == *pos {
-        return Err(match chars.get(start) {
-            Some(c) => format!("expected a number at character {}, found {c:?}", start + 1),
-            None => "expected a number at the end".into(),
-        });
-    }
-    chars[start..*pos].iter().collect::<String>().parse().map_err(|_| format!("number too large at character {}", start + 1))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn stack(text: &str, indexed_ratio: u64) -> WholeModel {
         WholeModel {
-            compress_ratios: parse_compress_ratios(text).unwrap(),
-            indexed_ratio,
+            plan: LayerPlan::from_compress_ratios(text, indexed_ratio).unwrap(),
             layer_correlation: 0.9,
             token_correlation: 0.98,
             question_tokens: 16,
@@ -415,6 +518,7 @@ mod tests {
             hca: HcaReading::Blind,
             fault_spread: FaultSpreadChoice::Catalogue,
             candidates: None,
+            harm: LostLayerHarm::default(),
         }
     }
 
@@ -463,12 +567,12 @@ mod tests {
     fn the_v4_flash_stack_parses_to_its_configuration() {
         // V4-Flash: layers 0-1 window only, CSA on even layers 2…42, HCA on odd 3…41.
         let s = stack("0*2, (4, 128)*20, 4", 4);
-        assert_eq!(s.compress_ratios.len(), 43);
+        assert_eq!(s.plan.len(), 43);
         assert_eq!(s.indexed_layers(), 21);
         assert_eq!(s.count(LayerKind::Dense), 20);
         assert_eq!(s.count(LayerKind::WindowOnly), 2);
-        assert!((2..43).step_by(2).all(|l| s.compress_ratios[l] == 4));
-        assert!((3..43).step_by(2).all(|l| s.compress_ratios[l] == 128));
+        assert!((2..43).step_by(2).all(|l| s.ratio_of(l) == 4));
+        assert!((3..43).step_by(2).all(|l| s.ratio_of(l) == 128));
         assert_eq!(
             s.describe(),
             "43 layers\n  2 raw window only, ratio 0: 0, 1\n  21 indexed, ratio 4: 2, 4, …, 42\n  20 dense (HCA), ratio 128: 3, 5, …, 41"
@@ -486,16 +590,18 @@ mod tests {
 
     #[test]
     fn bad_stacks_say_what_is_wrong() {
-        assert_eq!(parse_compress_ratios(" 0 * 2 , ( 4 , 128 ) * 2 ").unwrap(), vec![0, 0, 4, 128, 4, 128]);
-        assert_eq!(parse_compress_ratios("4,,4").unwrap_err(), "expected a number at character 3, found ','");
-        assert_eq!(parse_compress_ratios("(4,128*2").unwrap_err(), "missing ) at the end");
-        assert_eq!(parse_compress_ratios("(4 128)").unwrap_err(), "expected ) at character 4, found '1'");
-        assert_eq!(parse_compress_ratios("4*0").unwrap_err(), "repeat count 0: from 1 to 4096 layers in all");
-        assert!(parse_compress_ratios("4*99999999999999999999").unwrap_err().starts_with("number too large"));
-        assert!(parse_compress_ratios("(4*4096,4)").unwrap_err().starts_with("more than 4096"));
-        assert_eq!(parse_compress_ratios("4)").unwrap_err(), "unexpected ')' at character 2");
-        assert_eq!(parse_compress_ratios("").unwrap_err(), "expected a number at the end");
-        assert_eq!(parse_compress_ratios("((((((4))))))").unwrap_err(), "groups nested more than 4 deep");
-        assert_eq!(parse_compress_ratios("1, 2 ,3").unwrap(), vec![1, 2, 3]);
+        let ratios =
+            |t: &str| LayerPlan::from_compress_ratios(t, 4).map(|p| (0..p.len()).map(|l| stack(t, 4).ratio_of(l)).collect::<Vec<u64>>());
+        assert_eq!(ratios(" 0 * 2 , ( 4 , 128 ) * 2 ").unwrap(), vec![0, 0, 4, 128, 4, 128]);
+        assert_eq!(ratios("4,,4").unwrap_err(), "expected a number at character 3, found ','");
+        assert_eq!(ratios("(4,128*2").unwrap_err(), "missing ) at the end");
+        assert_eq!(ratios("(4 128)").unwrap_err(), "expected ) at character 4, found '1'");
+        assert_eq!(ratios("4*0").unwrap_err(), "repeat count 0: from 1 to 4096 layers in all");
+        assert!(ratios("4*99999999999999999999").unwrap_err().starts_with("number too large"));
+        assert!(ratios("(4*4096,4)").unwrap_err().starts_with("more than 4096"));
+        assert_eq!(ratios("4)").unwrap_err(), "unexpected ')' at character 2");
+        assert_eq!(ratios("").unwrap_err(), "expected a number at the end");
+        assert_eq!(ratios("((((((4))))))").unwrap_err(), "groups nested more than 4 deep");
+        assert_eq!(ratios("1, 2 ,3").unwrap(), vec![1, 2, 3]);
     }
 }

@@ -195,12 +195,29 @@ fn stack_section(meta: &ReportMeta) -> String {
     let mut h = String::new();
     let _ = writeln!(
         h,
-        "<p><b>Whole-model recall.</b> Each trial is also read through the model's layer stack: the needle counts as retrieved when at least {} of its {} indexer layers select it for at least one of {} query tokens ({} question, {} answer). The simulated layer stands for each indexer layer; the correlation of a row's selection between adjacent indexer layers is {}, between adjacent query tokens {}; faults spread: {}. Its effective context, tables and heatmap sit beside the per-layer ones below. The stack:</p>",
+        "<p><b>Whole-model recall.</b> Each trial is also read through the model's layer stack: the needle counts as retrieved when at least {} of its {} select it for at least one of {} query tokens ({} question, {} answer){}. {} the correlation of a row's selection between adjacent indexer layers is {}, between adjacent query tokens {}; faults spread: {}. Its effective context, tables and heatmap sit beside the per-layer ones below. The stack:</p>",
         w.quorum,
-        w.indexed_layers(),
+        if w.count(LayerKind::Reused) == 0 {
+            format!("{} indexer layers", w.indexed_layers())
+        } else {
+            format!("{} selecting layers ({} with an indexer, the rest reusing their selections)", w.selecting_layers(), w.indexed_layers())
+        },
         w.query_tokens(),
         w.question_tokens,
         w.answer_tokens,
+        if w.harm.central > 0.0 {
+            format!(
+                ", and no faulty layer that loses it where a correct selection keeps it corrupts the answer (each does with probability {}, band {} … {}: an assumption, docs/MODEL.md)",
+                w.harm.central, w.harm.low, w.harm.high
+            )
+        } else {
+            String::new()
+        },
+        if w.plan.needs_words() {
+            "The simulated layer stands for each indexer layer at its compress ratio, an indexer layer at another ratio is read on its own rows, and a layer that reuses another's selection shares its outcome;"
+        } else {
+            "The simulated layer stands for each indexer layer;"
+        },
         w.layer_correlation,
         w.token_correlation,
         escape(match w.fault_spread {
@@ -212,7 +229,7 @@ fn stack_section(meta: &ReportMeta) -> String {
     let _ = writeln!(h, "<pre>{}</pre>", escape(&w.describe()));
     let boost = meta.scenario["physics"]["needle_gate_boost"].as_f64().unwrap_or(0.0);
     if let Some(share) = w.dense_needle_share(meta.needle_tokens, boost) {
-        let ratio = w.compress_ratios.iter().copied().find(|&r| w.kind(r) == LayerKind::Dense).unwrap_or(0);
+        let ratio = w.dense_ratio().unwrap_or(0);
         let reading = match w.hca {
             HcaReading::Blind => {
                 "blind</b>: seeing that pooled row does not count as retrieving the needle, so only the indexer layers count"

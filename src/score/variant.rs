@@ -69,6 +69,11 @@ pub enum LayerSubset {
     /// A share of the layers, spread evenly: layer l is faulty when
     /// ⌊(l + 1)·F⌋ > ⌊l·F⌋, F in parts per million.
     Share { ppm: u32 },
+    /// The layers of the plan that should reuse another layer's selection
+    /// run the fault as a selection of their own instead (IndexShare done
+    /// wrong: ml-explore/mlx-lm #1453, ikawrakow/ik_llama.cpp #2063); the
+    /// indexer layers are healthy.
+    Reusers,
 }
 
 impl LayerSubset {
@@ -76,9 +81,12 @@ impl LayerSubset {
         *self == LayerSubset::All
     }
 
-    /// `N`, `A..B` (B excluded), `A..` (to the last layer).
+    /// `N`, `A..B` (B excluded), `A..` (to the last layer), `reusers`.
     pub fn parse_range(text: &str) -> Result<LayerSubset, String> {
-        let why = || format!("layers=SET needs a layer N, a range A..B (B excluded) or A.. (to the last), not {text:?}");
+        if text.trim() == "reusers" {
+            return Ok(LayerSubset::Reusers);
+        }
+        let why = || format!("layers=SET needs a layer N, a range A..B (B excluded), A.. (to the last) or reusers, not {text:?}");
         let num = |t: &str| t.trim().parse::<u32>().map_err(|_| why());
         match text.split_once("..") {
             None => {
@@ -105,6 +113,7 @@ impl LayerSubset {
                 let f = |x: usize| (x as u64 * u64::from(ppm)) / 1_000_000;
                 f(l + 1) > f(l)
             }
+            LayerSubset::Reusers => false,
         }
     }
 
@@ -127,6 +136,7 @@ impl From<LayerSubset> for String {
             LayerSubset::Range { first, last: u32::MAX } => format!("{first}.."),
             LayerSubset::Range { first, last } => format!("{first}..{}", last + 1),
             LayerSubset::Share { ppm } => format!("share {}", f64::from(ppm) / 1e6),
+            LayerSubset::Reusers => "reusers".into(),
         }
     }
 }

@@ -18,9 +18,10 @@ use super::shared::{correlation_for_overlap, StackEstimate};
 use crate::base::rng::{self, tag};
 use crate::base::special::normal_quantile;
 use crate::base::stats::{mean_interval, quantiles, wilson_interval, Z95};
+use crate::model::geometry::{CompressionGeometry, NeedlePlacement};
 use crate::model::needle::{exceedance_of, open_uniform, ranks_below, QuantileNeedle};
 use crate::model::stack::CandidateStage;
-use crate::model::stack::{FaultSpread, WholeModel};
+use crate::model::stack::{FaultSpread, LostLayerHarm, WholeModel};
 use crate::score::hypothesis::{candidate_class, variant_spread, FaultClass};
 use crate::score::trial::{TrialOutcome, TrialSpec};
 use crate::score::variant::LayerSubset;
@@ -122,13 +123,13 @@ impl Stage<'_> {
     /// whether it keeps the row: a kept row has its block kept (the block's
     /// score is at least the row's); otherwise the block draw at exceedance
     /// `u`, which a fault acting in the source is not credited with.
-    fn keeps_block(&self, c: &CellTrial, row_kept: bool, faulty: bool, u: f64, tok: usize) -> bool {
+    fn keeps_block(&self, v: &LayerView, row_kept: bool, faulty: bool, u: f64, tok: usize) -> bool {
         row_kept
             || if faulty && self.fault {
-                self.rule.always_keeps(c.rows, c.needle_row)
+                self.rule.always_keeps(v.rows, v.needle_row)
             } else {
                 let (own, uniform) = (self.draws[2 * tok], self.draws[2 * tok + 1]);
-                self.rule.keeps_needle_block(c.rows, c.needle_row, u, c.fixed_above, own, uniform)
+                self.rule.keeps_needle_block(v.rows, v.needle_row, u, v.fixed_above, own, uniform)
             }
     }
 }
@@ -141,6 +142,9 @@ struct CellTrial {
     has_rows: bool,
     hay_rows: u64,
     fixed_above: u64,
+    /// Rows that are neither haystack nor needle (distractors, sinks,
+    /// recency rows), when the simulated layer solved the needle's rank.
+    fixed_rows: u64,
     k_eff: u64,
     /// Candidate rows, and the needle's (first) row among them.
     rows: u64,
@@ -150,10 +154,127 @@ struct CellTrial {
     variant: bool,
 }
 
-/// Indexer layers that keep the needle for some query token. Layers
-/// outside `faulty` select as the exact reference does; with a candidate
-/// `stage`, a layer after its source keeps the needle for a token only when
-/// the source kept the needle's block for that token.
+/// An indexer layer at another compress ratio than the simulated one, in
+/// one cell: its own rows, top-k and needle row (docs/MODEL.md, "Layer
+/// plans"). Its haystack is its rows less the needle's and the simulated
+/// layer's fixed competitors (distractors, sink and recency rows), which
+/// it shares.
+#[derive(Clone, Copy, Debug)]
+struct OwnRows {
+    rows: u64,
+    needle_row: u64,
+    has_rows: bool,
+    k_eff: u64,
+    /// Its candidate rows less the needle's.
+    hay_rows: u64,
+}
+
+/// One indexer layer's rows in one trial of one cell.
+struct LayerView {
+    has_rows: bool,
+    hay_rows: u64,
+    fixed_above: u64,
+    k_eff: u64,
+    rows: u64,
+    needle_row: u64,
+}
+
+impl LayerView {
+    fn of(c: &CellTrial, own: Option<&OwnRows>) -> Self {
+        match own {
+            None => LayerView {
+                has_rows: c.has_rows,
+                hay_rows: c.hay_rows,
+                fixed_above: c.fixed_above,
+                k_eff: c.k_eff,
+                rows: c.rows,
+                needle_row: c.needle_row,
+            },
+            Some(o) => LayerView {
+                has_rows: o.has_rows,
+                hay_rows: o.hay_rows.saturating_sub(c.fixed_rows),
+                fixed_above: c.fixed_above,
+                k_eff: o.k_eff,
+                rows: o.rows,
+                needle_row: o.needle_row,
+            },
+        }
+    }
+}
+
+/// What the layer plan adds to one variant's cell: per indexer layer, its
+/// own rows where its ratio is not the simulated one (empty: every layer
+/// at the simulated ratio) and the layers that reuse its selection.
+struct PlanCell<'a> {
+    own: &'a [Option<OwnRows>],
+    reusers: &'a [u64],
+    /// The reusing layers select on their own with the fault
+    /// (`layers=reusers`): one normal per (reusing layer, token).
+    alone: Option<&'a [f64]>,
+    /// Count the faulty layers that lose the needle where the reference
+    /// keeps it (the lost-layer harm is on and the variant is a fault).
+    count_lost: bool,
+}
+
+/// What a trial's layers did with the needle.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+struct Reached {
+    /// Selecting layers that keep it for some query token.
+    layers: u64,
+    /// Faulty selecting layers that lose it where the reference keeps it.
+    lost: u64,
+}
+
+/// The fault's latent in the simulated layer and query, pinned within the
+/// interval its outcome allows (free when that layer is healthy here).
+fn pinned_latent(c: &CellTrial, t: &Transfer, simulated_faulty: bool, pin: f64) -> f64 {
+    let q = if c.reference { t.keep_if_kept } else { t.keep_if_lost };
+    if !simulated_faulty {
+        normal_quantile(pin)
+    } else if !(q > 0.0 && q < 1.0) {
+        0.0
+    } else if c.variant {
+        normal_quantile(1.0 - q + pin * q)
+    } else {
+        normal_quantile(pin * (1.0 - q))
+    }
+}
+
+/// `count` reusing layers that each select alone with the fault: a latent
+/// tied to their indexer layer's (`layer`: ρ_L, its innovation's sd, the
+/// layer's latent) and over the tokens (ρ_T, sd), kept where it clears the
+/// threshold for the reference's outcome per token. `lost` counts those
+/// that keep it for no token.
+fn reusers_alone<'a>(
+    count: u64,
+    normals: &mut impl Iterator<Item = &'a f64>,
+    (a, sa, layer_f): (f64, f64, f64),
+    (b, sb): (f64, f64),
+    references: &[bool],
+    (z_kept, z_lost): (f64, f64),
+    has_rows: bool,
+) -> Reached {
+    let mut out = Reached::default();
+    for _ in 0..count {
+        let mut g = a * layer_f + sa * normals.next().copied().unwrap_or(0.0);
+        let mut kept = false;
+        for (tok, &reference) in references.iter().enumerate() {
+            if tok > 0 {
+                g = b * g + sb * normals.next().copied().unwrap_or(0.0);
+            }
+            kept |= has_rows && g > if reference { z_kept } else { z_lost };
+        }
+        out.layers += u64::from(kept);
+        out.lost += u64::from(!kept);
+    }
+    out
+}
+
+/// Indexer layers that keep the needle for some query token, each
+/// counted with the layers that reuse its selection. Layers outside
+/// `faulty` select as the exact reference does; with a candidate `stage`,
+/// a layer after its source keeps the needle for a token only when the
+/// source kept the needle's block for that token.
 #[allow(clippy::too_many_arguments)]
 fn layers_reached(
     c: &CellTrial,
@@ -162,43 +283,36 @@ fn layers_reached(
     t: &Transfer,
     faulty: LayerSubset,
     draws: &[f64],
-    layers: usize,
-    tokens: usize,
+    (layers, tokens): (usize, usize),
     stage: Option<&Stage>,
-) -> u64 {
+    plan: &PlanCell,
+) -> Reached {
+    let weight = |l: usize| 1 + plan.reusers.get(l).copied().unwrap_or(0);
     if c.in_window {
-        return layers as u64;
+        return Reached { layers: (0..layers).map(weight).sum(), lost: 0 };
     }
-    if !c.has_rows {
-        return 0;
+    if !c.has_rows && plan.own.is_empty() {
+        return Reached::default();
     }
     let exceedance = &needle.exceedance[split as usize];
     let (z_kept, z_lost) = (Transfer::threshold(t.keep_if_kept), Transfer::threshold(t.keep_if_lost));
-    // Pin the simulated latent within the interval its outcome allows.
-    let q = if c.reference { t.keep_if_kept } else { t.keep_if_lost };
-    let pin = draws[0];
-    let simulated_faulty = faulty.contains(0, layers);
-    let f00 = if !simulated_faulty {
-        // The simulated layer is healthy here: the fault's latent is free.
-        normal_quantile(pin)
-    } else if !(q > 0.0 && q < 1.0) {
-        0.0
-    } else if c.variant {
-        normal_quantile(1.0 - q + pin * q)
-    } else {
-        normal_quantile(pin * (1.0 - q))
-    };
+    let f00 = pinned_latent(c, t, faulty.contains(0, layers), draws[0]);
     let (a, sa) = (t.rho_layer, (1.0 - t.rho_layer * t.rho_layer).max(0.0).sqrt());
     let (b, sb) = (t.rho_token, (1.0 - t.rho_token * t.rho_token).max(0.0).sqrt());
     let (layer_draws, token_draws) = draws[1..].split_at(layers);
-    let mut reached = 0;
+    let mut out = Reached::default();
     let mut layer_f = f00;
     // Per query token: whether the candidate source kept the needle's block.
     let mut blocks = vec![true; if stage.is_some() { tokens } else { 0 }];
+    // Per query token of the current layer: the reference's outcome, which
+    // reusing layers that select alone are measured against.
+    let mut references = vec![false; if plan.alone.is_some() || plan.count_lost { tokens } else { 0 }];
+    let mut alone = plan.alone.map(|d| d.iter());
     for (l, &layer_draw) in layer_draws.iter().enumerate() {
         if l > 0 {
             layer_f = a * layer_f + sa * layer_draw;
         }
+        let view = LayerView::of(c, plan.own.get(l).and_then(Option::as_ref));
         let mut f = layer_f;
         let layer_faulty = faulty.contains(l, layers);
         let source = stage.filter(|s| s.source == l);
@@ -209,33 +323,58 @@ fn layers_reached(
             if tok > 0 {
                 f = b * f + sb * token_draws[i];
             }
-            let reference =
-                if i == 0 { c.reference } else { ranks_below(c.hay_rows, exceedance[i], needle.uniform[i], c.fixed_above, c.k_eff) };
-            let kept = if !layer_faulty {
-                reference
-            } else if i == 0 {
-                c.variant
-            } else {
-                f > if reference { z_kept } else { z_lost }
-            };
+            let reference = view.has_rows
+                && if i == 0 {
+                    c.reference
+                } else {
+                    ranks_below(view.hay_rows, exceedance[i], needle.uniform[i], view.fixed_above, view.k_eff)
+                };
+            let kept = view.has_rows
+                && if !layer_faulty {
+                    reference
+                } else if i == 0 {
+                    c.variant
+                } else {
+                    f > if reference { z_kept } else { z_lost }
+                };
+            if let Some(r) = references.get_mut(tok) {
+                *r = reference && (!consumer || blocks.get(tok) == Some(&true));
+            }
             if let (Some(s), Some(block)) = (source, blocks.get_mut(tok)) {
-                *block = s.keeps_block(c, kept, layer_faulty, exceedance[i], tok);
+                *block = s.keeps_block(&view, kept, layer_faulty, exceedance[i], tok);
             }
             if kept && (!consumer || blocks.get(tok) == Some(&true)) {
                 layer_kept = true;
-                if source.is_none() {
+                if source.is_none() && references.is_empty() {
                     break;
                 }
             }
         }
-        reached += u64::from(layer_kept);
+        let reference_kept = references.iter().any(|&r| r);
+        let shared = plan.reusers.get(l).copied().unwrap_or(0);
+        match alone.as_mut() {
+            None => {
+                out.layers += u64::from(layer_kept) * (1 + shared);
+                if layer_faulty && plan.count_lost && reference_kept && !layer_kept {
+                    out.lost += 1 + shared;
+                }
+            }
+            Some(normals) => {
+                // The indexer layer is healthy; each reusing layer selects
+                // alone with the fault.
+                out.layers += u64::from(layer_kept);
+                let lone = reusers_alone(shared, normals, (a, sa, layer_f), (b, sb), &references, (z_kept, z_lost), view.has_rows);
+                out.layers += lone.layers;
+                out.lost += if plan.count_lost && reference_kept { lone.lost } else { 0 };
+            }
+        }
     }
-    reached
+    out
 }
 
 /// Each trial of one cell, as the layer stack reads it: whether the
 /// reference and the variant kept the needle, and where it ranked.
-fn cell_trials(trials: &[TrialOutcome], index: usize, case: usize, in_window: bool, k_eff: u64, rows: (u64, u64)) -> Vec<CellTrial> {
+fn cell_trials(trials: &[TrialOutcome], index: usize, case: usize, in_window: bool, k_eff: u64, rows: (u64, u64, u64)) -> Vec<CellTrial> {
     trials
         .iter()
         .map(|t| {
@@ -247,6 +386,7 @@ fn cell_trials(trials: &[TrialOutcome], index: usize, case: usize, in_window: bo
                 has_rows: o.rank.is_some(),
                 hay_rows: solve.hay_rows,
                 fixed_above: solve.fixed_above,
+                fixed_rows: if solve.hay_rows > 0 { rows.0.saturating_sub(solve.hay_rows + rows.2) } else { 0 },
                 k_eff,
                 rows: rows.0,
                 needle_row: rows.1,
@@ -258,15 +398,19 @@ fn cell_trials(trials: &[TrialOutcome], index: usize, case: usize, in_window: bo
 }
 
 /// The variant's keep rate where the reference kept the needle, and where
-/// it lost it (`n` trials).
-fn keep_rates(cell_trials: &[CellTrial], n: usize) -> (f64, f64) {
+/// it lost it (`n` trials). `format` is set for a variant that is no fault
+/// (a number format) in a plan with indexer layers at other ratios, whose
+/// reference may lose where the simulated layer's never did.
+fn keep_rates(cell_trials: &[CellTrial], n: usize, format: bool) -> (f64, f64) {
     let count = |f: &dyn Fn(&CellTrial) -> bool| cell_trials.iter().filter(|c| f(c)).count() as f64;
     let (kept_ref, lost_ref) = (count(&|c| c.reference), count(&|c| !c.reference));
     let p = count(&|c| c.variant) / n.max(1) as f64;
-    // Without trials on one side, the variant's keep rate there
-    // is taken to be its overall rate (no evidence of dependence).
-    let keep_if_kept = if kept_ref > 0.0 { count(&|c| c.reference && c.variant) / kept_ref } else { p };
-    let keep_if_lost = if lost_ref > 0.0 { count(&|c| !c.reference && c.variant) / lost_ref } else { p };
+    // Without trials on one side, the variant's keep rate there is taken
+    // to be its overall rate (no evidence of dependence); a number format
+    // rounds the exact scores, so there it selects as the reference does.
+    let unseen = |rate: f64| if format { rate } else { p };
+    let keep_if_kept = if kept_ref > 0.0 { count(&|c| c.reference && c.variant) / kept_ref } else { unseen(1.0) };
+    let keep_if_lost = if lost_ref > 0.0 { count(&|c| !c.reference && c.variant) / lost_ref } else { unseen(0.0) };
     (keep_if_kept, keep_if_lost)
 }
 
@@ -289,28 +433,173 @@ fn fill_draws(draws: &mut [f64], stage_draws: &mut [f64], seed: u64, [context, s
     }
 }
 
+/// Normals for the reusing layers that select alone (`layers=reusers`),
+/// from a stream of their own, so other variants draw what they did.
+fn fill_normals(normals: &mut [f64], seed: u64, [context, spot]: [u64; 2]) {
+    let mut rng = rng::stream(seed, &[tag::STACK, tag::PLAN, 0, context, spot]);
+    for x in normals {
+        *x = rng.sample(StandardNormal);
+    }
+}
+
+/// The uniform a trial's lost-layer harm is decided by, shared by the
+/// variants of a cell's context and needle offset.
+fn harm_uniform(seed: u64, [context, spot]: [u64; 2]) -> f64 {
+    open_uniform(rng::stream(seed, &[tag::STACK, tag::PLAN, 1, context, spot]).random::<u64>())
+}
+
 /// A cell's estimate from the layers reached in each trial, under the
-/// default split and at the band's two ends.
-fn estimate(whole: &WholeModel, mut reached: [Vec<f64>; 3]) -> StackEstimate {
+/// default split and at the band's two ends; with the lost-layer harm on,
+/// a trial whose faulty layers lost the needle keeps it only when its
+/// uniform in `harm_uniforms` falls below (1 − c)^lost, and the band also
+/// spans the harm's own band.
+fn estimate(whole: &WholeModel, reached: [Vec<Reached>; 3], harm_uniforms: &[f64]) -> StackEstimate {
     let n = reached[0].len();
-    let recall_of = |r: &[f64]| {
-        let survived = if whole.hca_retrieves() { n } else { r.iter().filter(|&&x| x >= whole.quorum as f64).count() };
+    let recall_of = |r: &[Reached], c: f64| {
+        let survived = if whole.hca_retrieves() {
+            n
+        } else {
+            r.iter()
+                .enumerate()
+                .filter(|(t, x)| x.layers >= whole.quorum && (x.lost == 0 || harm_uniforms[*t] < LostLayerHarm::intact(c, x.lost)))
+                .count()
+        };
         (survived as u64, if n == 0 { 0.0 } else { survived as f64 / n as f64 })
     };
-    let (survived, recall) = recall_of(&reached[0]);
-    let (ends_a, ends_b) = (recall_of(&reached[1]).1, recall_of(&reached[2]).1);
+    let h = whole.harm;
+    let (survived, recall) = recall_of(&reached[0], h.central);
+    let mut band = (recall, recall);
+    for (split, c) in [(1, h.central), (2, h.central), (0, h.low), (0, h.high), (1, h.low), (1, h.high), (2, h.low), (2, h.high)] {
+        if c != h.central && harm_uniforms.is_empty() {
+            continue;
+        }
+        let r = recall_of(&reached[split], c).1;
+        band = (band.0.min(r), band.1.max(r));
+    }
     let (ci_low, ci_high) = wilson_interval(survived, n as u64, Z95);
-    let (sum, sum_sq) = reached[0].iter().fold((0.0, 0.0), |(s, q), &x| (s + x, q + x * x));
+    let mut layers: Vec<f64> = reached[0].iter().map(|x| x.layers as f64).collect();
+    let (sum, sum_sq) = layers.iter().fold((0.0, 0.0), |(s, q), &x| (s + x, q + x * x));
     StackEstimate {
-        indexed_layers: whole.indexed_layers() as u64,
+        indexed_layers: whole.selecting_layers() as u64,
         trials: n as u64,
         survived,
         recall,
         ci_low,
         ci_high,
         layers_reached: mean_interval(sum, sum_sq, n as u64),
-        layers_reached_quantiles: quantiles(&mut reached[0]),
-        band: Some((recall.min(ends_a).min(ends_b), recall.max(ends_a).max(ends_b))),
+        layers_reached_quantiles: quantiles(&mut layers),
+        band: Some(band),
+    }
+}
+
+/// Per indexer layer, its own rows in the cell where its compress ratio is
+/// not the simulated layer's; empty when every indexer layer has the
+/// simulated ratio (then each is read on the simulated layer's rows).
+fn own_rows(
+    whole: &WholeModel,
+    geometry: &CompressionGeometry,
+    window: u64,
+    k: u64,
+    placement: &NeedlePlacement,
+    context: u64,
+) -> Vec<Option<OwnRows>> {
+    let ratios = whole.indexer_ratios();
+    let simulated = ratios[0];
+    if ratios.iter().all(|&r| r == simulated) {
+        return Vec::new();
+    }
+    ratios
+        .iter()
+        .map(|&r| {
+            (r != simulated).then(|| {
+                // Overlapping windows are a property of V4's ratio-4 CSA; a
+                // token-level layer has none.
+                let g = CompressionGeometry { ratio: r, overlap: geometry.overlap && r > 1, window, ..*geometry };
+                let rows = g.candidate_rows(context);
+                let len = placement.tokens.end - placement.tokens.start;
+                let needle_rows = g.place_tokens(context, placement.tokens.start, len).rows;
+                OwnRows {
+                    rows,
+                    needle_row: needle_rows.start,
+                    has_rows: !needle_rows.is_empty(),
+                    k_eff: k.min(rows),
+                    hay_rows: rows.saturating_sub(needle_rows.end - needle_rows.start),
+                }
+            })
+        })
+        .collect()
+}
+
+/// One variant's cell as the stack reads it.
+struct VariantCell<'a> {
+    cell_trials: &'a [CellTrial],
+    own: &'a [Option<OwnRows>],
+    /// Any hypothesis but `needle=M`.
+    fault: bool,
+    layers: LayerSubset,
+}
+
+/// The draws of one trial in one cell, reused from cell to cell, and what
+/// the stack fixes for every cell.
+struct CellBuffers {
+    layers: usize,
+    tokens: usize,
+    draws: Vec<f64>,
+    stage_rule: Option<(usize, CandidateStage)>,
+    stage_draws: Vec<f64>,
+    /// Per indexer layer, the layers that reuse it (empty without any).
+    reusers: Vec<u64>,
+    alone_draws: Vec<f64>,
+    harm_uniforms: Vec<f64>,
+}
+
+impl CellBuffers {
+    fn new(whole: &WholeModel, layers: usize, tokens: usize, n: usize) -> Self {
+        let stage_rule = whole.candidate_source().zip(whole.candidates);
+        let reusers: Vec<u64> = whole.plan.reusers().iter().map(|r| r.len() as u64).collect();
+        let reusing: u64 = reusers.iter().sum();
+        CellBuffers {
+            layers,
+            tokens,
+            draws: vec![0.0; 1 + layers + layers * tokens],
+            stage_rule,
+            stage_draws: vec![0.0; if stage_rule.is_some() { 2 * tokens } else { 0 }],
+            reusers: if reusing == 0 { Vec::new() } else { reusers },
+            alone_draws: vec![0.0; reusing as usize * tokens],
+            harm_uniforms: vec![0.0; n],
+        }
+    }
+
+    /// One variant's whole-model estimate in one cell, under each split.
+    fn estimate_cell(
+        &mut self,
+        whole: &WholeModel,
+        cell: &VariantCell,
+        needles: &[TrialNeedle],
+        runs: &[(Split, Transfer); 3],
+        trials: &[TrialOutcome],
+        key: [u64; 2],
+    ) -> StackEstimate {
+        let n = trials.len();
+        let mut reached: [Vec<Reached>; 3] = [Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n)];
+        let alone = cell.layers == LayerSubset::Reusers && !self.alone_draws.is_empty();
+        let count_lost = cell.fault && whole.harm.high > 0.0;
+        for (t, (trial, c)) in trials.iter().zip(cell.cell_trials).enumerate() {
+            fill_draws(&mut self.draws, &mut self.stage_draws, trial.seed, key);
+            if alone {
+                fill_normals(&mut self.alone_draws, trial.seed, key);
+            }
+            if count_lost {
+                self.harm_uniforms[t] = harm_uniform(trial.seed, key);
+            }
+            let stage = self.stage_rule.map(|(source, rule)| Stage { source, rule, fault: cell.fault, draws: &self.stage_draws });
+            let plan = PlanCell { own: cell.own, reusers: &self.reusers, alone: alone.then_some(self.alone_draws.as_slice()), count_lost };
+            for (r, (split, transfer)) in reached.iter_mut().zip(runs) {
+                let layers = (self.layers, self.tokens);
+                r.push(layers_reached(c, &needles[t], *split, transfer, cell.layers, &self.draws, layers, stage.as_ref(), &plan));
+            }
+        }
+        estimate(whole, reached, if count_lost { &self.harm_uniforms } else { &[] })
     }
 }
 
@@ -332,10 +621,8 @@ pub(super) fn whole_model(spec: &TrialSpec<'_>, whole: &WholeModel, q: &Quantile
     let (rho_low, rho_high) =
         (correlation_for_overlap(OVERLAP_ENDS.0, OVERLAP_SHARE), correlation_for_overlap(OVERLAP_ENDS.1, OVERLAP_SHARE));
     let mut out = vec![StackEstimate::default(); spec.cell_count()];
-    let mut draws = vec![0.0; 1 + layers + layers * tokens];
-    let stage_rule = whole.candidate_source().zip(whole.candidates);
-    let mut stage_draws = vec![0.0; if stage_rule.is_some() { 2 * tokens } else { 0 }];
     let needle_slots = spec.needle_slots();
+    let mut bufs = CellBuffers::new(whole, layers, tokens, n);
     for ci in 0..spec.contexts.len() {
         for oi in 0..spec.spot_count() {
             let context = spec.contexts[ci];
@@ -348,9 +635,18 @@ pub(super) fn whole_model(spec: &TrialSpec<'_>, whole: &WholeModel, q: &Quantile
                     let k_eff = sel.topk_for(spec.topks[ki]).min(candidates);
                     let in_window = placement.tokens.start >= context.saturating_sub(sel.window_for(spec.geometry.window));
                     let at = spec.needle_index(needle_slots[v], ci, oi);
-                    let cell_trials = cell_trials(trials, index, at, in_window, k_eff, (candidates, placement.rows.start));
-                    let needles = &needles[needle_slots[v]];
-                    let (keep_if_kept, keep_if_lost) = keep_rates(&cell_trials, n);
+                    let cell_trials = cell_trials(
+                        trials,
+                        index,
+                        at,
+                        in_window,
+                        k_eff,
+                        (candidates, placement.rows.start, placement.rows.end - placement.rows.start),
+                    );
+                    let window = sel.window_for(spec.geometry.window);
+                    let own = own_rows(whole, &spec.geometry, window, sel.topk_for(spec.topks[ki]), &placement, context);
+                    let fault = candidate_class(&variant.name) != FaultClass::Healthy;
+                    let (keep_if_kept, keep_if_lost) = keep_rates(&cell_trials, n, !fault && !own.is_empty());
                     let independent = variant_spread(&variant.name).map(|s| whole.fault_spread.pick(s)) == Some(FaultSpread::Independent);
                     let rho = |shared: f64| if independent { 0.0 } else { shared };
                     let transfer = |rho_layer: f64| Transfer { keep_if_kept, keep_if_lost, rho_layer, rho_token: whole.token_correlation };
@@ -359,19 +655,9 @@ pub(super) fn whole_model(spec: &TrialSpec<'_>, whole: &WholeModel, q: &Quantile
                         (Split::Shared, transfer(rho(rho_high))),
                         (Split::Independent, transfer(rho(rho_low))),
                     ];
-                    let mut reached: [Vec<f64>; 3] = [Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n)];
-                    let fault = candidate_class(&variant.name) != FaultClass::Healthy;
-                    for (t, (trial, c)) in trials.iter().zip(&cell_trials).enumerate() {
-                        fill_draws(&mut draws, &mut stage_draws, trial.seed, [context, spec.spot(oi).1.unwrap_or(u64::MAX)]);
-                        let stage = stage_rule.map(|(source, rule)| Stage { source, rule, fault, draws: &stage_draws });
-                        for (r, (split, transfer)) in reached.iter_mut().zip(&runs) {
-                            r.push(
-                                layers_reached(c, &needles[t], *split, transfer, variant.layers, &draws, layers, tokens, stage.as_ref())
-                                    as f64,
-                            );
-                        }
-                    }
-                    out[index] = estimate(whole, reached);
+                    let cell = VariantCell { cell_trials: &cell_trials, own: &own, fault, layers: variant.layers };
+                    let key = [context, spec.spot(oi).1.unwrap_or(u64::MAX)];
+                    out[index] = bufs.estimate_cell(whole, &cell, &needles[needle_slots[v]], &runs, trials, key);
                 }
             }
         }

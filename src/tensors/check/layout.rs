@@ -336,6 +336,7 @@ pub const BUILTIN: &[(&str, &str)] = &[
     ("vllm-fp8-ds-mla", include_str!("layouts/vllm-fp8-ds-mla.toml")),
     ("trtllm-indexer-fp4", include_str!("layouts/trtllm-indexer-fp4.toml")),
     ("aiter-indexer-fp8-preshuffle", include_str!("layouts/aiter-indexer-fp8-preshuffle.toml")),
+    ("vllm-kpool-fp8", include_str!("layouts/vllm-kpool-fp8.toml")),
 ];
 
 impl CacheLayout {

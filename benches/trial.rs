@@ -327,19 +327,22 @@ fn main() {
 }
 
 /// 1e. A whole-model trial of each layer-plan preset (mixed ratios, reused
-/// selections, linear layers) against a V4-Flash one, at 256K, each preset
-/// as shipped (its precisions, k = index_topk, its stack), 1 thread.
+/// selections, linear layers) against a V4-Flash one, at 256K, 1 thread:
+/// each preset as shipped (its precisions, k = index_topk, its stack), the
+/// same with bf16 and fp4 for every preset (V4-Flash's shipped pair).
 fn plans(rounds: usize) {
-    println!("## whole-model trials by preset, 256K (as shipped, k = index_topk, 8 trials, 1 thread; median of {rounds} rounds)");
     let presets = ["deepseek-v4-flash", "deepseek-v4.1-flash", "glm-5.2", "glm-5.3-flash"];
-    let cases: Vec<Scenario> = presets
-        .iter()
-        .map(|p| scenario(&format!("preset = \"{p}\"\n[sweep]\ncontexts = \"256K\"\ntopk = \"{}\"\ntrials = 8\n", topk_of(p))))
-        .collect();
+    let kinds = [("as shipped", ""), ("bf16+fp4", "precisions = \"bf16,fp4\"\n")];
+    let mut cases: Vec<(usize, usize, Scenario, Vec<f64>)> = Vec::new();
+    for (ki, (_, precisions)) in kinds.iter().enumerate() {
+        for (pi, p) in presets.iter().enumerate() {
+            let text = format!("preset = \"{p}\"\n[sweep]\ncontexts = \"256K\"\ntopk = \"{}\"\ntrials = 8\n{precisions}", topk_of(p));
+            cases.push((ki, pi, scenario(&text), Vec::new()));
+        }
+    }
     let one = pool(1);
-    let mut times = vec![Vec::new(); cases.len()];
     for _ in 0..rounds {
-        for (s, t) in cases.iter().zip(times.iter_mut()) {
+        for (_, _, s, t) in &mut cases {
             t.push(
                 time(|| {
                     one.install(|| run_sweep(s, &|| {})).expect("sweep");
@@ -347,11 +350,13 @@ fn plans(rounds: usize) {
             );
         }
     }
-    let base = median(times[0].clone());
-    println!("{:<22} {:>12} {:>14}", "preset", "ms/trial", "vs V4-Flash");
-    for (p, t) in presets.iter().zip(&times) {
-        let m = median(t.clone());
-        println!("{p:<22} {:>12.1} {:>13.2}×", 1e3 * m, m / base);
+    println!("## whole-model trials by preset, 256K (k = index_topk, 8 trials, 1 thread; median of {rounds} rounds)");
+    println!("{:<22} {:>20} {:>20}", "preset", kinds[0].0, kinds[1].0);
+    let ms = |ki: usize, pi: usize| median(cases.iter().find(|c| c.0 == ki && c.1 == pi).expect("case").3.clone());
+    for (pi, p) in presets.iter().enumerate() {
+        let cells: Vec<String> =
+            (0..kinds.len()).map(|ki| format!("{:8.1} ms {:5.2}×", 1e3 * ms(ki, pi), ms(ki, pi) / ms(ki, 0))).collect();
+        println!("{p:<22} {:>20} {:>20}", cells[0], cells[1]);
     }
 }
 

@@ -274,17 +274,22 @@ fn cli_writes_a_scenario_that_sweep_accepts() {
     assert!(text.contains("norm_bias = 0.2500"), "{text}");
     assert!(text.contains("model.layers.{i}.self_attn.indexer.k_norm.bias"), "{text}");
     assert!(!text.contains("\ngate_bias_std"), "no compressor in V3.2: {text}");
-    let dir = tmp.path().join("sweep");
+    let manifest = sweep_manifest(&out, &tmp.path().join("sweep"), "1K", "64", "fp32");
+    assert_eq!(manifest["scenario"]["physics"]["norm_bias"], 0.25);
+}
+
+/// Sweeps a calibrated scenario (4 trials, one cell) into `dir` and returns
+/// its manifest.
+fn sweep_manifest(config: &Path, dir: &Path, context: &str, topk: &str, precision: &str) -> serde_json::Value {
     let o = bin()
-        .args(["sweep", "--trials", "4", "--contexts", "1K", "--depths", "50", "--topk", "64", "--precisions", "fp32", "--config"])
-        .arg(&out)
+        .args(["sweep", "--trials", "4", "--contexts", context, "--depths", "50", "--topk", topk, "--precisions", precision, "--config"])
+        .arg(config)
         .arg("--out")
-        .arg(&dir)
+        .arg(dir)
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let manifest: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("manifest.json")).unwrap()).unwrap();
-    assert_eq!(manifest["scenario"]["physics"]["norm_bias"], 0.25);
+    serde_json::from_str(&std::fs::read_to_string(dir.join("manifest.json")).unwrap()).unwrap()
 }
 
 /// A failure with exit 2, one line on stderr naming every string given, and
@@ -416,4 +421,22 @@ fn checkpoint_and_observations_together() {
     let p = config::params::parse_scenario_toml(&text).unwrap();
     assert_eq!(p.preset.as_deref(), Some("deepseek-v4-flash"));
     config::check(config::resolve(p).unwrap()).unwrap();
+}
+
+/// A GLM-5.2 checkpoint stores V3.2's indexer tensors on its 21 full layers
+/// (none on the shared ones): `--preset glm-5.2` calibrates onto that preset,
+/// its layer plan and lost-layer harm kept, and sweep takes the result.
+#[test]
+fn a_v32_family_checkpoint_calibrates_onto_the_glm_preset() {
+    let tmp = TempDir::new().unwrap();
+    let (shard, _) = v32_checkpoint(tmp.path());
+    let out = tmp.path().join("glm.toml");
+    let o = bin().args(["calibrate", "--preset", "glm-5.2", "--checkpoint"]).arg(&shard).arg("--out").arg(&out).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = std::fs::read_to_string(&out).unwrap();
+    assert!(text.contains("preset = \"glm-5.2\""), "{text}");
+    let manifest = sweep_manifest(&out, &tmp.path().join("sweep"), "4K", "2048", "bf16");
+    let layers = manifest["scenario"]["stack"]["layers"].as_str().unwrap();
+    assert!(layers.starts_with("i1*3, s2*3, i1, s6*3, i1, s10*3") && layers.ends_with("i1, s74*3"), "{layers}");
+    assert_eq!(manifest["scenario"]["stack"]["lost_layer_harm"]["central"], 1.0);
 }

@@ -958,6 +958,40 @@ fn bad_layer_plans_name_the_layer() {
     assert_bad_sweep(&["--lost-layer-harm", "0.5", "--lost-layer-harm-band", "0.6..1"], &["--lost-layer-harm-band", "LOW..HIGH"]);
 }
 
+/// `run` and `trial` take the 2026 presets: run reads the plan's selecting
+/// layers, trial simulates (and dumps) the first indexer layer.
+#[test]
+fn the_2026_presets_run_and_dump_a_trial() {
+    let tmp = TempDir::new().unwrap();
+    for (preset, layers, k) in [("deepseek-v4.1-flash", 38, "512"), ("glm-5.2", 78, "2048"), ("glm-5.3-flash", 11, "512")] {
+        let cell = ["--context", "8K", "--depth", "50", "--topk", k];
+        let o = bin().args(["run", "--preset", preset, "--trials", "8", "--json", "--precision", "bf16"]).args(cell).output().unwrap();
+        assert!(o.status.success(), "{preset}: {}", stderr(&o));
+        let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap_or_else(|e| panic!("{preset}: {e}: {}", stdout(&o)));
+        assert_eq!(v["indexed_layers"], layers, "{preset}: {v}");
+        let dump = tmp.path().join(format!("{preset}.safetensors"));
+        let o = bin().args(["trial", "--preset", preset, "--precisions", "bf16", "--dump"]).arg(&dump).args(cell).output().unwrap();
+        assert!(o.status.success() && dump.exists(), "{preset}: {}", stderr(&o));
+    }
+}
+
+/// report.html draws a plan in words as a strip, one cell per layer.
+#[test]
+fn the_report_draws_the_layer_plan() {
+    let tmp = TempDir::new().unwrap();
+    let out = tmp.path().join("flash");
+    let o = sweep(&out, &["--preset", "glm-5.3-flash"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let html = read(&out.join("report.html"));
+    assert_eq!(html.matches("<span title=\"layer ").count(), 45, "one cell per layer");
+    assert_eq!(html.matches(": an indexer at ratio 4\"").count(), 11);
+    assert_eq!(html.matches(": linear attention\"").count(), 34);
+    // A plan the ratio shorthand says (V4-Flash's) keeps its report as before.
+    let out = tmp.path().join("v4");
+    assert!(sweep(&out, &[]).status.success());
+    assert!(!read(&out.join("report.html")).contains("<span title=\"layer "));
+}
+
 #[test]
 fn presets_show_prints_the_layer_plan() {
     let o = bin().args(["presets", "show", "glm-5.2"]).output().unwrap();

@@ -291,3 +291,15 @@ def test_help_answers_the_usual_questions():
         assert word in doc, word
     for f in (d.quantize, d.score, d.select, d.replay, d.trial, d.plot):
         assert f.__doc__ and len(f.__doc__) > 100, f.__name__
+
+
+def test_the_2026_presets_sweep_on_their_layer_plans():
+    # Each preset's whole-model recall counts its own plan's selecting
+    # layers; a plan in words is a knob like any other.
+    for preset, layers in [("deepseek-v4.1-flash", 38), ("glm-5.2", 78), ("glm-5.3-flash", 11)]:
+        df = d.sweep(preset, progress=False, contexts="4K", precisions=["bf16"], trials=5)
+        assert list(df["indexed_layers"]) == [layers] * len(df), preset
+    df = d.sweep("glm-5.2", progress=False, contexts="4K", precisions=["bf16"], trials=5, layers="i1, s, s, i1")
+    assert set(df["indexed_layers"]) == {4}
+    with pytest.raises(d.ConfigError, match="layer 1 reuses layer 3, a later layer"):
+        d.sweep("glm-5.2", progress=False, contexts="4K", trials=5, layers="i1, s3, i1, i1")

@@ -227,6 +227,9 @@ fn stack_section(meta: &ReportMeta) -> String {
         })
     );
     let _ = writeln!(h, "<pre>{}</pre>", escape(&w.describe()));
+    if w.plan.needs_words() {
+        h.push_str(&plan_strip(&w));
+    }
     let boost = meta.scenario["physics"]["needle_gate_boost"].as_f64().unwrap_or(0.0);
     if let Some(share) = w.dense_needle_share(meta.needle_tokens, boost) {
         let ratio = w.dense_ratio().unwrap_or(0);
@@ -246,6 +249,38 @@ fn stack_section(meta: &ReportMeta) -> String {
             share * 100.0
         );
     }
+    h
+}
+
+/// The layer plan drawn as a strip: one cell per layer, coloured by what
+/// selects its rows, each reusing layer in its source's colour, lighter,
+/// with the source's number; a title on each cell says the rest.
+fn plan_strip(w: &crate::model::stack::WholeModel) -> String {
+    use crate::model::plan::PlanLayer;
+    let mut ratios: Vec<u64> = Vec::new();
+    for r in w.indexer_ratios() {
+        if !ratios.contains(&r) {
+            ratios.push(r);
+        }
+    }
+    let colour = |ratio: u64| ["#1f77b4", "#d62728", "#2ca02c", "#9467bd"][ratios.iter().position(|&r| r == ratio).unwrap_or(0) % 4];
+    let mut h = String::from("<div style=\"display:flex;flex-wrap:wrap;gap:1px;margin:0.4em 0\">");
+    for (l, layer) in w.plan.layers().iter().enumerate() {
+        let (bg, text, title) = match *layer {
+            PlanLayer::Window => ("#dddddd", String::new(), "raw window only".to_string()),
+            PlanLayer::Linear => ("#f2e6c9", String::new(), "linear attention".to_string()),
+            PlanLayer::Indexer { ratio } => (colour(ratio), format!("{l}"), format!("an indexer at ratio {ratio}")),
+            PlanLayer::Dense { ratio } => ("#999999", String::new(), format!("every row at ratio {ratio} (HCA)")),
+            PlanLayer::Reuse { source } => (colour(w.ratio_of(source)), String::new(), format!("reuses layer {source}'s selection")),
+        };
+        let faded = if matches!(layer, PlanLayer::Reuse { .. }) { "opacity:0.45;" } else { "" };
+        let _ = write!(
+            h,
+            "<span title=\"layer {l}: {}\" style=\"{faded}background:{bg};color:#fff;font-size:9px;width:16px;height:22px;display:inline-flex;align-items:center;justify-content:center\">{text}</span>",
+            escape(&title)
+        );
+    }
+    h.push_str("</div><p style=\"font-size:smaller\">One cell per layer: numbered cells have an indexer of their own (a colour per compress ratio), faded cells reuse the selection of the indexer before them, grey cells attend the raw window only (light) or every row (dark), beige cells are linear attention.</p>\n");
     h
 }
 

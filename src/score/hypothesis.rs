@@ -433,9 +433,9 @@ pub const CATALOGUE: &[HypothesisInfo] = &[
     HypothesisInfo {
         name: "layers=SET",
         group: Group::Selection,
-        summary: "the other hypotheses act only in these indexer layers (N, A..B, A..)",
-        changes: "Whole-model recall: the variant's faults act in the named layers of the stack (numbered 0 … L-1, 0 the simulated one; A..B excludes B, A.. runs to the last); every other layer selects as the fault-free reference does. Per-layer recall is that of a faulty layer.",
-        stands_for: "ROCm/ATOM #1466 (per-layer scale views all aliased onto layer 0's: layers >= 1 read zero scales; layers=1..), tenstorrent/tt-metal #53637 (wrong on every rank but the first).",
+        summary: "the other hypotheses act only in these indexer layers (N, A..B, A..) or in the reusing layers (reusers)",
+        changes: "Whole-model recall: the variant's faults act in the named indexer layers of the stack (numbered 0 … L-1, 0 the simulated one; A..B excludes B, A.. runs to the last), and reach the layers that reuse their selections; every other layer selects as the fault-free reference does. `reusers`: the layers that should reuse another layer's selection select on their own with the fault instead (IndexShare done wrong), the indexer layers healthy. Per-layer recall is that of a faulty layer.",
+        stands_for: "ROCm/ATOM #1466 (per-layer scale views all aliased onto layer 0's: layers >= 1 read zero scales; layers=1..), tenstorrent/tt-metal #53637 (wrong on every rank but the first); reusers: ml-explore/mlx-lm #1453 with exo-explore/exo #2208 (randomly initialised indexers on GLM-5.2's 57 shared layers), ikawrakow/ik_llama.cpp #2063 (an independent top-k on every layer).",
         expected: "A fault in all but one layer is rescued by the healthy layer wherever it keeps the needle: whole-model recall follows the healthy layer's per-layer recall, not the fault's; at k >= the context's rows every layer selects everything and the fault is cured.",
         requires: Some("a [stack] and the quantile needle"),
         layers: FaultSpread::Shared,

@@ -195,21 +195,27 @@ impl LayerPlan {
         compress(&self.layers.iter().map(|l| l.word()).collect::<Vec<_>>())
     }
 
-    /// As `compress_ratios` (0, the ratios), when the plan can be said so.
-    pub fn to_ratios(&self) -> Option<String> {
-        if self.needs_words() {
-            return None;
+    /// Layer `l`'s compress ratio: an indexer's or HCA layer's own, a
+    /// reusing layer's source's, 0 for a layer without rows.
+    pub fn ratio_of(&self, l: usize) -> u64 {
+        match self.layers[l] {
+            PlanLayer::Indexer { ratio } | PlanLayer::Dense { ratio } => ratio,
+            PlanLayer::Reuse { source } => self.ratio_of(source),
+            PlanLayer::Window | PlanLayer::Linear => 0,
         }
-        let words: Vec<String> = self
-            .layers
-            .iter()
-            .map(|l| match *l {
-                PlanLayer::Window => "0".to_string(),
-                PlanLayer::Indexer { ratio } | PlanLayer::Dense { ratio } => ratio.to_string(),
-                PlanLayer::Linear | PlanLayer::Reuse { .. } => unreachable!("needs_words"),
-            })
-            .collect();
-        Some(compress(&words))
+    }
+
+    /// Every layer's ratio as the `compress_ratios` shorthand lists them,
+    /// when the plan can be said so.
+    pub fn compress_ratios(&self) -> Option<Vec<u64>> {
+        (!self.needs_words()).then(|| (0..self.layers.len()).map(|l| self.ratio_of(l)).collect())
+    }
+
+    /// As `compress_ratios` text (`0*2, (4, 128)*20, 4`), when the plan can
+    /// be said so.
+    pub fn to_ratios(&self) -> Option<String> {
+        let ratios = self.compress_ratios()?;
+        Some(compress(&ratios.iter().map(u64::to_string).collect::<Vec<_>>()))
     }
 }
 

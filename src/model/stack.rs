@@ -186,18 +186,11 @@ struct WholeModelRecord {
 
 impl From<WholeModel> for WholeModelRecord {
     fn from(w: WholeModel) -> Self {
-        let short = !w.plan.needs_words();
-        let ratio = w.plan.layers().iter().find_map(|l| match l {
-            PlanLayer::Indexer { ratio } => Some(*ratio),
-            _ => None,
-        });
-        let ratios = w.plan.layers().iter().map(|l| match *l {
-            PlanLayer::Indexer { ratio } | PlanLayer::Dense { ratio } => ratio,
-            _ => 0,
-        });
+        let ratios = w.plan.compress_ratios();
+        let short = ratios.is_some();
         WholeModelRecord {
-            compress_ratios: short.then(|| ratios.collect()),
-            indexed_ratio: if short { ratio } else { None },
+            compress_ratios: ratios,
+            indexed_ratio: if short { w.simulated_ratio() } else { None },
             layers: (!short).then(|| w.plan.to_words()),
             layer_correlation: w.layer_correlation,
             token_correlation: w.token_correlation,
@@ -409,11 +402,7 @@ impl WholeModel {
     /// The compress ratio of layer `l` (0 for a layer without rows; a
     /// reusing layer's is its source's).
     pub fn ratio_of(&self, l: usize) -> u64 {
-        match self.plan.layers()[l] {
-            PlanLayer::Indexer { ratio } | PlanLayer::Dense { ratio } => ratio,
-            PlanLayer::Reuse { source } => self.ratio_of(source),
-            PlanLayer::Window | PlanLayer::Linear => 0,
-        }
+        self.plan.ratio_of(l)
     }
 
     /// The model's layers of one kind, by layer number.

@@ -1,0 +1,173 @@
+use super::*;
+
+// The likelihood of a 2-row file, by hand.
+#[test]
+fn likelihood_of_two_rows_by_hand() {
+    // 2 of 3 at p = 0.5: C(3,2)·0.5³ = 0.375; 0 of 4 at p = 0.1: 0.9⁴ = 0.6561.
+    let ll = log_binomial(2, 3, 0.5) + log_binomial(0, 4, 0.1);
+    assert!((ll - (0.375f64 * 0.6561).ln()).abs() < 1e-12, "{ll}");
+    // A simulated recall of 0 from 200 trials is read as 1/400, not 0.
+    assert_eq!(clamped(0.0, 200), 1.0 / 400.0);
+    assert_eq!(clamped(1.0, 200), 1.0 - 1.0 / 400.0);
+    assert!(log_binomial(3, 3, clamped(0.0, 200)).is_finite());
+}
+
+#[test]
+fn ranking_posteriors_and_bayes_factors() {
+    let ranked = ranked(&[("a", -3.0), ("b", -3.0 + 20f64.ln()), ("c", f64::NEG_INFINITY)]);
+    assert_eq!(ranked[0].hypothesis, "b");
+    assert!((ranked[0].posterior - 20.0 / 21.0).abs() < 1e-12);
+    assert!((ranked[1].log10_bayes_factor + 20f64.log10()).abs() < 1e-12);
+    assert_eq!(ranked[2].posterior, 0.0);
+}
+
+fn ranked(entries: &[(&str, f64)]) -> Vec<Ranked> {
+    rank(
+        entries
+            .iter()
+            .map(|&(h, ll)| Ranked {
+                hypothesis: h.into(),
+                log_likelihood: ll,
+                posterior: 0.0,
+                log10_bayes_factor: 0.0,
+                rows_changed: 0,
+                recalls: vec![],
+                class: candidate_class(if h == HEALTHY { "" } else { h }),
+                needle_multiplier: 1.0,
+                needle_gain_log10: 0.0,
+            })
+            .collect(),
+    )
+}
+
+// Issue 30, item 14: "calibrate first" only when the best candidate
+// fits 10:1 better at an edge of the needle profile than at ×1.
+#[test]
+fn calibrate_first_needs_a_decisive_edge() {
+    let mut r = ranked(&[("block-row0", -3.0), (HEALTHY, -9.0)]);
+    let grid = [0.5, 1.0, 2.0];
+    assert_eq!(calibrate_first(&r, "needle.exceedance", &grid), None, "at ×1");
+    r[0].needle_multiplier = 0.5;
+    r[0].needle_gain_log10 = 0.9;
+    assert_eq!(calibrate_first(&r, "needle.exceedance", &grid), None, "under 10:1");
+    r[0].needle_gain_log10 = 1.2;
+    let note = calibrate_first(&r, "needle.exceedance", &grid).unwrap();
+    assert!(note.contains("block-row0") && note.contains("× 0.5") && note.contains("calibrate first"), "{note}");
+    r[0].needle_multiplier = 1.0;
+    assert_eq!(calibrate_first(&r, "needle.exceedance", &grid), None, "inside the profile");
+    assert_eq!(calibrate_first(&r, "needle.exceedance", &[1.0]), None, "no profile");
+}
+
+#[test]
+fn classes_pool_their_candidates_under_a_uniform_class_prior() {
+    // Two partial candidates at likelihood 1 each, one random-loss at 1:
+    // the partial class gets the mean of its two (1), so the classes tie.
+    let r = ranked(&[("slot-shift", 0.0), ("scale-per-page", 0.0), ("stale-scale", 0.0), ("hadamard-q-only", 0.0)]);
+    let c = class_standings(&r);
+    let get = |k: FaultClass| c.iter().find(|s| s.class == k).unwrap();
+    assert_eq!(get(FaultClass::Partial).candidates, 2);
+    assert!((get(FaultClass::Partial).posterior - 1.0 / 3.0).abs() < 1e-12);
+    assert!((get(FaultClass::RandomLoss).posterior - 1.0 / 3.0).abs() < 1e-12);
+    let total: f64 = c.iter().map(|s| s.posterior).sum();
+    assert!((total - 1.0).abs() < 1e-12);
+}
+
+#[test]
+fn composite_candidates_take_the_class_of_what_they_do() {
+    assert_eq!(candidate_class(""), FaultClass::Healthy);
+    assert_eq!(candidate_class("scale-unwritten-zero"), FaultClass::RandomLoss);
+    assert_eq!(candidate_class("scale-unwritten-zero+ties-lowest"), FaultClass::IndexTies);
+    assert_eq!(candidate_class("scale-unwritten-nan+ties-highest"), FaultClass::IndexTies);
+    assert_eq!(candidate_class("logits-bf16+ties-lowest"), FaultClass::Partial);
+    assert_eq!(candidate_class("slot-shift+scale-floor"), FaultClass::Layout);
+    // Every page read as zeros destroys all information (issue 28, the
+    // all-zero scores of ml-explore/mlx-lm#1454); a share of pages is layout.
+    assert_eq!(candidate_class("zero-blocks=1"), FaultClass::RandomLoss);
+    assert_eq!(candidate_class("zero-blocks=1+ties-highest"), FaultClass::IndexTies);
+    assert_eq!(candidate_class("zero-blocks=0.5"), FaultClass::Layout);
+    assert_eq!(candidate_class("zero-blocks=0.5+ties-highest"), FaultClass::Layout);
+}
+
+#[test]
+fn the_verdict_says_healthy_inconclusive_or_the_class() {
+    let ln10 = std::f64::consts::LN_10;
+    // Healthy within 10:1 of the best fault: consistent with healthy.
+    let r = ranked(&[(HEALTHY, -0.5 * ln10), ("slot-shift", 0.0)]);
+    assert_eq!(verdict(&r, &class_standings(&r)).kind, "healthy");
+    // Two classes within 10:1, healthy far behind: inconclusive.
+    let r = ranked(&[(HEALTHY, -5.0 * ln10), ("slot-shift", 0.0), ("hadamard-q-only", -0.5 * ln10)]);
+    let v = verdict(&r, &class_standings(&r));
+    assert_eq!(v.kind, "inconclusive", "{}", v.text);
+    assert!(v.text.contains("layout") && v.text.contains("random-loss"), "{}", v.text);
+    // One class ahead of every other by 10:1 or more: the fault.
+    let r = ranked(&[(HEALTHY, -5.0 * ln10), ("slot-shift", 0.0), ("pages-swapped", -0.2 * ln10), ("hadamard-q-only", -2.0 * ln10)]);
+    let v = verdict(&r, &class_standings(&r));
+    assert_eq!(v.kind, "fault", "{}", v.text);
+    assert!(v.text.contains("pages-swapped cannot be told"), "{}", v.text);
+}
+
+// Issue 28, item 5: the pair an open verdict compares is the pair it names.
+#[test]
+fn the_open_pair_is_the_one_the_verdict_leaves_open() {
+    let ln10 = std::f64::consts::LN_10;
+    let names = |r: &[Ranked]| open_pair(r, &class_standings(r)).map(|(a, b)| (a.hypothesis.clone(), b.hypothesis.clone()));
+    let pair = |a: &str, b: &str| Some((a.to_string(), b.to_string()));
+    let r = ranked(&[(HEALTHY, 0.0), ("slot-shift", -0.5 * ln10)]);
+    assert_eq!(names(&r), pair(HEALTHY, "slot-shift"), "healthy first, a fault within 10:1");
+    let r = ranked(&[(HEALTHY, -0.5 * ln10), ("slot-shift", 0.0), ("hadamard-q-only", -0.2 * ln10)]);
+    assert_eq!(names(&r), pair("slot-shift", HEALTHY), "healthy within 10:1 of the best: the verdict names healthy");
+    let r = ranked(&[(HEALTHY, -5.0 * ln10), ("slot-shift", 0.0), ("pages-swapped", -0.1 * ln10), ("hadamard-q-only", -0.5 * ln10)]);
+    assert_eq!(names(&r), pair("slot-shift", "hadamard-q-only"), "inconclusive: the runner class's best");
+    let r = ranked(&[(HEALTHY, -5.0 * ln10), ("slot-shift", 0.0), ("hadamard-q-only", -2.0 * ln10)]);
+    assert_eq!(names(&r), None, "a decisive fault leaves nothing open");
+    let r = ranked(&[(HEALTHY, 0.0), ("slot-shift", -2.0 * ln10)]);
+    assert_eq!(names(&r), None, "healthy ahead of every fault by 10:1");
+}
+
+#[test]
+fn two_sided_binomial_p() {
+    // 0 of 10 at p = 0.5: P(0) + P(10) = 2/1024.
+    assert!((binomial_two_sided_p(0, 10, 0.5) - 2.0 / 1024.0).abs() < 1e-12);
+    assert!((binomial_two_sided_p(5, 10, 0.5) - 1.0).abs() < 1e-12);
+    // 3 of 3 at p = 0.999: likely.
+    assert!(binomial_two_sided_p(3, 3, 0.999) > 0.99);
+    assert!(binomial_two_sided_p(0, 3, 0.999) < 1e-8);
+}
+
+#[test]
+fn needle_multipliers_parse() {
+    assert_eq!(parse_needle_multipliers("0.5, 1,2,1").unwrap(), [0.5, 1.0, 2.0]);
+    assert_eq!(parse_needle_multipliers("off").unwrap(), [1.0]);
+    for bad in ["", "0", "-1", "x", "nan", "inf"] {
+        let e = parse_needle_multipliers(bad).unwrap_err().to_string();
+        assert!(e.contains("--needle-multipliers"), "{bad}: {e}");
+    }
+}
+
+#[test]
+fn information_and_prompts() {
+    // Two equally likely hypotheses that answer 1 and 0: one prompt settles it (log 2 nats).
+    assert!((information(&[0.5, 0.5], &[1.0, 0.0]) - 2f64.ln()).abs() < 1e-12);
+    assert_eq!(information(&[0.5, 0.5], &[0.3, 0.3]), 0.0);
+    assert_eq!(prompts_for_odds(0.3, 0.3), None);
+    // KL(0.9‖0.5) = 0.368 nats: log 20 = 3.0 nats needs 9 prompts.
+    assert_eq!(prompts_for_odds(0.9, 0.5), Some(9));
+}
+
+#[test]
+fn candidate_lists() {
+    let all = candidates("all").unwrap();
+    assert_eq!(all[0], HEALTHY);
+    assert!(all.iter().any(|h| h == "scale-unwritten-zero+ties-lowest"));
+    assert!(!all.iter().any(|h| h.contains('=')));
+    assert_eq!(candidates("slot-shift, topk=1024").unwrap(), ["healthy", "slot-shift", "topk=1024"]);
+    let more = candidates("all,topk=1024,slot-shift").unwrap();
+    assert_eq!(more.len(), all.len() + 1);
+    assert_eq!(more.last().unwrap(), "topk=1024");
+    for nothing in ["", " , ", "healthy"] {
+        let err = candidates(nothing).unwrap_err().to_string();
+        assert!(err.contains("at least one hypothesis besides healthy"), "{nothing:?}: {err}");
+    }
+    let err = candidates("slot-shift,nope").unwrap_err().to_string();
+    assert!(err.contains("--hypotheses") && err.contains("nope"), "{err}");
+}

@@ -87,7 +87,7 @@ fn quantize_score(b: Bencher, name: &str) {
     let v = PrecisionVariant::builtin(name).unwrap();
     let (h, raw) = keys(CHUNK);
     let q = query(&h, &v);
-    // The engine's path (src/score/trial.rs): element values plus row scales.
+    // The engine's path (src/score/trial/chunk.rs): element values plus row scales.
     let mut quantized = dsa_recall::numerics::pipeline::QuantizedRows::with_capacity(CHUNK, D);
     let mut out = vec![0.0f32; CHUNK];
     b.counter(ItemsCount::new(CHUNK)).bench_local(|| {

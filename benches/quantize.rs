@@ -1,6 +1,6 @@
 //! Issue 3, item 8: the cost of quantizing a key row against the cost of
 //! scoring it, per built-in precision variant, on exactly the engine's path
-//! (src/score/trial.rs): a 256-row chunk of V4-Flash haystack keys goes through
+//! (src/score/trial/chunk.rs): a 256-row chunk of V4-Flash haystack keys goes through
 //! `QuantPipeline::quantize_rows_into`, then
 //! `IndexerQuery::score_quantized_rows` (`score_rows` on the raw keys for
 //! variants whose key pipeline is the identity, as the engine does).

@@ -452,8 +452,11 @@ pub struct HypothesesArgs {
     #[command(subcommand)]
     pub action: Option<HypothesesAction>,
     /// Print every hypothesis in full.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "markdown")]
     pub long: bool,
+    /// Print docs/HYPOTHESES.md, generated from the catalogue.
+    #[arg(long)]
+    pub markdown: bool,
 }
 
 #[derive(Subcommand, Debug)]

@@ -129,6 +129,7 @@ fn run(cli: Cli) -> Result<(), Error> {
         Command::Observe(args) => print!("{}", observe::observe(&args.request())?),
         Command::Hypotheses(args) => match args.action {
             Some(HypothesesAction::Show { name }) => print!("{}", catalogue::hypothesis(&name)?),
+            None if args.markdown => print!("{}", catalogue::hypotheses_markdown()),
             None => print!("{}", catalogue::hypotheses(args.long)),
         },
         Command::Check(_) => {} // run_check, before run: it has its own exit codes

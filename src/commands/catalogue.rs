@@ -45,3 +45,8 @@ pub fn hypothesis(name: &str) -> Result<String, ConfigError> {
         .ok_or_else(|| ConfigError::new("hypotheses show", format!("{name:?}"), format!("one of {}", hypothesis::names())))?;
     Ok(hypothesis::long_text(h))
 }
+
+/// `hypotheses --markdown`: docs/HYPOTHESES.md, generated from the catalogue.
+pub fn hypotheses_markdown() -> String {
+    hypothesis::markdown()
+}

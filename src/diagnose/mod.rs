@@ -19,7 +19,7 @@ use crate::config::{self, ListSpec, Scenario, ScenarioParams};
 use crate::error::{ConfigError, Error};
 use crate::run::cell::CellResult;
 use crate::run::sweep::run_sweep_sharing_depths;
-use crate::score::hypothesis::{candidate_class, candidate_summary, FaultClass, Hypothesis, CATALOGUE};
+use crate::score::hypothesis::{candidate_class, candidate_summary, tie_makers, FaultClass, Hypothesis, CATALOGUE};
 use observations::Observation;
 pub use separation::clamped;
 use serde::Serialize;
@@ -37,10 +37,6 @@ pub use verdict::{open_pair, verdict, Verdict};
 
 /// The name of the no-fault candidate.
 pub const HEALTHY: &str = "healthy";
-
-/// Hypotheses that make logits tie; `all` adds each with both index tie
-/// orders, since a tie rule decides what they select (docs/OBSERVATIONS.md).
-pub const TIE_MAKERS: &[&str] = &["scale-unwritten-zero", "scale-unwritten-nan", "e4m3fn-read", "logits-bf16"];
 
 /// log10 of the Bayes factor below which a candidate is said to be ruled
 /// out against another (10:1); within it, the data cannot tell them apart.
@@ -90,7 +86,7 @@ pub fn candidates(list: &str) -> Result<Vec<String>, ConfigError> {
         for h in CATALOGUE.iter().filter(|h| !h.name.contains('=')) {
             out.push(h.name.to_string());
         }
-        for t in TIE_MAKERS {
+        for t in tie_makers().map(|h| h.name) {
             out.push(format!("{t}+ties-lowest"));
             out.push(format!("{t}+ties-highest"));
         }

@@ -2,13 +2,14 @@
 //! files, exit codes and one-line errors. Every simulation here is tiny
 //! (a few cells of 20–30 trials) so the whole file runs in seconds.
 
-use assert_cmd::Command;
 use predicates::prelude::*;
 use serde_json::Value;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Output;
 use tempfile::TempDir;
+
+use crate::common::bin;
 
 /// A tiny sweep grid: 2 contexts × 2 depths × 1 k × 1 precision = 4 cells.
 const TINY: &[&str] = &["--trials", "20", "--contexts", "1K,4K", "--depths", "0,50", "--topk", "64", "--precisions", "fp32"];
@@ -33,10 +34,6 @@ const RESULT_KEYS: &[&str] = &[
     "model_ci_high",
     "layers_reached",
 ];
-
-fn bin() -> Command {
-    Command::new(assert_cmd::cargo::cargo_bin!("dsa-recall"))
-}
 
 fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()

@@ -6,34 +6,13 @@
 //! probability well under 1 %. Seeds are fixed, so a run is reproducible.
 
 use dsa_recall::base::stats::{chance_of_hit, wilson_interval};
-use dsa_recall::config::{self, params::parse_scenario_toml, Scenario};
+use dsa_recall::config::{self, Scenario};
 use dsa_recall::run::cell::CellResult;
 use dsa_recall::run::output::results_jsonl;
-use dsa_recall::run::sweep::{run_sweep, SweepOutcome};
+
+use crate::common::{cell, scenario, sweep, NULL_MODEL};
 
 const Z999: f64 = 3.290_526_731_491_926;
-
-/// The null model of docs/MODEL.md (no RoPE, no pooling): the presets switch
-/// physics on, so tests of the null model's own properties say so.
-/// The null model: no physics and exchangeable Gaussian rows (no [haystack] structure).
-const NULL_MODEL: &str = "[physics]\nrope = \"off\"\npooling = \"off\"\n\
-    [haystack]\ncontent_rank = 0\nkey_content_share = 0.0\nquery_content_share = 0.0\nrelevance_scale = 0.0\n";
-
-fn scenario(toml: &str) -> Scenario {
-    let params = parse_scenario_toml(toml).unwrap_or_else(|e| panic!("{e}"));
-    config::check(config::resolve(params).unwrap()).unwrap()
-}
-
-fn sweep(s: &Scenario) -> SweepOutcome {
-    run_sweep(s, &|| {}).unwrap()
-}
-
-fn cell<'a>(o: &'a SweepOutcome, context: u64, depth: f64, k: u64, precision: &str) -> &'a CellResult {
-    o.cells
-        .iter()
-        .find(|c| c.context_tokens == context && c.depth_percent == depth && c.topk == k && c.precision == precision)
-        .expect("cell")
-}
 
 /// Null model: strength 0 makes needle rows m more random rows, so recall is
 /// the chance that a uniformly random k_eff-subset of the N candidates holds

@@ -3,15 +3,12 @@
 //! Wilson intervals (z = 3.29) with fixed seeds.
 
 use dsa_recall::base::stats::{chance_of_hit, wilson_interval};
-use dsa_recall::config::{self, params::parse_scenario_toml, Scenario};
 use dsa_recall::run::cell::CellResult;
 use dsa_recall::run::sweep::{run_sweep, SweepOutcome};
 
-const Z999: f64 = 3.290_526_731_491_926;
+use crate::common::scenario;
 
-fn scenario(toml: &str) -> Scenario {
-    config::check(config::resolve(parse_scenario_toml(toml).unwrap_or_else(|e| panic!("{e}"))).unwrap()).unwrap_or_else(|e| panic!("{e}"))
-}
+const Z999: f64 = 3.290_526_731_491_926;
 
 fn sweep(toml: &str) -> SweepOutcome {
     run_sweep(&scenario(toml), &|| {}).unwrap()

@@ -2,7 +2,6 @@
 //! each must give what the command line's path gives, bit for bit.
 
 use dsa_recall::base::observe::Observer;
-use dsa_recall::config::{self, params::parse_scenario_toml, Scenario};
 use dsa_recall::run::output::results_jsonl;
 use dsa_recall::run::store::{self, StoreOptions};
 use dsa_recall::run::sweep::run_sweep;
@@ -10,9 +9,7 @@ use dsa_recall::tensors::dump::{dump_trial, trial_tensors};
 use dsa_recall::tensors::replay::{capture_from_arrays, replay, Capture};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-fn scenario(toml: &str) -> Scenario {
-    config::check(config::resolve(parse_scenario_toml(toml).unwrap()).unwrap()).unwrap()
-}
+use crate::common::scenario;
 
 const SMALL: &str = "[sweep]\ncontexts = \"1K,4K\"\ndepths = \"0,60\"\ntopk = \"512\"\nprecisions = \"fp32,fp8\"\ntrials = 24\nseed = 5\n";
 

@@ -5,16 +5,13 @@
 //! fixed, so a run is reproducible.
 
 use dsa_recall::base::stats::wilson_interval;
-use dsa_recall::config::{self, params::parse_scenario_toml, Scenario};
+use dsa_recall::config::{self, params::parse_scenario_toml};
 use dsa_recall::run::cell::CellResult;
 use dsa_recall::run::sweep::run_sweep;
 
-const Z999: f64 = 3.290_526_731_491_926;
+use crate::common::scenario;
 
-fn scenario(toml: &str) -> Scenario {
-    let params = parse_scenario_toml(toml).unwrap_or_else(|e| panic!("{e}"));
-    config::check(config::resolve(params).unwrap()).unwrap()
-}
+const Z999: f64 = 3.290_526_731_491_926;
 
 /// bf16 and a scrambling fault (queries rotated, keys not: scores unrelated
 /// to the needle) at 8K, k 512, under one fault spread.

@@ -2,16 +2,14 @@
 //! and `sweep --vary FIELD=LIST` through the binary.
 
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 
 use tempfile::TempDir;
 
+use crate::common::bin;
+
 const TINY: &[&str] =
     &["--needle-profile", "stress", "--trials", "20", "--contexts", "1K,4K", "--depths", "50", "--topk", "64", "--precisions", "fp32,bf16"];
-
-fn bin() -> Command {
-    Command::new(assert_cmd::cargo::cargo_bin!("dsa-recall"))
-}
 
 fn sweep(out: &Path, extra: &[&str]) -> Output {
     bin().arg("sweep").args(TINY).args(extra).arg("--out").arg(out).output().unwrap()

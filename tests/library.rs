@@ -1,0 +1,37 @@
+//! Cross-module tests through the library API, one module per file of
+//! tests/. One test binary (with `commands`) instead of one per file: the
+//! library is linked twice, not 28 times (docs/CONTRIBUTING.md, "Test build").
+
+#[path = "common/mod.rs"]
+mod common;
+
+#[path = "analytic.rs"]
+mod analytic;
+#[path = "chunked_prefill.rs"]
+mod chunked_prefill;
+#[path = "fuzz_parsers.rs"]
+mod fuzz_parsers;
+#[path = "incidents.rs"]
+mod incidents;
+#[path = "model.rs"]
+mod model;
+#[path = "needle.rs"]
+mod needle;
+#[path = "needle_multiple.rs"]
+mod needle_multiple;
+#[path = "numerics_props.rs"]
+mod numerics_props;
+#[path = "physics.rs"]
+mod physics;
+#[path = "python_api.rs"]
+mod python_api;
+#[path = "row_shift.rs"]
+mod row_shift;
+#[path = "shared_depths.rs"]
+mod shared_depths;
+#[path = "stack.rs"]
+mod stack;
+#[path = "tensors.rs"]
+mod tensors;
+#[path = "value_stability.rs"]
+mod value_stability;

@@ -1,7 +1,17 @@
 //! The next experiment: the cell that best tells the leaders apart, and
 //! how many prompts it needs.
 
-use super::*;
+use super::candidates::*;
+use super::observations::Observation;
+use super::prepare::*;
+use super::rank::*;
+use super::separation;
+use super::separation::clamped;
+use super::simulate::*;
+use crate::config::ScenarioParams;
+use crate::error::Error;
+use serde::Serialize;
+use std::collections::BTreeMap;
 
 /// The next experiment: one cell of the candidate grid.
 #[derive(Clone, Debug, PartialEq, Serialize)]

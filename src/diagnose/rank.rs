@@ -1,7 +1,10 @@
 //! Ranking the hypotheses: the likelihood of the observed counts, the
 //! posterior ranking, class standings and the rows no hypothesis explains.
 
-use super::*;
+use super::observations::Observation;
+use super::separation::clamped;
+use crate::score::hypothesis::FaultClass;
+use serde::Serialize;
 
 /// log P(found | total, p) for a binomial.
 pub fn log_binomial(found: u64, total: u64, p: f64) -> f64 {

@@ -1,7 +1,15 @@
 //! Simulating the observed configurations under each hypothesis: the
 //! sweeps a diagnosis runs and the recalls it reads from them.
 
-use super::*;
+use super::candidates::*;
+use super::observations::Observation;
+use crate::base::observe::Observer;
+use crate::config::{self, ListSpec, Scenario, ScenarioParams};
+use crate::error::{ConfigError, Error};
+use crate::run::cell::CellResult;
+use crate::run::sweep::run_sweep_sharing_depths;
+use serde::Serialize;
+use std::collections::BTreeMap;
 
 /// A simulated cell's recall, and the trials behind it.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]

@@ -1,4 +1,6 @@
+use super::outcome::calibrate_first;
 use super::*;
+use crate::score::hypothesis::{candidate_class, FaultClass};
 
 // The likelihood of a 2-row file, by hand.
 #[test]

@@ -1,9 +1,9 @@
 //! The diagnosis as a text table.
 
-use super::*;
-
-/// Said once when rows carry `query_position` (docs/OBSERVATIONS.md).
-pub const QUERY_POSITION_NOTE: &str = "query_position is recorded but not used: the simulator scores the decoding query at the end of the context (with its RoPE position there), so a row is compared with the recall of that query";
+use super::candidates::*;
+use super::outcome::*;
+use super::rank::*;
+use crate::score::hypothesis::candidate_summary;
 
 /// The ranking as a table, the classes and the verdict under it, then the next experiment.
 pub fn format_table(d: &Diagnosis) -> String {

@@ -1,6 +1,9 @@
 //! The verdict a ranking supports, and the pair of leaders it leaves open.
 
-use super::*;
+use super::candidates::*;
+use super::rank::*;
+use crate::score::hypothesis::FaultClass;
+use serde::Serialize;
 
 /// What the counts say, in words.
 #[derive(Clone, Debug, PartialEq, Serialize)]

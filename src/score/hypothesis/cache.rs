@@ -1,7 +1,11 @@
 //! The cache-layout hypotheses: where the paged indexer cache's writer and
 //! reader put codes, scales and rows.
 
-use super::*;
+use super::entry::{FaultClass, Group, HypothesisInfo, Role, Value};
+use crate::base::units::parse_size;
+use crate::model::stack::FaultSpread;
+use crate::numerics::key_cache::{Fp8Flavour, PageLayoutFault, ScaleWordFault, FIRST_BLOCK_PAST_2_31, PAGE_ROWS};
+use crate::numerics::pipeline::Rotation;
 
 pub(super) const ENTRIES: &[HypothesisInfo] = &[
     HypothesisInfo {
@@ -523,3 +527,9 @@ crowd it out, one after R is kept at random."#,
 fn every_page_zero(x: Value) -> bool {
     x == Value::Count(1_000_000)
 }
+
+/// The smallest cache pool (tokens) of `offset-32bit=POOL` with a block
+/// past 2^31 bytes: one block more than the first such block.
+pub const MIN_32BIT_POOL: u64 = (FIRST_BLOCK_PAST_2_31 + 1) * PAGE_ROWS as u64;
+/// The largest pool accepted (2^40 tokens, 8.4 PiB of indexer cache).
+pub const MAX_32BIT_POOL: u64 = 1 << 40;

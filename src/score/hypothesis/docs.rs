@@ -1,7 +1,8 @@
 //! docs/HYPOTHESES.md, generated from the catalogue: the text around the
 //! entries lives here, each entry's section in its entry.
 
-use super::{FaultClass, Group, HypothesisInfo, CATALOGUE};
+use super::catalogue::CATALOGUE;
+use super::entry::{FaultClass, Group, HypothesisInfo};
 use crate::model::stack::FaultSpread;
 
 /// What comes before the groups: how hypotheses are written and composed,
@@ -206,4 +207,17 @@ fn section(h: &HypothesisInfo, out: &mut String) {
     out.push_str(&format!("*{class}; {layers}{requires}.*\n\n"));
     out.push_str(h.doc);
     out.push_str("\n\n");
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn docs_hypotheses_md_is_generated_from_the_catalogue() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/HYPOTHESES.md");
+        let written = std::fs::read_to_string(path).expect("docs/HYPOTHESES.md");
+        assert!(
+            written == super::markdown(),
+            "docs/HYPOTHESES.md is stale: regenerate it with `cargo run --release -- hypotheses --markdown > docs/HYPOTHESES.md`"
+        );
+    }
 }

@@ -1,7 +1,11 @@
 //! The numerics hypotheses: how queries and keys are rotated, scaled and
 //! rounded, and how logits are formed.
 
-use super::*;
+use super::entry::{FaultClass, Group, HypothesisInfo, Role};
+use crate::model::stack::FaultSpread;
+use crate::numerics::key_cache::ScaleSpan;
+use crate::numerics::pipeline::{LogitFormat, Rotation};
+use crate::score::variant::PrecisionVariant;
 
 pub(super) const ENTRIES: &[HypothesisInfo] = &[
     HypothesisInfo {

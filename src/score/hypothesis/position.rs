@@ -1,6 +1,8 @@
 //! The position hypotheses: RoPE pair layouts of the query and the keys.
 
-use super::*;
+use super::entry::{FaultClass, Group, HypothesisInfo, Role};
+use crate::model::stack::FaultSpread;
+use crate::score::variant::PrecisionVariant;
 
 pub(super) const ENTRIES: &[HypothesisInfo] = &[
     HypothesisInfo {

@@ -1,7 +1,11 @@
 //! The selection hypotheses: which rows the top-k sees and how it breaks
 //! ties, in which layers and prompts the faults act.
 
-use super::*;
+use super::entry::{FaultClass, Group, HypothesisInfo, Role, Value};
+use crate::base::units::parse_size;
+use crate::model::stack::FaultSpread;
+use crate::score::selection::{NanOrder, TieRule};
+use crate::score::variant::{ChunkVisibility, LayerSubset};
 
 pub(super) const ENTRIES: &[HypothesisInfo] = &[
     HypothesisInfo {

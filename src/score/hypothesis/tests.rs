@@ -1,6 +1,9 @@
 use super::*;
+use crate::numerics::key_cache::FIRST_BLOCK_PAST_2_31;
+use crate::numerics::pipeline::{LogitFormat, Rotation};
+use crate::score::selection::{NanOrder, TieRule};
 
-// Issue 30, item 14: a person reads what a candidate is beside its name.
+// A person reads what a candidate is beside its name.
 #[test]
 fn candidate_summaries_join_their_parts() {
     assert_eq!(candidate_summary(""), "a healthy indexer");
@@ -293,16 +296,6 @@ fn hypotheses_survive_a_manifest_round_trip_and_plain_variants_keep_their_bytes(
     assert_eq!(serde_json::from_str::<PrecisionVariant>(&json).unwrap(), v);
     let plain = serde_json::to_string(&PrecisionVariant::builtin("fp8").unwrap()).unwrap();
     assert!(!plain.contains("cache") && !plain.contains("selection") && !plain.contains("position"), "{plain}");
-}
-
-#[test]
-fn docs_hypotheses_md_is_generated_from_the_catalogue() {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/HYPOTHESES.md");
-    let written = std::fs::read_to_string(path).expect("docs/HYPOTHESES.md");
-    assert!(
-        written == markdown(),
-        "docs/HYPOTHESES.md is stale: regenerate it with `cargo run --release -- hypotheses --markdown > docs/HYPOTHESES.md`"
-    );
 }
 
 #[test]

@@ -2,7 +2,13 @@
 //! together, with the rows that hold needle or distractor tokens kept for
 //! the needle pass.
 
-use super::*;
+use super::spec::{Case, TrialSpec};
+use crate::error::SimError;
+use crate::model::row_source::{scaled_key, TrialRows};
+use crate::numerics::pipeline::{QuantPipeline, QuantizedRows};
+use crate::score::indexer::IndexerQuery;
+use crate::score::variant::PrecisionVariant;
+use rayon::prelude::*;
 
 /// Rows generated, quantized and scored together: small enough to stay in
 /// L2 cache (256 rows × 128 dims × 4 bytes = 128 KiB).

@@ -1,7 +1,10 @@
 //! Judging a trial's cells: each case's scores ranked per variant and
 //! top-k, and compared with the fidelity reference.
 
-use super::*;
+use super::spec::{Case, NeedleOutcome, TrialSpec};
+use crate::base::rng::{self, tag};
+use crate::score::selection::{best_needle, kth_largest_many_with, selection_overlap_with, tie_key, tied_ahead_of_best, TieAudit, TieCut};
+use crate::score::variant::{ChunkVisibility, PrecisionVariant};
 
 /// Buffers reused while judging a trial's cases.
 pub(super) struct JudgeBuffers {
@@ -20,14 +23,6 @@ pub(super) fn scored_selection_copies(scores: &[Vec<f32>], variants: &[Precision
             v.selection.coarse_bits.map(|b| s[..candidates].iter().map(|&x| crate::score::selection::coarse_score(x, b)).collect())
         })
         .collect()
-}
-
-/// [`TrialSpec::score_twins`] of any list of variants.
-pub(super) fn score_twins_of(v: &[PrecisionVariant]) -> Vec<Option<usize>> {
-    let same = |a: &PrecisionVariant, b: &PrecisionVariant| {
-        (&a.query, &a.key, &a.scoring, &a.cache, &a.position) == (&b.query, &b.key, &b.scoring, &b.cache, &b.position)
-    };
-    (0..v.len()).map(|i| (0..i).find(|&j| same(&v[i], &v[j]))).collect()
 }
 
 impl TrialSpec<'_> {

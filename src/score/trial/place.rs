@@ -1,7 +1,14 @@
 //! Placing the quantile needle: its drawn rank, the scale that puts it
 //! there under exact scores, and where it then ranks.
 
-use super::*;
+use super::chunk::{ChunkSpecials, ChunkWork};
+use crate::error::SimError;
+use crate::model::needle::{exceedance_of, rank_quantile, NeedleDraw};
+use crate::model::row_source::TrialRows;
+use crate::numerics::pipeline::QuantizedRows;
+use crate::score::indexer::IndexerQuery;
+use crate::score::needle::{solve_scale, target_interval, NeedleSolve};
+use crate::score::variant::PrecisionVariant;
 
 thread_local! {
     /// Set by [`with_full_reference`]: score the quantile needle's exact

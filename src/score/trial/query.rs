@@ -1,6 +1,14 @@
 //! A trial's queries per context and the variants and cases it scores.
 
-use super::*;
+use super::place::FULL_REFERENCE;
+use super::spec::{Case, TrialSpec};
+use crate::base::rng::{self, tag};
+use crate::error::SimError;
+use crate::model::haystack::{GenerativeModel, TrialHaystack};
+use crate::model::physics::RopeChoice;
+use crate::model::row_source::TrialRows;
+use crate::score::indexer::IndexerQuery;
+use crate::score::variant::PrecisionVariant;
 
 /// The variants a trial scores and where the quantile needle's exact
 /// scores come from.

@@ -1,0 +1,133 @@
+//! The candidates a diagnosis ranks, how observed counts are read, the
+//! needle multiples it tries, and the thresholds its verdict uses.
+
+use super::knob;
+use crate::config::ScenarioParams;
+use crate::error::ConfigError;
+use crate::score::hypothesis::{tie_makers, Hypothesis, CATALOGUE};
+use serde::Serialize;
+
+/// The name of the no-fault candidate.
+pub const HEALTHY: &str = "healthy";
+
+/// log10 of the Bayes factor below which a candidate is said to be ruled
+/// out against another (10:1); within it, the data cannot tell them apart.
+pub const DECISIVE_LOG10: f64 = 1.0;
+
+/// The needle's difficulty is not known: each candidate's likelihood is
+/// profiled over these multiples of the scenario's needle knob (its
+/// exceedance under the quantile needle, its strength otherwise), each
+/// simulated on the same seed (docs/OBSERVATIONS.md, "What diagnose does
+/// not know").
+pub const NUISANCE_MULTIPLIERS: [f64; 3] = [0.5, 1.0, 2.0];
+
+/// The next experiment is sought among candidates with at least this
+/// posterior, the best `LIVE_MAX` of them (at least the best two).
+pub const LIVE_POSTERIOR: f64 = 1e-3;
+
+pub const LIVE_MAX: usize = 8;
+
+/// Which simulated recall a row without a `layer` is compared with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Reading {
+    /// Whole-model recall (`model_recall`): what a needle test measures.
+    Model,
+    /// Per-layer selection recall (`recall`).
+    Layer,
+}
+
+impl Reading {
+    pub fn parse(text: &str) -> Result<Reading, ConfigError> {
+        match text {
+            "model" => Ok(Reading::Model),
+            "layer" => Ok(Reading::Layer),
+            _ => Err(ConfigError::new("--recall", format!("{text:?}"), "model (whole-model recall, the default) or layer")),
+        }
+    }
+}
+
+/// The candidate hypotheses `list` names: a comma-separated list of `all`
+/// (every catalogue entry without a parameter, and each tie maker with
+/// `ties-lowest` and `ties-highest`), `H` or `H1+H2` (parametrized ones with
+/// their value: `topk=1024`), so `all,topk=1024` is the catalogue and one
+/// more. "healthy" is always a candidate, and at least one other is needed.
+pub fn candidates(list: &str) -> Result<Vec<String>, ConfigError> {
+    let mut out = vec![HEALTHY.to_string()];
+    if list.split(',').any(|i| i.trim() == "all") {
+        for h in CATALOGUE.iter().filter(|h| !h.name.contains('=')) {
+            out.push(h.name.to_string());
+        }
+        for t in tie_makers().map(|h| h.name) {
+            out.push(format!("{t}+ties-lowest"));
+            out.push(format!("{t}+ties-highest"));
+        }
+    }
+    for item in list.split(',').map(str::trim) {
+        if item.is_empty() || item == HEALTHY || item == "all" {
+            continue;
+        }
+        for part in item.split('+') {
+            Hypothesis::parse(part.trim()).map_err(|why| ConfigError::new("--hypotheses", format!("{item:?}"), why))?;
+        }
+        if !out.iter().any(|o| o == item) {
+            out.push(item.to_string());
+        }
+    }
+    if out.len() == 1 {
+        // Healthy alone would win with posterior 1 whatever the data say.
+        return Err(ConfigError::new(
+            "--hypotheses",
+            format!("{list:?}"),
+            "at least one hypothesis besides healthy: all, or a comma-separated list such as slot-shift,no-hadamard",
+        ));
+    }
+    Ok(out)
+}
+
+/// `--needle-multipliers`: positive numbers, comma-separated, or `off` (the
+/// scenario's needle, as known: `[1]`).
+pub fn parse_needle_multipliers(text: &str) -> Result<Vec<f64>, ConfigError> {
+    let field = "--needle-multipliers";
+    if text.trim() == "off" {
+        return Ok(vec![1.0]);
+    }
+    let mut out: Vec<f64> = Vec::new();
+    for item in text.split(',').map(str::trim) {
+        match item.parse::<f64>() {
+            Ok(m) if m.is_finite() && m > 0.0 && m <= 1e6 => {
+                if !out.contains(&m) {
+                    out.push(m);
+                }
+            }
+            _ => {
+                return Err(ConfigError::new(
+                    field,
+                    format!("{item:?}"),
+                    "positive numbers up to 1e6, comma-separated (e.g. 0.5,1,2), or off",
+                ))
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The scenario's needle knob: the median exceedance under the quantile
+/// needle, the strength otherwise.
+pub fn needle_knob(params: &ScenarioParams) -> &'static str {
+    knob::default_field(params)
+}
+
+/// `params` with the needle knob at `multiplier` times its value.
+pub fn with_needle_multiple(params: &ScenarioParams, multiplier: f64) -> Result<ScenarioParams, ConfigError> {
+    if multiplier == 1.0 {
+        return Ok(params.clone());
+    }
+    let field = needle_knob(params);
+    let value = knob::current_value(params, field)
+        .ok_or_else(|| ConfigError::new("--needle-multipliers", field, "a scenario whose needle knob is a number"))?;
+    knob::with_value(params, field, value * multiplier)
+}
+
+/// Said once when rows carry `query_position` (docs/OBSERVATIONS.md).
+pub const QUERY_POSITION_NOTE: &str = "query_position is recorded but not used: the simulator scores the decoding query at the end of the context (with its RoPE position there), so a row is compared with the recall of that query";

@@ -1,0 +1,113 @@
+//! A whole diagnosis: ranking, classes, verdict, unexplained rows and the
+//! next experiment, in one result.
+
+use super::candidates::*;
+use super::next::*;
+use super::observations::{self};
+use super::prepare::*;
+use super::rank::*;
+use super::separation;
+use super::simulate::*;
+use super::verdict::*;
+use crate::config::ScenarioParams;
+use crate::error::Error;
+use serde::Serialize;
+
+/// The full answer.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Diagnosis {
+    pub observations: String,
+    pub reading: Reading,
+    pub trials: u64,
+    pub ranking: Vec<Ranked>,
+    /// The classes, best first.
+    pub classes: Vec<ClassStanding>,
+    pub verdict: Verdict,
+    /// Rows the best candidate cannot explain (two-sided p < 0.01): where
+    /// the catalogue may lack the fault, or the scenario the deployment.
+    pub unexplained: Vec<Unexplained>,
+    /// The needle knob profiled over, and its multiples.
+    pub needle_knob: String,
+    pub needle_multipliers: Vec<f64>,
+    /// Candidates that change no observed configuration (the same as healthy): left out.
+    pub not_applicable: Vec<String>,
+    pub next: Option<NextExperiment>,
+    /// The best cell for a per-layer capture of the indexer's top-k instead
+    /// (one layer's selection per prompt, `dsa-recall observe`), when it
+    /// carries more information per prompt than the best needle test.
+    pub next_capture: Option<NextExperiment>,
+    /// The two candidates the verdict leaves open, compared row by row
+    /// (None when it leaves none open).
+    pub separation: Option<separation::Separation>,
+    /// What the reader should know about the rows (e.g. an ignored column); left out of JSON when empty.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
+}
+
+/// Ranks `opts.hypotheses` on the observations, simulated with scenario
+/// `params` (resolved, unchecked).
+pub fn diagnose(params: &ScenarioParams, obs: &observations::Observations, opts: &Options<'_>) -> Result<Diagnosis, Error> {
+    let rows = &obs.rows;
+    let prepared = prepare(params, &obs.path, rows, opts)?;
+    let (ranking, trials) = prepared.rank(rows)?;
+    // The next experiment is simulated with the best candidate's needle.
+    let next_params = with_needle_multiple(&params_for_rows(params, rows), ranking.first().map_or(1.0, |r| r.needle_multiplier))?;
+    let (next, next_capture) =
+        if opts.next && ranking.len() >= 2 { next_experiment(&next_params, rows, &prepared.plan, &ranking, opts)? } else { (None, None) };
+    let mut notes = if rows.iter().any(|r| r.query_position.is_some()) { vec![QUERY_POSITION_NOTE.to_string()] } else { Vec::new() };
+    notes.extend(calibrate_first(&ranking, &prepared.needle_knob, &prepared.needle_multipliers));
+    let classes = class_standings(&ranking);
+    let mut verdict = verdict(&ranking, &classes);
+    let separation = open_pair(&ranking, &classes)
+        .map(|(a, b)| separation::Separation::of(&a.hypothesis, &b.hypothesis, &a.recalls, &b.recalls, trials));
+    if let Some(s) = &separation {
+        let mut totals: Vec<u64> = rows.iter().map(|r| r.total).collect();
+        totals.sort_unstable();
+        verdict.text.push_str(&format!("; {}", s.sentence(totals.get(totals.len() / 2).copied().unwrap_or(0))));
+    }
+    let unexplained = unexplained_rows(rows, &ranking, trials);
+    if !unexplained.is_empty() {
+        verdict.text.push_str(&format!(
+            "; but even {} leaves {} of {} rows unexplained (p < {UNEXPLAINED_P}): the fault may not be in the catalogue, or the scenario may not match the deployment (calibrate first: docs/CALIBRATION.md)",
+            ranking[0].hypothesis,
+            unexplained.len(),
+            rows.len()
+        ));
+    }
+    Ok(Diagnosis {
+        observations: obs.path.clone(),
+        reading: opts.reading,
+        trials,
+        ranking,
+        classes,
+        verdict,
+        unexplained,
+        needle_knob: prepared.needle_knob,
+        needle_multipliers: prepared.needle_multipliers,
+        not_applicable: prepared.not_applicable,
+        next,
+        next_capture,
+        separation,
+        notes,
+    })
+}
+
+/// When the best candidate fits at least 10:1 better at the easiest or
+/// hardest needle profiled than at the scenario's own, the scenario's needle likely differs from the user's prompts
+/// by more than the profile spans: a calibration on rows from a healthy
+/// configuration pins it (docs/CALIBRATION.md) before faults are compared.
+pub(super) fn calibrate_first(ranking: &[Ranked], knob: &str, multipliers: &[f64]) -> Option<String> {
+    let best = ranking.first()?;
+    let (lo, hi) = multipliers.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &m| (lo.min(m), hi.max(m)));
+    let at_edge = best.needle_multiplier == lo || best.needle_multiplier == hi;
+    if multipliers.len() < 2 || !at_edge || best.needle_gain_log10 < DECISIVE_LOG10 {
+        return None;
+    }
+    Some(format!(
+        "{} fits at least 10:1 better at {knob} × {} (the edge of the profile {}) than with the scenario's own needle: your prompts' needle may differ from it by more than the profile spans; \
+         calibrate first (dsa-recall calibrate with rows from a configuration you know is healthy, docs/CALIBRATION.md) and diagnose against the calibrated scenario",
+        best.hypothesis,
+        best.needle_multiplier,
+        multipliers.iter().map(|m| format!("{m}")).collect::<Vec<_>>().join(", ")
+    ))
+}

@@ -991,6 +991,40 @@ mod tests {
     }
 
     #[test]
+    fn every_preset_parses_and_is_complete() {
+        for (name, _) in PRESETS {
+            let p = preset_params(name).unwrap();
+            let s =
+                check(resolve(ScenarioParams { preset: Some(name.to_string()), ..p }).unwrap()).unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert_eq!(s.preset, *name);
+        }
+        assert!(preset_params("deepseek-v9").unwrap_err().to_string().contains("one of deepseek-v4-flash"));
+    }
+
+    #[test]
+    fn presets_switch_on_their_model_physics() {
+        use crate::model::physics::{KeyNorm, Physics, Pooling, RopeChoice};
+        let physics = |name: &str| check(resolve(preset_params(name).unwrap()).unwrap()).unwrap().physics;
+        // Gate spread and needle boost: assumptions (docs/MODEL.md, "Physics in a trial").
+        // Norm weight spread and bias: assumptions (docs/MODEL.md, "Key norms").
+        let v4 = Physics {
+            rope: RopeChoice::V4,
+            pooling: Pooling::On,
+            gate_bias_std: 1.0,
+            needle_gate_boost: 2.0,
+            norm_weight_spread: 0.3,
+            ..Physics::NULL
+        };
+        assert_eq!(physics("deepseek-v4-flash"), v4);
+        assert_eq!(physics("deepseek-v4-pro"), v4);
+        // Token-level rows (ratio 1): nothing to pool; the keys' LayerNorm.
+        assert_eq!(
+            physics("deepseek-v3.2"),
+            Physics { rope: RopeChoice::V32, key_norm: KeyNorm::LayerNorm, norm_weight_spread: 0.3, norm_bias: 0.2, ..Physics::NULL }
+        );
+    }
+
+    #[test]
     fn bad_values_name_their_field() {
         let cases = [
             ("[sweep]\ntopk = \"0\"", "sweep.topk (--topk)"),

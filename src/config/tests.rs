@@ -1,4 +1,5 @@
 use super::*;
+use crate::model::physics::KeyNorm;
 
 fn with(toml: &str) -> Result<Scenario, ConfigError> {
     check(resolve(params::parse_scenario_toml(toml).unwrap())?)

@@ -1,4 +1,7 @@
+use super::paint::{assign_label_rows, CoverageLabel};
 use super::*;
+use crate::base::units::{Reach, ReachRange};
+use crate::report::chart::canvas::ChartError;
 
 /// A falling recall curve over 1K … 128K with its knee at 2^`knee` tokens.
 fn curve(knee: f64) -> Vec<RecallPoint> {

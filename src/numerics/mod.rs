@@ -7,3 +7,6 @@ pub mod format;
 pub mod key_cache;
 pub mod pipeline;
 pub mod quantize;
+
+#[cfg(test)]
+mod golden_tests;

@@ -15,9 +15,6 @@ pub mod error;
 pub mod hadamard;
 pub mod scale;
 
-#[cfg(test)]
-mod golden_tests;
-
 pub use element::{ElementFormat, Overflow};
 pub use error::FormatError;
 pub(crate) use hadamard::hadamard_rows_into;

@@ -1,7 +1,7 @@
 //! Bit-exact agreement with `ml_dtypes`, from the golden files written by
 //! `tools/golden_formats.py` (see that script for the file layout).
 
-use super::{quantize_dequantize, BlockScaling, ElementFormat, Overflow, QuantizedBlocks, ScaleFormat};
+use super::format::{quantize_dequantize, BlockScaling, ElementFormat, Overflow, QuantizedBlocks, ScaleFormat};
 
 /// How many mismatches to print before giving up on a file.
 const SHOWN_MISMATCHES: usize = 20;
@@ -132,7 +132,7 @@ fn block_scaling_matches_the_reference_rules() -> Result<(), String> {
 
 #[test]
 fn e4m3fnuz_matches_ml_dtypes_bit_for_bit() -> Result<(), String> {
-    use super::element::e4m3fnuz;
+    use super::format::element::e4m3fnuz;
     let file = "golden_e4m3fnuz.csv";
     let text = read_golden(file)?;
     let mut mismatches = Vec::new();

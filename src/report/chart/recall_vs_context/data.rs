@@ -1,0 +1,163 @@
+//! The recall-vs-context chart's data, and the checks it must pass before
+//! it is drawn.
+
+use crate::base::units::{Reach, ReachRange};
+use crate::report::chart::canvas::ChartError;
+
+/// One measured point: recall at a context length with its confidence interval.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RecallPoint {
+    pub context_tokens: u64,
+    pub recall: f64,
+    pub ci_low: f64,
+    pub ci_high: f64,
+}
+
+/// Recall curve for one (top-k, precision) configuration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RecallSeries {
+    pub topk: u32,
+    pub precision: String,
+    /// Strictly ascending `context_tokens`.
+    pub points: Vec<RecallPoint>,
+    /// `(context_tokens, predicted recall)` of the analytic prediction, drawn
+    /// as a thin long-dashed line in the series' colour (empty: none).
+    pub predicted: Vec<(u64, f64)>,
+    /// Whole-model recall with its interval, strictly ascending
+    /// `context_tokens` (empty: none). When any series has it, it is the
+    /// solid main line and `points` the thin dashed per-layer line.
+    pub model: Vec<RecallPoint>,
+    /// `(context_tokens, low, high)`: whole-model recall at the two ends of
+    /// the least-known assumptions (docs/MODEL.md, "The band"), drawn as a
+    /// light region with dotted edges behind the whole-model line (empty: none).
+    pub model_band: Vec<(u64, f64, f64)>,
+}
+
+/// Everything drawn on a recall-vs-context chart.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RecallChart {
+    pub title: String,
+    /// e.g. "needle depth 50 %, 400 trials per point, Wilson 95 % bands"
+    pub subtitle: String,
+    pub series: Vec<RecallSeries>,
+    /// `(topk, k·c+W tokens)`: drawn as labelled vertical dashed lines.
+    pub coverage_limits: Vec<(u32, u64)>,
+    /// Drawn as a horizontal dotted line, e.g. 0.9.
+    pub effective_threshold: Option<f64>,
+    /// Effective-context notes, appended to the matching series' legend
+    /// entry ("k=512, bf16 · eff. 16K"), outside the plot so no data is covered.
+    pub effective: Vec<EffectiveMark>,
+    /// With whole-model recall, draw it alone: no per-layer lines or
+    /// predictions (`--whole-model-only`).
+    pub whole_model_only: bool,
+}
+
+/// The effective context of one (top-k, precision) series.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EffectiveMark {
+    pub topk: u32,
+    pub precision: String,
+    /// The longest context that held (None: failed at the shortest).
+    pub context_tokens: Option<u64>,
+    /// Recall held at every tested context: the true value may be longer.
+    pub held_at_longest: bool,
+    /// The effective context read from whole-model recall (None: not known).
+    pub model: Option<Reach>,
+    /// Per-layer and whole-model reach from the Wilson intervals' ends
+    /// (None: not known), shown in brackets when wider than the point.
+    pub layer_range: Option<ReachRange>,
+    pub model_range: Option<ReachRange>,
+}
+
+impl EffectiveMark {
+    /// "eff. 16K", "eff. ≥ 128K", "eff. < 1K" (`shortest` = the shortest
+    /// tested context) or, when the interval ends read differently,
+    /// "eff. 16K [8K, 32K]".
+    pub fn label(&self, shortest: u64) -> String {
+        format!("eff. {}", self.layer().label_with(self.layer_range, shortest))
+    }
+
+    /// With whole-model recall: "model ≥ 128K, layer 2K [1K, 4K]" ("model
+    /// –" when its model reach is not known).
+    pub fn model_label(&self, shortest: u64) -> String {
+        let model = self.model.map_or_else(|| "–".to_string(), |m| m.label_with(self.model_range, shortest));
+        format!("model {model}, layer {}", self.layer().label_with(self.layer_range, shortest))
+    }
+
+    /// With whole-model recall drawn alone: "model ≥ 128K".
+    pub fn model_only_label(&self, shortest: u64) -> String {
+        format!("model {}", self.model.map_or_else(|| "–".to_string(), |m| m.label_with(self.model_range, shortest)))
+    }
+
+    fn layer(&self) -> Reach {
+        Reach { effective_context: self.context_tokens, held_at_longest: self.held_at_longest }
+    }
+}
+
+/// Probability values may exceed 0..1 by this much (rounding in producers).
+const EPS: f64 = 1e-9;
+
+pub(super) fn validate(chart: &RecallChart) -> Result<(), ChartError> {
+    let bad = |m: String| Err(ChartError::InvalidInput(m));
+    if chart.series.is_empty() {
+        return bad("recall chart has no series".into());
+    }
+    for s in &chart.series {
+        let name = format!("series k={} {}", s.topk, s.precision);
+        if s.points.is_empty() {
+            return bad(format!("{name} has no points"));
+        }
+        validate_points(&name, &s.points)?;
+        validate_points(&format!("{name} (whole-model)"), &s.model)?;
+        for &(c, r) in &s.predicted {
+            if c == 0 {
+                return bad(format!("{name}: predicted context length 0 cannot go on a log axis"));
+            }
+            if !r.is_finite() || !(-EPS..=1.0 + EPS).contains(&r) {
+                return bad(format!("{name}: predicted recall {r} outside 0..1 at context {c}"));
+            }
+        }
+    }
+    for &(k, c) in &chart.coverage_limits {
+        if c == 0 {
+            return bad(format!("coverage limit for k={k} is 0"));
+        }
+    }
+    if let Some(t) = chart.effective_threshold {
+        if !t.is_finite() || !(0.0..=1.0).contains(&t) {
+            return bad(format!("effective threshold {t} is not in 0..1"));
+        }
+    }
+    Ok(())
+}
+
+/// Checks one line's points: positive, strictly ascending contexts; finite
+/// values in 0..1; an interval holding its recall.
+fn validate_points(name: &str, points: &[RecallPoint]) -> Result<(), ChartError> {
+    let bad = |m: String| Err(ChartError::InvalidInput(m));
+    let mut prev = 0u64;
+    for p in points {
+        if p.context_tokens == 0 {
+            return bad(format!("{name}: context length 0 cannot go on a log axis"));
+        }
+        if p.context_tokens <= prev {
+            return bad(format!("{name}: context lengths must be strictly ascending"));
+        }
+        prev = p.context_tokens;
+        for (what, v) in [("recall", p.recall), ("ci_low", p.ci_low), ("ci_high", p.ci_high)] {
+            if !v.is_finite() {
+                return bad(format!("{name}: non-finite {what} at context {}", p.context_tokens));
+            }
+            if !(-EPS..=1.0 + EPS).contains(&v) {
+                return bad(format!("{name}: {what} {v} outside 0..1 at context {}", p.context_tokens));
+            }
+        }
+        if p.ci_low > p.recall + EPS || p.recall > p.ci_high + EPS {
+            return bad(format!(
+                "{name}: interval [{}, {}] does not contain recall {} at context {}",
+                p.ci_low, p.ci_high, p.recall, p.context_tokens
+            ));
+        }
+    }
+    Ok(())
+}

@@ -13,7 +13,11 @@
 //! `/usr/bin/time -v` when that exists. Medians of the rounds are printed.
 //! DSA_BENCH_QUICK=1 runs one round; DSA_BENCH_LAYERS=N writes fewer layers.
 
-use dsa_recall::tensors::check::writer::{SyntheticCapture, SyntheticSpec};
+// The tests' capture writer; the bench uses a part of it.
+#[allow(dead_code)]
+#[path = "../tests/common/capture_writer.rs"]
+mod capture_writer;
+use capture_writer::{SyntheticCapture, SyntheticSpec};
 use dsa_recall::tensors::check::{check_path, CheckOptions};
 use std::path::{Path, PathBuf};
 use std::process::Command;

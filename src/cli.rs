@@ -325,8 +325,8 @@ pub struct DiagnoseArgs {
 }
 
 impl CheckArgs {
-    pub fn request(&self) -> dsa_recall::tensors::check::CheckOptions {
-        dsa_recall::tensors::check::CheckOptions {
+    pub fn request(&self) -> dsa_recall::commands::check::CheckRequest {
+        let options = dsa_recall::tensors::check::CheckOptions {
             layout: self.layout.clone(),
             pipeline: self.pipeline.clone(),
             topk: self.topk,
@@ -336,7 +336,8 @@ impl CheckArgs {
             rounding_bits: self.rounding_bits,
             no_transforms: self.no_transforms,
             ..Default::default()
-        }
+        };
+        dsa_recall::commands::check::CheckRequest { capture: self.capture.clone().unwrap_or_default(), options, out: self.out.clone() }
     }
 }
 

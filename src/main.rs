@@ -57,10 +57,11 @@ fn main() -> ExitCode {
 
 /// `check` exits 1 on a mismatch, which is a finding, not an error.
 fn run_check(args: &cli::CheckArgs) -> ExitCode {
-    use dsa_recall::tensors::check::{command, layouts_text};
+    use dsa_recall::commands::check;
     let result = match (&args.layouts, &args.capture) {
-        (Some(name), _) => layouts_text(Some(name.as_str()).filter(|n| !n.is_empty())).map(|t| (t, 0)),
-        (None, Some(path)) => command(path, &args.request(), args.json, args.out.as_deref()).map(|o| (o.stdout, o.exit_code)),
+        (Some(name), _) => check::layouts(Some(name.as_str()).filter(|n| !n.is_empty())).map(|t| (t, 0)),
+        (None, Some(_)) => check::check(&args.request())
+            .and_then(|checked| Ok((if args.json { checked.json()? + "\n" } else { checked.text() }, checked.exit_code()))),
         (None, None) => Err(dsa_recall::ConfigError::new("check", "(no capture)", "a capture file or folder, or --layouts").into()),
     };
     match result {

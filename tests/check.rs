@@ -4,14 +4,14 @@
 //! naive scorer, independent of the checker's), deliberate ties at the cut,
 //! and malformed captures.
 
+use crate::common::capture_writer::{dequantize_row, QueryForm, SyntheticCapture, SyntheticSpec, TieOrder};
 use dsa_recall::numerics::format::element::e4m3fnuz;
 use dsa_recall::tensors::check::layout::{CacheLayout, CodeFormat, Placement, BUILTIN};
-use dsa_recall::tensors::check::writer::{dequantize_row, QueryForm, SyntheticCapture, SyntheticSpec, TieOrder};
 use dsa_recall::tensors::check::{check_path, CheckOptions, CheckReport};
 use std::path::{Path, PathBuf};
 
 /// A capture's tensors by name, as the writer gives them.
-type Tensors<'a> = Vec<(String, dsa_recall::tensors::check::writer::RawOut<'a>)>;
+type Tensors<'a> = Vec<(String, crate::common::capture_writer::RawOut<'a>)>;
 
 fn capture(layout: &str, seed: u64, edit: impl FnOnce(&mut SyntheticSpec)) -> SyntheticCapture {
     let mut spec = SyntheticSpec::small(layout, seed);
@@ -78,7 +78,7 @@ fn engine_row(c: &SyntheticCapture, pair: usize, r: usize, m: Misread, out: &mut
         } else if m.flat {
             slot * code_bytes + c
         } else {
-            dsa_recall::tensors::check::writer::code_offset(l, slot, c)
+            crate::common::capture_writer::code_offset(l, slot, c)
         }
     };
     let scale_slot = if m.scale_next { (slot + 1) % rpb } else { slot };
@@ -86,7 +86,7 @@ fn engine_row(c: &SyntheticCapture, pair: usize, r: usize, m: Misread, out: &mut
         if m.interleaved {
             scale_slot * record + code_bytes + i * s.dtype.bytes()
         } else {
-            dsa_recall::tensors::check::writer::scale_offset(l, scale_slot, i)
+            crate::common::capture_writer::scale_offset(l, scale_slot, i)
         }
     };
     let bytes: Vec<u8> = (0..code_bytes).map(|c| block[code_at(c)]).collect();
@@ -343,7 +343,7 @@ fn malformed_captures_are_refused_in_one_line_naming_the_tensor() {
         let (mut tensors, meta) = c.tensors();
         edit(&mut tensors);
         let p = dir.path().join(name);
-        std::fs::write(&p, dsa_recall::tensors::check::writer::serialize(&tensors, &meta).unwrap()).unwrap();
+        std::fs::write(&p, crate::common::capture_writer::serialize(&tensors, &meta).unwrap()).unwrap();
         p
     };
     let find = |t: &mut Tensors<'_>, n: &str| t.iter().position(|(m, _)| m == n).unwrap();
@@ -377,7 +377,7 @@ fn malformed_captures_are_refused_in_one_line_naming_the_tensor() {
     let first_block = c.physical(0);
     let p = save("nan.safetensors", &|t| {
         let i = find(t, "kv_cache");
-        let off = first_block * l.block_stride() + dsa_recall::tensors::check::writer::scale_offset(l, 5, 0);
+        let off = first_block * l.block_stride() + crate::common::capture_writer::scale_offset(l, 5, 0);
         t[i].1.data_mut()[off..off + 4].copy_from_slice(&f32::NAN.to_le_bytes());
     });
     let e = cli_error(&p, &[]);

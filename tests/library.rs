@@ -1,6 +1,6 @@
 //! Cross-module tests through the library API, one module per file of
 //! tests/. One test binary (with `commands`) instead of one per file: the
-//! library is linked twice, not 28 times (docs/CONTRIBUTING.md, "Test build").
+//! library is linked twice, not 28 times (docs/CONTRIBUTING.md, "Tests").
 
 #[path = "common/mod.rs"]
 mod common;

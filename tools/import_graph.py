@@ -40,7 +40,8 @@ Prints how many edges each kind of path found, the file-level cycles (each
 with one closed path through it and the kind of each step), the
 folder-level edges, every upward or sideways edge and the counts of
 child -> parent edges and of edges into and out of `error`; exits 1 when
-there is a cycle or an upward edge.
+there is a cycle, an upward edge or a forbidden one (report -> estimate:
+report reads what run produced, never the estimators).
 
     python3 tools/import_graph.py [--no-tests]
 """
@@ -52,6 +53,10 @@ import sys
 os.chdir(os.path.join(os.path.dirname(os.path.abspath(__file__)), '..'))
 ORDER = ['error', 'base', 'model', 'numerics', 'score', 'estimate', 'config', 'run', 'diagnose', 'report', 'tensors', 'commands']
 SIDEWAYS = {'model', 'numerics'}
+# Edges the order allows but the design does not: report draws what run
+# produced (its cells and their types) and never reaches past run into the
+# estimators.
+FORBIDDEN = {('report', 'estimate')}
 # How a path reached its module, in the order the counts print.
 KINDS = ['crate', 'super', 'super::super', 'self', 'child', 'use-alias', 're-export']
 
@@ -529,6 +534,9 @@ for a, ds in sorted(edges.items()):
             bad = True
         if ta in SIDEWAYS and td in SIDEWAYS and ta != td:
             print('  SIDE:', a, '->', d, f'({step(a, d)})')
+            bad = True
+        if (ta, td) in FORBIDDEN:
+            print('  FORBIDDEN:', a, '->', d, f'({step(a, d)})')
             bad = True
 child_parent = sorted((a, d) for a, ds in edges.items() for d in ds if a.startswith(d + '::'))
 print(f'child -> parent edges: {len(child_parent)}' + ''.join(f'\n  {a} -> {d}' for a, d in child_parent))

@@ -1,9 +1,10 @@
-//! `dsa-recall check` from Python: the library's check of a capture on
-//! disk, its report as JSON and as the CLI's text.
+//! `dsa-recall check` from Python: the check command (`commands::check`)
+//! on a capture on disk, its report as JSON and as the CLI's text.
 
 use crate::convert::to_py_objects;
 use crate::to_py;
-use dsa_recall::tensors::check::{check_path, render_text, CheckOptions};
+use dsa_recall::commands::check::{self, CheckRequest};
+use dsa_recall::tensors::check::CheckOptions;
 use pyo3::prelude::*;
 use std::path::PathBuf;
 
@@ -52,12 +53,13 @@ fn check_capture(
         no_transforms: !transforms,
         ..Default::default()
     };
-    let report = py.detach(|| check_path(&path, &opts)).map_err(to_py)?;
-    Ok(CheckReport { report: to_py_objects(py, &report)?, text: render_text(&report), exit_code: report.exit_code })
+    let request = CheckRequest { capture: path, options: opts, out: None };
+    let checked = py.detach(|| check::check(&request)).map_err(to_py)?;
+    Ok(CheckReport { report: to_py_objects(py, &checked.report)?, text: checked.text(), exit_code: checked.exit_code() })
 }
 
 /// The built-in layouts: (name, TOML text).
 #[pyfunction]
 fn check_layouts() -> Vec<(String, String)> {
-    dsa_recall::tensors::check::layout::BUILTIN.iter().map(|(n, t)| (n.to_string(), t.to_string())).collect()
+    check::builtin_layouts()
 }

@@ -7,10 +7,11 @@
 //! Shared parts of the requests: [`request`]. One file per command family:
 //! [`sweep`] (`sweep`, `merge`, `plot`), [`cell`] (`run`, `trial`),
 //! [`replay`], [`diagnose`] (`diagnose`, `calibrate`), [`observe`],
-//! [`quantize`], [`catalogue`] (`presets`, `hypotheses`).
+//! [`quantize`], [`check`], [`catalogue`] (`presets`, `hypotheses`).
 
 pub mod catalogue;
 pub mod cell;
+pub mod check;
 pub mod diagnose;
 pub mod observe;
 pub mod quantize;

@@ -470,8 +470,7 @@ fn push_fidelity_section(h: &mut String, cells: &[CellResult]) {
 
 /// The tie audit's table (`ties.csv`), when the sweep ran it.
 fn push_ties_section(h: &mut String, cells: &[CellResult]) {
-    let audited: Vec<(&CellResult, crate::estimate::estimator::TieCounts)> =
-        cells.iter().filter_map(|c| c.ties.filter(|t| t.trials > 0).map(|t| (c, t))).collect();
+    let audited: Vec<(&CellResult, _)> = cells.iter().filter_map(|c| c.ties.filter(|t| t.trials > 0).map(|t| (c, t))).collect();
     if audited.is_empty() {
         return;
     }

@@ -137,7 +137,7 @@ pub fn write_npy_i32(shape: &[usize], data: &[i32]) -> Vec<u8> {
 }
 
 /// The `.npy` 1.0 header of a C-order array of `descr` (`<f4`, `|u1`, …).
-pub(crate) fn npy_header(descr: &str, shape: &[usize]) -> Vec<u8> {
+pub fn npy_header(descr: &str, shape: &[usize]) -> Vec<u8> {
     let dims: Vec<String> = shape.iter().map(|d| d.to_string()).collect();
     let shape_text = if dims.len() == 1 { format!("({},)", dims[0]) } else { format!("({})", dims.join(", ")) };
     let mut header = format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': {shape_text}, }}");

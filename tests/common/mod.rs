@@ -3,6 +3,8 @@
 //! Each test binary uses a part of this module.
 #![allow(dead_code)]
 
+pub mod capture_writer;
+
 use dsa_recall::config::{self, params::parse_scenario_toml, Scenario};
 use dsa_recall::run::cell::CellResult;
 use dsa_recall::run::sweep::{run_sweep, SweepOutcome};

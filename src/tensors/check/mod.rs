@@ -12,7 +12,6 @@ pub mod engine;
 pub mod layout;
 pub mod options;
 pub mod transforms;
-pub mod writer;
 
 use crate::error::Error;
 use capture::{Capture, CaptureFiles, PairInput, WeightsForm};
@@ -429,39 +428,5 @@ fn push_transforms_text(s: &mut String, r: &CheckReport) {
         if !na.is_empty() {
             let _ = writeln!(s, "  not applicable to this capture: {} (--json says why)", na.join("; "));
         }
-    }
-}
-
-/// What the command prints and exits with.
-pub struct CommandOutput {
-    pub stdout: String,
-    pub exit_code: u8,
-}
-
-/// `dsa-recall check`: the report as text (or JSON with `json`), written to
-/// `out` as JSON too when given (only after the check ran, atomically).
-pub fn command(path: &Path, opts: &CheckOptions, json: bool, out: Option<&Path>) -> Result<CommandOutput, Error> {
-    let report = check_path(path, opts)?;
-    let text = serde_json::to_string_pretty(&report).map_err(|e| Error::Chart(e.to_string()))?;
-    if let Some(out) = out {
-        crate::base::files::write_file(out, text.as_bytes())?;
-    }
-    Ok(CommandOutput { stdout: if json { text + "\n" } else { render_text(&report) }, exit_code: report.exit_code })
-}
-
-/// `dsa-recall check --layouts [NAME]`: the built-in layouts, or one as TOML.
-pub fn layouts_text(name: Option<&str>) -> Result<String, Error> {
-    match name {
-        None => Ok(layout::BUILTIN
-            .iter()
-            .filter_map(|(n, _)| layout::CacheLayout::builtin(n))
-            .map(|l| {
-                let status = l.source.as_ref().map_or("", |s| s.status.as_str()).to_string();
-                format!("{:<30} {:<9} {}\n", l.name, status, l.description)
-            })
-            .collect()),
-        Some(n) => layout::BUILTIN.iter().find(|(b, _)| *b == n).map(|(_, text)| text.to_string()).ok_or_else(|| {
-            crate::ConfigError::new("--layouts", format!("{n:?}"), format!("one of {}", layout::CacheLayout::builtin_names())).into()
-        }),
     }
 }

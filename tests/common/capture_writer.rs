@@ -1,16 +1,17 @@
-//! The project's own capture writer: synthetic key caches laid out byte for
+//! The project's own capture writer (test and bench code, not the
+//! library's API): synthetic key caches laid out byte for
 //! byte as a declared layout says, with queries, head weights, a block table
 //! and an engine's selection, written as a safetensors file or a folder of
 //! `.npy` files that `check` reads. Used by the tests (healthy captures and
 //! injected faults in every built-in layout) and the bench.
 
-use super::capture::{CaptureMeta, META_FILE, META_KEY};
-use super::layout::{CacheLayout, CodeFormat, Placement};
-use crate::error::Error;
-use crate::numerics::format::{hadamard_rows_in_place, quantize_dequantize, ElementFormat, Overflow, QuantizedBlocks};
-use crate::numerics::pipeline::{QuantPipeline, QuantizedRows, Rotation};
-use crate::score::indexer::IndexerQuery;
-use crate::score::variant::PrecisionVariant;
+use dsa_recall::error::Error;
+use dsa_recall::numerics::format::{hadamard_rows_in_place, quantize_dequantize, ElementFormat, Overflow, QuantizedBlocks};
+use dsa_recall::numerics::pipeline::{QuantPipeline, QuantizedRows, Rotation};
+use dsa_recall::score::indexer::IndexerQuery;
+use dsa_recall::score::variant::PrecisionVariant;
+use dsa_recall::tensors::check::capture::{CaptureMeta, META_FILE, META_KEY};
+use dsa_recall::tensors::check::layout::{CacheLayout, CodeFormat, Placement};
 use rand::{Rng, RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use rand_distr::StandardNormal;
@@ -109,12 +110,12 @@ pub struct SyntheticCapture {
     scored_queries: Vec<(Vec<f32>, Vec<f32>)>,
 }
 
-fn sim(e: crate::numerics::format::FormatError) -> Error {
-    crate::SimError::from(e).into()
+fn sim(e: dsa_recall::numerics::format::FormatError) -> Error {
+    dsa_recall::SimError::from(e).into()
 }
 
 fn config(e: impl std::fmt::Display) -> Error {
-    crate::ConfigError::new("synthetic capture", "", e.to_string()).into()
+    dsa_recall::ConfigError::new("synthetic capture", "", e.to_string()).into()
 }
 
 impl SyntheticCapture {
@@ -177,7 +178,8 @@ impl SyntheticCapture {
             } else {
                 kernel = IndexerQuery::scaled_head_weights(&w, &vec![1.0; heads], d, variant.scoring);
                 let per = d / per_head;
-                scored = elements.iter().enumerate().map(|(i, &v)| super::capture::scaled(v, scales[i / per])).collect();
+                scored =
+                    elements.iter().enumerate().map(|(i, &v)| dsa_recall::tensors::check::capture::scaled(v, scales[i / per])).collect();
             }
             for head in codes.chunks_exact(d) {
                 let mut b = vec![0u8; q_format.bytes_for(d)];
@@ -207,7 +209,7 @@ impl SyntheticCapture {
                 .par_chunks_mut(blocks * stride)
                 .enumerate()
                 .map(|(layer, bytes)| -> Result<Vec<Vec<f32>>, Error> {
-                    let mut rng = ChaCha8Rng::seed_from_u64(crate::base::rng::mix64(seed ^ (layer as u64 + 1)));
+                    let mut rng = ChaCha8Rng::seed_from_u64(dsa_recall::base::rng::mix64(seed ^ (layer as u64 + 1)));
                     let keys = write_layer(spec_ref, kp, tb, bytes, &mut rng)?;
                     Ok((0..spec_ref.queries_per_layer)
                         .map(|i| {
@@ -305,7 +307,7 @@ impl SyntheticCapture {
             self.logits = vec![0.0; self.pairs * n];
         }
         let mut idx: Vec<usize> = (0..n).collect();
-        let rank = |x: f32| super::engine::rank(x);
+        let rank = |x: f32| dsa_recall::tensors::check::engine::rank(x);
         idx.sort_by(|&a, &b| {
             rank(logits[b]).total_cmp(&rank(logits[a])).then(match tie {
                 TieOrder::Lowest => a.cmp(&b),
@@ -388,7 +390,7 @@ impl SyntheticCapture {
     pub fn write_safetensors(&self, path: &Path) -> Result<(), Error> {
         let (tensors, meta) = self.tensors();
         let info = std::collections::HashMap::from([(META_KEY.to_string(), meta)]);
-        crate::base::files::write_file_with(path, |_, tmp| {
+        dsa_recall::base::files::write_file_with(path, |_, tmp| {
             safetensors::serialize_to_file(tensors.iter().map(|(n, t)| (n.clone(), t)), Some(info), tmp).map_err(config)
         })
     }
@@ -398,9 +400,9 @@ impl SyntheticCapture {
         std::fs::create_dir_all(dir).map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
         let (tensors, meta) = self.tensors();
         for (name, t) in &tensors {
-            crate::base::files::write_file(&dir.join(format!("{name}.npy")), &t.to_npy())?;
+            dsa_recall::base::files::write_file(&dir.join(format!("{name}.npy")), &t.to_npy())?;
         }
-        crate::base::files::write_file(&dir.join(META_FILE), meta.as_bytes())
+        dsa_recall::base::files::write_file(&dir.join(META_FILE), meta.as_bytes())
     }
 }
 
@@ -503,7 +505,7 @@ fn write_layer(
                 if per_row == 0 {
                     v
                 } else {
-                    super::capture::scaled(v, row_scales[j / vps])
+                    dsa_recall::tensors::check::capture::scaled(v, row_scales[j / vps])
                 }
             }));
             rows.row_scales.push(1.0);
@@ -533,7 +535,7 @@ pub enum TieOrder {
 }
 
 fn resolve(text: &str, dim: usize) -> Result<PrecisionVariant, Error> {
-    use crate::config::precision::{custom_variant, named_variant, parse_compact};
+    use dsa_recall::config::precision::{custom_variant, named_variant, parse_compact};
     if text.contains(';') {
         let p = parse_compact(text).map_err(config)?;
         Ok(custom_variant(0, &p, dim, &[]).map_err(config)?)
@@ -589,7 +591,7 @@ pub fn dequantize_row(l: &CacheLayout, block: &[u8], slot: usize, out: &mut [f32
     if let Some(s) = &l.scales {
         for (j, v) in out[..scaled].iter_mut().enumerate() {
             let off = scale_offset(l, slot, j / s.values_per_scale);
-            *v = super::capture::scaled(*v, s.dtype.decode(&block[off..off + s.dtype.bytes()]));
+            *v = dsa_recall::tensors::check::capture::scaled(*v, s.dtype.decode(&block[off..off + s.dtype.bytes()]));
         }
     }
     if let Some(t) = &l.tail {
@@ -643,7 +645,7 @@ impl<'a> RawOut<'a> {
             Dtype::I64 => "<i8",
             _ => "<f4",
         };
-        let mut out = crate::tensors::npy::npy_header(descr, &self.shape);
+        let mut out = dsa_recall::tensors::npy::npy_header(descr, &self.shape);
         out.extend_from_slice(&self.data);
         out
     }

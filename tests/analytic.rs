@@ -118,7 +118,7 @@ fn prediction_agrees_with_simulation_on_v4_flash_as_shipped_up_to_32k() {
     prediction_agrees_as_shipped("deepseek-v4-flash", &[8192, 32768], 512);
 }
 
-/// A minute or two each in release; `cargo test --release --test analytic -- --ignored`.
+/// A minute or two each in release; `cargo test --release --test library -- analytic:: --ignored`.
 #[test]
 #[ignore]
 fn prediction_agrees_with_simulation_on_every_preset_as_shipped() {
@@ -132,7 +132,7 @@ fn null_model_prediction_agrees_with_simulation_on_v4_flash_up_to_32k() {
     prediction_agrees("deepseek-v4-flash", &[8192, 32768], 512);
 }
 
-/// ~1 min each in release; run with `cargo test --release --test analytic -- --ignored`.
+/// ~1 min each in release; run with `cargo test --release --test library -- analytic:: --ignored`.
 #[test]
 #[ignore]
 fn null_model_prediction_agrees_with_simulation_on_v4_flash_at_128k() {
@@ -232,7 +232,7 @@ fn tail_sampling_agrees_with_full_simulation_at_32k() {
     tail_agrees("deepseek-v4-flash", &[32768], 512, 300, &["fp32", "fp8"]);
 }
 
-/// Several minutes in release; `cargo test --release --test analytic -- --ignored`.
+/// Several minutes in release; `cargo test --release --test library -- analytic:: --ignored`.
 #[test]
 #[ignore]
 fn tail_sampling_agrees_with_full_simulation_on_the_presets() {
@@ -245,7 +245,7 @@ fn tail_sampling_agrees_with_full_simulation_on_v4_flash_as_shipped_at_32k() {
     tail_agrees_in(shipped("deepseek-v4-flash", &[32768], 512, 300));
 }
 
-/// Several minutes in release; `cargo test --release --test analytic -- --ignored`.
+/// Several minutes in release; `cargo test --release --test library -- analytic:: --ignored`.
 #[test]
 #[ignore]
 fn tail_sampling_agrees_with_full_simulation_on_every_preset_as_shipped() {

@@ -249,8 +249,8 @@ fn main() {
             role: CHECK,
         });
     }
-    // fp4 QK has no public set-recall figure: a prediction, with the bound of
-    // ../shared/reference/needle-and-calibration.md §3.1 (1 − r·(1 − overlap), r ≥ 0.08).
+    // fp4 QK has no public set-recall figure: a prediction, with the bound for
+    // exchangeable rows 1 − r·(1 − overlap), r ≥ 0.08 (docs/CALIBRATION.md).
     let overlap_32k = sign_structure(32 * 1024, 512, (trials / 10).max(5)).1;
     let bound = 1.0 - 0.08 * (1.0 - mean_ci(&overlap_32k).0);
     for c in cells.iter().filter(|c| c.precision == "fp4" || c.precision == "fp8-fp32scale") {

@@ -1,5 +1,4 @@
-//! Issue 30, items 1–7: the hostile inputs a new user met
-//! (../shared/reference/newcomer-trial.md §4.1 and Appendix A), each run
+//! The hostile inputs a new user met, each run
 //! through the CLI: outputs onto devices, FIFOs and symlinks, two processes
 //! on one directory, edited checkpoints, endless or huge inputs and
 //! outputs, a weight map that leaves its directory, and the exit codes of

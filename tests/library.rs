@@ -13,6 +13,8 @@ mod chunked_prefill;
 mod fuzz_parsers;
 #[path = "incidents.rs"]
 mod incidents;
+#[path = "margin.rs"]
+mod margin;
 #[path = "model.rs"]
 mod model;
 #[path = "needle.rs"]

@@ -529,6 +529,12 @@ section! {
             "on|off",
             "Write ties.csv: rows tied at each cell's k-th score and recall under every tie rule (docs/MODEL.md, Tie audit): on or off (default)"
         ),
+        /// Search each trial's critical needle rank for the needle margin (default true).
+        margin: bool = flag(
+            "--margin",
+            "on|off",
+            "Needle margin under the quantile needle: how much rarer the needle may be and still be kept (docs/MODEL.md, The needle margin): on (default) or off"
+        ),
     }
 }
 

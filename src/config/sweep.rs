@@ -169,6 +169,9 @@ pub(super) fn check_estimator(
         }
         estimator.tie_audit = audit;
     }
+    if let Some(margin) = p.margin {
+        estimator.margin = margin;
+    }
     // Each estimator says which scenarios it serves (src/estimate/).
     if let Some(r) = refusal(&estimator, physics, structure, ratio, precisions, needle) {
         return Err(ConfigError::new(field_name(r.field), r.value, r.allowed));

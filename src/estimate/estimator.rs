@@ -3,6 +3,7 @@
 //! estimator gives per cell ([`CellEstimate`]).
 
 use crate::error::SimError;
+use crate::estimate::margin::MarginCurve;
 use crate::estimate::stack;
 use crate::score::selection::TieCut;
 use crate::score::trial::{NeedleOutcome, TrialSpec};
@@ -86,6 +87,9 @@ pub struct CellEstimate {
     pub needle_capped: Option<u64>,
     /// The tie audit over the cell's trials, when the sweep asks for it.
     pub ties: Option<TieCounts>,
+    /// Quantile needle, full simulation: recall as a function of the
+    /// needle's median exceedance ([`crate::estimate::margin`]).
+    pub margin: Option<MarginCurve>,
 }
 
 /// A cell's tie audit summed over its trials (docs/MODEL.md, "Tie audit"):

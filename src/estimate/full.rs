@@ -7,7 +7,7 @@
 use crate::base::stats::{mean_interval, quantiles, wilson_interval, Z95};
 use crate::error::SimError;
 use crate::estimate::estimator::{CellEstimate, Estimator, RankSummary, TieCounts};
-use crate::estimate::{grid, stack};
+use crate::estimate::{grid, margin, stack};
 use crate::score::trial::NeedleOutcome;
 use crate::score::trial::{TrialOutcome, TrialSpec};
 
@@ -196,6 +196,7 @@ impl Estimator for Full {
         let mut whole_model = spec.stack.map(|w| stack::whole_model(spec, w, trials));
         let model_recall: Option<Vec<f64>> = whole_model.as_ref().map(|w| w.iter().map(|e| e.recall).collect());
         let needle_slots = spec.needle_slots();
+        let mut margins = spec.model.needle_unit.quantile().map(|q| margin::margin_curves(spec, q, trials));
         grid::cells(spec)
             .map(|g| {
                 let t = &tallies[g.index];
@@ -233,6 +234,7 @@ impl Estimator for Full {
                         trials.iter().filter(|t| t.needle.get(at).is_some_and(|n| n.capped)).count() as u64
                     }),
                     ties: t.ties,
+                    margin: margins.as_mut().and_then(|m| m[g.index].take()),
                 }
             })
             .collect()

@@ -18,6 +18,7 @@ pub mod driver;
 pub mod estimator;
 pub mod full;
 pub mod grid;
+pub mod margin;
 pub mod predict;
 pub mod sample;
 pub mod settings;

@@ -55,14 +55,27 @@ pub struct EstimatorSettings {
     /// left out of manifests, which keep their bytes.
     #[serde(default, skip_serializing_if = "is_false")]
     pub tie_audit: bool,
+    /// Search each trial's critical needle rank under the quantile needle
+    /// and report the needle margin (docs/MODEL.md, "The needle margin").
+    /// On by default, and then left out of manifests, which keep their bytes.
+    #[serde(default = "on", skip_serializing_if = "is_true")]
+    pub margin: bool,
 }
 
 fn is_false(x: &bool) -> bool {
     !*x
 }
 
+fn is_true(x: &bool) -> bool {
+    *x
+}
+
+fn on() -> bool {
+    true
+}
+
 impl Default for EstimatorSettings {
     fn default() -> Self {
-        Self { mode: EstimatorMode::Full, tail_rows: DEFAULT_TAIL_ROWS, predict: false, tie_audit: false }
+        Self { mode: EstimatorMode::Full, tail_rows: DEFAULT_TAIL_ROWS, predict: false, tie_audit: false, margin: true }
     }
 }

@@ -135,6 +135,24 @@ pub struct CellResult {
     /// exceedance (the norm caps it below; it sits as high as it can).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub needle_capped: Option<u64>,
+    /// The needle margin at the recall threshold (quantile needle, full
+    /// simulation; docs/MODEL.md, "The needle margin"): the largest multiple
+    /// of the median exceedance at which per-layer recall stays at or above
+    /// the threshold …
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub needle_margin: Option<f64>,
+    /// … read at the recall's 95 % bounds …
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub needle_margin_ci_low: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub needle_margin_ci_high: Option<f64>,
+    /// … as an exceedance (the multiple times the cell's median) …
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub needle_margin_exceedance: Option<f64>,
+    /// … and whether it reached exceedance 1, so that the margin is at least
+    /// that (k covers every haystack row).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub needle_margin_unbounded: Option<bool>,
     /// The tie audit (`--tie-audit on`, docs/MODEL.md, "Tie audit"): the
     /// counts `ties.csv` is read from; absent without it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -144,7 +162,8 @@ pub struct CellResult {
 impl CellResult {
     /// The cell `g` of `spec` with the estimator's result `e` and, when the
     /// prediction is on, its predicted recall.
-    pub fn new(spec: &TrialSpec<'_>, g: &GridCell<'_>, e: &CellEstimate, predicted_recall: Option<f64>) -> Self {
+    pub fn new(spec: &TrialSpec<'_>, g: &GridCell<'_>, e: &CellEstimate, predicted_recall: Option<f64>, threshold: f64) -> Self {
+        let margin = e.margin.as_ref().and_then(|m| m.margin(threshold).map(|x| (x, m.median)));
         let geometry = spec.geometry;
         let window = g.variant.selection.window_for(geometry.window);
         let paired = !g.is_baseline();
@@ -205,6 +224,11 @@ impl CellResult {
             model_band_low: e.whole_model.as_ref().and_then(|w| w.band).map(|b| b.0),
             model_band_high: e.whole_model.as_ref().and_then(|w| w.band).map(|b| b.1),
             needle_capped: e.needle_capped,
+            needle_margin: margin.map(|(m, _)| m.multiple),
+            needle_margin_ci_low: margin.map(|(m, _)| m.low),
+            needle_margin_ci_high: margin.map(|(m, _)| m.high),
+            needle_margin_exceedance: margin.map(|(m, median)| m.multiple * median),
+            needle_margin_unbounded: margin.map(|(m, _)| m.unbounded),
             ties: e.ties,
         }
     }

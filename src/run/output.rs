@@ -165,7 +165,16 @@ pub fn summary_header() -> String {
 
 /// Columns only the quantile needle has, after the others: written when a
 /// cell has them, so strength-unit summaries keep their bytes.
-const QUANTILE_COLUMNS: [&str; 3] = ["model_band_low", "model_band_high", "needle_capped"];
+const QUANTILE_COLUMNS: [&str; 8] = [
+    "model_band_low",
+    "model_band_high",
+    "needle_capped",
+    "needle_margin",
+    "needle_margin_ci_low",
+    "needle_margin_ci_high",
+    "needle_margin_exceedance",
+    "needle_margin_unbounded",
+];
 
 fn quantile_fields(q: Option<[f64; 5]>) -> [Field; 5] {
     std::array::from_fn(|i| Field::Float(q.map(|v| v[i])))
@@ -240,8 +249,17 @@ fn summary_row(c: &CellResult, holm: (Option<f64>, Option<f64>)) -> Vec<Field> {
 }
 
 /// The quantile needle's extra fields of one cell ([`QUANTILE_COLUMNS`]).
-fn quantile_row(c: &CellResult) -> [Field; 3] {
-    [Field::Float(c.model_band_low), Field::Float(c.model_band_high), Field::Int(c.needle_capped)]
+fn quantile_row(c: &CellResult) -> [Field; 8] {
+    [
+        Field::Float(c.model_band_low),
+        Field::Float(c.model_band_high),
+        Field::Int(c.needle_capped),
+        Field::Float(c.needle_margin),
+        Field::Float(c.needle_margin_ci_low),
+        Field::Float(c.needle_margin_ci_high),
+        Field::Float(c.needle_margin_exceedance),
+        c.needle_margin_unbounded.map_or(Field::Text(None), Field::Flag),
+    ]
 }
 
 /// The cells as the columns of `summary.csv`, typed: the quantile needle's
@@ -676,7 +694,7 @@ mod tests {
         assert_eq!(summary_header().split(',').count(), 67);
         let columns = csv.lines().next().unwrap().split(',').count();
         assert_eq!(columns, 70);
-        assert!(csv.lines().next().unwrap().ends_with(",model_band_low,model_band_high,needle_capped"));
+        assert!(csv.lines().next().unwrap().ends_with(",model_band_low,model_band_high,needle_capped,needle_margin,needle_margin_ci_low,needle_margin_ci_high,needle_margin_exceedance,needle_margin_unbounded"));
         for line in csv.lines() {
             assert_eq!(line.split(',').count(), columns, "{line}");
         }

@@ -118,6 +118,7 @@ pub fn spec_for<'a>(s: &'a Scenario, depths: &'a [f64]) -> TrialSpec<'a> {
         stack: s.stack.as_ref(),
         prefill_chunk: s.prefill_chunk,
         tie_audit: s.estimator.tie_audit,
+        needle_margin: s.estimator.margin,
     }
 }
 
@@ -134,14 +135,19 @@ pub fn group_cells(
 ) -> Result<Vec<CellResult>, SimError> {
     let estimates = recall_estimates(&s.estimator, spec, s.seed, s.trials, observer, checkpoint, first_cell)?;
     let predicted = predictions(&s.estimator, spec, s.seed, s.trials, observer, checkpoint)?;
-    Ok(combine(spec, &estimates, predicted.as_deref()))
+    Ok(combine(spec, &estimates, predicted.as_deref(), s.threshold))
 }
 
-fn combine(spec: &TrialSpec<'_>, estimates: &[CellEstimate], predicted: Option<&[Option<CellPrediction>]>) -> Vec<CellResult> {
+fn combine(
+    spec: &TrialSpec<'_>,
+    estimates: &[CellEstimate],
+    predicted: Option<&[Option<CellPrediction>]>,
+    threshold: f64,
+) -> Vec<CellResult> {
     grid::cells(spec)
         .map(|g| {
             let prediction = predicted.and_then(|p| p[g.index]).map(|p| p.recall);
-            CellResult::new(spec, &g, &estimates[g.index], prediction)
+            CellResult::new(spec, &g, &estimates[g.index], prediction, threshold)
         })
         .collect()
 }
@@ -300,6 +306,11 @@ mod tests {
             model_band_low: None,
             model_band_high: None,
             needle_capped: None,
+            needle_margin: None,
+            needle_margin_ci_low: None,
+            needle_margin_ci_high: None,
+            needle_margin_exceedance: None,
+            needle_margin_unbounded: None,
             ties: None,
         }
     }

@@ -400,6 +400,52 @@ impl ChunkWork<'_, '_> {
         Ok(())
     }
 
+    /// Variant `v`'s scores of case `c`'s needle rows (ascending) with the
+    /// needle's offset at `scale`, stored and scored as
+    /// [`Self::case_patches`] does; the other rows keep their scores.
+    pub(super) fn needle_scores(
+        &self,
+        source: &TrialRows,
+        c: usize,
+        chunks: &[&ChunkSpecials],
+        v: usize,
+        scale: f32,
+        quantized: &mut QuantizedRows,
+    ) -> Result<Vec<(u64, f32)>, SimError> {
+        let d = self.spec.model.shape.head_dim;
+        let case = &self.cases[c];
+        let variant = &self.variants[v];
+        let layout = self.layout_of(variant);
+        let q = &self.queries[self.spec.query_group(case.ci)][v];
+        let is_needle = |row: u64| case.placement.rows.contains(&row);
+        let mut out = Vec::new();
+        for chunk in chunks {
+            let pres = &chunk.cases[c];
+            if !pres.iter().any(|p| is_needle(p.row)) {
+                continue;
+            }
+            let keys = self.special_keys(source, c, chunk, Some(scale))?;
+            if variant.cache.is_default() {
+                variant.store_keys(&keys[layout], chunk.start, self.request, d, quantized)?;
+                let mut scores = vec![0.0f32; pres.len()];
+                q.score_quantized_rows(quantized, &mut scores);
+                out.extend(pres.iter().zip(scores).filter(|(p, _)| is_needle(p.row)).map(|(p, s)| (p.row, s)));
+            } else {
+                let mut patched = chunk.fin[layout].clone();
+                for (j, pre) in pres.iter().enumerate() {
+                    let at = (pre.row - chunk.start) as usize * d;
+                    patched[at..at + d].copy_from_slice(&keys[layout][j * d..(j + 1) * d]);
+                }
+                variant.store_keys(&patched, chunk.start, self.request, d, quantized)?;
+                let mut scores = vec![0.0f32; chunk.n];
+                q.score_quantized_rows(quantized, &mut scores);
+                out.extend(pres.iter().filter(|p| is_needle(p.row)).map(|p| (p.row, scores[(p.row - chunk.start) as usize])));
+            }
+        }
+        out.sort_unstable_by_key(|&(row, _)| row);
+        Ok(out)
+    }
+
     /// The exact scores of case `c`'s special rows in `chunks` with the
     /// needle's offset at `scale`, as `exact` with query `q` scores them:
     /// (row, score), needle rows only when `needle_rows`, else the others.

@@ -8,6 +8,7 @@
 //! which other contexts are in the sweep (see docs/MODEL.md, "Sharing").
 
 mod chunk;
+mod critical;
 mod judge;
 mod place;
 mod query;

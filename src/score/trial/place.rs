@@ -153,6 +153,89 @@ impl Placer<'_, '_, '_> {
         }
         Ok(NeedleSolve { scale, hay_above, fixed_above, capped, ..unplaced })
     }
+
+    /// The haystack rows of case `c` (candidates less special and sink rows).
+    pub(super) fn population(&self, c: usize) -> Vec<u64> {
+        let case = &self.work.cases[c];
+        let sinks = self.work.spec.model.structure.sink_span();
+        (0..case.candidates as u64).filter(|r| case.special.binary_search(r).is_err() && !sinks.contains(r)).collect()
+    }
+
+    /// Haystack rows of `population` whose exact score beats case `c`'s
+    /// best needle row with the needle's offset at `scale`: the rank the
+    /// needle would have been drawn at to sit there.
+    pub(super) fn hay_above_at(
+        &mut self,
+        c: usize,
+        chunk_specials: &[ChunkSpecials],
+        population: &[u64],
+        scale: f32,
+    ) -> Result<u64, SimError> {
+        let spec = self.work.spec;
+        let d = spec.model.shape.head_dim;
+        let g = spec.query_group(self.work.cases[c].ci);
+        let chunks: Vec<&ChunkSpecials> = chunk_specials.iter().filter(|ch| !ch.cases[c].is_empty()).collect();
+        let (exact_variant, exact_query) = match &self.exact {
+            Exact::Scored(r) => (&self.work.variants[*r], &self.work.queries[g][*r]),
+            Exact::Screened(_) => (self.fp32, &self.exact_queries[g]),
+        };
+        let rows = self.work.special_exact(self.source, c, &chunks, (exact_variant, exact_query), scale, true, &mut *self.quantized)?;
+        let best = rows.iter().map(|&(_, x)| x).fold(f32::NEG_INFINITY, f32::max);
+        match &mut self.exact {
+            Exact::Scored(r) => {
+                let exact = &self.scores[g][*r];
+                Ok(population.iter().filter(|&&row| exact[row as usize] > best).count() as u64)
+            }
+            Exact::Screened(screen) => count_above(screen, exact_query, g, population, &self.scores[g][screen.variant], best, d),
+        }
+    }
+}
+
+/// Rows the critical-rank count regenerates at most; past it the rows the
+/// bound cannot decide are counted by their screened score (an error of a
+/// few rows among the hundreds or thousands above a critical needle).
+const MAX_UNDECIDED: usize = 32;
+
+/// Rows of `population` whose exact score beats `best`: those the screen's
+/// bound puts surely above are counted from their v-score `v`; those it
+/// cannot decide are scored exactly when there are at most
+/// [`MAX_UNDECIDED`] (a row outside its bound, never seen, makes every row
+/// scored exactly), else counted by their v-score.
+fn count_above(
+    screen: &mut Screen<'_>,
+    q: &IndexerQuery,
+    g: usize,
+    population: &[u64],
+    v: &[f32],
+    best: f32,
+    d: usize,
+) -> Result<u64, SimError> {
+    let t = f64::from(best);
+    let mut above = 0u64;
+    let mut undecided: Vec<u64> = Vec::new();
+    for &row in population {
+        let (score, bound) = (f64::from(v[row as usize]), screen.bound(g, row));
+        if score - bound > t {
+            above += 1;
+        } else if score + bound >= t {
+            undecided.push(row);
+        }
+    }
+    if undecided.len() > MAX_UNDECIDED {
+        return Ok(above + undecided.iter().filter(|&&row| f64::from(v[row as usize]) > t).count() as u64);
+    }
+    for &row in &undecided {
+        let exact = screen.exact(q, row, d)?;
+        if (f64::from(exact) - f64::from(v[row as usize])).abs() > screen.bound(g, row) {
+            let mut all = 0u64;
+            for &r in population {
+                all += u64::from(screen.exact(q, r, d)? > best);
+            }
+            return Ok(all);
+        }
+        above += u64::from(exact > best);
+    }
+    Ok(above)
 }
 
 /// The exact scores of the rows of `population` whose v-score `v`, plus

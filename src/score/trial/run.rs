@@ -2,6 +2,7 @@
 //! each case's special rows keyed and every cell judged.
 
 use super::chunk::{ChunkSpecials, ChunkWork, CHUNK_ROWS};
+use super::critical::Probe;
 use super::place::{Exact, Placer, Screen};
 use super::query::{context_queries, shifted_query, QueryGroups, ScoredSet};
 use super::spec::{score_twins_of, slot_of, NeedleOutcome, TrialOutcome, TrialSpec};
@@ -68,10 +69,11 @@ impl TrialSpec<'_> {
         // the drawn exceedance under the quantile unit.
         let mut quantized = QuantizedRows::with_capacity(CHUNK_ROWS, self.model.shape.head_dim);
         let mut needle = Vec::new();
+        let exact_variant = PrecisionVariant::builtin("fp32").ok_or_else(|| SimError::Model("the fp32 variant is missing".into()))?;
+        let mut exact_queries: Vec<IndexerQuery> = Vec::new();
+        let mut exact_kept = None;
         if let Some(q) = quantile {
             let draw = draw.unwrap_or_else(|| q.draw(trial_seed));
-            let exact_variant = PrecisionVariant::builtin("fp32").ok_or_else(|| SimError::Model("the fp32 variant is missing".into()))?;
-            let mut exact_queries: Vec<IndexerQuery> = Vec::new();
             let exact = match screen {
                 None => Exact::Scored(reference),
                 Some((variant, rounding)) => {
@@ -104,6 +106,7 @@ impl TrialSpec<'_> {
                     needle.push(placer.place(c, &chunk_specials, &draw)?);
                 }
             }
+            exact_kept = Some(placer.exact);
         }
 
         // Each case's special rows, keyed at each slot's scale, scored by every variant.
@@ -114,10 +117,39 @@ impl TrialSpec<'_> {
                 work.case_patches(&source, c, chunk, &scales, &mut quantized, &mut patches)?;
             }
         }
+        // The cases take their patches; the needle search reads them back.
+        let ChunkWork { twins, patch_twins, needle_slots, .. } = work;
         for patch in patches {
             cases[patch.case].patches[patch.variant].push((patch.row, patch.score));
         }
+        let work = ChunkWork {
+            spec: self,
+            request: trial_seed,
+            variants: scored,
+            key_layouts,
+            queries: &queries,
+            cases: &cases,
+            twins,
+            patch_twins,
+            needle_slots,
+            keep_bare: quantile.is_some(),
+            keep_fin,
+            keep_norms: screen.is_some(),
+        };
         let mut cells = self.judge_cases(&cases, &mut scores, max_rows, trial_seed);
+        if let Some(exact) = exact_kept.filter(|_| self.needle_margin) {
+            let placer = Placer {
+                work: &work,
+                exact,
+                fp32: &exact_variant,
+                exact_queries: &exact_queries,
+                scores: &scores,
+                source: &source,
+                quantized: &mut quantized,
+            };
+            let mut probe = Probe { placer, chunk_specials: &chunk_specials };
+            self.keep_ranks(&cases, &needle, &mut cells, trial_seed, &mut probe)?;
+        }
         self.gate_by_length(&mut cells)?;
         Ok(TrialOutcome { cells, seed: trial_seed, needle })
     }

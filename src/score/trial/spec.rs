@@ -41,6 +41,9 @@ pub struct TrialSpec<'a> {
     pub prefill_chunk: u64,
     /// Audit every cell's cut for ties ([`NeedleOutcome::ties`]).
     pub tie_audit: bool,
+    /// Search every cell's critical needle rank under the quantile needle
+    /// ([`NeedleOutcome::keep_below`]).
+    pub needle_margin: bool,
 }
 
 /// The needle's fate in one cell of one trial.
@@ -65,6 +68,13 @@ pub struct NeedleOutcome {
     /// (`--tie-audit on`; left out of checkpoints otherwise).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ties: Option<TieCut>,
+    /// Quantile needle: the variant keeps the needle exactly when fewer
+    /// than this many haystack rows outscore it in the exact reference
+    /// (its critical rank; `u64::MAX` in the raw window, 0 when no rank
+    /// keeps it). None under the strength unit, whose checkpoints keep
+    /// their bytes (docs/MODEL.md, "The needle margin").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keep_below: Option<u64>,
 }
 
 impl NeedleOutcome {
@@ -77,6 +87,7 @@ impl NeedleOutcome {
         selection_recall: None,
         jaccard: None,
         ties: None,
+        keep_below: None,
     };
 }
 

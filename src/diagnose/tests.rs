@@ -1,4 +1,5 @@
-use super::outcome::calibrate_first;
+use super::outcome::{calibrate_first, weak_evidence};
+use super::text::tied_runs;
 use super::*;
 use crate::score::hypothesis::{candidate_class, FaultClass};
 
@@ -172,4 +173,43 @@ fn candidate_lists() {
     }
     let err = candidates("slot-shift,nope").unwrap_err().to_string();
     assert!(err.contains("--hypotheses") && err.contains("nope"), "{err}");
+}
+
+// A small information per prompt prints with its digits, not as 0.000.
+#[test]
+fn information_prints_small_values_with_their_digits() {
+    assert_eq!(information_text(0.4123), "0.412");
+    assert_eq!(information_text(0.01), "0.010");
+    assert_eq!(information_text(4.1e-4), "4.1e-4");
+    assert_eq!(information_text(0.0), "0.000");
+}
+
+// Candidates with the same log-likelihood, in ranking order, are one run.
+#[test]
+fn tied_candidates_are_runs() {
+    let r = ranked(&[("a", -1.0), ("b", -2.0), ("c", -2.0), ("d", -2.0), ("e", -5.0)]);
+    assert_eq!(tied_runs(&r), [(0, 1), (1, 3), (4, 1)]);
+}
+
+// Few prompts a row (the median row under WEAK_EVIDENCE_PROMPTS) gets a note.
+#[test]
+fn few_prompts_a_row_are_weak_evidence() {
+    let row = |total| observations::Observation {
+        line: 2,
+        context_tokens: 1024,
+        depth_percent: 50.0,
+        topk: 64,
+        label: "fp8".into(),
+        config: "fp8".into(),
+        found: 0,
+        total,
+        layer: None,
+        query_position: None,
+        healthy: None,
+        prefill_chunk: None,
+    };
+    let note = weak_evidence(&[row(1), row(1), row(20)]).unwrap();
+    assert!(note.contains("1 prompt(s)") && note.contains("fewer than 5"), "{note}");
+    assert_eq!(weak_evidence(&[row(1), row(WEAK_EVIDENCE_PROMPTS), row(20)]), None);
+    assert_eq!(weak_evidence(&[]), None);
 }

@@ -87,7 +87,11 @@ fn man_page_has_a_title_and_every_subcommand_and_renders() {
 fn examples_of(sub: &str) -> Vec<Vec<String>> {
     let help = stdout_of(&[sub, "--help"]);
     let block = help.split("Examples:\n").nth(1).unwrap_or_else(|| panic!("{sub} --help has no examples"));
+    // A long command goes on after ` \`, as in a shell.
+    let kinds = ["  # ", "  dsa-recall ", "  source <(dsa-recall ", "      "];
+    assert!(block.lines().all(|l| kinds.iter().any(|k| l.starts_with(k))), "clap wrapped an example: {block}");
     block
+        .replace(" \\\n", " ")
         .lines()
         .map(str::trim)
         .filter(|l| l.starts_with("dsa-recall "))

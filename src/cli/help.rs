@@ -7,8 +7,9 @@ use super::Cli;
 use clap::CommandFactory;
 
 /// Each subcommand's `Examples:` block: a comment saying what it answers,
-/// then the command. Every line that starts with `dsa-recall` is parsed by
-/// a test, and the cheap ones are run.
+/// then the command, continued after ` \` where it is long (clap wraps
+/// help at 100 columns, which would break a command mid-flag). Every
+/// command is parsed by a test, and the cheap ones are run.
 const EXAMPLES: &[(&str, &str)] = &[
     (
         "sweep",
@@ -47,7 +48,8 @@ const EXAMPLES: &[(&str, &str)] = &[
     (
         "trial",
         "  # one trial's tensors for three precisions (docs/TENSORS.md)
-  dsa-recall trial --context 32K --depth 50 --topk 512 --precisions fp32,fp8,fp4 --dump t.safetensors",
+  dsa-recall trial --context 32K --depth 50 --topk 512 --precisions fp32,fp8,fp4 \\
+      --dump t.safetensors",
     ),
     (
         "replay",
@@ -89,16 +91,19 @@ const EXAMPLES: &[(&str, &str)] = &[
     (
         "diagnose",
         "  # rank every hypothesis on a shipped incident
-  dsa-recall diagnose --config examples/incidents/findings.toml --observations examples/incidents/fp8_keys.csv
+  dsa-recall diagnose --config examples/incidents/findings.toml \\
+      --observations examples/incidents/fp8_keys.csv
   # a few candidates, fewer trials, no next experiment: a quick look
-  dsa-recall diagnose --observations obs.csv --hypotheses slot-shift,hadamard-q-only --trials 50 --no-next
+  dsa-recall diagnose --observations obs.csv --hypotheses slot-shift,hadamard-q-only \\
+      --trials 50 --no-next
   # the diagnosis as JSON, and its chart and report in diag/
   dsa-recall diagnose --observations obs.csv --json --out diag",
     ),
     (
         "observe",
         "  # two saved /generate responses into observation rows
-  dsa-recall observe --capture run1.json run2.json --needle-tokens 20480..20512 --config fp8-fp32scale --out obs.csv",
+  dsa-recall observe --capture run1.json run2.json --needle-tokens 20480..20512 \\
+      --config fp8-fp32scale --out obs.csv",
     ),
     (
         "check",
@@ -187,13 +192,18 @@ mod tests {
         line.split_whitespace().collect()
     }
 
-    fn example_lines() -> Vec<(&'static str, &'static str)> {
-        EXAMPLES
-            .iter()
-            .flat_map(|(name, text)| text.lines().map(move |l| (*name, l.trim())))
-            .map(|(name, l)| (name, l.strip_prefix("source <(").unwrap_or(l)))
-            .filter(|(_, l)| l.starts_with("dsa-recall "))
-            .collect()
+    /// The commands of the examples, continuation lines joined.
+    fn example_lines() -> Vec<(&'static str, String)> {
+        let mut out = Vec::new();
+        for (name, text) in EXAMPLES {
+            for line in text.replace(" \\\n", " ").lines().map(str::trim) {
+                let line = line.strip_prefix("source <(").unwrap_or(line);
+                if line.starts_with("dsa-recall ") {
+                    out.push((*name, line.to_string()));
+                }
+            }
+        }
+        out
     }
 
     #[test]
@@ -206,7 +216,10 @@ mod tests {
         }
         let lines = example_lines();
         assert!(lines.len() >= 30, "{}", lines.len());
-        for (name, line) in lines {
+        for (name, text) in EXAMPLES {
+            assert!(text.lines().all(|l| l.chars().count() <= 96), "{name}: a line clap would wrap");
+        }
+        for (name, line) in &lines {
             let parsed = command().try_get_matches_from(words(line));
             assert!(parsed.is_ok(), "{name}: {line}: {}", parsed.err().map(|e| e.to_string()).unwrap_or_default());
             // The flags read as text are checked as the commands check them, short of running.

@@ -1,5 +1,5 @@
 use super::outcome::{calibrate_first, weak_evidence};
-use super::text::tied_runs;
+use super::text::{small_information, tied_runs};
 use super::*;
 use crate::score::hypothesis::{candidate_class, FaultClass};
 
@@ -212,4 +212,28 @@ fn few_prompts_a_row_are_weak_evidence() {
     assert!(note.contains("1 prompt(s)") && note.contains("fewer than 5"), "{note}");
     assert_eq!(weak_evidence(&[row(1), row(WEAK_EVIDENCE_PROMPTS), row(20)]), None);
     assert_eq!(weak_evidence(&[]), None);
+}
+
+// A next experiment with little information per prompt but a few prompts
+// to 20:1 says why: the posterior already favours the leader.
+#[test]
+fn small_information_is_explained() {
+    let r = ranked(&[("block-row0", -11.0), ("hadamard-k-only", -19.0)]);
+    let next = |nats: f64, prompts: Option<u64>| NextExperiment {
+        context_tokens: 12061,
+        depth_percent: 90.0,
+        topk: 512,
+        config: "fp8".into(),
+        label: "fp8".into(),
+        information_per_prompt: nats,
+        leaders: ["block-row0".into(), "hadamard-k-only".into()],
+        leader_recalls: [0.43, 0.745],
+        prompts_for_20_to_1: prompts,
+        beyond_observed: vec![],
+    };
+    let why = small_information(&r, &next(7.4e-5, Some(14))).unwrap();
+    assert!(why.contains("already favours block-row0 at 1.000"), "{why}");
+    assert_eq!(small_information(&r, &next(0.2, Some(14))), None);
+    assert_eq!(small_information(&r, &next(7.4e-5, None)), None);
+    assert_eq!(small_information(&ranked(&[("a", -1.0), ("b", -1.1)]), &next(7.4e-5, Some(14))), None, "no clear leader");
 }

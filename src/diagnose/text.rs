@@ -157,13 +157,8 @@ fn push_classes_and_verdict(d: &Diagnosis, out: &mut String) {
         ));
     } else if let Some(n) = &d.next {
         out.push_str(&format!("next experiment: {}\n", n.describe()));
-        // Little information per prompt beside few prompts for 20:1 reads as a contradiction without this.
-        let leader = d.ranking.first().filter(|r| r.posterior >= 0.9 && n.information_per_prompt < 1e-3);
-        if let (Some(r), Some(_)) = (leader, n.prompts_for_20_to_1) {
-            out.push_str(&format!(
-                "  (little information per prompt because the posterior already favours {} at {:.3}; plan by the prompts for 20:1)\n",
-                r.hypothesis, r.posterior
-            ));
+        if let Some(why) = small_information(&d.ranking, n) {
+            out.push_str(&format!("  ({why})\n"));
         }
     }
     if let Some(n) = &d.next_capture {
@@ -172,4 +167,17 @@ fn push_classes_and_verdict(d: &Diagnosis, out: &mut String) {
             n.describe()
         ));
     }
+}
+
+/// Why a next experiment carries little information per prompt while a
+/// few prompts would still give 20:1 between the leaders (it reads as a
+/// contradiction otherwise): the posterior already favours the leader, so
+/// the average prompt teaches little, though it would settle the pair.
+pub(super) fn small_information(ranking: &[Ranked], n: &super::next::NextExperiment) -> Option<String> {
+    let leader = ranking.first().filter(|r| r.posterior >= 0.9 && n.information_per_prompt < 1e-3)?;
+    n.prompts_for_20_to_1?;
+    Some(format!(
+        "little information per prompt because the posterior already favours {} at {:.3}; plan by the prompts for 20:1",
+        leader.hypothesis, leader.posterior
+    ))
 }

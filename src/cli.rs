@@ -3,6 +3,7 @@
 //! them once; the scenario knobs become a `ScenarioParams` overlay here and
 //! are validated in `dsa_recall::config::check`.
 
+pub mod help;
 pub mod progress;
 
 use clap::{ArgMatches, Args, FromArgMatches, Parser, Subcommand};
@@ -181,6 +182,13 @@ pub enum Command {
     Observe(ObserveArgs),
     /// Check an engine's indexer capture against the bit-exact reference of its declared cache layout (exit 0 equal up to ties, 1 mismatch, 2 bad input).
     Check(CheckArgs),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell) for these commands.
+    Completions {
+        #[arg(value_name = "SHELL")]
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page (roff) of dsa-recall and every subcommand.
+    Man,
 }
 
 #[derive(Args, Debug)]
@@ -313,6 +321,9 @@ pub struct DiagnoseArgs {
     /// Print the diagnosis as JSON instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// List every candidate on its own line (candidates tied on likelihood are otherwise folded into one).
+    #[arg(long)]
+    pub all: bool,
     /// Also write diagnosis.json, the likelihood chart and report.html into DIR (refused if not empty, unless --force).
     #[arg(long, allow_negative_numbers = true, value_name = "DIR")]
     pub out: Option<PathBuf>,
@@ -709,6 +720,9 @@ pub struct SweepArgs {
     /// Continue an interrupted sweep in --out (refused if the configuration differs).
     #[arg(long, conflicts_with = "force")]
     pub resume: bool,
+    /// Print one JSON object per cell on stdout (the lines of results.jsonl) instead of the tables.
+    #[arg(long)]
+    pub json: bool,
     /// Run only the I-th of N disjoint parts of the grid (combine them with `merge`).
     #[arg(long, value_name = "I/N", allow_hyphen_values = true)]
     pub shard: Option<String>,
@@ -735,7 +749,7 @@ pub struct RunArgs {
     /// Print one line per trial.
     #[arg(long)]
     pub print_trials: bool,
-    /// Print the cell as JSON instead of text.
+    /// Print the cell as one JSON object (the keys of a sweep's results.jsonl) instead of text.
     #[arg(long)]
     pub json: bool,
 }

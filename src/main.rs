@@ -8,16 +8,16 @@
 mod cli;
 
 use clap::error::ErrorKind;
-use clap::Parser;
+use clap::FromArgMatches;
 use cli::progress::{Interrupt, Progress, Steps};
 use cli::{Cli, Command, HypothesesAction, PresetsAction};
-use dsa_recall::base::observe::Silent;
 use dsa_recall::commands::{catalogue, cell, diagnose, observe, quantize, replay, sweep};
 use dsa_recall::error::Error;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    // The definition with each subcommand's examples (cli/help.rs).
+    let cli = match cli::help::command().try_get_matches().and_then(|m| Cli::from_arg_matches(&m)) {
         Ok(cli) => cli,
         Err(e)
             if matches!(
@@ -83,7 +83,14 @@ fn run(cli: Cli) -> Result<(), Error> {
             let display = Progress::new(true, args.resume)?.stopped_by(Interrupt::catch());
             let swept = sweep::sweep(&request, &display);
             display.finish();
-            print!("{}", swept?.text());
+            let swept = swept?;
+            if args.json {
+                // Cells on stdout for jq or pandas; where they were written goes to stderr.
+                print!("{}", swept.json_lines());
+                eprintln!("wrote {}", args.out.display());
+            } else {
+                print!("{}", swept.text());
+            }
         }
         Command::Run(args) => {
             let request = args.request()?;
@@ -124,9 +131,15 @@ fn run(cli: Cli) -> Result<(), Error> {
         }
         Command::Calibrate(args) => {
             let command = std::iter::once("dsa-recall".to_string()).chain(std::env::args().skip(1)).collect::<Vec<_>>().join(" ");
-            print!("{}", diagnose::calibrate(&args.request(command)?, &Silent)?);
+            let request = args.request(command)?;
+            print!("{}", in_parts(|display| diagnose::calibrate(&request, display))?);
         }
-        Command::Diagnose(args) => print!("{}", diagnose::diagnose(&args.request()?, &Silent)?.text(args.json)),
+        Command::Diagnose(args) => {
+            let request = args.request()?;
+            print!("{}", in_parts(|display| diagnose::diagnose(&request, display))?.text(args.json, args.all));
+        }
+        Command::Completions { shell } => write_stdout(&cli::help::completions(shell))?,
+        Command::Man => write_stdout(&cli::help::man_page().map_err(|e| Error::io("rendering the man page", e))?)?,
         Command::Observe(args) => print!("{}", observe::observe(&args.request())?),
         Command::Hypotheses(args) => match args.action {
             Some(HypothesesAction::Show { name }) => print!("{}", catalogue::hypothesis(&name)?),
@@ -140,6 +153,19 @@ fn run(cli: Cli) -> Result<(), Error> {
         },
     }
     Ok(())
+}
+
+/// Runs `work` (several simulations: diagnose, calibrate) with progress on stderr.
+fn in_parts<T>(work: impl FnOnce(&Progress) -> Result<T, Error>) -> Result<T, Error> {
+    let display = Progress::new(false, false)?.in_parts();
+    let done = work(&display);
+    display.finish();
+    done
+}
+
+fn write_stdout(bytes: &[u8]) -> Result<(), Error> {
+    use std::io::Write;
+    std::io::stdout().write_all(bytes).map_err(|e| Error::io("writing to stdout", e))
 }
 
 /// The command line that resumes an interrupted sweep: this one without

@@ -20,6 +20,8 @@ mod diagnose;
 mod durability;
 #[path = "fit.rs"]
 mod fit;
+#[path = "habits.rs"]
+mod habits;
 #[path = "hostile.rs"]
 mod hostile;
 #[path = "hostile_messages.rs"]

@@ -64,6 +64,12 @@ pub struct Progress {
     cells_done: AtomicUsize,
     cells_total: AtomicUsize,
     announce_resume: bool,
+    /// A run of several simulations, each reporting its own start (a
+    /// diagnosis: one per depth group, then the next experiment's): each
+    /// line names the simulation, its percent and its ETA.
+    parts: bool,
+    part: AtomicUsize,
+    part_started: Mutex<Instant>,
     /// Set by the signal handlers of a sweep, read before each chunk.
     interrupt: Option<&'static Interrupt>,
 }
@@ -96,6 +102,9 @@ impl Progress {
             cells_done: AtomicUsize::new(0),
             cells_total: AtomicUsize::new(0),
             announce_resume,
+            parts: false,
+            part: AtomicUsize::new(0),
+            part_started: Mutex::new(now),
             interrupt: None,
         })
     }
@@ -106,7 +115,19 @@ impl Progress {
         self
     }
 
+    /// Progress of a run made of several simulations (see `parts`).
+    pub fn in_parts(mut self) -> Progress {
+        self.parts = true;
+        self
+    }
+
     fn begin(&self, s: &Standing) {
+        if self.parts {
+            self.part.fetch_add(1, Ordering::Relaxed);
+            if let Ok(mut started) = self.part_started.lock() {
+                *started = Instant::now();
+            }
+        }
         if self.announce_resume {
             eprintln!(
                 "resuming: {} of {} trials done ({} of {} cells complete)",
@@ -129,7 +150,9 @@ impl Progress {
     }
 
     fn cells_label(&self, lead: &str) -> String {
-        if self.cells {
+        if self.parts {
+            format!("{lead}simulation {}", self.part.load(Ordering::Relaxed))
+        } else if self.cells {
             format!("{lead}{}/{} cells", self.cells_done.load(Ordering::Relaxed), self.cells_total.load(Ordering::Relaxed))
         } else {
             String::new()
@@ -164,14 +187,26 @@ impl Progress {
         eprintln!("{}", self.line(done, now));
     }
 
-    /// `progress: 40 % (1200/3000 trials, 3/12 cells) · 12 s elapsed · ETA 18 s`
+    /// `progress: 40 % (1200/3000 trials, 3/12 cells) · 12 s elapsed · ETA 18 s`;
+    /// in parts, `progress: simulation 3: 40 % (1200/3000 trials) · 1 min 02 s elapsed · ETA of this simulation 18 s`.
     fn line(&self, done: u64, now: Instant) -> String {
         let total = self.trials_total.load(Ordering::Relaxed);
         let before = self.trials_before.load(Ordering::Relaxed);
         let elapsed = now.duration_since(self.started);
+        // A part's rate is that of its own trials, timed from its start.
+        let part_elapsed = self.part_started.lock().map_or(elapsed, |started| now.duration_since(*started));
+        let rate_over = if self.parts { part_elapsed } else { elapsed };
         let percent = (done * 100).checked_div(total).unwrap_or(100);
         let ran = done.saturating_sub(before);
-        let eta = if ran == 0 { "?".to_string() } else { duration_label(elapsed.mul_f64(total.saturating_sub(done) as f64 / ran as f64)) };
+        let eta =
+            if ran == 0 { "?".to_string() } else { duration_label(rate_over.mul_f64(total.saturating_sub(done) as f64 / ran as f64)) };
+        if self.parts {
+            let part = self.part.load(Ordering::Relaxed);
+            return format!(
+                "progress: simulation {part}: {percent} % ({done}/{total} trials) · {} elapsed · ETA of this simulation {eta}",
+                duration_label(elapsed)
+            );
+        }
         format!("progress: {percent} % ({done}/{total} trials{}) · {} elapsed · ETA {eta}", self.cells_label(", "), duration_label(elapsed))
     }
 
@@ -305,6 +340,13 @@ mod tests {
             "400 trials in 8 s (the 200 resumed ones do not count in the rate) leave 400 for 8 s"
         );
         assert_eq!(duration_label(Duration::from_secs(125)), "2 min 05 s");
+        let p = Progress::new(false, false).unwrap().in_parts();
+        p.begin(&Standing { trials_total: 100, ..Standing::default() });
+        p.begin(&Standing { trials_total: 400, ..Standing::default() });
+        let part_start = *p.part_started.lock().unwrap();
+        let line = p.line(100, part_start + Duration::from_secs(5));
+        assert!(line.starts_with("progress: simulation 2: 25 % (100/400 trials) · "), "{line}");
+        assert!(line.ends_with("ETA of this simulation 15 s"), "100 trials in this simulation's 5 s leave 300 for 15 s: {line}");
         assert_eq!(duration_label(Duration::from_secs(7260)), "2 h 01 min");
     }
 }

@@ -57,12 +57,13 @@ pub struct Diagnosed {
 }
 
 impl Diagnosed {
-    /// What the command line prints: the table (or JSON) and the files.
-    pub fn text(&self, json: bool) -> String {
+    /// What the command line prints: the table (or JSON) and the files;
+    /// `all` lists tied candidates one per line instead of folding them.
+    pub fn text(&self, json: bool, all: bool) -> String {
         if json {
             return serde_json::to_string_pretty(&self.diagnosis).unwrap_or_default() + "\n";
         }
-        let mut text = diagnose::format_table(&self.diagnosis);
+        let mut text = if all { diagnose::format_full_table(&self.diagnosis) } else { diagnose::format_table(&self.diagnosis) };
         if let Some((dir, files)) = &self.written {
             let _ = writeln!(text, "wrote {} into {}", files.join(", "), dir.display());
         }

@@ -44,7 +44,7 @@ pub enum Swept {
     /// A whole grid (in `out`, when given): the scenario and its cells.
     Grid { out: Option<PathBuf>, scenario: Box<Scenario>, outcome: SweepOutcome },
     /// One shard's part of the grid (`merge` makes the tables and charts).
-    Shard { out: PathBuf, shard: String, cells: usize },
+    Shard { out: PathBuf, shard: String, outcome: SweepOutcome },
     /// One grid per value of a knob, each in its subdirectory of `out`.
     Vary { out: PathBuf, outcome: VaryOutcome },
 }
@@ -60,10 +60,19 @@ impl Swept {
                     None => table,
                 }
             }
-            Swept::Shard { out, shard, cells } => format!("wrote shard {shard} ({cells} cells) to {}\n", out.display()),
+            Swept::Shard { out, shard, outcome } => format!("wrote shard {shard} ({} cells) to {}\n", outcome.cells.len(), out.display()),
             Swept::Vary { out, outcome } => {
                 format!("{}\nwrote {} (one sweep per value in {}=…/)\n", vary::format_table(outcome), out.display(), outcome.axis.field)
             }
+        }
+    }
+
+    /// What `--json` prints: one JSON object per cell, the lines of the
+    /// directory's `results.jsonl` (a knob sweep's with the knob's value first).
+    pub fn json_lines(&self) -> String {
+        match self {
+            Swept::Grid { outcome, .. } | Swept::Shard { outcome, .. } => output::results_jsonl(&outcome.cells),
+            Swept::Vary { outcome, .. } => vary::results_jsonl(outcome),
         }
     }
 }
@@ -96,7 +105,7 @@ pub fn sweep(request: &SweepRequest, observer: &dyn Observer) -> Result<Swept, E
     }
     if let (Some(shard), Some(text)) = (shard, &request.shard) {
         store::finish(dir, &s, Some(shard), &outcome, &[MANIFEST_FILE.to_string(), RESULTS_FILE.to_string()])?;
-        return Ok(Swept::Shard { out: dir.clone(), shard: text.clone(), cells: outcome.cells.len() });
+        return Ok(Swept::Shard { out: dir.clone(), shard: text.clone(), outcome });
     }
     complete(dir, &s, &outcome, &plot)?;
     Ok(Swept::Grid { out: Some(dir.clone()), scenario: Box::new(s), outcome })

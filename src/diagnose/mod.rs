@@ -21,15 +21,15 @@ pub use candidates::{
     candidates, needle_knob, parse_needle_multipliers, with_needle_multiple, Reading, DECISIVE_LOG10, HEALTHY, LIVE_MAX, LIVE_POSTERIOR,
     NUISANCE_MULTIPLIERS, QUERY_POSITION_NOTE,
 };
-pub use next::{draw_counts, information, prompts_for_odds, recovered, NextExperiment, NEAR_END_TOKENS};
-pub use outcome::{diagnose, Diagnosis};
+pub use next::{draw_counts, information, information_text, prompts_for_odds, recovered, NextExperiment, NEAR_END_TOKENS};
+pub use outcome::{diagnose, Diagnosis, WEAK_EVIDENCE_PROMPTS};
 pub use prepare::{prepare, Options, Prepared};
 pub use rank::{
     binomial_two_sided_p, class_standings, log_binomial, rank, unexplained_rows, ClassStanding, Ranked, Unexplained, UNEXPLAINED_P,
 };
 pub use separation::clamped;
 pub use simulate::{simulate, variant_ok, DepthTrials, Simulated};
-pub use text::format_table;
+pub use text::{format_full_table, format_table, FOLD_TIES_FROM};
 pub use verdict::{open_pair, verdict, Verdict};
 
 #[cfg(test)]

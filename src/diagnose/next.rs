@@ -35,6 +35,16 @@ pub struct NextExperiment {
     pub beyond_observed: Vec<String>,
 }
 
+/// Information per prompt as text: three decimals down to 0.01, then two
+/// significant digits (`4.1e-4`), so that a small value does not read as 0.000.
+pub fn information_text(nats: f64) -> String {
+    if nats >= 0.01 || nats == 0.0 {
+        format!("{nats:.3}")
+    } else {
+        format!("{nats:.1e}")
+    }
+}
+
 /// Binary entropy in nats.
 fn entropy(p: f64) -> f64 {
     let h = |x: f64| if x > 0.0 { -x * x.ln() } else { 0.0 };
@@ -232,12 +242,12 @@ impl NextExperiment {
     pub fn describe(&self) -> String {
         let beyond = if self.beyond_observed.is_empty() { String::new() } else { format!(" [{}]", self.beyond_observed.join("; ")) };
         format!(
-            "{} tokens, depth {} %, k {}, {}{beyond}: {:.3} nats per prompt; {} {:.3} vs {} {:.3}, {}",
+            "{} tokens, depth {} %, k {}, {}{beyond}: {} nats per prompt; {} {:.3} vs {} {:.3}, {}",
             self.context_tokens,
             self.depth_percent,
             self.topk,
             if self.label == self.config { self.label.clone() } else { format!("{} ({})", self.label, self.config) },
-            self.information_per_prompt,
+            information_text(self.information_per_prompt),
             self.leaders[0],
             self.leader_recalls[0],
             self.leaders[1],

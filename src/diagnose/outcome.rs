@@ -56,6 +56,7 @@ pub fn diagnose(params: &ScenarioParams, obs: &observations::Observations, opts:
         if opts.next && ranking.len() >= 2 { next_experiment(&next_params, rows, &prepared.plan, &ranking, opts)? } else { (None, None) };
     let mut notes = if rows.iter().any(|r| r.query_position.is_some()) { vec![QUERY_POSITION_NOTE.to_string()] } else { Vec::new() };
     notes.extend(calibrate_first(&ranking, &prepared.needle_knob, &prepared.needle_multipliers));
+    notes.extend(weak_evidence(rows));
     let classes = class_standings(&ranking);
     let mut verdict = verdict(&ranking, &classes);
     let separation = open_pair(&ranking, &classes)
@@ -89,6 +90,26 @@ pub fn diagnose(params: &ScenarioParams, obs: &observations::Observations, opts:
         next_capture,
         separation,
         notes,
+    })
+}
+
+/// Fewer prompts than this per row (the median row) is flagged as weak
+/// evidence: an assumption, not a test. Below it a row's observed recall
+/// takes so few values (0 or 1 for one prompt) that one prompt more or
+/// less can reorder candidates that are close.
+pub const WEAK_EVIDENCE_PROMPTS: u64 = 5;
+
+/// The note for observations with few prompts per row (see [`WEAK_EVIDENCE_PROMPTS`]).
+pub(super) fn weak_evidence(rows: &[observations::Observation]) -> Option<String> {
+    let mut totals: Vec<u64> = rows.iter().map(|r| r.total).collect();
+    totals.sort_unstable();
+    let median = *totals.get(totals.len() / 2)?;
+    (median < WEAK_EVIDENCE_PROMPTS).then(|| {
+        format!(
+            "weak evidence: the median row has {median} prompt(s) (fewer than {WEAK_EVIDENCE_PROMPTS} is taken as weak here), \
+             so each row's recall is seen only coarsely{}; read the ranking as a lead and repeat the prompts of the rows that matter before acting on it",
+            if median == 1 { " (0 or 1)" } else { "" }
+        )
     })
 }
 

@@ -1,4 +1,5 @@
-use super::outcome::calibrate_first;
+use super::outcome::{calibrate_first, weak_evidence};
+use super::text::{small_information, tied_runs};
 use super::*;
 use crate::score::hypothesis::{candidate_class, FaultClass};
 
@@ -172,4 +173,67 @@ fn candidate_lists() {
     }
     let err = candidates("slot-shift,nope").unwrap_err().to_string();
     assert!(err.contains("--hypotheses") && err.contains("nope"), "{err}");
+}
+
+// A small information per prompt prints with its digits, not as 0.000.
+#[test]
+fn information_prints_small_values_with_their_digits() {
+    assert_eq!(information_text(0.4123), "0.412");
+    assert_eq!(information_text(0.01), "0.010");
+    assert_eq!(information_text(4.1e-4), "4.1e-4");
+    assert_eq!(information_text(0.0), "0.000");
+}
+
+// Candidates with the same log-likelihood, in ranking order, are one run.
+#[test]
+fn tied_candidates_are_runs() {
+    let r = ranked(&[("a", -1.0), ("b", -2.0), ("c", -2.0), ("d", -2.0), ("e", -5.0)]);
+    assert_eq!(tied_runs(&r), [(0, 1), (1, 3), (4, 1)]);
+}
+
+// Few prompts a row (the median row under WEAK_EVIDENCE_PROMPTS) gets a note.
+#[test]
+fn few_prompts_a_row_are_weak_evidence() {
+    let row = |total| observations::Observation {
+        line: 2,
+        context_tokens: 1024,
+        depth_percent: 50.0,
+        topk: 64,
+        label: "fp8".into(),
+        config: "fp8".into(),
+        found: 0,
+        total,
+        layer: None,
+        query_position: None,
+        healthy: None,
+        prefill_chunk: None,
+    };
+    let note = weak_evidence(&[row(1), row(1), row(20)]).unwrap();
+    assert!(note.contains("1 prompt(s)") && note.contains("fewer than 5"), "{note}");
+    assert_eq!(weak_evidence(&[row(1), row(WEAK_EVIDENCE_PROMPTS), row(20)]), None);
+    assert_eq!(weak_evidence(&[]), None);
+}
+
+// A next experiment with little information per prompt but a few prompts
+// to 20:1 says why: the posterior already favours the leader.
+#[test]
+fn small_information_is_explained() {
+    let r = ranked(&[("block-row0", -11.0), ("hadamard-k-only", -19.0)]);
+    let next = |nats: f64, prompts: Option<u64>| NextExperiment {
+        context_tokens: 12061,
+        depth_percent: 90.0,
+        topk: 512,
+        config: "fp8".into(),
+        label: "fp8".into(),
+        information_per_prompt: nats,
+        leaders: ["block-row0".into(), "hadamard-k-only".into()],
+        leader_recalls: [0.43, 0.745],
+        prompts_for_20_to_1: prompts,
+        beyond_observed: vec![],
+    };
+    let why = small_information(&r, &next(7.4e-5, Some(14))).unwrap();
+    assert!(why.contains("already favours block-row0 at 1.000"), "{why}");
+    assert_eq!(small_information(&r, &next(0.2, Some(14))), None);
+    assert_eq!(small_information(&r, &next(7.4e-5, None)), None);
+    assert_eq!(small_information(&ranked(&[("a", -1.0), ("b", -1.1)]), &next(7.4e-5, Some(14))), None, "no clear leader");
 }

@@ -5,8 +5,37 @@ use super::outcome::*;
 use super::rank::*;
 use crate::score::hypothesis::candidate_summary;
 
-/// The ranking as a table, the classes and the verdict under it, then the next experiment.
+/// Candidates tied on likelihood folded into one line from this many on
+/// (fewer are listed: a fold of two saves no space).
+pub const FOLD_TIES_FROM: usize = 3;
+
+/// The ranking as a table (runs of tied candidates folded into one line),
+/// the classes and the verdict under it, then the next experiment.
 pub fn format_table(d: &Diagnosis) -> String {
+    table(d, false)
+}
+
+/// [`format_table`] with every candidate on its own line.
+pub fn format_full_table(d: &Diagnosis) -> String {
+    table(d, true)
+}
+
+/// Runs of candidates with the same log-likelihood, in ranking order: (first index, length).
+pub(super) fn tied_runs(ranking: &[Ranked]) -> Vec<(usize, usize)> {
+    let mut runs: Vec<(usize, usize)> = Vec::new();
+    for (i, r) in ranking.iter().enumerate() {
+        match runs.last_mut() {
+            // The same counts under the same recalls: equal to the last bits, or nearly.
+            Some((start, len)) if (ranking[*start].log_likelihood - r.log_likelihood).abs() <= 1e-9 * r.log_likelihood.abs().max(1.0) => {
+                *len += 1
+            }
+            _ => runs.push((i, 1)),
+        }
+    }
+    runs
+}
+
+fn table(d: &Diagnosis, all: bool) -> String {
     let knob = if d.needle_multipliers.len() > 1 {
         format!(
             "; likelihoods profiled over {} × {} (the needle's difficulty is not known)",
@@ -37,7 +66,15 @@ pub fn format_table(d: &Diagnosis) -> String {
         if multi { "  needle ×" } else { "" },
         "what it is"
     ));
+    let folded: Vec<(usize, usize)> = if all { Vec::new() } else { tied_runs(&d.ranking) };
+    let folded: Vec<(usize, usize)> = folded.into_iter().filter(|&(_, len)| len >= FOLD_TIES_FROM).collect();
     for (i, r) in d.ranking.iter().enumerate() {
+        if let Some(&(start, len)) = folded.iter().find(|&&(start, len)| i > start && i < start + len) {
+            if i == start + 1 {
+                push_fold(&mut out, &d.ranking[start + 1..start + len], start + 2);
+            }
+            continue;
+        }
         out.push_str(&format!(
             "{:>4}  {:<44} {:<12} {:>12.3} {:>10.4} {:>10.2} {:>8}{}  {}\n",
             i + 1,
@@ -51,8 +88,42 @@ pub fn format_table(d: &Diagnosis) -> String {
             candidate_summary(&r.hypothesis)
         ));
     }
+    push_legend(d, &mut out);
     push_classes_and_verdict(d, &mut out);
     out
+}
+
+/// One line for `rest`, the candidates tied with the row above it (ranks from `first_rank`).
+fn push_fold(out: &mut String, rest: &[Ranked], first_rank: usize) {
+    const NAMED: usize = 4;
+    let mut names: Vec<&str> = rest.iter().take(NAMED).map(|r| r.hypothesis.as_str()).collect();
+    if rest.len() > NAMED {
+        names.push("…");
+    }
+    out.push_str(&format!(
+        "{:>4}  … and {} more tied with it at log-lik {:.3} (ranks {}–{}): {}; --all lists each\n",
+        "",
+        rest.len(),
+        rest[0].log_likelihood,
+        first_rank,
+        first_rank + rest.len() - 1,
+        names.join(", ")
+    ));
+}
+
+/// What the columns of the ranking mean, under it.
+fn push_legend(d: &Diagnosis, out: &mut String) {
+    out.push_str(
+        "columns: log-lik = natural log of the probability of the observed counts under the candidate;\n  \
+         posterior = its probability given them (prior uniform over the candidates);\n  \
+         log10 BF = log10 of its Bayes factor against the best; changes = observed rows whose configuration it alters\n",
+    );
+    if d.needle_multipliers.len() > 1 {
+        out.push_str(&format!(
+            "  needle × = the multiple of {} at which it fits best (the needle's difficulty is not known: each candidate is scored at its best)\n",
+            d.needle_knob
+        ));
+    }
 }
 
 /// The class table, the rows no candidate explains, the verdict, notes and
@@ -86,6 +157,9 @@ fn push_classes_and_verdict(d: &Diagnosis, out: &mut String) {
         ));
     } else if let Some(n) = &d.next {
         out.push_str(&format!("next experiment: {}\n", n.describe()));
+        if let Some(why) = small_information(&d.ranking, n) {
+            out.push_str(&format!("  ({why})\n"));
+        }
     }
     if let Some(n) = &d.next_capture {
         out.push_str(&format!(
@@ -93,4 +167,17 @@ fn push_classes_and_verdict(d: &Diagnosis, out: &mut String) {
             n.describe()
         ));
     }
+}
+
+/// Why a next experiment carries little information per prompt while a
+/// few prompts would still give 20:1 between the leaders (it reads as a
+/// contradiction otherwise): the posterior already favours the leader, so
+/// the average prompt teaches little, though it would settle the pair.
+pub(super) fn small_information(ranking: &[Ranked], n: &super::next::NextExperiment) -> Option<String> {
+    let leader = ranking.first().filter(|r| r.posterior >= 0.9 && n.information_per_prompt < 1e-3)?;
+    n.prompts_for_20_to_1?;
+    Some(format!(
+        "little information per prompt because the posterior already favours {} at {:.3}; plan by the prompts for 20:1",
+        leader.hypothesis, leader.posterior
+    ))
 }

@@ -236,12 +236,12 @@ fn next_cell(n: &crate::diagnose::NextExperiment) -> String {
         format!(" (outside the observed grid: {})", escape(&n.beyond_observed.join("; ")))
     };
     format!(
-        "<b>{} tokens, needle depth {} %, k {}, {}</b>{beyond}: {:.3} nats per prompt.",
+        "<b>{} tokens, needle depth {} %, k {}, {}</b>{beyond}: {} nats per prompt.",
         tokens_label(n.context_tokens),
         n.depth_percent,
         n.topk,
         escape(&n.config),
-        n.information_per_prompt
+        crate::diagnose::information_text(n.information_per_prompt)
     )
 }
 

@@ -464,6 +464,10 @@ class _Progress:
 
 
 def _isatty(stream: Any) -> bool:
+    """Whether ``\\r`` rewrites a line on ``stream``: a terminal, or a
+    Jupyter kernel's stream (which says it is not a TTY but draws ``\\r``)."""
+    if type(stream).__module__.startswith("ipykernel"):
+        return True
     try:
         return bool(stream.isatty())
     except (AttributeError, ValueError):

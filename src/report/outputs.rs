@@ -49,7 +49,7 @@ pub fn render_chart(dir: &Path, meta: &ReportMeta, cells: &[CellResult], kind: &
 /// with `kind`, the one chart it names ([`render_chart`]; none when it does
 /// not apply), else every chart that applies. Returns (file name, PNG bytes),
 /// the bytes a sweep directory's files hold.
-pub fn chart_pngs(meta: &ReportMeta, cells: &[CellResult], kind: Option<&str>) -> Result<Vec<(String, Vec<u8>)>, Error> {
+pub fn chart_pngs(meta: &ReportMeta, cells: &[CellResult], kind: Option<&str>) -> Result<crate::report::chart::canvas::Images, Error> {
     let (drawn, images) = crate::report::chart::canvas::in_memory(|| match kind {
         Some(k) => render_chart(Path::new(""), meta, cells, k),
         None => render_charts(Path::new(""), meta, cells, &PlotOptions::default()),

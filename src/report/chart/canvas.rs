@@ -166,19 +166,22 @@ pub(crate) fn render_atomically<P: Painter>(painter: &P, path: &Path, width: u32
     crate::base::files::write_file(path, &bytes).map_err(ChartError::Output)
 }
 
+/// Images drawn in memory: (file name, bytes), in the order drawn.
+pub type Images = Vec<(String, Vec<u8>)>;
+
 thread_local! {
     /// Where [`render_atomically`] puts images instead of files while
     /// [`in_memory`] runs: the chart registry's painters take a path, and
     /// this lets the same painters give bytes (to Python) without a second
     /// signature on every chart.
-    static MEMORY: std::cell::RefCell<Option<Vec<(String, Vec<u8>)>>> = const { std::cell::RefCell::new(None) };
+    static MEMORY: std::cell::RefCell<Option<Images>> = const { std::cell::RefCell::new(None) };
 }
 
 /// Runs `draw` (which renders charts to paths, on this thread) with every
 /// image kept in memory instead of written: returns `draw`'s result and the
 /// images as (file name, bytes), in the order drawn. Nothing touches the disk.
-pub fn in_memory<T>(draw: impl FnOnce() -> T) -> (T, Vec<(String, Vec<u8>)>) {
-    type Sink = Option<Vec<(String, Vec<u8>)>>;
+pub fn in_memory<T>(draw: impl FnOnce() -> T) -> (T, Images) {
+    type Sink = Option<Images>;
     // Puts the previous sink back on the way out, a panic included.
     struct Restore(Sink);
     impl Drop for Restore {

@@ -495,7 +495,10 @@ class SweepResult:
 
     def _cols(self) -> Dict[str, np.ndarray]:
         if self._columns is None:
+            # Made once, read-only: every view of the result shares them.
             self._columns = dict(self._native.columns)
+            for a in self._columns.values():
+                a.flags.writeable = False
         return self._columns
 
     @property
@@ -564,7 +567,7 @@ class SweepResult:
 
     def to_dict(self) -> "Columns":
         """The columns as ``Columns`` (name → NumPy array, None for empty text), with ``attrs``."""
-        out = Columns(self._cols())
+        out = Columns({name: a.copy() for name, a in self._cols().items()})
         out.attrs.update(self.attrs)
         return out
 

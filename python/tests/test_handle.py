@@ -43,8 +43,11 @@ def test_sweep_returns_the_native_result_converted_on_demand(result, cli_sweep):
     records = result.to_numpy()
     assert records.shape == (8,) and records.dtype.names == tuple(result.columns)
     assert np.array_equal(records["recall"], result["recall"])
+    with pytest.raises(ValueError, match="read-only"):
+        result["recall"][0] = 0.5
     cols = result.to_dict()
     assert isinstance(cols, d.Columns) and list(cols) == result.columns
+    cols["recall"][0] = 0.5  # a copy, the caller's to change
     assert cols.attrs["summary_csv"] == (cli_sweep / "summary.csv").read_text()
     assert result.attrs["results_jsonl"] == (cli_sweep / "results.jsonl").read_text()
     assert result.out is None

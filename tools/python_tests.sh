@@ -2,11 +2,12 @@
 # Python tests of the `dsa_recall` package (python/, issue 19): a virtual
 # environment (target/py-venv, or $DSA_RECALL_VENV), the package and its test
 # extras installed by one `pip install './python[test]'` (numpy, pandas,
-# ml_dtypes, pytest, matplotlib, tqdm from PyPI; maturin as the build
-# backend), the release CLI built for the tests that compare against it,
-# then pytest, then README.md's Python example in a fresh venv
-# (tools/readme_python.sh). Ends with pytest's closing line and one plain summary line;
-# exits non-zero on a failure and when pytest collected no test (exit 5).
+# ml_dtypes, pytest, matplotlib, tqdm, submitit from PyPI; maturin as the
+# build backend), the release CLI built for the tests that compare against
+# it, then pytest, then the quickstart notebook (tools/run_notebook.py),
+# then README.md's Python example in a fresh venv (tools/readme_python.sh).
+# Ends with pytest's closing line and one plain summary line; exits
+# non-zero on a failure and when pytest collected no test (exit 5).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -35,6 +36,12 @@ set -e
 if [ "$status" -eq 5 ]; then
     echo "python_tests: pytest collected no test" >&2
     exit 1
+fi
+# The quickstart notebook, top to bottom (nbclient when installed, else
+# tools/run_notebook.py runs its code cells): a reader's first run.
+if ! "$venv/bin/python" tools/run_notebook.py python/examples/quickstart.ipynb; then
+    echo "python_tests: python/examples/quickstart.ipynb failed" >&2
+    status=1
 fi
 # The README's example as written, in a fresh venv (its own pip install).
 if ! bash tools/readme_python.sh; then

@@ -8,7 +8,10 @@ NumPy in, NumPy out. The functions:
   and its top-k rows;
 - ``replay(q, k, w, ...)``: recorded tensors through precision variants,
   against the exact fp32 selection (``dsa-recall replay``);
-- ``sweep(preset, **knobs)``: a sweep's cells, the columns of summary.csv;
+- ``sweep(preset, **knobs)``: a sweep's cells as a ``SweepResult`` (the
+  native result; ``.to_pandas()``, ``.to_numpy()``, ``.chart(kind)``), the
+  columns of summary.csv; ``shard=(i, n)`` runs one part, ``merge`` joins
+  them, ``read_sweep(dir)`` reads a sweep directory back;
 - ``trial(...)``: one trial's tensors, named as ``trial --dump`` names them;
 - ``check(capture, ...)``: an engine's indexer capture against the bit-exact
   reference of its declared cache layout (``dsa-recall check``); record one
@@ -16,8 +19,8 @@ NumPy in, NumPy out. The functions:
 - ``plot(...)`` / ``plot_matplotlib(...)``: the sweep's charts;
 - ``presets()``, ``hypotheses()``, ``variants()``, ``knobs()``: catalogues.
 
-Tables are pandas DataFrames when pandas is installed, else ``Columns`` (a
-dict of NumPy arrays). Errors are ``ConfigError`` and ``InputError`` (both
+Other tables are pandas DataFrames when pandas is installed, else
+``Columns`` (a dict of NumPy arrays). Errors are ``ConfigError`` and ``InputError`` (both
 ``ValueError``) and ``SimulationError`` (``RuntimeError``), with the command
 line's one-line messages. docs/PYTHON.md in the repository has the details.
 """
@@ -29,12 +32,12 @@ import os
 import sys
 import tempfile
 import time
-from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterable, Iterator, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
 from . import _native
-from ._native import ConfigError, InputError, SimulationError
+from ._native import ConfigError, Hypothesis, InputError, Preset, SimulationError, Variant
 from .capture import IndexerCapture
 
 __version__: str = _native.__version__
@@ -46,6 +49,7 @@ __all__ = [
     "Quantized",
     "Columns",
     "TrialTensors",
+    "SweepResult",
     "Preset",
     "Hypothesis",
     "Variant",
@@ -54,6 +58,8 @@ __all__ = [
     "select",
     "replay",
     "sweep",
+    "merge",
+    "read_sweep",
     "trial",
     "check",
     "CheckResult",
@@ -145,6 +151,8 @@ class Columns(dict):
     """A table without pandas: column name → NumPy array, plus ``attrs``
     (what a DataFrame's ``attrs`` would hold)."""
 
+    attrs: Dict[str, Any]
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.attrs: Dict[str, Any] = {}
@@ -163,19 +171,6 @@ def _pandas():
         return pandas
     except ImportError:
         return None
-
-
-def _table(columns: Dict[str, np.ndarray], attrs: Dict[str, Any]):
-    """A DataFrame (``Columns`` without pandas) of typed columns, as reading
-    their CSV gives them: empty text is None in ``Columns``, NaN in pandas."""
-    pd = _pandas()
-    if pd is not None:
-        df = pd.DataFrame({name: _nan_for_none(a) for name, a in columns.items()})
-        df.attrs.update(attrs)
-        return df
-    out = Columns(columns)
-    out.attrs.update(attrs)
-    return out
 
 
 def _nan_for_none(a: np.ndarray) -> np.ndarray:
@@ -417,12 +412,19 @@ def scenario(preset: Optional[str] = None, *, config: Any = None, precision_defs
 
 class _Progress:
     """A progress bar fed by the sweep: tqdm (tqdm.auto, so it draws in a
-    notebook) when installed, else one line on stderr rewritten in place."""
+    notebook) when installed, else one line on stderr rewritten in place —
+    or, when stderr is not a terminal (a log, a pipe), a whole line every
+    ``log_every`` seconds, as the command line does."""
+
+    log_every = 10.0
 
     def __init__(self, enabled: bool) -> None:
         self.enabled = enabled
         self.bar = None
-        self.last = 0.0
+        self.tty = _isatty(sys.stderr)
+        self.last = time.monotonic() if not self.tty else 0.0
+        self.wrote = False
+        self.final_written = False
         if enabled:
             try:
                 from tqdm.auto import tqdm
@@ -441,18 +443,151 @@ class _Progress:
             self.bar.refresh()
             return
         now = time.monotonic()
-        if now - self.last >= 0.5 or done == total:
+        final = bool(total) and done == total
+        if final and self.final_written:
+            return
+        if now - self.last >= (0.5 if self.tty else self.log_every) or final:
             self.last = now
             pct = 100.0 * done / total if total else 100.0
-            sys.stderr.write(f"\rsweep: {done}/{total} trials ({pct:.0f} %)")
+            line = f"sweep: {done}/{total} trials ({pct:.0f} %)"
+            sys.stderr.write(f"\r{line}" if self.tty else line + "\n")
             sys.stderr.flush()
+            self.wrote = True
+            self.final_written = final
 
     def close(self) -> None:
         if self.bar is not None:
             self.bar.close()
-        elif self.enabled:
+        elif self.enabled and self.tty and self.wrote:
             sys.stderr.write("\n")
             sys.stderr.flush()
+
+
+def _isatty(stream: Any) -> bool:
+    """Whether ``\\r`` rewrites a line on ``stream``: a terminal, or a
+    Jupyter kernel's stream (which says it is not a TTY but draws ``\\r``)."""
+    if type(stream).__module__.startswith("ipykernel"):
+        return True
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):
+        return False
+
+
+class SweepResult:
+    """A sweep's cells: a handle on the native result (its scenario and
+    cells stay in the Rust library, as a polars DataFrame keeps ``_df``),
+    converted when asked.
+
+    A read-only mapping of summary.csv's columns (``res["recall"]`` is a
+    NumPy array, ``res.columns`` their names, ``len(res)`` the cells);
+    ``to_pandas()`` a DataFrame, ``to_dict()`` a ``Columns`` dict,
+    ``to_numpy()`` a structured array; ``chart(kind)`` a chart as the
+    command line's PNG bytes, drawn from the cells without files;
+    ``attrs`` what a DataFrame from ``to_pandas()`` carries (``scenario``,
+    ``summary_csv``, ``results_jsonl``, ``effective_context``)."""
+
+    __slots__ = ("_native", "_columns")
+
+    def __init__(self, native: "_native.SweepResult") -> None:
+        self._native = native
+        self._columns: Optional[Dict[str, np.ndarray]] = None
+
+    def _cols(self) -> Dict[str, np.ndarray]:
+        if self._columns is None:
+            # Made once, read-only: every view of the result shares them.
+            self._columns = dict(self._native.columns)
+            for a in self._columns.values():
+                a.flags.writeable = False
+        return self._columns
+
+    @property
+    def columns(self) -> List[str]:
+        """The column names, in summary.csv's order."""
+        return list(self._cols())
+
+    @property
+    def scenario(self) -> Dict[str, Any]:
+        """The resolved scenario (manifest.json's ``scenario``)."""
+        return self._native.scenario
+
+    @property
+    def out(self) -> Optional[str]:
+        """The directory the sweep wrote (None: kept in memory)."""
+        out = self._native.out
+        return None if out is None else os.fspath(out)
+
+    @property
+    def attrs(self) -> Dict[str, Any]:
+        """The scenario and the text of summary.csv, results.jsonl and
+        effective_context.csv (made on each call)."""
+        return {
+            "scenario": self._native.scenario,
+            "summary_csv": self._native.summary_csv,
+            "results_jsonl": self._native.results_jsonl,
+            "effective_context": self._native.effective_context_csv,
+        }
+
+    def __len__(self) -> int:
+        return len(self._native)
+
+    def __getitem__(self, column: str) -> np.ndarray:
+        try:
+            return self._cols()[column]
+        except KeyError:
+            raise KeyError(f"{column!r}: not a column; the columns are {', '.join(self._cols())}") from None
+
+    def __contains__(self, column: object) -> bool:
+        return column in self._cols()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._cols())
+
+    def keys(self) -> Iterable[str]:
+        return self._cols().keys()
+
+    def items(self) -> Iterable[Tuple[str, np.ndarray]]:
+        return self._cols().items()
+
+    def __repr__(self) -> str:
+        return repr(self._native)
+
+    def _repr_html_(self) -> Optional[str]:
+        pd = _pandas()
+        return None if pd is None else self.to_pandas()._repr_html_()
+
+    def to_pandas(self):
+        """A DataFrame of the columns (NaN for empty text), with ``attrs``."""
+        pd = _pandas()
+        if pd is None:
+            raise ImportError("to_pandas needs pandas (pip install pandas); to_dict() gives the columns without it")
+        df = pd.DataFrame({name: _nan_for_none(a) for name, a in self._cols().items()})
+        df.attrs.update(self.attrs)
+        return df
+
+    def to_dict(self) -> "Columns":
+        """The columns as ``Columns`` (name → NumPy array, None for empty text), with ``attrs``."""
+        out = Columns({name: a.copy() for name, a in self._cols().items()})
+        out.attrs.update(self.attrs)
+        return out
+
+    def to_numpy(self) -> np.ndarray:
+        """One record per cell: a NumPy structured array of the columns."""
+        cols = self._cols()
+        dtype = [(name, a.dtype) for name, a in cols.items()]
+        out = np.empty(len(self), dtype=dtype)
+        for name, a in cols.items():
+            out[name] = a
+        return out
+
+    def chart(self, kind: str = "recall_vs_context") -> bytes:
+        """The chart ``kind`` as PNG bytes: what the command line writes to
+        ``KIND.png`` (an unknown kind raises ``ConfigError`` listing them)."""
+        return self._native.chart(kind)
+
+    def chart_kinds(self) -> List[str]:
+        """The charts this sweep draws."""
+        return self._native.chart_kinds()
 
 
 def sweep(
@@ -464,9 +599,10 @@ def sweep(
     out: Any = None,
     force: bool = False,
     resume: bool = False,
+    shard: Optional[Tuple[int, int]] = None,
     precision_defs: Sequence[str] = (),
     **knobs: Any,
-):
+) -> SweepResult:
     """Run a sweep and return its cells: one row per context × depth × needle
     offset × k × precision, the columns of summary.csv, the same values as
     ``dsa-recall sweep`` for the same preset, knobs and seed.
@@ -479,15 +615,26 @@ def sweep(
     ``predict=True`` … (``knobs()`` lists them with their help).
     ``precision_defs``: custom variants as ``--precision-def`` takes them.
     ``threads``: worker threads (default all cores; results do not depend on it).
-    ``progress``: a bar (tqdm when installed, notebooks included).
+    ``progress``: a bar (tqdm when installed, notebooks included; else a
+    line on stderr, a whole line every 10 s when stderr is not a terminal).
     ``out``: also write the command line's output directory there (results,
-    summary, charts, report.html); with ``force``/``resume`` as the flags.
+    summary, charts, report.html); with ``force``/``resume`` as the flags
+    (``resume`` needs ``out``). ``shard=(i, n)``: only part ``i`` of ``n``
+    (1 ≤ i ≤ n, as ``--shard I/N``) into ``out``; ``merge`` joins the parts.
+
+    Returns a ``SweepResult``: the native result, with ``to_pandas()``,
+    ``to_numpy()``, columns by name and ``chart(kind)``; its ``attrs`` hold
+    ``scenario`` (dict), ``summary_csv``, ``results_jsonl`` and
+    ``effective_context`` (text of those files).
 
     Ctrl-C (KeyboardInterrupt) stops the sweep within a chunk of trials
     (about 1.5 s). Bad settings raise ``ConfigError`` with the CLI's message.
-    The DataFrame's ``attrs`` hold ``scenario`` (dict), ``summary_csv``,
-    ``results_jsonl`` and ``effective_context`` (text of those files).
     """
+    if resume and out is None:
+        raise ConfigError("invalid resume = True: resuming needs out= (the directory of the interrupted sweep)")
+    shard_text = None if shard is None else _shard_text(shard)
+    if shard_text is not None and out is None:
+        raise ConfigError(f"invalid shard = {shard!r}: a shard is written to a directory; give out=")
     bar = _Progress(progress)
     try:
         swept = _native.run_sweep(
@@ -500,16 +647,32 @@ def sweep(
             _path(out),
             force,
             resume,
+            shard_text,
         )
     finally:
         bar.close()
-    attrs = {
-        "scenario": swept.scenario,
-        "summary_csv": swept.summary_csv,
-        "results_jsonl": swept.results_jsonl,
-        "effective_context": swept.effective_context_csv,
-    }
-    return _table(swept.columns, attrs)
+    return SweepResult(swept)
+
+
+def _shard_text(shard: Any) -> str:
+    """``(i, n)`` or ``"I/N"`` as ``--shard`` takes it (the library checks the range)."""
+    if isinstance(shard, str):
+        return shard
+    if isinstance(shard, (tuple, list)) and len(shard) == 2 and all(isinstance(x, (int, np.integer)) and not isinstance(x, bool) for x in shard):
+        return f"{int(shard[0])}/{int(shard[1])}"
+    raise ConfigError(f"invalid shard = {shard!r}: (i, n) with 1 ≤ i ≤ n, or the text \"I/N\"")
+
+
+def merge(shards: Sequence[Any], out: Any, *, force: bool = False) -> SweepResult:
+    """``dsa-recall merge``: shard directories (from ``sweep(shard=…)`` or
+    ``--shard``) into ``out``, written as an unsharded sweep writes it
+    (the same bytes). Returns the whole grid's ``SweepResult``."""
+    return SweepResult(_native.merge_shards([os.fspath(d) for d in shards], os.fspath(out), force))
+
+
+def read_sweep(directory: Any) -> SweepResult:
+    """A sweep's output directory (a whole grid's or one shard's) read back."""
+    return SweepResult(_native.load_sweep(os.fspath(directory)))
 
 
 class TrialTensors(dict):
@@ -519,6 +682,9 @@ class TrialTensors(dict):
     ``V.logits``, ``V.selected``). ``meta`` is the file's ``dsa_recall``
     metadata; ``summary`` per variant (survived, best needle rank, overlap
     with the fp32 selection)."""
+
+    meta: Dict[str, Any]
+    summary: Dict[str, Dict[str, Any]]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -560,6 +726,8 @@ class CheckResult(dict):
     ``reproduced_by`` (fault transforms that reproduce the engine, most
     specific first) and ``pairs`` (one row per (layer, query) pair: a
     DataFrame, or ``Columns`` without pandas)."""
+
+    text: str
 
     def __init__(self, report: Dict[str, Any], text: str) -> None:
         super().__init__(report)
@@ -606,14 +774,18 @@ def check(
 
     ``capture`` is a capture file (``.safetensors``) or folder (``NAME.npy``
     and ``meta.json``), or an ``IndexerCapture`` (written to a temporary file
-    first). The keywords override the capture's metadata as the CLI's flags
+    first, which errors call "the in-memory capture"). The keywords override the capture's metadata as the CLI's flags
     do. Returns a ``CheckResult`` (truthy when equal up to ties); bad input
     raises ``InputError``/``ConfigError`` with the CLI's one-line message.
     """
     if isinstance(capture, IndexerCapture):
         with tempfile.TemporaryDirectory(prefix="dsa-recall-check-") as tmp:
             path = capture.save(os.path.join(tmp, "capture.safetensors"))
-            checked = _native.check_capture(path, layout, pipeline, topk, weights, rows_per_block, exact, rounding_bits, transforms)
+            try:
+                checked = _native.check_capture(path, layout, pipeline, topk, weights, rows_per_block, exact, rounding_bits, transforms)
+            except (ConfigError, InputError, SimulationError) as e:
+                # The file is ours, not the user's: name what they gave.
+                raise type(e)(str(e).replace(path, "the in-memory capture").replace(tmp, "the in-memory capture")) from None
     else:
         checked = _native.check_capture(_path(capture), layout, pipeline, topk, weights, rows_per_block, exact, rounding_bits, transforms)
     return CheckResult(checked.report, checked.text)
@@ -624,40 +796,32 @@ def check_layouts() -> Dict[str, str]:
     return dict(_native.check_layouts())
 
 
-def _sweep_inputs(data: Any):
-    """(scenario JSON, results.jsonl text) of a sweep table or directory."""
+def _sweep_result(data: Any) -> "_native.SweepResult":
+    """The native result of what ``sweep()`` returned, a DataFrame from its
+    ``to_pandas()`` (through its ``attrs``), or a sweep's output directory."""
+    if isinstance(data, SweepResult):
+        return data._native
     if isinstance(data, (str, os.PathLike)):
         d = os.fspath(data)
-        try:
-            with open(os.path.join(d, "manifest.json"), encoding="utf-8") as f:
-                manifest = json.load(f)
-            with open(os.path.join(d, "results.jsonl"), encoding="utf-8") as f:
-                results = f.read()
-        except OSError as e:
-            raise InputError(f"{d}: not a sweep's output directory ({e})") from None
-        return json.dumps(manifest["scenario"]), results
+        if not os.path.isdir(d):
+            raise InputError(f"{d}: not a sweep's output directory (no such directory)")
+        return _native.load_sweep(d)
     attrs = getattr(data, "attrs", None) or {}
     if "scenario" not in attrs or "results_jsonl" not in attrs:
-        raise InputError("plot takes what sweep() returned, or a sweep's output directory")
-    return json.dumps(attrs["scenario"]), attrs["results_jsonl"]
+        raise InputError("plot takes what sweep() returned (or its to_pandas()), or a sweep's output directory")
+    return _native.SweepResult.from_text(json.dumps(attrs["scenario"]), attrs["results_jsonl"])
 
 
 def plot(data: Any, kind: str = "recall_vs_context", *, path: Any = None) -> bytes:
     """A chart of a sweep as PNG bytes: the charts ``dsa-recall sweep``
     draws (``kind`` is the file name without ``.png``: ``recall_vs_context``,
-    ``heatmap``, ``rank_margin``, …; an unknown kind lists those available).
-    ``data`` is what ``sweep()`` returned or a sweep's output directory.
-    With ``path``, the PNG is also written there. In a notebook,
-    ``IPython.display.Image(dsa_recall.plot(df))`` shows it."""
-    scen, results = _sweep_inputs(data)
-    with tempfile.TemporaryDirectory(prefix="dsa-recall-plot-") as tmp:
-        # Only the chart that owns `kind` is drawn; every chart only to list
-        # the kinds this sweep has.
-        if kind + ".png" not in _native.render_charts(scen, results, tmp, kind):
-            pngs = sorted(f[:-4] for f in _native.render_charts(scen, results, tmp) if f.endswith(".png"))
-            raise ConfigError(f"invalid kind = {kind!r}: one of {', '.join(pngs)}")
-        with open(os.path.join(tmp, kind + ".png"), "rb") as f:
-            png = f.read()
+    ``heatmap``, ``rank_margin``, …; an unknown kind lists those available),
+    drawn from the native result in memory. ``data`` is what ``sweep()``
+    returned (``plot(res, kind)`` is ``res.chart(kind)``), its
+    ``to_pandas()``, or a sweep's output directory. With ``path``, the PNG
+    is also written there. In a notebook,
+    ``IPython.display.Image(dsa_recall.plot(res))`` shows it."""
+    png = _sweep_result(data).chart(kind)
     if path is not None:
         with open(os.fspath(path), "wb") as f:
             f.write(png)
@@ -676,18 +840,28 @@ def _recall_series(df: Any, model: Optional[bool]) -> Tuple[str, str]:
     return ("model_recall", "whole-model recall") if model else ("recall", "per-layer selection recall")
 
 
+_PLOT_COLUMNS = ("context_tokens", "topk", "precision", "depth_percent", "recall")
+
+
 def plot_matplotlib(df: Any, ax: Any = None, *, depth: Optional[float] = None, model: Optional[bool] = None):
     """Recall against context with matplotlib, one line per (k, precision),
     from what ``sweep()`` returned. ``model`` picks whole-model recall (the
     default, as on the CLI's main chart, when the sweep has it) or per-layer
     selection recall (``model=False``); ``depth`` picks one needle depth
     (default: the mean over the sweep's depths, said in the title). Returns
-    the axes."""
+    the axes. A table without the sweep's columns raises ``InputError``
+    naming those missing."""
     try:
         import matplotlib.pyplot as plt
     except ImportError:
         raise ImportError("plot_matplotlib needs matplotlib (pip install matplotlib); plot(df) gives the PNG without it") from None
 
+    missing = [c for c in _PLOT_COLUMNS if c not in df]
+    if missing:
+        raise InputError(
+            f"plot_matplotlib: the table lacks column(s) {', '.join(missing)}; give what sweep() returned "
+            f"(or its to_pandas()), which has {', '.join(_PLOT_COLUMNS)}"
+        )
     col, label = _recall_series(df, model)
     if ax is None:
         _, ax = plt.subplots(figsize=(8, 4.5))
@@ -718,87 +892,19 @@ def plot_matplotlib(df: Any, ax: Any = None, *, depth: Optional[float] = None, m
 # ---------------------------------------------------------------- catalogues
 
 
-class Preset(NamedTuple):
-    """An embedded preset: its name, one-line description and TOML text."""
-
-    name: str
-    description: str
-    toml: str
-
-    def __repr__(self) -> str:
-        return f"Preset({self.name!r}: {self.description})"
-
-    def scenario(self) -> Dict[str, Any]:
-        """The preset resolved and checked (as a sweep's manifest holds it)."""
-        return scenario(self.name)
-
-
-class Hypothesis(NamedTuple):
-    """A catalogue hypothesis (``dsa-recall hypotheses``): use as ``fp8+NAME``."""
-
-    name: str
-    group: str
-    summary: str
-    changes: str
-    stands_for: str
-    expected: str
-    requires: Optional[str]
-    layers: str
-    text: str
-
-    def __repr__(self) -> str:
-        return f"Hypothesis({self.name!r}, {self.group}: {self.summary})"
-
-
-class Variant(NamedTuple):
-    """A precision variant: name, description and its definition (query and
-    key pipelines, scoring numerics, hypotheses applied) as a dict."""
-
-    name: str
-    description: str
-    definition: Dict[str, Any]
-
-    def __repr__(self) -> str:
-        def side(p: Dict[str, Any]) -> str:
-            s = str(p.get("element", "?"))
-            sc = p.get("scaling")
-            if sc:
-                shape = sc.get("shape", "")
-                if isinstance(shape, dict):
-                    shape = next(iter(shape.values()), "")
-                s += f"/{shape}/{sc.get('scale', '')}"
-            if p.get("rotation") not in (None, "none"):
-                s += f"/{p.get('rotation')}"
-            return s
-
-        d = self.definition
-        sc = d.get("scoring", {})
-        extra = [k for k in ("cache", "selection", "position") if k in d]
-        more = f", with {' '.join(extra)} changes" if extra else ""
-        return (
-            f"Variant({self.name!r}: q {side(d.get('query', {}))}, k {side(d.get('key', {}))}, "
-            f"weights {sc.get('weights')}, logits {sc.get('logits')}{more})"
-        )
-
-
-def _fields_of(kind: Any, native: Any) -> Any:
-    """The NamedTuple ``kind`` of the native object's attributes of the same names."""
-    return kind(*(getattr(native, f) for f in kind._fields))
-
-
 def presets() -> List[Preset]:
     """The embedded presets (``dsa-recall presets``)."""
-    return [_fields_of(Preset, p) for p in _native.presets()]
+    return _native.presets()
 
 
 def hypotheses() -> List[Hypothesis]:
     """The hypothesis catalogue (``dsa-recall hypotheses``)."""
-    return [_fields_of(Hypothesis, h) for h in _native.hypotheses()]
+    return _native.hypotheses()
 
 
 def variants() -> List[Variant]:
     """The built-in precision variants."""
-    return [_fields_of(Variant, v) for v in _native.variants(None, 128)]
+    return _native.variants(None, 128)
 
 
 def variant(spec: str, dim: int = 128) -> Variant:
@@ -806,7 +912,7 @@ def variant(spec: str, dim: int = 128) -> Variant:
     ``name=N;q=SIDE;k=SIDE;logits=…;weights=…`` (as ``--precision-def``),
     checked for vectors of ``dim``."""
     (v,) = _native.variants(spec, dim)
-    return _fields_of(Variant, v)
+    return v
 
 
 def knobs() -> List[tuple]:

@@ -246,6 +246,30 @@ def save_capture(tensors: Dict[str, np.ndarray], meta: Dict[str, Any], path: Uni
     """Writes named tensors and the ``dsa_recall_check`` metadata."""
     p = os.fspath(path)
     meta_text = json.dumps(meta)
+    allowed = "a file name ending in .safetensors, or a folder (new or existing) for NAME.npy and meta.json"
+    if p.endswith(".safetensors"):
+        if os.path.lexists(p) and not os.path.isfile(p):
+            raise _input_error(f"invalid path = {p!r}: exists and is not a regular file; give {allowed}")
+    elif os.path.lexists(p) and not os.path.isdir(p):
+        raise _input_error(f"invalid path = {p!r}: exists and is not a folder; give {allowed}")
+    try:
+        return _write_capture(tensors, meta_text, p)
+    except OSError as e:
+        raise _input_error(f"cannot write the capture to {p!r}: {e.strerror or e}; give {allowed} where it can be written") from None
+
+
+def _input_error(message: str) -> Exception:
+    """The package's InputError (a ValueError); a plain ValueError when the
+    native module is not built (this file also runs on its own)."""
+    try:
+        from ._native import InputError
+
+        return InputError(message)
+    except ImportError:
+        return ValueError(message)
+
+
+def _write_capture(tensors: Dict[str, np.ndarray], meta_text: str, p: str) -> str:
     if p.endswith(".safetensors"):
         header: Dict[str, Any] = {"__metadata__": {"dsa_recall_check": meta_text}}
         offset = 0
@@ -262,12 +286,17 @@ def save_capture(tensors: Dict[str, np.ndarray], meta: Dict[str, Any], path: Uni
         text = json.dumps(header, separators=(",", ":")).encode()
         text += b" " * (-len(text) % 8)
         tmp = p + ".tmp"
-        with open(tmp, "wb") as f:
-            f.write(len(text).to_bytes(8, "little"))
-            f.write(text)
-            for b in blobs:
-                f.write(b)
-        os.replace(tmp, p)
+        try:
+            with open(tmp, "wb") as f:
+                f.write(len(text).to_bytes(8, "little"))
+                f.write(text)
+                for b in blobs:
+                    f.write(b)
+            os.replace(tmp, p)
+        except BaseException:
+            if os.path.isfile(tmp):
+                os.remove(tmp)
+            raise
         return p
     os.makedirs(p, exist_ok=True)
     for name, a in tensors.items():

@@ -186,6 +186,16 @@ def main():
                 m(x[pos], pos + 1, block_table, args.topk)
             handle.remove()
     tmp = tempfile.mkdtemp(prefix="dsa-recall-standin-")
+    # The capture and the report are this run's scratch: removed at the end
+    # (a --out capture is the user's and stays).
+    try:
+        return _check_capture(cap, args, tmp)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _check_capture(cap, args, tmp):
+    """Saves the capture, checks it with the CLI and dr.check; 0 when the verdicts are the expected ones."""
     path = cap.save(args.out or os.path.join(tmp, "capture.safetensors"))
     print(f"capture: {path} ({sum(f.stat().st_size for f in Path(path).parent.glob(Path(path).name + '*'))} bytes)")
 

@@ -12,6 +12,7 @@ use pyo3::prelude::*;
 mod check;
 mod convert;
 mod numerics;
+mod result;
 mod sim;
 
 pyo3::create_exception!(
@@ -63,6 +64,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     numerics::register(m)?;
     sim::register(m)?;
+    result::register(m)?;
     check::register(m)?;
     Ok(())
 }

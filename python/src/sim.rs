@@ -1,7 +1,8 @@
-//! The simulator: sweeps, single trials, charts, and the catalogues
-//! (presets, hypotheses, built-in variants).
+//! The simulator: sweeps (their results are `result.rs`'s), single trials,
+//! and the catalogues (presets, hypotheses, built-in variants).
 
-use crate::convert::{columns_dict, json_to_py, tensor_array, to_py_objects};
+use crate::convert::{json_to_py, tensor_array, to_py_objects};
+use crate::result::SweepResult;
 use crate::{config_err, to_py};
 use dsa_recall::base::observe::{Observer, Standing};
 use dsa_recall::commands::cell::{trial_tensors, CellCommand, CellRequest};
@@ -9,10 +10,6 @@ use dsa_recall::commands::request::{precision_definitions, ScenarioRequest};
 use dsa_recall::commands::sweep::{sweep, SweepRequest, Swept};
 use dsa_recall::config::params::overlay_from_flags;
 use dsa_recall::config::{self, ListSpec, Scenario, ScenarioParams};
-use dsa_recall::report::{self, chart::chart_of};
-use dsa_recall::run::output;
-use dsa_recall::run::sweep;
-use dsa_recall::ConfigError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use std::path::PathBuf;
@@ -21,7 +18,6 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add_class::<SweepResult>()?;
     m.add_class::<Trial>()?;
     m.add_class::<TrialVariant>()?;
     m.add_class::<Preset>()?;
@@ -31,7 +27,6 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(scenario, m)?)?;
     m.add_function(wrap_pyfunction!(run_sweep, m)?)?;
     m.add_function(wrap_pyfunction!(run_trial, m)?)?;
-    m.add_function(wrap_pyfunction!(render_charts, m)?)?;
     m.add_function(wrap_pyfunction!(presets, m)?)?;
     m.add_function(wrap_pyfunction!(hypotheses, m)?)?;
     m.add_function(wrap_pyfunction!(variants, m)?)?;
@@ -63,7 +58,7 @@ fn build_scenario(preset: Option<String>, config: Option<PathBuf>, knobs: &[(Str
 
 /// The scenario as a dict, as a manifest holds it (through
 /// `serde_json::Value`, so that f32 fields read as the manifest prints them).
-fn scenario_dict(py: Python<'_>, s: &Scenario) -> PyResult<Py<PyAny>> {
+pub(crate) fn scenario_dict(py: Python<'_>, s: &Scenario) -> PyResult<Py<PyAny>> {
     json_to_py(py, &serde_json::to_value(s).unwrap_or_default().to_string())
 }
 
@@ -153,25 +148,11 @@ fn run_watched<T: Send>(
     Ok(value)
 }
 
-/// What a sweep gives: its cells as the typed columns of summary.csv, the
-/// scenario it ran, and the text of the files the command line writes.
-#[pyclass(frozen, get_all, module = "dsa_recall._native")]
-struct SweepResult {
-    /// Column name → NumPy array, in summary.csv's order, with the dtypes
-    /// reading that file infers (int64, float64 with NaN, bool, or objects
-    /// with None for empty text).
-    columns: Py<PyDict>,
-    /// The resolved scenario (manifest.json's `scenario`).
-    scenario: Py<PyAny>,
-    summary_csv: String,
-    results_jsonl: String,
-    effective_context_csv: String,
-}
-
 /// A sweep. With `out`, the sweep is the command line's durable one into
-/// that directory, every file and chart written.
+/// that directory, every file and chart written; with `shard` (`I/N`, which
+/// needs `out`) only that part of the grid, as `sweep --shard I/N` writes it.
 #[pyfunction]
-#[pyo3(signature = (preset=None, config=None, knobs=vec![], precision_defs=vec![], threads=None, progress=None, out=None, force=false, resume=false))]
+#[pyo3(signature = (preset=None, config=None, knobs=vec![], precision_defs=vec![], threads=None, progress=None, out=None, force=false, resume=false, shard=None))]
 #[allow(clippy::too_many_arguments)]
 fn run_sweep(
     py: Python<'_>,
@@ -184,25 +165,26 @@ fn run_sweep(
     out: Option<PathBuf>,
     force: bool,
     resume: bool,
+    shard: Option<String>,
 ) -> PyResult<SweepResult> {
     let request = SweepRequest {
         scenario: scenario_request(preset, config, &knobs, &precision_defs, threads)?,
         out,
         force,
         resume,
+        shard,
         ..SweepRequest::default()
     };
     let shared = Shared::default();
-    let Swept::Grid { scenario: s, outcome, .. } = run_watched(py, &shared, progress.as_ref(), || sweep(&request, &shared))? else {
-        return Err(crate::SimulationError::new_err("a sweep without a knob axis or shard made something else than a grid"));
-    };
-    Ok(SweepResult {
-        columns: columns_dict(py, &output::summary_columns(&outcome.cells))?.unbind(),
-        scenario: scenario_dict(py, &s)?,
-        summary_csv: output::summary_csv(&outcome.cells),
-        results_jsonl: output::results_jsonl(&outcome.cells),
-        effective_context_csv: output::effective_context_csv(&outcome.effective),
-    })
+    match run_watched(py, &shared, progress.as_ref(), || sweep(&request, &shared))? {
+        Swept::Grid { out, scenario, outcome } => Ok(SweepResult::new(*scenario, outcome, out)),
+        // A shard's cells are on disk only in its directory's results.
+        Swept::Shard { out, .. } => {
+            let (s, outcome) = py.detach(|| dsa_recall::commands::sweep::load(&out)).map_err(to_py)?;
+            Ok(SweepResult::new(s, outcome, Some(out)))
+        }
+        Swept::Vary { .. } => Err(crate::SimulationError::new_err("a sweep without a knob axis made a knob sweep")),
+    }
 }
 
 /// One trial: its tensors as `trial --dump` writes them, the file's
@@ -270,28 +252,7 @@ fn run_trial(
     Ok(Trial { tensors: tensors.unbind(), meta: json_to_py(py, &t.metadata)?, variants })
 }
 
-/// Writes a sweep's charts (PNG) into `dir` from its scenario JSON and
-/// results.jsonl text: every chart, or with `kind` only the chart of the
-/// registry (`dsa_recall::report::outputs`) that owns that name (nothing
-/// when none does). Returns the file names.
-#[pyfunction]
-#[pyo3(signature = (scenario_json, results_jsonl, dir, kind=None))]
-fn render_charts(py: Python<'_>, scenario_json: &str, results_jsonl: &str, dir: PathBuf, kind: Option<&str>) -> PyResult<Vec<String>> {
-    let s: Scenario = serde_json::from_str(scenario_json)
-        .map_err(|e| config_err(ConfigError::new("scenario", "(JSON)", format!("the scenario of a sweep from this package ({e})"))))?;
-    let cells = report::parse_results(results_jsonl, "results").map_err(to_py)?;
-    py.detach(|| {
-        let meta = report::ReportMeta::from_scenario(&s, &sweep::effective_contexts(&s, &cells));
-        match kind {
-            Some(k) if chart_of(k).is_none() => Ok(Vec::new()),
-            Some(k) => report::render_chart(&dir, &meta, &cells, k),
-            None => report::render_charts(&dir, &meta, &cells, &report::PlotOptions::default()),
-        }
-    })
-    .map_err(to_py)
-}
-
-/// An embedded preset.
+/// An embedded preset: its name, one-line description and TOML text.
 #[pyclass(frozen, get_all, module = "dsa_recall._native")]
 struct Preset {
     name: String,
@@ -299,6 +260,33 @@ struct Preset {
     description: String,
     /// Its TOML text.
     toml: String,
+}
+
+#[pymethods]
+impl Preset {
+    /// The preset resolved and checked (as a sweep's manifest holds it).
+    fn scenario(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        let s = build_scenario(Some(self.name.clone()), None, &[], &[])?;
+        scenario_dict(py, &s)
+    }
+
+    /// The fields as a dict (name, description, toml).
+    fn _asdict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        fields_dict(py, [("name", &self.name), ("description", &self.description), ("toml", &self.toml)])
+    }
+
+    fn __repr__(&self) -> String {
+        format!("Preset('{}': {})", self.name, self.description)
+    }
+}
+
+/// Text fields as a dict, in order.
+fn fields_dict<'py, 'a>(py: Python<'py>, fields: impl IntoIterator<Item = (&'a str, &'a String)>) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    for (k, v) in fields {
+        d.set_item(k, v)?;
+    }
+    Ok(d)
 }
 
 /// Every embedded preset.
@@ -313,7 +301,7 @@ fn presets() -> Vec<Preset> {
         .collect()
 }
 
-/// A hypothesis of the catalogue (`dsa-recall hypotheses`).
+/// A hypothesis of the catalogue (`dsa-recall hypotheses`): use as `fp8+NAME`.
 #[pyclass(frozen, get_all, module = "dsa_recall._native")]
 struct Hypothesis {
     name: String,
@@ -332,6 +320,27 @@ struct Hypothesis {
     layers: String,
     /// The long text of `hypotheses show NAME`.
     text: String,
+}
+
+#[pymethods]
+impl Hypothesis {
+    /// The fields as a dict, in order.
+    fn _asdict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let d = fields_dict(
+            py,
+            [("name", &self.name), ("group", &self.group), ("summary", &self.summary), ("changes", &self.changes)]
+                .into_iter()
+                .chain([("stands_for", &self.stands_for), ("expected", &self.expected)]),
+        )?;
+        d.set_item("requires", &self.requires)?;
+        d.set_item("layers", &self.layers)?;
+        d.set_item("text", &self.text)?;
+        Ok(d)
+    }
+
+    fn __repr__(&self) -> String {
+        format!("Hypothesis('{}', {}: {})", self.name, self.group, self.summary)
+    }
 }
 
 /// Every catalogue entry.
@@ -354,15 +363,73 @@ fn hypotheses() -> Vec<Hypothesis> {
         .collect()
 }
 
-/// A precision variant.
-#[pyclass(frozen, get_all, module = "dsa_recall._native")]
+/// A precision variant: name, description and its definition (query and
+/// key pipelines, scoring numerics, hypotheses applied) as a dict.
+#[pyclass(frozen, module = "dsa_recall._native")]
 struct Variant {
+    #[pyo3(get)]
     name: String,
     /// The built-in's description (empty for others).
+    #[pyo3(get)]
     description: String,
     /// Its definition (query and key pipelines, scoring numerics,
     /// hypotheses applied) as a dict.
+    #[pyo3(get)]
     definition: Py<PyAny>,
+    /// The same, for the repr.
+    json: serde_json::Value,
+}
+
+#[pymethods]
+impl Variant {
+    /// The fields as a dict (name, description, definition).
+    fn _asdict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let d = fields_dict(py, [("name", &self.name), ("description", &self.description)])?;
+        d.set_item("definition", &self.definition)?;
+        Ok(d)
+    }
+
+    fn __repr__(&self) -> String {
+        variant_repr(&self.name, &self.json)
+    }
+}
+
+/// `Variant('fp8': q e4m3fn/128/ue8m0_ceil/hadamard, k …, weights f32, logits f32)`.
+fn variant_repr(name: &str, d: &serde_json::Value) -> String {
+    use serde_json::Value;
+    let text = |v: &Value| match v {
+        Value::String(s) => s.clone(),
+        Value::Null => "None".to_string(),
+        other => other.to_string(),
+    };
+    let side = |p: &Value| {
+        let mut s = p.get("element").map_or("?".to_string(), text);
+        if let Some(sc) = p.get("scaling").filter(|sc| !sc.is_null()) {
+            let shape = match sc.get("shape") {
+                Some(Value::Object(m)) => m.values().next().map_or(String::new(), text),
+                Some(v) => text(v),
+                None => String::new(),
+            };
+            s += &format!("/{shape}/{}", sc.get("scale").map_or(String::new(), text));
+        }
+        match p.get("rotation") {
+            None | Some(Value::Null) => {}
+            Some(r) if text(r) == "none" => {}
+            Some(r) => s += &format!("/{}", text(r)),
+        }
+        s
+    };
+    let none = Value::Null;
+    let sc = d.get("scoring").unwrap_or(&none);
+    let extra: Vec<&str> = ["cache", "selection", "position"].into_iter().filter(|k| d.get(k).is_some()).collect();
+    let more = if extra.is_empty() { String::new() } else { format!(", with {} changes", extra.join(" ")) };
+    format!(
+        "Variant('{name}': q {}, k {}, weights {}, logits {}{more})",
+        side(d.get("query").unwrap_or(&none)),
+        side(d.get("key").unwrap_or(&none)),
+        sc.get("weights").map_or("None".to_string(), text),
+        sc.get("logits").map_or("None".to_string(), text),
+    )
 }
 
 /// Built-in variants, or the one named / defined by `spec` for vectors of
@@ -373,7 +440,8 @@ fn variants(py: Python<'_>, spec: Option<&str>, dim: usize) -> PyResult<Vec<Vari
     use dsa_recall::score::variant::{PrecisionVariant, BUILTIN};
     let describe = |name: &str| BUILTIN.iter().find(|(n, _)| *n == name).map_or(String::new(), |(_, d)| d.to_string());
     let variant = |v: &PrecisionVariant| -> PyResult<Variant> {
-        Ok(Variant { name: v.name.clone(), description: describe(&v.name), definition: to_py_objects(py, v)? })
+        let json = serde_json::to_value(v).map_err(|e| crate::SimulationError::new_err(format!("JSON from the library: {e}")))?;
+        Ok(Variant { name: v.name.clone(), description: describe(&v.name), definition: to_py_objects(py, v)?, json })
     };
     match spec {
         Some(text) => Ok(vec![variant(&crate::numerics::resolve_variant("variant", text, dim)?)?]),

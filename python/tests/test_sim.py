@@ -29,7 +29,7 @@ def cli_sweep(cli, tmp_path_factory):
 
 
 def test_sweep_equals_the_cli_summary(cli_sweep):
-    df = d.sweep(progress=False, threads=2, **GRID)
+    df = d.sweep(progress=False, threads=2, **GRID).to_pandas()
     text = (cli_sweep / "summary.csv").read_text()
     assert df.attrs["summary_csv"] == text
     assert df.attrs["results_jsonl"] == (cli_sweep / "results.jsonl").read_text()
@@ -43,7 +43,9 @@ def test_sweep_equals_the_cli_summary(cli_sweep):
 
 def test_sweep_without_pandas_gives_the_same_columns(monkeypatch, cli_sweep):
     monkeypatch.setattr(d, "_pandas", lambda: None)
-    cols = d.sweep(progress=False, **GRID)
+    with pytest.raises(ImportError, match="to_pandas needs pandas"):
+        d.sweep(progress=False, **GRID).to_pandas()
+    cols = d.sweep(progress=False, **GRID).to_dict()
     assert isinstance(cols, d.Columns)
     ref = pd.read_csv(cli_sweep / "summary.csv")
     assert list(cols) == list(ref.columns)
@@ -254,7 +256,7 @@ def test_plot_returns_the_cli_chart(cli_sweep):
     assert png.startswith(b"\x89PNG")
     assert png == (cli_sweep / "recall_vs_context.png").read_bytes()
     assert d.plot(str(cli_sweep), "recall_vs_context") == png
-    with pytest.raises(d.ConfigError, match="invalid kind = 'nope': one of .*recall_vs_context"):
+    with pytest.raises(d.ConfigError, match='invalid kind = "nope": one of .*recall_vs_context'):
         d.plot(df, "nope")
 
 

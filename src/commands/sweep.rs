@@ -194,6 +194,21 @@ pub fn merge(request: &MergeRequest) -> Result<Merged, Error> {
     Ok(Merged { out: request.out.clone(), scenario: Box::new(s), outcome, shards: request.shards.len() })
 }
 
+/// A sweep directory read back, a whole grid's or one shard's: the scenario
+/// of its manifest and the cells of its `results.jsonl`, as the sweep that
+/// wrote them returned them (Python's handle on a directory).
+pub fn load(dir: &Path) -> Result<(Scenario, SweepOutcome), Error> {
+    let manifest = store::Manifest::read(dir)?;
+    let s = store::scenario_from_manifest(&manifest)?;
+    let path = dir.join(RESULTS_FILE);
+    let location = path.display().to_string();
+    let text = crate::base::files::read_text_capped(&path, crate::base::files::GRID_FILE_CAP)
+        .map_err(|e| Error::Input { location: location.clone(), message: format!("cannot read: {e}") })?;
+    let cells = report::parse_results(&text, &location)?;
+    let effective = sweep::effective_contexts(&s, &cells);
+    Ok((s, SweepOutcome { cells, effective }))
+}
+
 /// `plot DIR`: every chart and `report.html` of a finished sweep directory
 /// (or knob sweep) drawn again from its results, without simulating.
 /// Returns the files written.

@@ -26,4 +26,4 @@ pub use chart::recall_vs_context::{recall_chart, render_recall_chart};
 pub use directory::{parse_results, plot_dir, render_all, write_sweep};
 pub use meta::DEPTH_CHART_MIN_DEPTHS;
 pub use meta::{detail_context, parse_detail_context, whole_model_only_refused, DiffSpan, Grid, PlotOptions, ReportMeta};
-pub use outputs::{render_chart, render_charts, REPORT_FILE};
+pub use outputs::{chart_pngs, render_chart, render_charts, REPORT_FILE};

@@ -44,6 +44,19 @@ pub fn render_chart(dir: &Path, meta: &ReportMeta, cells: &[CellResult], kind: &
         .ok_or_else(|| ConfigError::new("kind", format!("{kind:?}"), format!("one of {}", SWEEP_CHARTS.map(|c| c.stem).join(", "))))?;
     (chart.render)(&ChartInputs::new(meta, cells, &PlotOptions::default())?, dir, "png")
 }
+
+/// A sweep's charts drawn as PNG in memory, without touching the disk:
+/// with `kind`, the one chart it names ([`render_chart`]; none when it does
+/// not apply), else every chart that applies. Returns (file name, PNG bytes),
+/// the bytes a sweep directory's files hold.
+pub fn chart_pngs(meta: &ReportMeta, cells: &[CellResult], kind: Option<&str>) -> Result<crate::report::chart::canvas::Images, Error> {
+    let (drawn, images) = crate::report::chart::canvas::in_memory(|| match kind {
+        Some(k) => render_chart(Path::new(""), meta, cells, k),
+        None => render_charts(Path::new(""), meta, cells, &PlotOptions::default()),
+    });
+    drawn?;
+    Ok(images)
+}
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -144,6 +157,23 @@ mod tests {
         assert_eq!(depth.panels.len(), 2);
         assert_eq!(depth.panels[1].series[0].points.len(), g.depths.len());
         assert!(depth.subtitle.starts_with("every context"));
+    }
+
+    #[test]
+    fn charts_drawn_in_memory_are_the_files_bytes() {
+        let (_, meta, cells) = tiny_sweep();
+        let dir = tempfile::tempdir().unwrap();
+        let written = render_chart(dir.path(), &meta, &cells, "heatmap").unwrap();
+        let images = chart_pngs(&meta, &cells, Some("heatmap")).unwrap();
+        assert_eq!(images.iter().map(|(n, _)| n.clone()).collect::<Vec<_>>(), written);
+        assert_eq!(images[0].1, std::fs::read(dir.path().join(&written[0])).unwrap());
+        // Every chart that applies, each a PNG.
+        let all = chart_pngs(&meta, &cells, None).unwrap();
+        let names: Vec<&str> = all.iter().map(|(n, _)| n.as_str()).collect();
+        assert!(all.len() >= 3 && all.iter().all(|(n, b)| n.ends_with(".png") && b.starts_with(b"\x89PNG")), "{names:?}");
+        assert!(chart_pngs(&meta, &cells, Some("no_such_chart")).is_err());
+        let again = render_chart(dir.path(), &meta, &cells, "compare").unwrap();
+        assert!(dir.path().join(&again[0]).is_file(), "after chart_pngs, charts go to files again");
     }
 
     #[test]

@@ -127,12 +127,16 @@ pub(crate) fn render_atomically<P: Painter>(painter: &P, path: &Path, width: u32
     check_size(width, height)?;
     let format = ImageFormat::from_path(path)?;
     ensure_font_registered().map_err(ChartError::Font)?;
-    path.file_name().and_then(|f| f.to_str()).ok_or_else(|| ChartError::InvalidInput(format!("no usable file name in {path:?}")))?;
+    let name =
+        path.file_name().and_then(|f| f.to_str()).ok_or_else(|| ChartError::InvalidInput(format!("no usable file name in {path:?}")))?;
+    let in_memory = MEMORY.with(|m| m.borrow().is_some());
     let dir = match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => PathBuf::from("."),
     };
-    std::fs::create_dir_all(&dir).map_err(|source| ChartError::Io { path: dir.clone(), source })?;
+    if !in_memory {
+        std::fs::create_dir_all(&dir).map_err(|source| ChartError::Io { path: dir.clone(), source })?;
+    }
     let bytes = match format {
         ImageFormat::Png => {
             let mut pixels = vec![0u8; width as usize * height as usize * 3];
@@ -155,7 +159,41 @@ pub(crate) fn render_atomically<P: Painter>(painter: &P, path: &Path, width: u32
             embed_svg_font(&svg)?.into_bytes()
         }
     };
+    if in_memory {
+        MEMORY.with(|m| m.borrow_mut().as_mut().map(|images| images.push((name.to_string(), bytes))));
+        return Ok(());
+    }
     crate::base::files::write_file(path, &bytes).map_err(ChartError::Output)
+}
+
+/// Images drawn in memory: (file name, bytes), in the order drawn.
+pub type Images = Vec<(String, Vec<u8>)>;
+
+thread_local! {
+    /// Where [`render_atomically`] puts images instead of files while
+    /// [`in_memory`] runs: the chart registry's painters take a path, and
+    /// this lets the same painters give bytes (to Python) without a second
+    /// signature on every chart.
+    static MEMORY: std::cell::RefCell<Option<Images>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Runs `draw` (which renders charts to paths, on this thread) with every
+/// image kept in memory instead of written: returns `draw`'s result and the
+/// images as (file name, bytes), in the order drawn. Nothing touches the disk.
+pub fn in_memory<T>(draw: impl FnOnce() -> T) -> (T, Images) {
+    type Sink = Option<Images>;
+    // Puts the previous sink back on the way out, a panic included.
+    struct Restore(Sink);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            let previous = self.0.take();
+            MEMORY.with(|m| *m.borrow_mut() = previous);
+        }
+    }
+    let _restore = Restore(MEMORY.with(|m| m.borrow_mut().replace(Vec::new())));
+    let out = draw();
+    let images = MEMORY.with(|m| m.borrow_mut().take()).unwrap_or_default();
+    (out, images)
 }
 
 /// Inserts the embedded font's `@font-face` (the glyphs the SVG's text uses) right after the `<svg …>` tag.

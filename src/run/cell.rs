@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 /// needle-in-a-haystack accuracy. `selection_recall` is another quantity: the
 /// share of the reference's top-k this variant keeps. Field names stay as they
 /// are: other tools read them.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct CellResult {
     pub context_tokens: u64,
     pub depth_percent: f64,

@@ -2,10 +2,11 @@
 //! haystack groups), the one loop that runs it ([`sweep::execute`]) and
 //! its cells ([`cell`]), the checkpoint of its trials ([`checkpoint`]), its
 //! durable store with resume and merge ([`store`]), the files it writes
-//! ([`output`]), and a sweep over a model knob's values ([`vary`]).
+//! ([`output`], the needle margin's table in [`margin_text`]), and a sweep over a model knob's values ([`vary`]).
 
 pub mod cell;
 pub mod checkpoint;
+pub mod margin_text;
 pub mod output;
 pub mod plan;
 pub mod store;

@@ -467,6 +467,7 @@ pub fn format_table(s: &Scenario, outcome: &SweepOutcome) -> String {
     if s.topks.len() > 1 {
         k_pairs(&mut out, s, outcome, &holm, whole);
     }
+    out.push_str(&crate::run::margin_text::margin_tables(s, outcome));
     let _ = writeln!(
         out,
         "\neffective context (longest context with recall ≥ {} at every depth and every shorter context; in brackets, when it differs,\n\
@@ -690,10 +691,10 @@ mod tests {
         };
         let outcome = crate::run::sweep::run_sweep(&s, &|| {}).unwrap();
         let csv = summary_csv(&outcome.cells);
-        // The quantile needle (the default) appends its three columns.
+        // The quantile needle (the default) appends its eight columns.
         assert_eq!(summary_header().split(',').count(), 67);
         let columns = csv.lines().next().unwrap().split(',').count();
-        assert_eq!(columns, 70);
+        assert_eq!(columns, 75);
         assert!(csv.lines().next().unwrap().ends_with(",model_band_low,model_band_high,needle_capped,needle_margin,needle_margin_ci_low,needle_margin_ci_high,needle_margin_exceedance,needle_margin_unbounded"));
         for line in csv.lines() {
             assert_eq!(line.split(',').count(), columns, "{line}");

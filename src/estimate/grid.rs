@@ -134,7 +134,7 @@ pub(crate) mod fixture {
                 stack: None,
                 prefill_chunk: 0,
                 tie_audit: false,
-                needle_margin: false,
+                margin_threshold: None,
             }
         }
     }

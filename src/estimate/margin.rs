@@ -100,24 +100,22 @@ pub fn critical_multiple(n: u64, u: f64, uniform: f64, keep_below: u64) -> f64 {
     10f64.powf(lo) / u
 }
 
+/// Per needle multiple ([`TrialSpec::needle_multiples`]), each trial's
+/// draw in the simulated layer: (exceedance u, the rank's uniform).
+pub fn simulated_draws(spec: &TrialSpec<'_>, q: &QuantileNeedle, trials: &[TrialOutcome]) -> Vec<Vec<(f64, f64)>> {
+    let draw = |m: f64, seed: u64| {
+        let d = q.scaled(m).draw(seed);
+        (exceedance_of(d.log10_exceedance), d.rank_uniform)
+    };
+    spec.needle_multiples().iter().map(|&m| trials.iter().map(|t| draw(m, t.seed)).collect()).collect()
+}
+
 /// Every cell's margin curve, in [`TrialSpec::cell_index`] order; None
 /// under the strength unit or for trials run before the margin existed.
 pub fn margin_curves(spec: &TrialSpec<'_>, q: &QuantileNeedle, trials: &[TrialOutcome]) -> Vec<Option<MarginCurve>> {
     let multiples = spec.needle_multiples();
     let slots = spec.needle_slots();
-    // Per needle multiple, each trial's draw: (exceedance u, uniform).
-    let draws: Vec<Vec<(f64, f64)>> = multiples
-        .iter()
-        .map(|&m| {
-            trials
-                .iter()
-                .map(|t| {
-                    let d = q.scaled(m).draw(t.seed);
-                    (exceedance_of(d.log10_exceedance), d.rank_uniform)
-                })
-                .collect()
-        })
-        .collect();
+    let draws = simulated_draws(spec, q, trials);
     let mut out = Vec::with_capacity(spec.cell_count());
     for ci in 0..spec.contexts.len() {
         for si in 0..spec.spot_count() {

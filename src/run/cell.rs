@@ -153,6 +153,15 @@ pub struct CellResult {
     /// that (k covers every haystack row).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub needle_margin_unbounded: Option<bool>,
+    /// The same for whole-model recall, when the scenario has a stack.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_needle_margin: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_needle_margin_ci_low: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_needle_margin_ci_high: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_needle_margin_unbounded: Option<bool>,
     /// The tie audit (`--tie-audit on`, docs/MODEL.md, "Tie audit"): the
     /// counts `ties.csv` is read from; absent without it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -164,6 +173,7 @@ impl CellResult {
     /// prediction is on, its predicted recall.
     pub fn new(spec: &TrialSpec<'_>, g: &GridCell<'_>, e: &CellEstimate, predicted_recall: Option<f64>, threshold: f64) -> Self {
         let margin = e.margin.as_ref().and_then(|m| m.margin(threshold).map(|x| (x, m.median)));
+        let model_margin = e.whole_model.as_ref().and_then(|w| w.margin);
         let geometry = spec.geometry;
         let window = g.variant.selection.window_for(geometry.window);
         let paired = !g.is_baseline();
@@ -229,6 +239,10 @@ impl CellResult {
             needle_margin_ci_high: margin.map(|(m, _)| m.high),
             needle_margin_exceedance: margin.map(|(m, median)| m.multiple * median),
             needle_margin_unbounded: margin.map(|(m, _)| m.unbounded),
+            model_needle_margin: model_margin.map(|m| m.multiple),
+            model_needle_margin_ci_low: model_margin.map(|m| m.low),
+            model_needle_margin_ci_high: model_margin.map(|m| m.high),
+            model_needle_margin_unbounded: model_margin.map(|m| m.unbounded),
             ties: e.ties,
         }
     }

@@ -9,11 +9,23 @@ use crate::run::cell::CellResult;
 use crate::run::sweep::SweepOutcome;
 use std::fmt::Write as _;
 
+/// The cell at (depth, context, needle offset, k, precision).
+type FindCell<'c> = dyn Fn(f64, u64, Option<u64>, u64, &str) -> Option<&'c CellResult> + 'c;
+
 /// A margin as tables print it: "12.3× [9.8, 14.1]", "≥ 3448×" when it
 /// reached exceedance 1, "-" without one.
 pub fn margin_text(c: &CellResult) -> String {
-    match (c.needle_margin, c.needle_margin_ci_low, c.needle_margin_ci_high) {
-        (Some(m), _, _) if c.needle_margin_unbounded == Some(true) => format!("≥ {}×", short(m)),
+    interval_text((c.needle_margin, c.needle_margin_ci_low, c.needle_margin_ci_high), c.needle_margin_unbounded)
+}
+
+/// The whole-model margin as tables print it.
+pub fn model_margin_text(c: &CellResult) -> String {
+    interval_text((c.model_needle_margin, c.model_needle_margin_ci_low, c.model_needle_margin_ci_high), c.model_needle_margin_unbounded)
+}
+
+fn interval_text(m: (Option<f64>, Option<f64>, Option<f64>), unbounded: Option<bool>) -> String {
+    match m {
+        (Some(m), _, _) if unbounded == Some(true) => format!("≥ {}×", short(m)),
         (Some(m), Some(lo), Some(hi)) => format!("{}× [{}, {}]", short(m), short(lo), short(hi)),
         _ => "-".into(),
     }
@@ -46,12 +58,25 @@ pub fn margin_tables(s: &Scenario, outcome: &SweepOutcome) -> String {
     let _ = writeln!(
         out,
         "\nneedle margin: how many times the profile's median exceedance the needle may have (how many times more haystack rows\n\
-         may outscore it) with per-layer recall still ≥ {} (95 % interval; ≥ where it holds up to exceedance 1)",
+         may outscore it) with recall still ≥ {} (95 % interval; ≥ where it holds up to exceedance 1)",
         s.threshold
     );
+    let whole = outcome.cells.iter().any(|c| c.model_needle_margin.is_some());
+    for (title, text) in [("per layer", margin_text as fn(&CellResult) -> String), ("whole model", model_margin_text)] {
+        if title == "whole model" && !whole {
+            continue;
+        }
+        grid(&mut out, s, &series, &find, title, text);
+    }
+    ratios(&mut out, s, &series, &find);
+    out
+}
+
+/// One margin table per depth: contexts by (k, precision).
+fn grid<'c>(out: &mut String, s: &Scenario, series: &[(u64, &str)], find: &FindCell<'c>, title: &str, text: fn(&CellResult) -> String) {
     for &depth in &s.depths {
-        let _ = write!(out, "depth {depth} %\n{:>8}", "context");
-        for (k, p) in &series {
+        let _ = write!(out, "{title}, depth {depth} %\n{:>8}", "context");
+        for (k, p) in series {
             let _ = write!(out, "  {:>24}", format!("k={k} {p}"));
         }
         out.push('\n');
@@ -62,25 +87,18 @@ pub fn margin_tables(s: &Scenario, outcome: &SweepOutcome) -> String {
                     _ => tokens_label(context),
                 };
                 let _ = write!(out, "{label:>8}");
-                for (k, p) in &series {
-                    let _ = write!(out, "  {:>24}", find(depth, context, offset, *k, p).map_or_else(String::new, margin_text));
+                for (k, p) in series {
+                    let _ = write!(out, "  {:>24}", find(depth, context, offset, *k, p).map_or_else(String::new, text));
                 }
                 out.push('\n');
             }
         }
     }
-    ratios(&mut out, s, &series, &find);
-    out
 }
 
 /// What each precision keeps of the first precision's margin and each k of
 /// the smallest k's, at the longest context, first depth and offset.
-fn ratios<'c>(
-    out: &mut String,
-    s: &Scenario,
-    series: &[(u64, &str)],
-    find: &dyn Fn(f64, u64, Option<u64>, u64, &str) -> Option<&'c CellResult>,
-) {
+fn ratios<'c>(out: &mut String, s: &Scenario, series: &[(u64, &str)], find: &FindCell<'c>) {
     let (Some(&longest), Some(&depth), Some(&offset)) = (s.contexts.last(), s.depths.first(), s.needle_offsets.first()) else {
         return;
     };

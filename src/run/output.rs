@@ -165,7 +165,7 @@ pub fn summary_header() -> String {
 
 /// Columns only the quantile needle has, after the others: written when a
 /// cell has them, so strength-unit summaries keep their bytes.
-const QUANTILE_COLUMNS: [&str; 8] = [
+const QUANTILE_COLUMNS: [&str; 12] = [
     "model_band_low",
     "model_band_high",
     "needle_capped",
@@ -174,6 +174,10 @@ const QUANTILE_COLUMNS: [&str; 8] = [
     "needle_margin_ci_high",
     "needle_margin_exceedance",
     "needle_margin_unbounded",
+    "model_needle_margin",
+    "model_needle_margin_ci_low",
+    "model_needle_margin_ci_high",
+    "model_needle_margin_unbounded",
 ];
 
 fn quantile_fields(q: Option<[f64; 5]>) -> [Field; 5] {
@@ -249,7 +253,7 @@ fn summary_row(c: &CellResult, holm: (Option<f64>, Option<f64>)) -> Vec<Field> {
 }
 
 /// The quantile needle's extra fields of one cell ([`QUANTILE_COLUMNS`]).
-fn quantile_row(c: &CellResult) -> [Field; 8] {
+fn quantile_row(c: &CellResult) -> [Field; 12] {
     [
         Field::Float(c.model_band_low),
         Field::Float(c.model_band_high),
@@ -259,6 +263,10 @@ fn quantile_row(c: &CellResult) -> [Field; 8] {
         Field::Float(c.needle_margin_ci_high),
         Field::Float(c.needle_margin_exceedance),
         c.needle_margin_unbounded.map_or(Field::Text(None), Field::Flag),
+        Field::Float(c.model_needle_margin),
+        Field::Float(c.model_needle_margin_ci_low),
+        Field::Float(c.model_needle_margin_ci_high),
+        c.model_needle_margin_unbounded.map_or(Field::Text(None), Field::Flag),
     ]
 }
 
@@ -691,11 +699,11 @@ mod tests {
         };
         let outcome = crate::run::sweep::run_sweep(&s, &|| {}).unwrap();
         let csv = summary_csv(&outcome.cells);
-        // The quantile needle (the default) appends its eight columns.
+        // The quantile needle (the default) appends its twelve columns.
         assert_eq!(summary_header().split(',').count(), 67);
         let columns = csv.lines().next().unwrap().split(',').count();
-        assert_eq!(columns, 75);
-        assert!(csv.lines().next().unwrap().ends_with(",model_band_low,model_band_high,needle_capped,needle_margin,needle_margin_ci_low,needle_margin_ci_high,needle_margin_exceedance,needle_margin_unbounded"));
+        assert_eq!(columns, 79);
+        assert!(csv.lines().next().unwrap().ends_with(",model_band_low,model_band_high,needle_capped,needle_margin,needle_margin_ci_low,needle_margin_ci_high,needle_margin_exceedance,needle_margin_unbounded,model_needle_margin,model_needle_margin_ci_low,model_needle_margin_ci_high,model_needle_margin_unbounded"));
         for line in csv.lines() {
             assert_eq!(line.split(',').count(), columns, "{line}");
         }

@@ -118,7 +118,7 @@ pub fn spec_for<'a>(s: &'a Scenario, depths: &'a [f64]) -> TrialSpec<'a> {
         stack: s.stack.as_ref(),
         prefill_chunk: s.prefill_chunk,
         tie_audit: s.estimator.tie_audit,
-        needle_margin: s.estimator.margin,
+        margin_threshold: s.estimator.margin.then_some(s.threshold),
     }
 }
 
@@ -311,6 +311,10 @@ mod tests {
             needle_margin_ci_high: None,
             needle_margin_exceedance: None,
             needle_margin_unbounded: None,
+            model_needle_margin: None,
+            model_needle_margin_ci_low: None,
+            model_needle_margin_ci_high: None,
+            model_needle_margin_unbounded: None,
             ties: None,
         }
     }

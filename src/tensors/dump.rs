@@ -202,7 +202,7 @@ fn quantile_needle_scale(s: &Scenario, seed: u64, depth: f64, on_step: &dyn Fn(&
                 stack: None,
                 prefill_chunk: s.prefill_chunk,
                 tie_audit: false,
-                needle_margin: false,
+                margin_threshold: None,
             };
             spec.run(seed)?.needle.first().map(|n| n.scale)
         }

@@ -200,6 +200,7 @@ pub(super) fn whole_model_of(spec: &TrialSpec<'_>, whole: &WholeModel, trials: &
                         layers_reached: mean_interval(sum, sum_sq, n as u64),
                         layers_reached_quantiles: quantiles(r),
                         band: None,
+                        margin: None,
                     };
                 }
             }

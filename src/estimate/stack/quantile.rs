@@ -18,6 +18,7 @@ use super::shared::{correlation_for_overlap, StackEstimate};
 use crate::base::rng::{self, tag};
 use crate::base::special::normal_quantile;
 use crate::base::stats::{mean_interval, quantiles, wilson_interval, Z95};
+use crate::estimate::margin::{simulated_draws, Margin};
 use crate::model::geometry::{CompressionGeometry, NeedlePlacement};
 use crate::model::needle::{exceedance_of, open_uniform, ranks_below, QuantileNeedle};
 use crate::model::stack::CandidateStage;
@@ -45,10 +46,10 @@ enum Split {
     Independent,
 }
 
-/// One trial's needle draws for every layer and token: u_ℓt under each split.
+/// One trial's needle draws for every layer and token: log10 u_ℓt under each split.
 struct TrialNeedle {
     /// [split][ℓ · T + t]
-    exceedance: [Vec<f64>; 3],
+    log10: [Vec<f64>; 3],
     /// Uniform that inverts the rank's binomial, per (ℓ, t).
     uniform: Vec<f64>,
 }
@@ -68,19 +69,18 @@ impl TrialNeedle {
         let shared_sd = (q.prompt_spread.powi(2) + q.layer_spread.powi(2)).sqrt();
         let merged = q.prompt_spread * own.prompt + q.layer_spread * own.layer;
         let log10_median = q.exceedance.log10();
-        let mut exceedance =
-            [Vec::with_capacity(layers * tokens), Vec::with_capacity(layers * tokens), Vec::with_capacity(layers * tokens)];
+        let mut log10 = [Vec::with_capacity(layers * tokens), Vec::with_capacity(layers * tokens), Vec::with_capacity(layers * tokens)];
         for l in 0..layers {
             let profile = q.prompt_spread * own.prompt + q.layer_spread * layer[l];
             let independent = if l == 0 { merged } else { shared_sd * layer[l] };
             for t in 0..tokens {
                 let tok = q.token_spread * token[l * tokens + t];
-                exceedance[0].push(exceedance_of(log10_median + profile + tok));
-                exceedance[1].push(exceedance_of(log10_median + merged + tok));
-                exceedance[2].push(exceedance_of(log10_median + independent + tok));
+                log10[0].push(log10_median + profile + tok);
+                log10[1].push(log10_median + merged + tok);
+                log10[2].push(log10_median + independent + tok);
             }
         }
-        TrialNeedle { exceedance, uniform }
+        TrialNeedle { log10, uniform }
     }
 }
 
@@ -286,6 +286,7 @@ fn layers_reached(
     (layers, tokens): (usize, usize),
     stage: Option<&Stage>,
     plan: &PlanCell,
+    shift: f64,
 ) -> Reached {
     let weight = |l: usize| 1 + plan.reusers.get(l).copied().unwrap_or(0);
     if c.in_window {
@@ -294,7 +295,9 @@ fn layers_reached(
     if !c.has_rows && plan.own.is_empty() {
         return Reached::default();
     }
-    let exceedance = &needle.exceedance[split as usize];
+    // The needle's median times 10^shift (the margin's multiple; 0 as drawn).
+    let log10 = &needle.log10[split as usize];
+    let exceedance = |i: usize| exceedance_of(log10[i] + shift);
     let (z_kept, z_lost) = (Transfer::threshold(t.keep_if_kept), Transfer::threshold(t.keep_if_lost));
     let f00 = pinned_latent(c, t, faulty.contains(0, layers), draws[0]);
     let (a, sa) = (t.rho_layer, (1.0 - t.rho_layer * t.rho_layer).max(0.0).sqrt());
@@ -327,7 +330,7 @@ fn layers_reached(
                 && if i == 0 {
                     c.reference
                 } else {
-                    ranks_below(view.hay_rows, exceedance[i], needle.uniform[i], view.fixed_above, view.k_eff)
+                    ranks_below(view.hay_rows, exceedance(i), needle.uniform[i], view.fixed_above, view.k_eff)
                 };
             let kept = view.has_rows
                 && if !layer_faulty {
@@ -341,7 +344,7 @@ fn layers_reached(
                 *r = reference && (!consumer || blocks.get(tok) == Some(&true));
             }
             if let (Some(s), Some(block)) = (source, blocks.get_mut(tok)) {
-                *block = s.keeps_block(&view, kept, layer_faulty, exceedance[i], tok);
+                *block = s.keeps_block(&view, kept, layer_faulty, exceedance(i), tok);
             }
             if kept && (!consumer || blocks.get(tok) == Some(&true)) {
                 layer_kept = true;
@@ -473,6 +476,9 @@ fn estimate(whole: &WholeModel, reached: [Vec<Reached>; 3], harm_uniforms: &[f64
         if c != h.central && harm_uniforms.is_empty() {
             continue;
         }
+        if reached[split].is_empty() {
+            continue;
+        }
         let r = recall_of(&reached[split], c).1;
         band = (band.0.min(r), band.1.max(r));
     }
@@ -489,6 +495,7 @@ fn estimate(whole: &WholeModel, reached: [Vec<Reached>; 3], harm_uniforms: &[f64
         layers_reached: mean_interval(sum, sum_sq, n as u64),
         layers_reached_quantiles: quantiles(&mut layers),
         band: Some(band),
+        margin: None,
     }
 }
 
@@ -576,9 +583,9 @@ impl CellBuffers {
         whole: &WholeModel,
         cell: &VariantCell,
         needles: &[TrialNeedle],
-        runs: &[(Split, Transfer); 3],
+        runs: &[(Split, Transfer)],
         trials: &[TrialOutcome],
-        key: [u64; 2],
+        (key, shift): ([u64; 2], f64),
     ) -> StackEstimate {
         let n = trials.len();
         let mut reached: [Vec<Reached>; 3] = [Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n)];
@@ -596,7 +603,7 @@ impl CellBuffers {
             let plan = PlanCell { own: cell.own, reusers: &self.reusers, alone: alone.then_some(self.alone_draws.as_slice()), count_lost };
             for (r, (split, transfer)) in reached.iter_mut().zip(runs) {
                 let layers = (self.layers, self.tokens);
-                r.push(layers_reached(c, &needles[t], *split, transfer, cell.layers, &self.draws, layers, stage.as_ref(), &plan));
+                r.push(layers_reached(c, &needles[t], *split, transfer, cell.layers, &self.draws, layers, stage.as_ref(), &plan, shift));
             }
         }
         estimate(whole, reached, if count_lost { &self.harm_uniforms } else { &[] })
@@ -623,6 +630,10 @@ pub(super) fn whole_model(spec: &TrialSpec<'_>, whole: &WholeModel, q: &Quantile
     let mut out = vec![StackEstimate::default(); spec.cell_count()];
     let needle_slots = spec.needle_slots();
     let mut bufs = CellBuffers::new(whole, layers, tokens, n);
+    // Per needle multiple, each trial's simulated-layer draw (u, uniform),
+    // when the trials carry critical ranks for the margin.
+    let with_margin = spec.margin_threshold.is_some() && trials.iter().all(|t| t.cells.iter().all(|c| c.keep_below.is_some()));
+    let margin_draws = if with_margin { simulated_draws(spec, q, trials) } else { Vec::new() };
     for ci in 0..spec.contexts.len() {
         for oi in 0..spec.spot_count() {
             let context = spec.contexts[ci];
@@ -635,32 +646,137 @@ pub(super) fn whole_model(spec: &TrialSpec<'_>, whole: &WholeModel, q: &Quantile
                     let k_eff = sel.topk_for(spec.topks[ki]).min(candidates);
                     let in_window = placement.tokens.start >= context.saturating_sub(sel.window_for(spec.geometry.window));
                     let at = spec.needle_index(needle_slots[v], ci, oi);
-                    let cell_trials = cell_trials(
-                        trials,
-                        index,
-                        at,
-                        in_window,
-                        k_eff,
-                        (candidates, placement.rows.start, placement.rows.end - placement.rows.start),
-                    );
+                    let rows = (candidates, placement.rows.start, placement.rows.end - placement.rows.start);
+                    let observed = cell_trials(trials, index, at, in_window, k_eff, rows);
                     let window = sel.window_for(spec.geometry.window);
                     let own = own_rows(whole, &spec.geometry, window, sel.topk_for(spec.topks[ki]), &placement, context);
                     let fault = candidate_class(&variant.name) != FaultClass::Healthy;
-                    let (keep_if_kept, keep_if_lost) = keep_rates(&cell_trials, n, !fault && !own.is_empty());
                     let independent = variant_spread(&variant.name).map(|s| whole.fault_spread.pick(s)) == Some(FaultSpread::Independent);
                     let rho = |shared: f64| if independent { 0.0 } else { shared };
-                    let transfer = |rho_layer: f64| Transfer { keep_if_kept, keep_if_lost, rho_layer, rho_token: whole.token_correlation };
-                    let runs = [
-                        (Split::Profile, transfer(rho(whole.layer_correlation))),
-                        (Split::Shared, transfer(rho(rho_high))),
-                        (Split::Independent, transfer(rho(rho_low))),
-                    ];
-                    let cell = VariantCell { cell_trials: &cell_trials, own: &own, fault, layers: variant.layers };
                     let key = [context, spec.spot(oi).1.unwrap_or(u64::MAX)];
-                    out[index] = bufs.estimate_cell(whole, &cell, &needles[needle_slots[v]], &runs, trials, key);
+                    let slot_needles = &needles[needle_slots[v]];
+                    // The cell at multiple c of the median exceedance: its
+                    // trials' outcomes there (as observed at c = 1), the
+                    // keep rates they give, and every layer's draw shifted.
+                    let mut at_multiple = |c: f64, cell_trials: &[CellTrial]| {
+                        let (keep_if_kept, keep_if_lost) = keep_rates(cell_trials, n, !fault && !own.is_empty());
+                        let transfer =
+                            |rho_layer: f64| Transfer { keep_if_kept, keep_if_lost, rho_layer, rho_token: whole.token_correlation };
+                        let runs = [
+                            (Split::Profile, transfer(rho(whole.layer_correlation))),
+                            (Split::Shared, transfer(rho(rho_high))),
+                            (Split::Independent, transfer(rho(rho_low))),
+                        ];
+                        let cell = VariantCell { cell_trials, own: &own, fault, layers: variant.layers };
+                        // The margin reads the default split alone (no band).
+                        let runs = if c == 1.0 { &runs[..] } else { &runs[..1] };
+                        bufs.estimate_cell(whole, &cell, slot_needles, runs, trials, (key, c.log10()))
+                    };
+                    let mut estimate = at_multiple(1.0, &observed);
+                    if let (Some(threshold), Some(draws)) = (spec.margin_threshold, margin_draws.get(needle_slots[v])) {
+                        let median = q.exceedance * spec.needle_multiples()[needle_slots[v]];
+                        estimate.margin = model_margin(threshold, median, &estimate, &observed, trials, index, draws, &mut at_multiple);
+                    }
+                    out[index] = estimate;
                 }
             }
         }
     }
     out
 }
+
+/// The cell's trials at multiple `c` of the median exceedance: in the
+/// simulated layer the needle's rank is its binomial draw at c·u (`draws`:
+/// each trial's u and uniform); the reference keeps it below k_eff less the
+/// fixed rows above, the variant below its critical rank.
+fn cell_trials_at(observed: &[CellTrial], trials: &[TrialOutcome], index: usize, draws: &[(f64, f64)], c: f64) -> Vec<CellTrial> {
+    observed
+        .iter()
+        .zip(trials)
+        .zip(draws)
+        .map(|((o, t), &(u, uniform))| {
+            if o.in_window || !o.has_rows {
+                return CellTrial { ..*o };
+            }
+            let u = (c * u).min(1.0);
+            let keep_below = t.cells[index].keep_below.unwrap_or(0);
+            CellTrial {
+                reference: ranks_below(o.hay_rows, u, uniform, o.fixed_above, o.k_eff),
+                variant: ranks_below(o.hay_rows, u, uniform, 0, keep_below),
+                ..*o
+            }
+        })
+        .collect()
+}
+
+/// The whole-model margin of one cell (docs/MODEL.md, "The needle
+/// margin"): the largest multiple c of the median exceedance at which the
+/// whole-model recall, and its Wilson bounds, stay at or above `threshold`.
+/// Each bound is bracketed by doubling or halving from 1 and narrowed by
+/// bisection in log c; the recall is taken to fall as c grows.
+#[allow(clippy::too_many_arguments)]
+fn model_margin(
+    threshold: f64,
+    median: f64,
+    at_one: &StackEstimate,
+    observed: &[CellTrial],
+    trials: &[TrialOutcome],
+    index: usize,
+    draws: &[(f64, f64)],
+    at_multiple: &mut impl FnMut(f64, &[CellTrial]) -> StackEstimate,
+) -> Option<Margin> {
+    if trials.is_empty() {
+        return None;
+    }
+    let cap = 1.0 / median;
+    let mut memo: Vec<(f64, f64, f64, f64)> = vec![(1.0, at_one.recall, at_one.ci_low, at_one.ci_high)];
+    let mut eval = |c: f64| -> (f64, f64, f64) {
+        if let Some(&(_, r, lo, hi)) = memo.iter().find(|m| m.0 == c) {
+            return (r, lo, hi);
+        }
+        let e = at_multiple(c, &cell_trials_at(observed, trials, index, draws, c));
+        memo.push((c, e.recall, e.ci_low, e.ci_high));
+        (e.recall, e.ci_low, e.ci_high)
+    };
+    let mut largest = |pick: fn((f64, f64, f64)) -> f64| -> f64 {
+        let ok = |x: (f64, f64, f64)| pick(x) >= threshold;
+        let (mut lo, mut hi);
+        if ok(eval(1.0)) {
+            (lo, hi) = (1.0, 2.0);
+            while hi < cap && ok(eval(hi)) {
+                (lo, hi) = (hi, hi * 2.0);
+            }
+            if hi >= cap {
+                if ok(eval(cap)) {
+                    return cap;
+                }
+                hi = cap;
+            }
+        } else {
+            (lo, hi) = (0.5, 1.0);
+            while !ok(eval(lo)) {
+                if lo < 1e-3 {
+                    return 0.0;
+                }
+                (lo, hi) = (lo / 2.0, lo);
+            }
+        }
+        for _ in 0..MARGIN_BISECTIONS {
+            let mid = (lo * hi).sqrt();
+            if ok(eval(mid)) {
+                lo = mid;
+            } else {
+                hi = mid;
+            }
+        }
+        lo
+    };
+    let multiple = largest(|x| x.0);
+    let low = largest(|x| x.1);
+    let high = largest(|x| x.2);
+    Some(Margin { multiple, low, high, unbounded: multiple >= cap })
+}
+
+/// Bisections of a whole-model margin's bracket (a factor 2): its ends
+/// then differ by 2^(1/32), about 2 %.
+const MARGIN_BISECTIONS: usize = 5;

@@ -28,6 +28,9 @@ pub struct StackEstimate {
     /// shared between layers: docs/MODEL.md, "The band"), lower first;
     /// quantile needle only.
     pub band: Option<(f64, f64)>,
+    /// The whole-model needle margin at the sweep's recall threshold, when
+    /// the trials carry critical ranks (docs/MODEL.md, "The needle margin").
+    pub margin: Option<crate::estimate::margin::Margin>,
 }
 
 /// Share of one layer's top-`share` rows that the adjacent layer also

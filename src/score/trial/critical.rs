@@ -10,7 +10,7 @@
 
 use super::chunk::ChunkSpecials;
 use super::place::Placer;
-use super::spec::{Case, NeedleOutcome, TrialSpec};
+use super::spec::{Case, CasePatches, NeedleOutcome, TrialSpec};
 use crate::base::rng::{self, tag};
 use crate::error::SimError;
 use crate::score::needle::{NeedleSolve, MAX_SCALE};
@@ -97,10 +97,10 @@ impl View {
 
 impl TrialSpec<'_> {
     /// Variant `v`'s view of `case` from its shared scores `shared`.
-    fn view(&self, case: &Case, v: usize, shared: &[f32], max_k: usize) -> View {
+    fn view(&self, case: &Case, patches: &[(u32, f32)], v: usize, shared: &[f32], max_k: usize) -> View {
         let sel = &self.variants[v].selection;
         let mut all: Vec<f32> = shared[..case.candidates].to_vec();
-        for &(row, score) in case.patches[v].iter().filter(|&&(row, _)| (row as usize) < case.candidates) {
+        for &(row, score) in patches.iter().filter(|&&(row, _)| (row as usize) < case.candidates) {
             all[row as usize] = score;
         }
         if let Some(bits) = sel.coarse_bits {
@@ -130,6 +130,7 @@ impl TrialSpec<'_> {
     pub(super) fn keep_ranks(
         &self,
         cases: &[Case],
+        case_patches: &CasePatches,
         needle: &[NeedleSolve],
         cells: &mut [NeedleOutcome],
         trial_seed: u64,
@@ -154,7 +155,7 @@ impl TrialSpec<'_> {
                 }
                 let k_effs: Vec<usize> = self.topks.iter().map(|&k| sel.topk_for(k) as usize).collect();
                 let max_k = undecided.iter().map(|&ki| k_effs[ki]).max().unwrap_or(0);
-                let view = self.view(case, v, &probe.placer.scores[g][v], max_k);
+                let view = self.view(case, &case_patches[c][v], v, &probe.placer.scores[g][v], max_k);
                 let population = population.get_or_insert_with(|| probe.placer.population(c));
                 let priority = |row: usize| rng::derive(trial_seed, &[tag::TIE, (row + view.first) as u64]);
                 let chunks: Vec<&ChunkSpecials> = probe.chunk_specials.iter().filter(|ch| !ch.cases[c].is_empty()).collect();

@@ -1,7 +1,7 @@
 //! Judging a trial's cells: each case's scores ranked per variant and
 //! top-k, and compared with the fidelity reference.
 
-use super::spec::{Case, NeedleOutcome, TrialSpec};
+use super::spec::{Case, CasePatches, NeedleOutcome, TrialSpec};
 use crate::base::rng::{self, tag};
 use crate::score::selection::{best_needle, kth_largest_many_with, selection_overlap_with, tie_key, tied_ahead_of_best, TieAudit, TieCut};
 use crate::score::variant::{ChunkVisibility, PrecisionVariant};
@@ -29,7 +29,14 @@ impl TrialSpec<'_> {
     /// Every cell of the trial: each case's scores (the shared ones with
     /// its patches written in place, put back after the case) judged per
     /// variant, top-k and, with a fidelity reference, against it.
-    pub(super) fn judge_cases(&self, cases: &[Case], scores: &mut [Vec<Vec<f32>>], max_rows: usize, trial_seed: u64) -> Vec<NeedleOutcome> {
+    pub(super) fn judge_cases(
+        &self,
+        cases: &[Case],
+        case_patches: &CasePatches,
+        scores: &mut [Vec<Vec<f32>>],
+        max_rows: usize,
+        trial_seed: u64,
+    ) -> Vec<NeedleOutcome> {
         let mut cells = vec![NeedleOutcome::LOST; self.cell_count()];
         let mut bufs = JudgeBuffers { scratch: Vec::with_capacity(max_rows), kth: Vec::new(), row_order: Vec::new() };
         let priority = |row: usize| rng::derive(trial_seed, &[tag::TIE, row as u64]);
@@ -41,11 +48,11 @@ impl TrialSpec<'_> {
         };
         // The originals of the patched scores, put back after the case.
         let mut saved: Vec<(usize, usize, f32)> = Vec::new();
-        for case in cases {
+        for (case, patches_of_case) in cases.iter().zip(case_patches) {
             let candidates = case.candidates;
             let g = self.query_group(case.ci);
             saved.clear();
-            for (v, patches) in case.patches.iter().enumerate() {
+            for (v, patches) in patches_of_case.iter().enumerate() {
                 let shared = &mut scores[g][v];
                 for &(row, score) in patches.iter().filter(|&&(row, _)| (row as usize) < candidates) {
                     let row = row as usize;

@@ -125,7 +125,7 @@ impl TrialSpec<'_> {
 
     /// One case per (context, needle spot), context-major, with its
     /// placement, items and special rows.
-    pub(super) fn cases(&self, source: &TrialRows, scored: usize) -> Vec<Case> {
+    pub(super) fn cases(&self, source: &TrialRows) -> Vec<Case> {
         let mut cases: Vec<Case> = Vec::with_capacity(self.contexts.len() * self.spot_count());
         for ci in 0..self.contexts.len() {
             for si in 0..self.spot_count() {
@@ -133,7 +133,7 @@ impl TrialSpec<'_> {
                 let candidates = self.geometry.candidate_rows(self.contexts[ci]) as usize;
                 let items = source.items(self.contexts[ci], placement.tokens.clone());
                 let special = source.special_rows(&items, candidates as u64);
-                cases.push(Case { ci, si, placement, candidates, items, special, patches: vec![Vec::new(); scored] });
+                cases.push(Case { ci, si, placement, candidates, items, special });
             }
         }
         cases

@@ -5,7 +5,7 @@ use super::chunk::{ChunkSpecials, ChunkWork, CHUNK_ROWS};
 use super::critical::Probe;
 use super::place::{Exact, Placer, Screen};
 use super::query::{context_queries, shifted_query, QueryGroups, ScoredSet};
-use super::spec::{score_twins_of, slot_of, NeedleOutcome, TrialOutcome, TrialSpec};
+use super::spec::{score_twins_of, slot_of, CasePatches, NeedleOutcome, TrialOutcome, TrialSpec};
 use crate::error::SimError;
 use crate::model::haystack::TrialHaystack;
 use crate::model::needle::NeedleDraw;
@@ -34,7 +34,7 @@ impl TrialSpec<'_> {
         let QueryGroups { queries, key_layouts, rows: group_rows } = self.query_groups(&haystack, shifted.as_ref(), &source, scored)?;
         let groups = queries.len();
         let max_rows = group_rows.iter().copied().max().unwrap_or(0);
-        let mut cases = self.cases(&source, scored.len());
+        let cases = self.cases(&source);
 
         // Score every row once per (query group, variant), chunk by chunk;
         // rows that hold needle or distractor tokens are keyed per case
@@ -117,27 +117,12 @@ impl TrialSpec<'_> {
                 work.case_patches(&source, c, chunk, &scales, &mut quantized, &mut patches)?;
             }
         }
-        // The cases take their patches; the needle search reads them back.
-        let ChunkWork { twins, patch_twins, needle_slots, .. } = work;
+        let mut case_patches: CasePatches = vec![vec![Vec::new(); scored.len()]; cases.len()];
         for patch in patches {
-            cases[patch.case].patches[patch.variant].push((patch.row, patch.score));
+            case_patches[patch.case][patch.variant].push((patch.row, patch.score));
         }
-        let work = ChunkWork {
-            spec: self,
-            request: trial_seed,
-            variants: scored,
-            key_layouts,
-            queries: &queries,
-            cases: &cases,
-            twins,
-            patch_twins,
-            needle_slots,
-            keep_bare: quantile.is_some(),
-            keep_fin,
-            keep_norms: screen.is_some(),
-        };
-        let mut cells = self.judge_cases(&cases, &mut scores, max_rows, trial_seed);
-        if let Some(exact) = exact_kept.filter(|_| self.needle_margin) {
+        let mut cells = self.judge_cases(&cases, &case_patches, &mut scores, max_rows, trial_seed);
+        if let Some(exact) = exact_kept.filter(|_| self.margin_threshold.is_some()) {
             let placer = Placer {
                 work: &work,
                 exact,
@@ -148,7 +133,7 @@ impl TrialSpec<'_> {
                 quantized: &mut quantized,
             };
             let mut probe = Probe { placer, chunk_specials: &chunk_specials };
-            self.keep_ranks(&cases, &needle, &mut cells, trial_seed, &mut probe)?;
+            self.keep_ranks(&cases, &case_patches, &needle, &mut cells, trial_seed, &mut probe)?;
         }
         self.gate_by_length(&mut cells)?;
         Ok(TrialOutcome { cells, seed: trial_seed, needle })

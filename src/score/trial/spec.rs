@@ -41,9 +41,11 @@ pub struct TrialSpec<'a> {
     pub prefill_chunk: u64,
     /// Audit every cell's cut for ties ([`NeedleOutcome::ties`]).
     pub tie_audit: bool,
-    /// Search every cell's critical needle rank under the quantile needle
-    /// ([`NeedleOutcome::keep_below`]).
-    pub needle_margin: bool,
+    /// Under the quantile needle, the recall threshold of the needle
+    /// margin: every cell's critical needle rank is searched
+    /// ([`NeedleOutcome::keep_below`]) and the whole-model margin read at
+    /// it. None: no margin.
+    pub margin_threshold: Option<f64>,
 }
 
 /// The needle's fate in one cell of one trial.
@@ -114,9 +116,10 @@ pub(super) struct Case {
     pub(super) items: Vec<Item>,
     /// Rows holding needle or distractor tokens, ascending.
     pub(super) special: Vec<u64>,
-    /// Scores that replace the shared ones: [variant] → (row, score).
-    pub(super) patches: Vec<Vec<(u32, f32)>>,
 }
+
+/// Per case, per variant: scores that replace the shared ones, (row, score).
+pub(super) type CasePatches = Vec<Vec<Vec<(u32, f32)>>>;
 
 /// The position of `multiple` among `multiples` (0 when absent: the
 /// exact reference a trial adds has multiple 1).

@@ -778,5 +778,5 @@ fn model_margin(
 }
 
 /// Bisections of a whole-model margin's bracket (a factor 2): its ends
-/// then differ by 2^(1/32), about 2 %.
-const MARGIN_BISECTIONS: usize = 5;
+/// then differ by 2^(1/16), about 4 %.
+const MARGIN_BISECTIONS: usize = 4;

@@ -18,8 +18,8 @@ use crate::score::selection::{best_needle, coarse_score, tied_ahead_of_best, Nan
 use std::cmp::Ordering;
 
 /// Halvings of the scale bracket after it is found: its ends then differ
-/// by 2^-20 of the scale, far below one haystack row's gap.
-const BISECTIONS: usize = 20;
+/// by 2^-12 of the scale.
+const BISECTIONS: usize = 12;
 
 /// What the search reads besides the spec: the placer (exact scores and
 /// the needle's rows) and the chunks that hold special rows.

@@ -194,7 +194,7 @@ impl Placer<'_, '_, '_> {
 /// Rows the critical-rank count regenerates at most; past it the rows the
 /// bound cannot decide are counted by their screened score (an error of a
 /// few rows among the hundreds or thousands above a critical needle).
-const MAX_UNDECIDED: usize = 32;
+const MAX_UNDECIDED: usize = 4;
 
 /// Rows of `population` whose exact score beats `best`: those the screen's
 /// bound puts surely above are counted from their v-score `v`; those it

@@ -306,3 +306,18 @@ fn progress_says_what_it_counts_and_a_long_sweep_is_announced() {
     child.wait().unwrap();
     assert!(line.starts_with("warning: this sweep scores about") && line.contains(" h ") && line.contains("--shard"), "{line}");
 }
+
+#[test]
+fn no_error_line_floods_a_log() {
+    // A 1 MB field of an observations file: the line is cut, whatever
+    // quoted it.
+    let tmp = tempfile::tempdir().unwrap();
+    let csv = tmp.path().join("obs.csv");
+    std::fs::write(&csv, format!("context_tokens,depth_percent,topk,config,found,total\n{},50,512,fp8,1,3\n", "9".repeat(1 << 20)))
+        .unwrap();
+    let out = run(&["diagnose", "--observations", s(&csv)]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(err.lines().count(), 1);
+    assert!(err.contains("obs.csv:2") && err.trim_end().ends_with('…') && err.chars().count() < 2100, "{} chars", err.len());
+}

@@ -116,7 +116,7 @@ pub fn check_output_dir_path(dir: &Path) -> Result<(), Error> {
     match fs::metadata(dir) {
         Ok(meta) if meta.is_dir() => Ok(()),
         Ok(meta) => Err(bad(irregular(&meta).unwrap_or("a regular file"))),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+        Err(e) if matches!(e.kind(), std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory) => {
             if fs::symlink_metadata(dir).is_ok() {
                 return Err(bad("a dangling symlink"));
             }

@@ -207,7 +207,7 @@ pub fn plot(dir: &Path, charts: &ChartRequest) -> Result<Vec<String>, Error> {
     // A missing directory is plot_dir's error to report.
     let _lock = if dir.is_dir() { Some(DirLock::acquire(dir)?) } else { None };
     if dir.is_dir() {
-        output::check_output_entries(dir)?;
+        output::check_chart_entries(dir)?;
     }
     match vary::VaryManifest::read(dir)? {
         Some(m) if dir.is_dir() => report::vary::plot_vary(dir, &m, &opts),

@@ -73,12 +73,20 @@ pub fn check_output_dir(dir: &Path, force: bool) -> Result<(), Error> {
     Ok(())
 }
 
-/// What a run into an existing directory (`--resume`, `plot`) refuses
-/// before writing: a path that is no directory, and an entry it would
-/// write that is a symlink, device, FIFO or directory.
+/// What a run into an existing directory (`--resume`) refuses before
+/// writing: a path that is no directory, and an entry it would write that
+/// is a symlink, device, FIFO or directory.
 pub fn check_output_entries(dir: &Path) -> Result<(), Error> {
     crate::base::files::check_output_dir_path(dir)?;
     crate::base::files::check_owned_entries(dir, &is_output_name, &is_value_dir)
+}
+
+/// [`check_output_entries`] for `plot`, which only reads the data files
+/// (a linked `results.jsonl` may be plotted) and writes charts and reports.
+pub fn check_chart_entries(dir: &Path) -> Result<(), Error> {
+    let drawn = |name: &str| [".png", ".svg", ".html"].iter().any(|ext| name.ends_with(ext));
+    crate::base::files::check_output_dir_path(dir)?;
+    crate::base::files::check_owned_entries(dir, &drawn, &is_value_dir)
 }
 
 /// One JSON object per cell, in sweep order.

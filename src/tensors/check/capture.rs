@@ -497,15 +497,12 @@ fn head_weights(named: &Named) -> Result<(Vec<f32>, usize), Error> {
 /// The query's heads (axis 1 of `q` or `q_codes`) against the weights':
 /// when they disagree, either may be the wrong one, so both are named.
 fn heads_agree(named: &Named, name: &str, q: &RawTensor, heads: usize) -> Result<(), Error> {
-    match q.shape.get(1) {
-        Some(&h) if h != heads && q.shape.len() >= 3 => Err(bad(
-            named.path,
-            name,
-            format!(
-                "has {h} heads (shape {:?}) but weights has {heads}: the query and the head weights must have the same heads (one of the two is cut or padded)",
-                q.shape
-            ),
-        )),
+    let shape = &q.shape;
+    let why = "the query and the head weights must have the same heads (one of the two is cut or padded)";
+    match shape.get(1) {
+        Some(&h) if h != heads && shape.len() >= 3 => {
+            Err(bad(named.path, name, format!("has {h} heads (shape {shape:?}) but weights has {heads}: {why}")))
+        }
         _ => Ok(()),
     }
 }

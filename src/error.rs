@@ -16,8 +16,21 @@ pub struct ConfigError {
 }
 
 impl ConfigError {
+    /// The value is shortened ([`shorten`]): an error line stays one
+    /// readable line whatever was typed or piped in.
     pub fn new(field: impl Into<String>, value: impl ToString, allowed: impl Into<String>) -> Self {
-        Self { field: field.into(), value: value.to_string(), allowed: allowed.into() }
+        Self { field: field.into(), value: shorten(&value.to_string(), VALUE_CHARS), allowed: allowed.into() }
+    }
+}
+
+/// Most characters of an offending value an error message quotes.
+pub const VALUE_CHARS: usize = 60;
+
+/// `text` cut to its first `max` characters and "…" when longer.
+pub fn shorten(text: &str, max: usize) -> String {
+    match text.char_indices().nth(max) {
+        Some((end, _)) => format!("{}…", &text[..end]),
+        None => text.to_string(),
     }
 }
 
@@ -59,7 +72,9 @@ pub enum Error {
     Sim(#[from] SimError),
     #[error("{context}: {source}")]
     Io { context: String, source: std::io::Error },
-    #[error("output directory {0} is not empty; pass --force to overwrite it")]
+    /// An output directory that holds files already: the directory and
+    /// what to pass (`o is not empty; pass --force …`).
+    #[error("output directory {0}")]
     OutputNotEmpty(String),
     #[error("chart: {0}")]
     Chart(String),

@@ -49,10 +49,19 @@ fn main() -> ExitCode {
             ExitCode::from(Interrupt::exit_code())
         }
         Err(e) => {
-            eprintln!("error: {e}");
+            eprintln!("error: {}", one_line(&e));
             ExitCode::from(if e.is_usage() { 2 } else { 1 })
         }
     }
+}
+
+/// Most characters of an error line: a message that quotes more of the
+/// input than its own shortening allows is cut here, never flooding a log.
+const ERROR_LINE_CHARS: usize = 2000;
+
+/// An error as the one line stderr gets.
+fn one_line(e: &Error) -> String {
+    dsa_recall::error::shorten(&e.to_string().replace(['\n', '\r'], " "), ERROR_LINE_CHARS)
 }
 
 /// `check` exits 1 on a mismatch, which is a finding, not an error.
@@ -70,7 +79,7 @@ fn run_check(args: &cli::CheckArgs) -> ExitCode {
             ExitCode::from(code)
         }
         Err(e) => {
-            eprintln!("error: {e}");
+            eprintln!("error: {}", one_line(&e));
             ExitCode::from(if e.is_usage() { 2 } else { 1 })
         }
     }

@@ -448,3 +448,75 @@ fn engine_logits_beyond_the_bound_are_a_mismatch() {
     let r = check(&w.path, &CheckOptions::default());
     assert_eq!((r.exit_code, r.pairs_differing, r.logits.as_ref().unwrap().rows_beyond_bound), (1, 0, 1));
 }
+
+#[test]
+fn a_repeated_index_or_disagreeing_heads_or_bad_layout_toml_is_refused_naming_it() {
+    let c = capture("sglang-v32-fp8", 13, |_| {});
+    let dir = tempfile::tempdir().unwrap();
+    let save = |name: &str, edit: &dyn Fn(&mut Tensors<'_>, &mut String)| -> PathBuf {
+        let (mut tensors, mut meta) = c.tensors();
+        edit(&mut tensors, &mut meta);
+        let p = dir.path().join(name);
+        std::fs::write(&p, crate::common::capture_writer::serialize(&tensors, &meta).unwrap()).unwrap();
+        p
+    };
+    let find = |t: &mut Tensors<'_>, n: &str| t.iter().position(|(m, _)| m == n).unwrap();
+
+    // A row selected twice: bad input naming the tensor, not a mismatch.
+    let p = save("repeat.safetensors", &|t, _| {
+        let i = find(t, "topk_indices");
+        let data = t[i].1.data_mut();
+        let first: [u8; 4] = data[..4].try_into().unwrap();
+        assert_ne!(i32::from_le_bytes(first), -1, "the fixture's first index is a row");
+        data[4..8].copy_from_slice(&first);
+    });
+    let e = cli_error(&p, &[]);
+    assert!(e.contains("tensor topk_indices") && e.contains("topk_indices[0][1]") && e.contains("repeats topk_indices[0][0]"), "{e}");
+
+    // Weights of fewer heads than the query (8): both are named.
+    let p = save("heads.safetensors", &|t, _| {
+        let i = find(t, "weights");
+        let pairs = t[i].1.shape()[0];
+        t[i].1.data_mut().truncate(pairs * 5 * 4);
+        t[i].1.set_shape(vec![pairs, 5]);
+    });
+    let e = cli_error(&p, &[]);
+    assert!(e.contains("tensor q_codes") && e.contains("has 8 heads") && e.contains("weights has 5"), "{e}");
+
+    // A layout TOML in the metadata that does not parse: where, and which key.
+    let p = save("toml.safetensors", &|_, meta| {
+        let mut m: serde_json::Value = serde_json::from_str(meta).unwrap();
+        m["layout"] = serde_json::Value::String("name = \"mine\"\ndim = 128\nrows_per_block = [64".into());
+        *meta = m.to_string();
+    });
+    let e = cli_error(&p, &[]);
+    assert!(e.contains("metadata \"layout\"") && e.contains("line 3, column"), "{e}");
+    assert!(e.len() <= 300, "{} characters: {e}", e.len());
+}
+
+#[test]
+fn the_first_divergence_is_a_row_the_two_sets_disagree_on_printed_as_f32() {
+    // no-relu: the engine keeps rows the reference ranks low.
+    let mut c = capture("sglang-v32-fp8", 7, |_| {});
+    engine(&mut c, Misread::default(), false, TieOrder::Lowest);
+    let w = write(&c, false);
+    let r = check(&w.path, &CheckOptions::default());
+    let d = r.first_divergence.clone().expect("a divergence");
+    let logit = f64::from(d.reference_logit.expect("a reference logit"));
+    let selected = c.selected[d.pair * c.spec.topk..(d.pair + 1) * c.spec.topk].contains(&d.row);
+    match d.side {
+        // In the engine's set only: below the reference cut.
+        "engine-only" => assert!(selected && logit < d.cut, "{d:?}"),
+        // In the reference top-k only: above the cut.
+        "reference-only" => assert!(!selected && logit > d.cut, "{d:?}"),
+        other => panic!("side {other}: {d:?}"),
+    }
+    // The logit and the cut print alike: each the shortest f32 text.
+    let text = dsa_recall::tensors::check::render_text(&r);
+    let line = text.lines().find(|l| l.contains("first divergence")).unwrap();
+    let numbers: Vec<&str> = line.split([' ', ',']).filter(|w| w.contains('e') && w.parse::<f32>().is_ok()).collect();
+    assert_eq!(numbers.len(), 2, "{line}");
+    for n in numbers {
+        assert_eq!(format!("{:e}", n.parse::<f32>().unwrap()), n, "{line}");
+    }
+}

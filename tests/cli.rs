@@ -185,7 +185,9 @@ fn hypotheses_lists_every_group_one_per_line() {
     assert!(o.status.success(), "{}", stderr(&o));
     let out = stdout(&o);
     let lines: Vec<&str> = out.lines().collect();
-    assert_eq!(lines.len(), dsa_recall::score::hypothesis::CATALOGUE.len());
+    // A header line names the columns, then one line per hypothesis.
+    assert!(lines[0].starts_with("group") && lines[0].contains("name"), "{out}");
+    assert_eq!(lines.len(), 1 + dsa_recall::score::hypothesis::CATALOGUE.len());
     for (name, group, class) in [
         ("no-hadamard", "numerics", "partial"),
         ("hadamard-q-only", "numerics", "random-loss"),
@@ -481,9 +483,10 @@ fn bad_negative_numbers_name_their_flag() {
 #[test]
 fn bad_prefill_chunks_say_what_is_allowed() {
     for value in ["-1", "0.5", "x"] {
-        assert_bad_sweep(&["--prefill-chunk", value], &["--prefill-chunk", &format!("'{value}'"), "a whole number"]);
+        // The range the check states too (below).
+        assert_bad_sweep(&["--prefill-chunk", value], &["--prefill-chunk", &format!("'{value}'"), "an integer from 0 to 16777216"]);
     }
-    assert_bad_sweep(&["--prefill-chunk", "99999999"], &["--prefill-chunk", "99999999", "an integer from 0 to"]);
+    assert_bad_sweep(&["--prefill-chunk", "99999999"], &["--prefill-chunk", "99999999", "an integer from 0 to 16777216"]);
     assert_bad_sweep(
         &["--precisions", "fp8+chunk-local"],
         &["--precisions", "fp8+chunk-local", "needs a prefill chunk", "--prefill-chunk"],

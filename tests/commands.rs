@@ -26,6 +26,8 @@ mod habits;
 mod hostile;
 #[path = "hostile_messages.rs"]
 mod hostile_messages;
+#[path = "io_safety.rs"]
+mod io_safety;
 #[path = "quantize_cli.rs"]
 mod quantize_cli;
 #[path = "ties.rs"]

@@ -312,8 +312,11 @@ fn progress_is_plain_lines_when_stderr_is_not_a_terminal() {
     let progress: Vec<&str> = err.lines().filter(|l| l.starts_with("progress: ")).collect();
     assert_eq!(progress.len(), 21, "one line per trial and a last one: {err}");
     assert!(progress[4].starts_with("progress: 25 % (5/20 trials, 0/"), "{err}");
-    assert!(progress[14].contains("(15/20 trials, 4/8 cells) · "), "cells of the first depth are done: {err}");
-    assert!(progress[20].starts_with("progress: 100 % (20/20 trials, 8/8 cells) · ") && progress[20].contains(" elapsed · ETA "), "{err}");
+    assert!(progress[14].contains("(15/20 trials, 4/8 cells written) · "), "cells of the first depth are done: {err}");
+    assert!(
+        progress[20].starts_with("progress: 100 % (20/20 trials, 8/8 cells written) · ") && progress[20].contains(" elapsed · ETA "),
+        "{err}"
+    );
 
     // `run` shows its trials too (a long run no longer sits silent).
     let out = Command::new(cargo_bin("dsa-recall"))

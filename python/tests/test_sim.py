@@ -234,7 +234,7 @@ def test_catalogues_match_the_cli(cli):
     assert [p.name for p in d.presets()] == names
     assert "deepseek-v4-flash" in repr(d.presets()[0])
     assert d.presets()[0].scenario()["preset"] == "deepseek-v4-flash"
-    hyp = cli("hypotheses").stdout.splitlines()
+    hyp = cli("hypotheses").stdout.splitlines()[1:]  # after the header line
     assert [h.name for h in d.hypotheses()] == [line.split()[2] for line in hyp]
     h = d.hypotheses()[0]
     assert h.text == cli("hypotheses", "show", h.name).stdout

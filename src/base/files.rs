@@ -2,11 +2,19 @@
 //! [`write_file`] (or [`write_file_with`] for a writer that needs a path):
 //! a temporary file in the target's directory, synced, then renamed over
 //! the target, so a failure never leaves a half-written file. Only regular
-//! files and new paths are written: a symlink is written through (its
-//! regular-file target is replaced, the link stays), and a directory,
-//! device, FIFO or socket is refused with one line. Inputs that are small
-//! by nature are read with a size cap ([`read_capped`]), and a directory a
-//! run writes into is held by one process at a time ([`DirLock`]).
+//! files and new paths are written. A symlink at an output's path is
+//! refused, never written through nor replaced (what it points to may be
+//! anyone's, and replacing it would break it silently); so is a directory,
+//! device, FIFO or socket, each with one line. An output directory is
+//! checked whole before anything is written into it
+//! ([`check_output_dir_path`], [`check_owned_entries`]).
+//!
+//! Every input goes through [`open_input`]: only a regular file (or a link
+//! to one) is opened, so a device or FIFO is refused at once instead of
+//! read without end or waited on. Inputs that are small by nature are read
+//! with a size cap ([`read_capped`]), a stream (stdin) with
+//! [`read_stream_capped`], and a directory a run writes into is held by
+//! one process at a time ([`DirLock`]).
 
 use crate::error::Error;
 use std::fs;
@@ -29,8 +37,8 @@ pub const GRID_FILE_CAP: u64 = 4 << 30;
 /// The lock file [`DirLock`] keeps in a directory while it holds it.
 pub const LOCK_FILE: &str = ".dsa-recall.lock";
 
-/// Symlinks followed before a chain is called a loop (Linux's own limit).
-const MAX_LINKS: usize = 40;
+/// The most `quantize` (or any command reading numbers) takes from stdin.
+pub const STDIN_CAP: u64 = 64 << 20;
 
 /// "4 MiB", "64 MiB", "8 GiB": a cap as messages print it.
 pub fn size_label(bytes: u64) -> String {
@@ -43,14 +51,17 @@ pub fn size_label(bytes: u64) -> String {
     }
 }
 
-/// What a file type is, when it is not something an output may replace.
-fn not_writable(meta: &fs::Metadata) -> Option<&'static str> {
+/// What a file type is, when it is not a regular file (None: it is one).
+fn irregular(meta: &fs::Metadata) -> Option<&'static str> {
     let t = meta.file_type();
     if t.is_file() {
         return None;
     }
     if t.is_dir() {
         return Some("a directory");
+    }
+    if t.is_symlink() {
+        return Some("a symlink");
     }
     #[cfg(unix)]
     {
@@ -72,51 +83,86 @@ fn not_writable(meta: &fs::Metadata) -> Option<&'static str> {
 }
 
 fn refused(path: &Path, what: &str) -> Error {
-    Error::Input {
-        location: path.display().to_string(),
-        message: format!("is {what}: outputs are written only to regular files or new paths"),
-    }
+    let why = if what == "a symlink" {
+        "outputs are neither written through a link nor replace one: remove the link, or name the file itself"
+    } else {
+        "outputs are written only to regular files or new paths"
+    };
+    Error::Input { location: path.display().to_string(), message: format!("is {what}: {why}") }
 }
 
-/// The file an output for `path` replaces: `path` itself, or, when `path`
-/// is a symlink, the regular file (or missing path) at the end of its chain
-/// (so the link stays a link). A directory, device, FIFO or socket, at the
-/// path or at the end of its links, is refused.
+/// Refuses an output path that is not a regular file or a new path: a
+/// symlink (to anything), a directory, a device, a FIFO or a socket.
 pub fn output_target(path: &Path) -> Result<PathBuf, Error> {
-    match fs::metadata(path) {
-        Ok(meta) => {
-            if let Some(what) = not_writable(&meta) {
-                return Err(refused(path, what));
-            }
-            let link = fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink());
-            if link {
-                fs::canonicalize(path).map_err(|e| Error::io(format!("resolving the symlink {}", path.display()), e))
-            } else {
-                Ok(path.to_path_buf())
-            }
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => dangling_target(path),
+    match fs::symlink_metadata(path) {
+        Ok(meta) => match irregular(&meta) {
+            Some(what) => Err(refused(path, what)),
+            None => Ok(path.to_path_buf()),
+        },
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(path.to_path_buf()),
         Err(e) => Err(Error::io(format!("writing {}", path.display()), e)),
     }
 }
 
-/// The missing path a chain of symlinks ends at (`path` itself when it is
-/// no link): the output is created there.
-fn dangling_target(path: &Path) -> Result<PathBuf, Error> {
-    let mut at = path.to_path_buf();
-    for _ in 0..MAX_LINKS {
-        match fs::symlink_metadata(&at) {
-            Ok(m) if m.file_type().is_symlink() => {
-                let to = fs::read_link(&at).map_err(|e| Error::io(format!("resolving the symlink {}", at.display()), e))?;
-                at = match at.parent() {
-                    Some(dir) if to.is_relative() => dir.join(to),
-                    _ => to,
-                };
+/// Refuses an output directory path that is neither a directory (or a
+/// link to one) nor a path to create: `--out /dev/null`, a FIFO, a regular
+/// file or a dangling link, each with one line saying what is allowed.
+pub fn check_output_dir_path(dir: &Path) -> Result<(), Error> {
+    let allowed = "an output directory is a directory, or a path where one can be made";
+    let bad = |what: &str| Error::Input {
+        location: format!("output directory {} (--out)", dir.display()),
+        message: format!("is {what}: {allowed}"),
+    };
+    match fs::metadata(dir) {
+        Ok(meta) if meta.is_dir() => Ok(()),
+        Ok(meta) => Err(bad(irregular(&meta).unwrap_or("a regular file"))),
+        Err(e) if matches!(e.kind(), std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory) => {
+            if fs::symlink_metadata(dir).is_ok() {
+                return Err(bad("a dangling symlink"));
             }
-            _ => return Ok(at),
+            // The nearest existing ancestor must be a directory to make it in.
+            match dir.ancestors().skip(1).find(|a| !a.as_os_str().is_empty() && fs::symlink_metadata(a).is_ok()) {
+                Some(a) if !a.is_dir() => Err(Error::Input {
+                    location: format!("output directory {} (--out)", dir.display()),
+                    message: format!("cannot be made: {} is not a directory", a.display()),
+                }),
+                _ => Ok(()),
+            }
+        }
+        Err(e) => Err(Error::io(format!("output directory {}", dir.display()), e)),
+    }
+}
+
+/// Refuses, before anything is written, an entry of `dir` that a run would
+/// write over (`owned` says which names it writes) but may not: a symlink,
+/// a device, a FIFO, a socket, or a directory where a file goes. Owned
+/// directories (`owned_dir`: a knob sweep's value directories) are checked
+/// the same way, one level down.
+pub fn check_owned_entries(dir: &Path, owned: &dyn Fn(&str) -> bool, owned_dir: &dyn Fn(&str) -> bool) -> Result<(), Error> {
+    let entries = match fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(Error::io(format!("reading output directory {}", dir.display()), e)),
+    };
+    for entry in entries {
+        let entry = entry.map_err(|e| Error::io(format!("reading output directory {}", dir.display()), e))?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let path = entry.path();
+        let meta = fs::symlink_metadata(&path).map_err(|e| Error::io(format!("reading {}", path.display()), e))?;
+        if owned_dir(&name) && !meta.file_type().is_symlink() {
+            if meta.is_dir() {
+                check_owned_entries(&path, owned, &|_| false)?;
+                continue;
+            }
+            return Err(refused(&path, irregular(&meta).unwrap_or("a regular file where a directory goes")));
+        }
+        if owned(&name) || owned_dir(&name) || name == LOCK_FILE {
+            if let Some(what) = irregular(&meta) {
+                return Err(refused(&path, what));
+            }
         }
     }
-    Err(Error::Input { location: path.display().to_string(), message: format!("more than {MAX_LINKS} symlinks deep (a loop?)") })
+    Ok(())
 }
 
 /// `.NAME.PID.tmp` beside `target`: per process, so two writers never share one.
@@ -170,16 +216,58 @@ pub fn write_file_with(path: &Path, fill: impl FnOnce(&mut fs::File, &Path) -> R
     result
 }
 
-/// Reads at most `cap` bytes of `path`; a longer file (or an endless one,
-/// such as `/dev/zero`) is an error of kind `FileTooLarge`, found after
-/// reading `cap + 1` bytes, never more.
+/// Opens an input file for reading: only a regular file (or a symlink to
+/// one). A device, FIFO, socket or directory is refused at once, with an
+/// error of kind `InvalidInput` saying what it is: `/dev/zero` would be
+/// read without end, and a FIFO would wait for a writer that may never come.
+pub fn open_input(path: &Path) -> std::io::Result<fs::File> {
+    let not_regular = |what: &str| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("is {what}, not a regular file (inputs are read only from regular files)"),
+        )
+    };
+    // Checked before opening: opening a FIFO blocks until a writer comes.
+    if let Some(what) = irregular(&fs::metadata(path)?) {
+        return Err(not_regular(what));
+    }
+    let file = fs::File::open(path)?;
+    // Checked again on what was opened (the path may have changed since).
+    match irregular(&file.metadata()?) {
+        Some(what) => Err(not_regular(what)),
+        None => Ok(file),
+    }
+}
+
+fn too_large(cap: u64) -> std::io::Error {
+    std::io::Error::new(
+        std::io::ErrorKind::FileTooLarge,
+        format!("larger than {}, the most this tool reads from such a file", size_label(cap)),
+    )
+}
+
+/// Reads at most `cap` bytes of the regular file `path` ([`open_input`]); a
+/// longer file is an error of kind `FileTooLarge`, found from its size
+/// before reading, or (for a file that grows) after reading `cap + 1`
+/// bytes, never more.
 pub fn read_capped(path: &Path, cap: u64) -> std::io::Result<Vec<u8>> {
+    let file = open_input(path)?;
+    if file.metadata()?.len() > cap {
+        return Err(too_large(cap));
+    }
+    read_stream_capped(&mut &file, cap).map_err(|e| if e.kind() == std::io::ErrorKind::FileTooLarge { too_large(cap) } else { e })
+}
+
+/// Reads a stream (stdin, a pipe) to its end, but at most `cap` bytes: a
+/// longer one is an error of kind `FileTooLarge` after reading `cap + 1`
+/// bytes, so an endless stream (`< /dev/zero`, `yes |`) ends at once.
+pub fn read_stream_capped(input: &mut dyn Read, cap: u64) -> std::io::Result<Vec<u8>> {
     let mut bytes = Vec::new();
-    fs::File::open(path)?.take(cap.saturating_add(1)).read_to_end(&mut bytes)?;
+    (&mut *input).take(cap.saturating_add(1)).read_to_end(&mut bytes)?;
     if bytes.len() as u64 > cap {
         return Err(std::io::Error::new(
             std::io::ErrorKind::FileTooLarge,
-            format!("larger than {}, the most this tool reads from such a file", size_label(cap)),
+            format!("longer than {}, the most this tool reads from a stream", size_label(cap)),
         ));
     }
     Ok(bytes)
@@ -206,7 +294,9 @@ pub struct DirLock {
 
 impl DirLock {
     /// Creates `dir` (and its parents) when missing, then takes its lock.
+    /// A path that is no directory is refused first ([`check_output_dir_path`]).
     pub fn create(dir: &Path) -> Result<DirLock, Error> {
+        check_output_dir_path(dir)?;
         let created = !dir.exists();
         fs::create_dir_all(dir).map_err(|e| Error::io(format!("creating output directory {}", dir.display()), e))?;
         let mut lock = DirLock::acquire(dir)?;
@@ -218,6 +308,11 @@ impl DirLock {
     pub fn acquire(dir: &Path) -> Result<DirLock, Error> {
         let path = dir.join(LOCK_FILE);
         let io = |e| Error::io(format!("locking {}", path.display()), e);
+        // Opening follows links: a planted one would have the pid written
+        // through it, outside the directory.
+        if let Some(what) = fs::symlink_metadata(&path).ok().and_then(|m| irregular(&m)) {
+            return Err(refused(&path, what));
+        }
         // A holder that removes the file and exits between our open and our
         // lock leaves us holding a lock on a removed file: open again.
         for _ in 0..8 {
@@ -319,32 +414,100 @@ mod tests {
 
     #[cfg(unix)]
     #[test]
-    fn a_symlink_is_written_through_and_stays_a_link() {
+    fn a_symlink_is_refused_never_written_through_nor_replaced() {
         let d = tmpdir();
         let real = d.path().join("real.bin");
         let link = d.path().join("link.bin");
         fs::write(&real, b"old").unwrap();
         std::os::unix::fs::symlink("real.bin", &link).unwrap();
-        write_file(&link, b"new").unwrap();
+        let e = write_file(&link, b"new").unwrap_err();
+        assert!(e.is_usage() && e.to_string().contains("link.bin: is a symlink: outputs are neither written through"), "{e}");
         assert!(fs::symlink_metadata(&link).unwrap().file_type().is_symlink());
-        assert_eq!(fs::read(&real).unwrap(), b"new");
-        // A dangling link (two deep) creates the file at its end.
-        let end = d.path().join("sub");
-        fs::create_dir(&end).unwrap();
-        std::os::unix::fs::symlink(end.join("new.bin"), d.path().join("hop")).unwrap();
-        std::os::unix::fs::symlink("hop", d.path().join("dangling")).unwrap();
-        write_file(&d.path().join("dangling"), b"x").unwrap();
-        assert_eq!(fs::read(end.join("new.bin")).unwrap(), b"x");
-        assert!(fs::symlink_metadata(d.path().join("dangling")).unwrap().file_type().is_symlink());
+        assert_eq!(fs::read(&real).unwrap(), b"old");
+        // A dangling link, and a loop, the same.
+        std::os::unix::fs::symlink(d.path().join("nowhere.bin"), d.path().join("dangling")).unwrap();
+        assert!(write_file(&d.path().join("dangling"), b"x").unwrap_err().to_string().contains("is a symlink"));
+        assert!(!d.path().join("nowhere.bin").exists());
+        std::os::unix::fs::symlink("b", d.path().join("a")).unwrap();
+        std::os::unix::fs::symlink("a", d.path().join("b")).unwrap();
+        assert!(write_file(&d.path().join("a"), b"x").is_err());
+        assert_eq!(fs::read_dir(d.path()).unwrap().count(), 5, "no temporary left");
     }
 
     #[cfg(unix)]
     #[test]
-    fn a_symlink_loop_is_refused() {
+    fn inputs_are_regular_files_only_refused_at_once() {
         let d = tmpdir();
-        std::os::unix::fs::symlink("b", d.path().join("a")).unwrap();
-        std::os::unix::fs::symlink("a", d.path().join("b")).unwrap();
-        assert!(write_file(&d.path().join("a"), b"x").is_err());
+        let fifo = d.path().join("pipe");
+        assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+        // Opening a FIFO would wait for a writer: refused before opening.
+        let e = read_capped(&fifo, 10).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput);
+        assert!(e.to_string().contains("is a FIFO (named pipe), not a regular file"), "{e}");
+        let e = read_capped(Path::new("/dev/zero"), 1 << 30).unwrap_err();
+        assert!(e.to_string().starts_with("is a character device"), "{e}");
+        assert!(read_capped(d.path(), 10).unwrap_err().to_string().starts_with("is a directory"));
+        // A link to a regular file is read.
+        fs::write(d.path().join("real"), b"abc").unwrap();
+        std::os::unix::fs::symlink("real", d.path().join("link")).unwrap();
+        assert_eq!(read_capped(&d.path().join("link"), 10).unwrap(), b"abc");
+    }
+
+    #[test]
+    fn streams_are_capped() {
+        let mut endless = std::io::repeat(0);
+        let e = read_stream_capped(&mut endless, 1 << 20).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::FileTooLarge);
+        assert!(e.to_string().contains("longer than 1 MiB"), "{e}");
+        assert_eq!(read_stream_capped(&mut &b"1.5\n"[..], 4).unwrap(), b"1.5\n");
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn an_output_directory_path_must_be_a_directory_or_new() {
+        let d = tmpdir();
+        assert!(check_output_dir_path(d.path()).is_ok());
+        assert!(check_output_dir_path(&d.path().join("new/deeper")).is_ok());
+        fs::write(d.path().join("file"), b"x").unwrap();
+        std::os::unix::fs::symlink(d.path().join("gone"), d.path().join("dangling")).unwrap();
+        std::os::unix::fs::symlink(".", d.path().join("here")).unwrap();
+        assert!(check_output_dir_path(&d.path().join("here")).is_ok(), "a link to a directory is one");
+        for (path, what) in [
+            (Path::new("/dev/null").to_path_buf(), "is a character device"),
+            (d.path().join("file"), "is a regular file"),
+            (d.path().join("dangling"), "is a dangling symlink"),
+            (d.path().join("file/sub"), "is not a directory"),
+        ] {
+            let e = check_output_dir_path(&path).unwrap_err();
+            let text = e.to_string();
+            assert!(e.is_usage() && text.starts_with("output directory ") && text.contains(what), "{text}");
+        }
+        let e = DirLock::create(Path::new("/dev/null")).unwrap_err().to_string();
+        assert!(e.contains("an output directory is a directory"), "{e}");
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn owned_entries_that_are_links_or_special_files_are_refused() {
+        let d = tmpdir();
+        let owned = |n: &str| n.ends_with(".csv");
+        let value_dir = |n: &str| n.contains('=');
+        fs::write(d.path().join("a.csv"), b"x").unwrap();
+        std::os::unix::fs::symlink("/dev/null", d.path().join("mine.txt")).unwrap();
+        assert!(check_owned_entries(d.path(), &owned, &value_dir).is_ok(), "a link the run does not write is left alone");
+        std::os::unix::fs::symlink("/dev/null", d.path().join("b.csv")).unwrap();
+        let e = check_owned_entries(d.path(), &owned, &value_dir).unwrap_err().to_string();
+        assert!(e.contains("b.csv: is a symlink"), "{e}");
+        fs::remove_file(d.path().join("b.csv")).unwrap();
+        fs::create_dir_all(d.path().join("k=1/c.csv")).unwrap();
+        let e = check_owned_entries(d.path(), &owned, &value_dir).unwrap_err().to_string();
+        assert!(e.contains("c.csv: is a directory"), "{e}");
+        fs::remove_dir(d.path().join("k=1/c.csv")).unwrap();
+        std::os::unix::fs::symlink("/tmp", d.path().join("k=2")).unwrap();
+        assert!(check_owned_entries(d.path(), &owned, &value_dir).unwrap_err().to_string().contains("k=2: is a symlink"));
+        fs::remove_file(d.path().join("k=2")).unwrap();
+        std::os::unix::fs::symlink("/tmp/x", d.path().join(LOCK_FILE)).unwrap();
+        assert!(DirLock::acquire(d.path()).unwrap_err().to_string().contains("is a symlink"));
     }
 
     #[test]
@@ -368,10 +531,10 @@ mod tests {
         let e = write_file(&fifo, b"x").unwrap_err().to_string();
         assert!(e.contains("is a FIFO"), "{e}");
         assert!(fs::metadata(&fifo).unwrap().file_type().is_fifo());
-        // Through a symlink too.
+        // A symlink to one is refused as a link.
         let link = d.path().join("to-null");
         std::os::unix::fs::symlink("/dev/null", &link).unwrap();
-        assert!(write_file(&link, b"x").unwrap_err().to_string().contains("is a character device"));
+        assert!(write_file(&link, b"x").unwrap_err().to_string().contains("is a symlink"));
     }
 
     #[test]
@@ -409,7 +572,7 @@ mod tests {
         assert_eq!(e.kind(), std::io::ErrorKind::FileTooLarge);
         assert!(e.to_string().contains("larger than 4 bytes"), "{e}");
         #[cfg(unix)]
-        assert_eq!(read_capped(Path::new("/dev/zero"), 1 << 20).unwrap_err().kind(), std::io::ErrorKind::FileTooLarge);
+        assert_eq!(read_capped(Path::new("/dev/zero"), 1 << 20).unwrap_err().kind(), std::io::ErrorKind::InvalidInput);
         fs::write(&p, [0xff, 0xfe]).unwrap();
         assert_eq!(read_text_capped(&p, 10).unwrap_err().kind(), std::io::ErrorKind::InvalidData);
         assert_eq!(size_label(SCENARIO_FILE_CAP), "4 MiB");

@@ -13,6 +13,9 @@ pub struct Standing {
     pub trials_total: u64,
     pub cells_done: usize,
     pub cells_total: usize,
+    /// Key rows the rest of the run scores (trials × candidate rows ×
+    /// precisions, saturating): its cost, for a warning before a long run.
+    pub rows_to_score: u64,
 }
 
 /// What a run reports as it goes, and asks before each chunk of trials.

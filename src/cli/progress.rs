@@ -37,6 +37,28 @@ fn plain_every() -> Result<Duration, ConfigError> {
     }
 }
 
+/// What a sweep's progress counts, said once (in a log, with the first
+/// progress line): the trials are not any one cell's.
+const TRIALS_LEGEND: &str = "progress counts trials: each draws one haystack at one needle depth and scores it for every context, \
+     k and precision of that depth; a depth's cells are written when its trials are done";
+
+/// Estimated run time past which a sweep is announced with a warning.
+const LONG_RUN: Duration = Duration::from_secs(3600);
+
+/// The warning before a sweep estimated to take longer than [`LONG_RUN`]
+/// on `threads` threads (None: shorter).
+fn long_run_warning(rows: u64, threads: usize) -> Option<String> {
+    let seconds = rows as f64 / (dsa_recall::run::plan::ROWS_PER_SECOND_PER_THREAD * threads.max(1) as f64);
+    (seconds >= LONG_RUN.as_secs_f64()).then(|| {
+        format!(
+            "warning: this sweep scores about {rows:.1e} key rows, roughly {} on {threads} thread(s); fewer --trials \
+             (intervals narrow only as 1/√trials), shorter --contexts, or fewer --precisions or --depths make it shorter, \
+             --shard I/N splits it over machines, and Ctrl-C stops it for --resume",
+            duration_label(Duration::from_secs_f64(seconds.min(1e12)))
+        )
+    })
+}
+
 /// `12 s`, `3 min 05 s`, `2 h 07 min`.
 fn duration_label(d: Duration) -> String {
     let s = d.as_secs();
@@ -128,6 +150,14 @@ impl Progress {
                 *started = Instant::now();
             }
         }
+        if self.cells {
+            if let Some(warning) = long_run_warning(s.rows_to_score, rayon::current_num_threads()) {
+                eprintln!("{warning}");
+            }
+            if self.bar.is_some() {
+                eprintln!("{TRIALS_LEGEND}");
+            }
+        }
         if self.announce_resume {
             eprintln!(
                 "resuming: {} of {} trials done ({} of {} cells complete)",
@@ -153,7 +183,7 @@ impl Progress {
         if self.parts {
             format!("{lead}simulation {}", self.part.load(Ordering::Relaxed))
         } else if self.cells {
-            format!("{lead}{}/{} cells", self.cells_done.load(Ordering::Relaxed), self.cells_total.load(Ordering::Relaxed))
+            format!("{lead}{}/{} cells written", self.cells_done.load(Ordering::Relaxed), self.cells_total.load(Ordering::Relaxed))
         } else {
             String::new()
         }
@@ -183,11 +213,13 @@ impl Progress {
             return;
         }
         *last = now;
-        self.printed.store(true, Ordering::Relaxed);
+        if !self.printed.swap(true, Ordering::Relaxed) && self.cells {
+            eprintln!("{TRIALS_LEGEND}");
+        }
         eprintln!("{}", self.line(done, now));
     }
 
-    /// `progress: 40 % (1200/3000 trials, 3/12 cells) · 12 s elapsed · ETA 18 s`;
+    /// `progress: 40 % (1200/3000 trials, 3/12 cells written) · 12 s elapsed · ETA 18 s`;
     /// in parts, `progress: simulation 3: 40 % (1200/3000 trials) · 1 min 02 s elapsed · ETA of this simulation 18 s`.
     fn line(&self, done: u64, now: Instant) -> String {
         let total = self.trials_total.load(Ordering::Relaxed);
@@ -332,11 +364,11 @@ mod tests {
     #[test]
     fn plain_lines_say_percent_counts_and_times() {
         let p = Progress::new(true, false).unwrap();
-        p.begin(&Standing { trials_done: 200, trials_total: 1000, cells_done: 2, cells_total: 10 });
+        p.begin(&Standing { trials_done: 200, trials_total: 1000, cells_done: 2, cells_total: 10, rows_to_score: 0 });
         let start = p.started;
         assert_eq!(
             p.line(600, start + Duration::from_secs(8)),
-            "progress: 60 % (600/1000 trials, 2/10 cells) · 8 s elapsed · ETA 8 s",
+            "progress: 60 % (600/1000 trials, 2/10 cells written) · 8 s elapsed · ETA 8 s",
             "400 trials in 8 s (the 200 resumed ones do not count in the rate) leave 400 for 8 s"
         );
         assert_eq!(duration_label(Duration::from_secs(125)), "2 min 05 s");
@@ -348,5 +380,14 @@ mod tests {
         assert!(line.starts_with("progress: simulation 2: 25 % (100/400 trials) · "), "{line}");
         assert!(line.ends_with("ETA of this simulation 15 s"), "100 trials in this simulation's 5 s leave 300 for 15 s: {line}");
         assert_eq!(duration_label(Duration::from_secs(7260)), "2 h 01 min");
+    }
+
+    #[test]
+    fn a_long_sweep_is_announced_with_what_shortens_it() {
+        let hour = dsa_recall::run::plan::ROWS_PER_SECOND_PER_THREAD * 3600.0;
+        assert!(long_run_warning((0.9 * hour) as u64, 1).is_none());
+        assert!(long_run_warning((1.5 * hour) as u64, 2).is_none(), "two threads halve it");
+        let w = long_run_warning((4.0 * hour) as u64, 2).unwrap();
+        assert!(w.contains("roughly 2 h 00 min on 2 thread(s)") && w.contains("--trials") && w.contains("--shard"), "{w}");
     }
 }

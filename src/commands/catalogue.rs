@@ -29,6 +29,9 @@ pub fn hypotheses(long: bool) -> String {
     let mut text = String::new();
     // the name column as wide as the longest name, so summaries line up
     let width = hypothesis::CATALOGUE.iter().map(|h| h.name.chars().count()).max().unwrap_or(0);
+    if !long {
+        text.push_str(&format!("{:<13} {:<12} {:<width$} {}\n", "group", "class", "name", "what it simulates"));
+    }
     for h in hypothesis::CATALOGUE {
         if long {
             text.push_str(&format!("{}\n", hypothesis::long_text(h)));

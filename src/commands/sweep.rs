@@ -95,6 +95,7 @@ pub fn sweep(request: &SweepRequest, observer: &dyn Observer) -> Result<Swept, E
         return Ok(Swept::Grid { out: None, scenario: Box::new(s), outcome });
     };
     let opts = StoreOptions { force: request.force, resume: request.resume, shard, chunk_trials: request.chunk_trials };
+    check_out(dir, request)?;
     // Held until the charts and the final manifest are written.
     let _lock = DirLock::create(dir)?;
     let outcome = pool.install(|| store::sweep_into(dir, &s, opts, observer))?;
@@ -136,6 +137,7 @@ fn sweep_vary(request: &SweepRequest, axis: &VaryAxis, observer: &dyn Observer) 
         crate::error::ConfigError::new("vary", axis.field.clone(), "an output directory: each value's sweep is written to its own")
     })?;
     let opts = StoreOptions { force: request.force, resume: request.resume, shard, chunk_trials: request.chunk_trials };
+    check_out(dir, request)?;
     // One lock on the top directory covers every value's subdirectory.
     let _lock = DirLock::create(dir)?;
     let finish_value = |dir: &Path, s: &Scenario, o: &SweepOutcome| report::vary::complete_value(dir, s, o, &plot);
@@ -146,6 +148,17 @@ fn sweep_vary(request: &SweepRequest, axis: &VaryAxis, observer: &dyn Observer) 
     let files = report::vary::write_vary(dir, &outcome, &plot)?;
     vary::finish(dir, &outcome, &files)?;
     Ok(Swept::Vary { out: dir.to_path_buf(), outcome })
+}
+
+/// The output directory checked whole before it is created, locked or
+/// written (the store checks it again under the lock): a refused run
+/// leaves it as it was.
+fn check_out(dir: &Path, request: &SweepRequest) -> Result<(), Error> {
+    if request.resume {
+        output::check_output_entries(dir)
+    } else {
+        output::check_output_dir(dir, request.force)
+    }
 }
 
 /// Derived files and the final manifest of a whole grid (a finished sweep,
@@ -185,6 +198,7 @@ pub fn merge(request: &MergeRequest) -> Result<Merged, Error> {
     let merged = store::merge_shards(&request.shards)?;
     let s: Scenario = store::scenario_from_manifest(&merged.manifest)?;
     let (lines, cells) = store::order_cells(&s, merged.lines, merged.cells)?;
+    output::check_output_dir(&request.out, request.force)?;
     let _lock = DirLock::create(&request.out)?;
     output::prepare_output_dir(&request.out, request.force)?;
     store::write_result_lines(&request.out.join(RESULTS_FILE), &lines)?;
@@ -216,6 +230,9 @@ pub fn plot(dir: &Path, charts: &ChartRequest) -> Result<Vec<String>, Error> {
     let opts = charts.options()?;
     // A missing directory is plot_dir's error to report.
     let _lock = if dir.is_dir() { Some(DirLock::acquire(dir)?) } else { None };
+    if dir.is_dir() {
+        output::check_chart_entries(dir)?;
+    }
     match vary::VaryManifest::read(dir)? {
         Some(m) if dir.is_dir() => report::vary::plot_vary(dir, &m, &opts),
         _ => report::plot_dir(dir, &opts),

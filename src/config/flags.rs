@@ -140,11 +140,14 @@ numeric_flag_value!(f64);
 
 /// Whole-number flags say what is allowed (`-1`, `0.5` and `x` are not a
 /// count): clap's own message, "invalid digit found in string", does not.
+/// A knob with a fixed range says that range, as its check does
+/// (`--trials -1` and `--trials 0` alike: "an integer from 1 to 10000000").
 macro_rules! whole_flag_value {
     ($($t:ty),*) => {$(
         impl FlagValue for $t {
             fn configure(arg: Arg) -> Arg {
-                let parse = |text: &str| text.trim().parse::<$t>().map_err(|_| format!("a whole number from 0 to {}, without sign or fraction", <$t>::MAX));
+                let (lo, hi) = super::limits::whole_range(arg.get_id().as_str()).unwrap_or((0, <$t>::MAX as u64));
+                let parse = move |text: &str| text.trim().parse::<$t>().map_err(|_| format!("an integer from {lo} to {hi}, without sign or fraction"));
                 arg.value_parser(parse).allow_negative_numbers(true)
             }
             fn read(m: &ArgMatches, id: &str) -> Option<Self> {

@@ -3,6 +3,7 @@
 //! by [`check`] into a [`Scenario`] before any work starts.
 
 pub mod flags;
+pub mod limits;
 pub mod lists;
 pub mod origin;
 pub mod params;

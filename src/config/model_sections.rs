@@ -4,7 +4,7 @@
 
 use super::params::{self, field_name};
 use super::profile;
-use super::values::{bounded, finite_at_least, int_in, number_in, require, MAX_CONTEXT};
+use super::values::{bounded, finite_at_least, int_in, number_in, require, whole_in, MAX_CONTEXT};
 use crate::error::ConfigError;
 use crate::model::haystack::{HaystackStructure, IndexerShape, NeedleGeometry};
 use crate::model::needle::{NeedleUnit, QuantileNeedle};
@@ -31,12 +31,12 @@ pub(super) fn check_indexer(p: &params::IndexerParams) -> Result<Indexer, Config
 /// `[geometry]`: (compress ratio, overlap, window); `[selection]` adds
 /// whether window rows compete.
 pub(super) fn check_geometry(p: &params::GeometryParams) -> Result<(u64, bool, u64), ConfigError> {
-    let ratio = int_in(require(p.compress_ratio, "geometry.compress_ratio")?, 1, 1 << 16, "geometry.compress_ratio")?;
+    let ratio = whole_in(require(p.compress_ratio, "geometry.compress_ratio")?, "geometry.compress_ratio")?;
     let overlap = require(p.overlap, "geometry.overlap")?;
     if overlap && ratio < 2 {
         return Err(ConfigError::new(field_name("geometry.overlap"), true, "overlapping windows need geometry.compress_ratio ≥ 2"));
     }
-    let window = int_in(require(p.window, "geometry.window")?, 0, MAX_CONTEXT, "geometry.window")?;
+    let window = whole_in(require(p.window, "geometry.window")?, "geometry.window")?;
     Ok((ratio, overlap, window))
 }
 
@@ -92,7 +92,7 @@ pub(super) fn check_needle(p: &params::NeedleParams, shape: IndexerShape) -> Res
         }
         _ => return Err(ConfigError::new(field_name("needle.unit"), format!("{unit_name:?}"), "one of quantile, strength")),
     };
-    let tokens = int_in(require(p.tokens, "needle.tokens")?, 1, 1 << 20, "needle.tokens")?;
+    let tokens = whole_in(require(p.tokens, "needle.tokens")?, "needle.tokens")?;
     let heads = int_in(require(p.heads, "needle.heads")? as u64, 0, shape.heads as u64, "needle.heads")? as usize;
     if heads == 0 && !unit.is_strength() {
         return Err(ConfigError::new(
@@ -128,8 +128,7 @@ pub(super) fn check_needle(p: &params::NeedleParams, shape: IndexerShape) -> Res
         ));
     }
     let rope_share = number_in(require(p.rope_share, "needle.rope_share")?, 0.0, 1.0, "needle.rope_share")?;
-    let rope_min_wavelength =
-        int_in(require(p.rope_min_wavelength, "needle.rope_min_wavelength")?, 1, 1 << 48, "needle.rope_min_wavelength")?;
+    let rope_min_wavelength = whole_in(require(p.rope_min_wavelength, "needle.rope_min_wavelength")?, "needle.rope_min_wavelength")?;
     let head_coherence = number_in(require(p.head_coherence, "needle.head_coherence")?, 0.0, 0.95, "needle.head_coherence")?;
     let profile = profile.map(|named| named.name.to_string());
     Ok(Needle { unit, profile, strength, tokens, heads, geometry, rope_share, rope_min_wavelength, head_coherence })
@@ -238,7 +237,7 @@ pub(super) fn check_physics(p: &params::PhysicsParams, head_dim: usize, ratio: u
     physics.gate_noise_std = bounded(p.gate_noise_std, 0.0, 20.0, "physics.gate_noise_std")?;
     physics.needle_gate_boost = bounded(p.needle_gate_boost, -50.0, 50.0, "physics.needle_gate_boost")?;
     physics.correlation_length = bounded(p.correlation_length, 0.0, 1e6, "physics.correlation_length")?;
-    physics.distractors = int_in(p.distractors.unwrap_or(0), 0, 1000, "physics.distractors")?;
+    physics.distractors = whole_in(p.distractors.unwrap_or(0), "physics.distractors")?;
     physics.distractor_similarity = bounded(p.distractor_similarity, 0.0, 1.0, "physics.distractor_similarity")?;
     if let Some(text) = &p.key_norm {
         physics.key_norm = KeyNorm::parse(text)

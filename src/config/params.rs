@@ -641,18 +641,22 @@ impl ScenarioParams {
 
 /// Parses a scenario file's text. Errors are one line: `line L, column C: message`.
 pub fn parse_scenario_toml(text: &str) -> Result<ScenarioParams, String> {
-    toml::from_str(text).map_err(|e| {
-        let message = e.message().trim().replace('\n', " ");
-        match e.span() {
-            Some(span) => {
-                let before = &text[..span.start.min(text.len())];
-                let line = before.matches('\n').count() + 1;
-                let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
-                format!("line {line}, column {column}: {message}")
-            }
-            None => message,
+    toml::from_str(text).map_err(|e| toml_error_at(text, &e))
+}
+
+/// A TOML error of `text` as one line: `line L, column C: message` (the
+/// message names the key when the error is about one).
+pub fn toml_error_at(text: &str, e: &toml::de::Error) -> String {
+    let message = e.message().trim().replace('\n', " ");
+    match e.span() {
+        Some(span) => {
+            let before = &text[..span.start.min(text.len())];
+            let line = before.matches('\n').count() + 1;
+            let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+            format!("line {line}, column {column}: {message}")
         }
-    })
+        None => message,
+    }
 }
 
 impl FlagValue for ListSpec {

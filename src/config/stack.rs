@@ -2,7 +2,7 @@
 //! correlations, quorum, lost-layer harm and candidate stage.
 
 use super::params::{self, field_name};
-use super::values::{int_in, number_in, require};
+use super::values::{int_in, number_in, require, whole_in};
 use crate::error::ConfigError;
 use crate::model::plan::LayerPlan;
 use crate::model::stack::{CandidateStage, FaultSpreadChoice, HcaReading, LayerKind, LostLayerHarm, WholeModel};
@@ -31,12 +31,12 @@ pub(super) fn check_stack(p: &params::StackParams) -> Result<Option<WholeModel>,
             ConfigError::new(field_name(field), format!("{text:?}"), format!("{e}; e.g. \"w*2, (i4, h128)*20, i4\" or none"))
         })?
     } else {
-        let ratio = int_in(require(p.indexer_ratio, "stack.indexer_ratio")?, 1, 1 << 16, "stack.indexer_ratio")?;
+        let ratio = whole_in(require(p.indexer_ratio, "stack.indexer_ratio")?, "stack.indexer_ratio")?;
         LayerPlan::from_compress_ratios(&text, ratio)
             .map_err(|e| ConfigError::new(field_name(field), format!("{text:?}"), format!("{e}; e.g. \"0*2, (4, 128)*20, 4\" or none")))?
     };
     let correlation = |v: Option<f64>, path: &str| number_in(require(v, path)?, 0.0, 0.9999, path);
-    let tokens = |v: Option<u64>, path: &str| int_in(require(v, path)?, 0, 1 << 16, path);
+    let tokens = |v: Option<u64>, path: &str| whole_in(require(v, path)?, path);
     let hca_text = require(p.hca.as_deref(), "stack.hca")?;
     let spread_text = require(p.fault_layers.as_deref(), "stack.fault_layers")?;
     let whole = WholeModel {
@@ -131,7 +131,7 @@ pub(super) fn check_candidates(p: &params::StackParams, whole: &WholeModel) -> R
             format!("an indexer layer of the stack: {}", whole.layer_list(LayerKind::Indexed)),
         ));
     }
-    let blocks = int_in(require(p.candidate_blocks, "stack.candidate_blocks")?, 1, 1 << 24, "stack.candidate_blocks")?;
-    let block_rows = int_in(require(p.candidate_block_rows, "stack.candidate_block_rows")?, 1, 4096, "stack.candidate_block_rows")?;
+    let blocks = whole_in(require(p.candidate_blocks, "stack.candidate_blocks")?, "stack.candidate_blocks")?;
+    let block_rows = whole_in(require(p.candidate_block_rows, "stack.candidate_block_rows")?, "stack.candidate_block_rows")?;
     Ok(Some(CandidateStage { source_layer, blocks, block_rows }))
 }

@@ -3,7 +3,7 @@
 
 use super::lists;
 use super::params::{self, field_name};
-use super::values::{int_in, require, MAX_CONTEXT, MAX_TRIALS};
+use super::values::{require, whole_in, MAX_CONTEXT};
 use crate::error::ConfigError;
 use crate::estimate::refusal;
 use crate::estimate::settings::{EstimatorMode, EstimatorSettings};
@@ -31,7 +31,9 @@ pub(super) fn check_grid(
 ) -> Result<Grid, ConfigError> {
     let ratio = geometry.ratio;
     let contexts_spec = require(p.contexts.as_ref(), "sweep.contexts")?;
-    let mut contexts = lists::parse_sizes(&field_name("sweep.contexts"), &contexts_spec.to_text())?;
+    // A list that does not parse (`1G`) learns the longest context too.
+    let mut contexts = lists::parse_sizes(&field_name("sweep.contexts"), &contexts_spec.to_text())
+        .map_err(|e| ConfigError { allowed: format!("{}; contexts run up to {MAX_CONTEXT} (16M) tokens", e.allowed), ..e })?;
     if let Some(spec) = &p.length_mods {
         let mods = stride_positions(&spec.to_text(), ratio, "sweep.length_mods")?;
         if let Some(mods) = mods {
@@ -128,7 +130,7 @@ pub(super) fn check_variant_topks(
 
 /// `[sweep]`'s Monte Carlo: (trials per cell, seed, recall threshold).
 pub(super) fn check_monte_carlo(p: &params::SweepParams) -> Result<(u64, u64, f64), ConfigError> {
-    let trials = int_in(require(p.trials, "sweep.trials")?, 1, MAX_TRIALS, "sweep.trials")?;
+    let trials = whole_in(require(p.trials, "sweep.trials")?, "sweep.trials")?;
     let seed = require(p.seed, "sweep.seed")?;
     let threshold = require(p.threshold, "sweep.threshold")?;
     if !(threshold > 0.0 && threshold <= 1.0) {
@@ -154,7 +156,7 @@ pub(super) fn check_estimator(
         })?;
     }
     if let Some(rows) = p.tail_rows {
-        estimator.tail_rows = int_in(rows, 64, 1 << 22, "estimator.tail_rows")?;
+        estimator.tail_rows = whole_in(rows, "estimator.tail_rows")?;
     }
     if let Some(predict) = p.predict {
         estimator.predict = predict;

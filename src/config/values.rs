@@ -4,10 +4,8 @@
 use super::params::field_name;
 use crate::error::ConfigError;
 
-/// Largest context the simulator accepts (tokens): 16M.
-pub const MAX_CONTEXT: u64 = 1 << 24;
-/// Largest number of trials per cell.
-pub const MAX_TRIALS: u64 = 10_000_000;
+use super::limits::whole_range;
+pub use super::limits::{MAX_CONTEXT, MAX_TRIALS};
 
 pub(super) fn require<T>(value: Option<T>, path: &str) -> Result<T, ConfigError> {
     value.ok_or_else(|| {
@@ -35,6 +33,12 @@ pub(super) fn number_in(value: f64, lo: f64, hi: f64, path: &str) -> Result<f64,
 /// An optional knob that is off (0) when left out, else [`number_in`].
 pub(super) fn bounded(value: Option<f64>, lo: f64, hi: f64, path: &str) -> Result<f64, ConfigError> {
     value.map_or(Ok(0.0), |x| number_in(x, lo, hi, path))
+}
+
+/// The knob at `path` checked against its fixed range ([`whole_range`]).
+pub(super) fn whole_in(value: u64, path: &str) -> Result<u64, ConfigError> {
+    let (lo, hi) = whole_range(path).unwrap_or((0, u64::MAX));
+    int_in(value, lo, hi, path)
 }
 
 pub(super) fn int_in(value: u64, lo: u64, hi: u64, path: &str) -> Result<u64, ConfigError> {

@@ -4,7 +4,7 @@
 use super::lists;
 use super::params::{self, field_name, ListSpec};
 use super::precision;
-use super::values::{int_in, require, MAX_CONTEXT};
+use super::values::{require, whole_in};
 use crate::error::ConfigError;
 use crate::model::physics::RopeChoice;
 use crate::model::stack::{LayerKind, WholeModel};
@@ -137,7 +137,7 @@ pub(super) fn check_needle_multiples(precisions: &[PrecisionVariant], unit: &cra
 /// `[geometry] prefill_chunk` (0 when left out), which a chunk fault
 /// (`chunk-local`) needs: without it the fault has no boundary to act at.
 pub(super) fn check_prefill_chunk(p: &params::GeometryParams, precisions: &[PrecisionVariant]) -> Result<u64, ConfigError> {
-    let chunk = int_in(p.prefill_chunk.unwrap_or(0), 0, MAX_CONTEXT, "geometry.prefill_chunk")?;
+    let chunk = whole_in(p.prefill_chunk.unwrap_or(0), "geometry.prefill_chunk")?;
     if chunk == 0 {
         if let Some(v) = precisions.iter().find(|v| !v.chunk.is_all()) {
             return Err(ConfigError::new(

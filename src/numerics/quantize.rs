@@ -93,7 +93,8 @@ pub enum QuantizeError {
     FloorWithoutScale,
     #[error("invalid --amax-floor = {0}: a finite number ≥ 0")]
     AmaxFloor(f32),
-    #[error("invalid value {text:?} ({place}): a number such as 1.5, -2e-3, inf or nan")]
+    /// `text` is quoted and shortened (a line of junk stays a short message).
+    #[error("invalid value {text} ({place}): a number such as 1.5, -2e-3, inf or nan")]
     Value { text: String, place: String },
 }
 
@@ -179,7 +180,8 @@ impl QuantizeSpec {
 /// Parses one input number (trimmed; Rust's f32 syntax, which takes `inf`,
 /// `-inf`, `nan` and exponents, rounded once to nearest f32).
 pub fn parse_value(text: &str, place: impl FnOnce() -> String) -> Result<f32, QuantizeError> {
-    text.trim().parse::<f32>().map_err(|_| QuantizeError::Value { text: text.trim().to_string(), place: place() })
+    let quoted = |t: &str| crate::error::shorten(&format!("{t:?}"), crate::error::VALUE_CHARS);
+    text.trim().parse::<f32>().map_err(|_| QuantizeError::Value { text: quoted(text.trim()), place: place() })
 }
 
 /// Shortest text that parses back to exactly `x` (NaN: `NaN`).

@@ -28,18 +28,65 @@ pub fn prepare_output_dir(dir: &Path, force: bool) -> Result<(), Error> {
     fs::create_dir_all(dir).map_err(|e| Error::io(format!("creating output directory {}", dir.display()), e))
 }
 
-/// What [`prepare_output_dir`] refuses, checked without creating anything
-/// (for commands that compute before they write). The lock file of the
-/// directory's [`crate::base::files::DirLock`] does not count.
+/// Whether a run may write a file of this name into an output directory:
+/// the kinds of file this tool writes (data, manifests, charts, reports).
+/// Entries of these names must be regular files (or absent) before a run
+/// with `--force` or `--resume` writes anything.
+pub fn is_output_name(name: &str) -> bool {
+    ["csv", "json", "jsonl", "html", "png", "svg"].iter().any(|ext| name.strip_suffix(ext).is_some_and(|stem| stem.ends_with('.')))
+}
+
+/// A knob sweep's value directory (`FIELD=VALUE`), written like a sweep's.
+fn is_value_dir(name: &str) -> bool {
+    name.contains('=')
+}
+
+/// What [`prepare_output_dir`] refuses, checked whole without creating or
+/// writing anything (so a refused run leaves the directory as it was): a
+/// path that is no directory, a non-empty directory without `force` (an
+/// interrupted sweep's is pointed to `--resume`), and, with `force`, an
+/// entry the run would write that is a symlink, device, FIFO or directory.
+/// The lock file of the directory's [`crate::base::files::DirLock`] does
+/// not count.
 pub fn check_output_dir(dir: &Path, force: bool) -> Result<(), Error> {
+    crate::base::files::check_output_dir_path(dir)?;
     if dir.exists() {
         let entries = fs::read_dir(dir).map_err(|e| Error::io(format!("reading output directory {}", dir.display()), e))?;
         let mut entries = entries.filter(|e| e.as_ref().map_or(true, |e| e.file_name() != crate::base::files::LOCK_FILE));
         if entries.next().is_some() && !force {
-            return Err(Error::OutputNotEmpty(dir.display().to_string()));
+            let interrupted = dir.join(crate::run::checkpoint::CHECKPOINT_FILE).exists()
+                || crate::base::files::read_capped(&dir.join(MANIFEST_FILE), crate::base::files::JSON_FILE_CAP)
+                    .ok()
+                    .and_then(|m| serde_json::from_slice::<serde_json::Value>(&m).ok())
+                    .is_some_and(|m| m["status"] == "running");
+            return Err(Error::OutputNotEmpty(if interrupted {
+                format!(
+                    "{} holds an interrupted sweep; pass --resume to finish it, or --force to discard it and start again",
+                    dir.display()
+                )
+            } else {
+                format!("{} is not empty; pass --force to overwrite it", dir.display())
+            }));
         }
+        check_output_entries(dir)?;
     }
     Ok(())
+}
+
+/// What a run into an existing directory (`--resume`) refuses before
+/// writing: a path that is no directory, and an entry it would write that
+/// is a symlink, device, FIFO or directory.
+pub fn check_output_entries(dir: &Path) -> Result<(), Error> {
+    crate::base::files::check_output_dir_path(dir)?;
+    crate::base::files::check_owned_entries(dir, &is_output_name, &is_value_dir)
+}
+
+/// [`check_output_entries`] for `plot`, which only reads the data files
+/// (a linked `results.jsonl` may be plotted) and writes charts and reports.
+pub fn check_chart_entries(dir: &Path) -> Result<(), Error> {
+    let drawn = |name: &str| [".png", ".svg", ".html"].iter().any(|ext| name.ends_with(ext));
+    crate::base::files::check_output_dir_path(dir)?;
+    crate::base::files::check_owned_entries(dir, &drawn, &is_value_dir)
 }
 
 /// One JSON object per cell, in sweep order.

@@ -151,6 +151,7 @@ pub fn sweep_into(dir: &Path, s: &Scenario, opts: StoreOptions, observer: &dyn O
     let manifest = Manifest::new(s, opts.shard);
     let mut plan = Plan::new(s, opts.shard);
     let checkpoint = if opts.resume {
+        output::check_output_entries(dir)?;
         let old = Manifest::read(dir)?;
         if let Some(field) = first_difference(&old.scenario, &manifest.scenario, "") {
             return Err(Error::Mismatch(format!(

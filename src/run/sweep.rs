@@ -190,6 +190,7 @@ pub fn execute(
         trials_total: plan.groups.len() as u64 * runs,
         cells_done: plan.done.len(),
         cells_total: plan.cells_total(),
+        rows_to_score: plan.rows_to_score(),
     });
     let mut cells = std::mem::take(&mut plan.done);
     for group in &plan.groups[plan.groups_done..] {

@@ -103,6 +103,7 @@ pub fn sweep_vary(
     let seed = scenarios.first().map_or(0, |s| s.seed);
     let manifest = VaryManifest::new(axis, seed);
     if opts.resume {
+        output::check_output_entries(dir)?;
         match VaryManifest::read(dir)? {
             Some(old) if old.vary == manifest.vary && old.seed == seed => {}
             Some(old) => {

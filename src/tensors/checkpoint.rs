@@ -61,7 +61,7 @@ fn dtype_bytes(dtype: &str) -> Option<u64> {
 /// Parses one shard's header; every entry's byte range is checked against
 /// the file's length, so a truncated shard fails here.
 fn read_header(path: &Path) -> Result<BTreeMap<String, Entry>, Error> {
-    let mut f = std::fs::File::open(path).map_err(|e| bad_file(path, format!("cannot read: {e}")))?;
+    let mut f = crate::base::files::open_input(path).map_err(|e| bad_file(path, format!("cannot read: {e}")))?;
     let len = f.metadata().map_err(|e| bad_file(path, format!("cannot read: {e}")))?.len();
     let mut n = [0u8; 8];
     f.read_exact(&mut n).map_err(|_| bad_file(path, "not a safetensors file: shorter than its 8-byte header length"))?;
@@ -258,7 +258,7 @@ impl Checkpoint {
         if bytes > MAX_TENSOR_BYTES {
             return Err(bad_tensor(&file, name, format!("{bytes} bytes is more than the {MAX_TENSOR_BYTES} this tool reads")));
         }
-        let mut f = std::fs::File::open(&file).map_err(|err| bad_file(&file, format!("cannot read: {err}")))?;
+        let mut f = crate::base::files::open_input(&file).map_err(|err| bad_file(&file, format!("cannot read: {err}")))?;
         let mut buf = vec![0u8; bytes as usize];
         f.seek(SeekFrom::Start(e.start))
             .and_then(|_| f.read_exact(&mut buf))

@@ -301,23 +301,6 @@ fn resolve_variant(text: &str, dim: usize) -> Result<PrecisionVariant, String> {
     Ok(v)
 }
 
-fn resolve_layout(text: &str) -> Result<CacheLayout, String> {
-    if let Some(l) = CacheLayout::builtin(text.trim()) {
-        return Ok(l);
-    }
-    if text.contains('=') {
-        return CacheLayout::from_toml(text);
-    }
-    let path = Path::new(text.trim());
-    if path.extension().is_some_and(|e| e == "toml") {
-        let bytes = crate::base::files::read_capped(path, crate::base::files::SCENARIO_FILE_CAP)
-            .map_err(|e| format!("invalid layout = {text}: cannot read: {e}"))?;
-        let s = String::from_utf8(bytes).map_err(|_| format!("invalid layout = {text}: not UTF-8"))?;
-        return CacheLayout::from_toml(&s).map_err(|e| format!("{text}: {e}"));
-    }
-    Err(format!("invalid layout = {text:?}: a built-in layout ({}) or a .toml file", CacheLayout::builtin_names()))
-}
-
 /// The tensors of one capture with the refusals every read shares: a
 /// missing tensor, a wrong element type, an axis 0 that is not the pairs.
 struct Named<'t, 'a> {
@@ -375,6 +358,7 @@ struct Reading {
 
 impl Reading {
     fn new(path: &Path, opts: &CheckOptions, meta: &CaptureMeta) -> Result<Reading, Error> {
+        let source = if opts.layout.is_some() { "--layout" } else { "metadata \"layout\"" };
         let layout_text = opts.layout.clone().or(meta.layout.clone()).ok_or_else(|| {
             bad(
                 path,
@@ -382,7 +366,7 @@ impl Reading {
                 format!("no layout: give --layout NAME|FILE.toml or metadata \"layout\" (built-in: {})", CacheLayout::builtin_names()),
             )
         })?;
-        let mut layout = resolve_layout(&layout_text).map_err(|e| bad(path, "", e))?;
+        let mut layout = CacheLayout::resolve(&layout_text, source).map_err(|e| bad(path, "", e))?;
         if let Some(rows) = opts.rows_per_block.or(meta.rows_per_block) {
             if rows == 0 || layout.codes.tile.is_some_and(|t| !rows.is_multiple_of(t)) {
                 return Err(bad(path, "", format!("invalid rows_per_block = {rows}: a positive number of rows (a multiple of the tile)")));
@@ -510,10 +494,24 @@ fn head_weights(named: &Named) -> Result<(Vec<f32>, usize), Error> {
     Ok((weights, heads))
 }
 
+/// The query's heads (axis 1 of `q` or `q_codes`) against the weights':
+/// when they disagree, either may be the wrong one, so both are named.
+fn heads_agree(named: &Named, name: &str, q: &RawTensor, heads: usize) -> Result<(), Error> {
+    let shape = &q.shape;
+    let why = "the query and the head weights must have the same heads (one of the two is cut or padded)";
+    match shape.get(1) {
+        Some(&h) if h != heads && shape.len() >= 3 => {
+            Err(bad(named.path, name, format!("has {h} heads (shape {shape:?}) but weights has {heads}: {why}")))
+        }
+        _ => Ok(()),
+    }
+}
+
 /// A float query `q` `[P, H, dim]`, to be quantized here.
 fn float_queries(named: &Named, q: &RawTensor, reading: &Reading, heads: usize) -> Result<Vec<QueryInput>, Error> {
     let (path, pairs, q_dim) = (named.path, named.pairs, reading.layout.dim);
     named.per_pair("q", q)?;
+    heads_agree(named, "q", q, heads)?;
     if q.shape.as_slice() != [pairs, heads, q_dim] {
         return Err(bad(
             path,
@@ -541,6 +539,7 @@ fn coded_queries(named: &Named, layout: &CacheLayout, q_format: CodeFormat, head
     let (path, pairs, q_dim) = (named.path, named.pairs, layout.dim);
     let codes = named.tensors.get("q_codes").ok_or_else(|| bad(path, "q", "is missing, and so is q_codes: capture the query as stored"))?;
     named.per_pair("q_codes", codes)?;
+    heads_agree(named, "q_codes", codes, heads)?;
     let bytes_per_head = q_format.bytes_for(q_dim);
     let row_bytes = codes.shape.iter().skip(2).product::<usize>() * codes.dtype.width();
     if codes.shape.len() < 2 || codes.shape[1] != heads || row_bytes != bytes_per_head {
@@ -669,18 +668,32 @@ impl Columns {
 }
 
 /// Pair `p`'s selection as logical rows inside the capacity its block
-/// table addresses, padding (−1) dropped.
+/// table addresses, padding (−1) dropped. A row selected twice is a
+/// malformed capture (a top-k names each row once), refused like a row
+/// past the cache.
 fn selected_rows(path: &Path, p: usize, selected: &[i64], table_row: &[i64], extent: &CacheExtent) -> Result<Vec<i64>, Error> {
     let rpb = extent.rows_per_block;
     let capacity = table_row.len() * rpb;
     let mut chosen = Vec::with_capacity(selected.len());
+    let mut first_at: std::collections::HashMap<i64, usize> = std::collections::HashMap::with_capacity(selected.len());
     for (i, &idx) in selected.iter().enumerate() {
         if idx == -1 {
             continue;
         }
         let logical = if extent.physical { physical_to_logical(idx, table_row, rpb) } else { Some(idx) };
         match logical {
-            Some(r) if r >= 0 && (r as usize) < capacity => chosen.push(r),
+            Some(r) if r >= 0 && (r as usize) < capacity => {
+                if let Some(j) = first_at.insert(r, i) {
+                    return Err(bad(
+                        path,
+                        "topk_indices",
+                        format!(
+                            "topk_indices[{p}][{i}] = {idx} repeats topk_indices[{p}][{j}]: a top-k names each row once (-1 marks padding)"
+                        ),
+                    ));
+                }
+                chosen.push(r);
+            }
             _ => {
                 return Err(bad(
                     path,

@@ -253,8 +253,13 @@ pub struct Comparison {
     /// Selected rows the query cannot see (≥ seq_len), and repeats.
     pub invisible: Vec<i64>,
     pub duplicates: usize,
-    /// Lowest row among every divergence above.
+    /// The lowest row where the engine's set and the reference top-k differ
+    /// beyond doubt: selected below the cut, or left out above it, by more
+    /// than the row's bound (or missing, past seq_len, repeated).
     pub first_row: Option<i64>,
+    /// What `first_row` is: `engine-only`, `reference-only`, `invisible` or `repeated`.
+    #[serde(skip)]
+    pub first_side: Option<&'static str>,
     /// The k-th largest reference logit.
     pub cut: f64,
     /// How the engine broke exact ties at the cut, when it had to.
@@ -312,6 +317,27 @@ fn tie_order(logits: &[f32], in_sel: &[bool], cut: f64, sel_at: usize) -> &'stat
     }
 }
 
+/// The lowest row where the sets differ beyond doubt: a selected row whose
+/// whole interval lies below the cut, or a left-out one wholly above it.
+fn first_beyond_cut(scored: &Scored, in_sel: &[bool], cut: f64) -> Option<(i64, &'static str)> {
+    (0..in_sel.len()).find_map(|r| {
+        let (lo, hi) = interval(scored.logits[r], scored.bounds[r]);
+        if in_sel[r] && hi < cut {
+            Some((r as i64, "engine-only"))
+        } else if !in_sel[r] && lo > cut {
+            Some((r as i64, "reference-only"))
+        } else {
+            None
+        }
+    })
+}
+
+/// The first entry of `selected` that repeats an earlier one (rows 0..n).
+fn first_repeat(selected: &[i64], n: usize) -> Option<i64> {
+    let mut seen = vec![false; n];
+    selected.iter().copied().find(|&r| r >= 0 && (r as usize) < n && std::mem::replace(&mut seen[r as usize], true))
+}
+
 /// Compares `selected` (logical rows) with the top `topk` of `scored`.
 pub fn compare(scored: &Scored, selected: &[i64], topk: usize) -> Comparison {
     let (logits, bounds) = (&scored.logits, &scored.bounds);
@@ -364,23 +390,27 @@ pub fn compare(scored: &Scored, selected: &[i64], topk: usize) -> Comparison {
                 }
             }
         }
+        let mut firsts: Vec<(i64, &'static str)> = first_beyond_cut(scored, &in_sel, cut).into_iter().collect();
         if count < k_eff {
             // Too few rows: the best unselected ones are missing.
             let mut best: Vec<usize> = (0..n).filter(|&r| !in_sel[r]).collect();
             best.sort_by(|&a, &b| rank(logits[b]).total_cmp(&rank(logits[a])).then(a.cmp(&b)));
             best.truncate(k_eff - count);
+            firsts.extend(best.iter().min().map(|&r| (r as i64, "reference-only")));
             reference_only.extend(best);
             reference_only.sort_unstable();
             reference_only.dedup();
         }
+        firsts.extend(invisible.iter().copied().filter(|&r| r >= 0).min().map(|r| (r, "invisible")));
+        if firsts.is_empty() {
+            // More rows than k selected: the lists' own first rows.
+            firsts.extend(engine_only.first().map(|&r| (r as i64, "engine-only")));
+            firsts.extend(reference_only.first().map(|&r| (r as i64, "reference-only")));
+        }
         c.engine_only_count = engine_only.len();
         c.reference_only_count = reference_only.len();
-        let first = engine_only.first().copied().into_iter().chain(reference_only.first().copied()).map(|r| r as i64);
-        c.first_row = first.chain(invisible.iter().copied().filter(|&r| r >= 0)).min();
-        if c.first_row.is_none() && duplicates > 0 {
-            let mut seen = vec![false; n];
-            c.first_row = selected.iter().copied().find(|&r| r >= 0 && (r as usize) < n && std::mem::replace(&mut seen[r as usize], true));
-        }
+        let first = firsts.into_iter().min_by_key(|&(r, _)| r).or_else(|| first_repeat(selected, n).map(|r| (r, "repeated")));
+        (c.first_row, c.first_side) = (first.map(|f| f.0), first.map(|f| f.1));
         c.engine_only = engine_only.into_iter().take(LISTED_ROWS).collect();
         c.reference_only = reference_only.into_iter().take(LISTED_ROWS).collect();
     } else if sel_at > 0 && sel_at < ties {
@@ -451,7 +481,9 @@ mod tests {
         assert_eq!(compare(&s, &[3, 0], 2).tie_order, Some("highest-index"));
         let c = compare(&s, &[0, 4], 2);
         assert!(!c.equal);
-        assert_eq!((c.engine_only.clone(), c.first_row, c.recall), (vec![4], Some(1), 0.5));
+        // Rows 1-3 tie at the cut (either may be the reference's); row 4 is
+        // in the engine's set only, for certain: the first divergence.
+        assert_eq!((c.engine_only.clone(), c.first_row, c.first_side, c.recall), (vec![4], Some(4), Some("engine-only"), 0.5));
         assert_eq!(c.reference_only, vec![1, 2, 3]);
     }
 

@@ -340,6 +340,29 @@ pub const BUILTIN: &[(&str, &str)] = &[
 ];
 
 impl CacheLayout {
+    /// The layout `text` names: a built-in's name, TOML, or a `.toml`
+    /// file (`source`: where it was given, for messages).
+    pub fn resolve(text: &str, source: &str) -> Result<CacheLayout, String> {
+        if let Some(l) = CacheLayout::builtin(text.trim()) {
+            return Ok(l);
+        }
+        if text.contains('=') {
+            return CacheLayout::from_toml(text).map_err(|e| format!("{source} (layout TOML), {e}"));
+        }
+        let path = std::path::Path::new(text.trim());
+        if path.extension().is_some_and(|e| e == "toml") {
+            let bytes = crate::base::files::read_capped(path, crate::base::files::SCENARIO_FILE_CAP)
+                .map_err(|e| format!("invalid layout = {text}: cannot read: {e}"))?;
+            let s = String::from_utf8(bytes).map_err(|_| format!("invalid layout = {text}: not UTF-8"))?;
+            return CacheLayout::from_toml(&s).map_err(|e| format!("{text}: {e}"));
+        }
+        Err(format!(
+            "invalid layout = {}: a built-in layout ({}) or a .toml file",
+            crate::error::shorten(&format!("{text:?}"), crate::error::VALUE_CHARS),
+            CacheLayout::builtin_names()
+        ))
+    }
+
     pub fn builtin(name: &str) -> Option<CacheLayout> {
         BUILTIN.iter().find(|(n, _)| *n == name).and_then(|(_, text)| Self::from_toml(text).ok())
     }
@@ -350,7 +373,7 @@ impl CacheLayout {
 
     /// Parses and checks a layout; errors are one line naming the field.
     pub fn from_toml(text: &str) -> Result<CacheLayout, String> {
-        let layout: CacheLayout = toml::from_str(text).map_err(|e| e.message().replace('\n', " "))?;
+        let layout: CacheLayout = toml::from_str(text).map_err(|e| crate::config::params::toml_error_at(text, &e))?;
         layout.validate()?;
         Ok(layout)
     }

@@ -273,15 +273,7 @@ pub fn check_capture(cap: &Capture, tolerance: Tolerance, with_transforms: bool)
 fn divergence(p: &PairReport, scored: &Scored) -> Option<Divergence> {
     let c = &p.comparison;
     let row = c.first_row?;
-    let side = if c.engine_only.first().map(|&r| r as i64) == Some(row) {
-        "engine-only"
-    } else if c.reference_only.first().map(|&r| r as i64) == Some(row) {
-        "reference-only"
-    } else if c.invisible.contains(&row) {
-        "invisible"
-    } else {
-        "repeated"
-    };
+    let side = c.first_side.unwrap_or("repeated");
     Some(Divergence {
         pair: p.pair,
         layer: p.layer,
@@ -358,13 +350,15 @@ pub fn render_text(r: &CheckReport) -> String {
     }
     if let Some(d) = &r.first_divergence {
         let what = match d.side {
-            "engine-only" => "selected by the engine, strictly below a row it left out",
-            "reference-only" => "left out by the engine, strictly above a row it selected",
+            "engine-only" => "selected by the engine, below the reference top-k's cut by more than its rounding bound",
+            "reference-only" => "left out by the engine, in the reference top-k",
             "invisible" => "selected by the engine but past seq_len",
             "logits" => "the engine's logit leaves the bound",
             _ => "selected twice",
         };
-        let logit = d.reference_logit.map_or(String::new(), |x| format!(", reference logit {x:e} against the cut {:e}", d.cut));
+        // Both as f32 (the logits' own type; the cut is one of them), so
+        // they print alike.
+        let logit = d.reference_logit.map_or(String::new(), |x| format!(", reference logit {x:e} against the cut {:e}", d.cut as f32));
         let _ = writeln!(s, "  first divergence: layer {}, query {}, row {}: {what}{logit}", d.layer, d.query, d.row);
     }
     if r.exit_code != 0 {

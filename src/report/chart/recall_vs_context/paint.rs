@@ -138,7 +138,7 @@ impl ContextAxis {
 
 /// The legend's entries (outside the plot, right) and the width they need.
 struct Legend {
-    head: &'static str,
+    head: String,
     /// Series indices in legend order (by k, then precision).
     order: Vec<usize>,
     series_labels: Vec<String>,
@@ -152,26 +152,35 @@ struct Legend {
 }
 
 impl RecallChart {
-    fn legend<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>, f: &Frame, axis: &ContextAxis) -> Result<Legend, ChartError> {
-        let whole = f.whole;
+    /// The legend's series entries in legend order (by k, then precision):
+    /// the series' index and its label, with its effective context.
+    pub(super) fn legend_entries(&self) -> Vec<(usize, String)> {
+        let f = Frame::new(self, 1.0);
+        let shortest = ContextAxis::new(self).shortest;
         let mut order: Vec<usize> = (0..self.series.len()).collect();
         order.sort_by_key(|&i| {
             let sr = &self.series[i];
             (sr.topk, f.enc.precisions.iter().position(|p| *p == sr.precision))
         });
-        let series_labels: Vec<String> = order
-            .iter()
-            .map(|&i| {
+        order
+            .into_iter()
+            .map(|i| {
                 let sr = &self.series[i];
                 let base = format!("k={}, {}", sr.topk, sr.precision);
-                match self.effective.iter().find(|e| e.topk == sr.topk && e.precision == sr.precision) {
-                    Some(e) if whole && !f.layers => format!("{base} · {}", e.model_only_label(axis.shortest)),
-                    Some(e) if whole => format!("{base} · {}", e.model_label(axis.shortest)),
-                    Some(e) => format!("{base} · {}", e.label(axis.shortest)),
+                let label = match self.effective.iter().find(|e| e.topk == sr.topk && e.precision == sr.precision) {
+                    Some(e) if f.whole && !f.layers => format!("{base} · {}", e.model_only_label(shortest)),
+                    Some(e) if f.whole => format!("{base} · {}", e.model_label(shortest)),
+                    Some(e) => format!("{base} · {}", e.label(shortest)),
                     None => base,
-                }
+                };
+                (i, label)
             })
-            .collect();
+            .collect()
+    }
+
+    fn legend<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>, f: &Frame, axis: &ContextAxis) -> Result<Legend, ChartError> {
+        let whole = f.whole;
+        let (order, series_labels): (Vec<usize>, Vec<String>) = self.legend_entries().into_iter().unzip();
         let off_axis: Vec<String> = self
             .coverage_limits
             .iter()
@@ -206,8 +215,12 @@ impl RecallChart {
             let (tw, _) = root.estimate_text_size(l, &f.legend_style).map_err(draw_err)?;
             text_w = text_w.max(tw as i32);
         }
-        let head = if self.effective.is_empty() { "series (k, precision)" } else { "series (k, precision) · effective context" };
-        let (head_w, _) = root.estimate_text_size(head, &f.legend_head_style).map_err(draw_err)?;
+        let head = match &self.effective_at {
+            _ if self.effective.is_empty() => "series (k, precision)".to_string(),
+            Some(at) => format!("series (k, precision) · effective context at {at}"),
+            None => "series (k, precision) · effective context".to_string(),
+        };
+        let (head_w, _) = root.estimate_text_size(&head, &f.legend_head_style).map_err(draw_err)?;
         text_w = text_w.max(head_w as i32 - f.swatch_w - f.px(12.0));
         let width = f.swatch_w + f.px(12.0) + text_w + f.px(40.0);
         Ok(Legend { head, order, series_labels, extra_labels, line_keys, assumption_band, predicted_label, off_axis, width })
@@ -393,7 +406,7 @@ impl RecallChart {
         (lx, mut y): (i32, i32),
     ) -> Result<i32, ChartError> {
         let (s, swatch_w) = (f.s, f.swatch_w);
-        root.draw(&Text::new(legend.head, (lx, y), f.legend_head_style.clone())).map_err(draw_err)?;
+        root.draw(&Text::new(legend.head.clone(), (lx, y), f.legend_head_style.clone())).map_err(draw_err)?;
         y += f.entry_h;
         for (&i, label) in legend.order.iter().zip(&legend.series_labels) {
             let sr = &self.series[i];

@@ -12,7 +12,7 @@ use plotters::style::text_anchor::{HPos, VPos};
 
 use super::canvas::{draw_err, render_atomically, ChartError, Painter};
 use super::recall_vs_context::{draw_dashed, draw_marker, Encoding};
-use super::style::{text_at, text_vertical, ui_scale, Dash, Marker, GRID, INK, INK_SOFT};
+use super::style::{covered_by_later, text_at, text_vertical, ui_scale, Dash, Marker, GRID, INK, INK_SOFT};
 
 /// Recall at one depth with its interval.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -154,8 +154,12 @@ impl DepthChart {
                 root.draw(&Polygon::new(poly, look.color.mix(0.16).filled())).map_err(draw_err)?;
             }
         }
-        for sr in &p.series {
+        // A main line under identical later ones is drawn wider, so it shows.
+        let mains: Vec<Vec<(f64, f64)>> = p.series.iter().map(|sr| to_px(if whole { &sr.model } else { &sr.points })).collect();
+        let covered = covered_by_later(&mains, 1.5 * s);
+        for ((sr, pts), &under) in p.series.iter().zip(&mains).zip(&covered) {
             let look = enc.look_of(sr.topk, &sr.precision);
+            let wider = 2.5 * s * under as f64;
             if whole {
                 let pts = to_px(&sr.points);
                 draw_dashed(root, &pts, Dash::Dashed, s, look.color.stroke_width(layer_w))?;
@@ -163,11 +167,10 @@ impl DepthChart {
                     draw_marker(root, look.marker, (x as i32, y as i32), 3.5 * s, look.color, s)?;
                 }
             }
-            let (line, dash) = if whole { (&sr.model, Dash::Solid) } else { (&sr.points, look.dash) };
-            let pts = to_px(line);
-            draw_dashed(root, &pts, dash, s, look.color.stroke_width(line_w))?;
-            for &(x, y) in &pts {
-                draw_marker(root, look.marker, (x as i32, y as i32), 5.5 * s, look.color, s)?;
+            let dash = if whole { Dash::Solid } else { look.dash };
+            draw_dashed(root, pts, dash, s, look.color.stroke_width(line_w + wider.round() as u32))?;
+            for &(x, y) in pts {
+                draw_marker(root, look.marker, (x as i32, y as i32), 5.5 * s + wider, look.color, s)?;
             }
         }
         Ok(())

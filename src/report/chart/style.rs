@@ -282,6 +282,16 @@ pub fn wrap_at_separators(text: &str, max_w: i32, width: impl Fn(&str) -> i32) -
     lines
 }
 
+/// Per line (pixel points, in drawing order), how many later lines run
+/// over it somewhere: a point within `tol` pixels of one of theirs. A line
+/// drawn that much wider still shows at the edges of the lines on top
+/// (two truths both at 1.0 no longer leave one colour invisible).
+pub fn covered_by_later(lines: &[Vec<(f64, f64)>], tol: f64) -> Vec<usize> {
+    let meets =
+        |a: &[(f64, f64)], b: &[(f64, f64)]| a.iter().any(|p| b.iter().any(|q| (p.0 - q.0).abs() <= tol && (p.1 - q.1).abs() <= tol));
+    (0..lines.len()).map(|i| lines[i + 1..].iter().filter(|l| meets(&lines[i], l)).count()).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -293,6 +303,16 @@ mod tests {
         assert_eq!(wrap_at_separators("aaaa · bbbb · cc", 11, width), ["aaaa · bbbb", "cc"]);
         assert_eq!(wrap_at_separators("a very long part · b", 5, width), ["a very long part", "b"]);
         assert_eq!(wrap_at_separators("", 5, width), [""]);
+    }
+
+    // A line under an identical later one is drawn wider, so it shows.
+    #[test]
+    fn a_line_under_a_later_one_is_marked_covered() {
+        let flat = vec![(0.0, 10.0), (100.0, 10.0)];
+        let other = vec![(0.0, 50.0), (100.0, 90.0)];
+        assert_eq!(covered_by_later(&[flat.clone(), other.clone(), flat.clone()], 1.0), [1, 0, 0]);
+        assert_eq!(covered_by_later(&[flat.clone(), flat.clone(), flat], 1.0), [2, 1, 0]);
+        assert_eq!(covered_by_later(&[other.clone(), vec![(0.0, 52.0)]], 1.0), [0, 0]);
     }
 
     #[test]

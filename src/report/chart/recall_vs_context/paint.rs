@@ -100,6 +100,14 @@ impl Frame {
     fn px(&self, v: f64) -> i32 {
         (v * self.s).round() as i32
     }
+
+    /// Sets the legend `k` times its size (text and spacing).
+    fn shrink_legend(&mut self, k: f64) {
+        let s = self.s * k;
+        self.legend_style = text_at(16.0 * s, INK, HPos::Left, VPos::Center);
+        self.legend_head_style = text_at(17.0 * s, INK_SOFT, HPos::Left, VPos::Center);
+        self.entry_h = (30.0 * s).round() as i32;
+    }
 }
 
 /// The log2 context axis: its range, ticks and which ticks carry labels.
@@ -149,6 +157,13 @@ struct Legend {
     predicted_label: &'static str,
     off_axis: Vec<String>,
     width: i32,
+}
+
+impl Legend {
+    /// Its entries at most: head, series, keys (the prediction's counted), off-axis notes.
+    fn rows(&self) -> usize {
+        1 + self.series_labels.len() + self.extra_labels.len() + 1 + self.off_axis.len()
+    }
 }
 
 impl RecallChart {
@@ -432,7 +447,7 @@ impl RecallChart {
         f: &Frame,
         legend: &Legend,
         (lx, mut y): (i32, i32),
-    ) -> Result<(), ChartError> {
+    ) -> Result<i32, ChartError> {
         let (s, swatch_w, whole) = (f.s, f.swatch_w, f.whole);
         let px = |v: f64| f.px(v);
         let label =
@@ -493,26 +508,41 @@ impl RecallChart {
             root.draw(&Text::new(l.clone(), (lx, y), f.legend_style.clone().color(&INK_SOFT))).map_err(draw_err)?;
             y += f.entry_h;
         }
-        Ok(())
+        Ok(y)
     }
 }
 
 impl Painter for RecallChart {
     fn paint<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<(), ChartError> {
+        self.paint_to_legend_end(root).map(|_| ())
+    }
+}
+
+impl RecallChart {
+    /// Paints the chart; returns where the legend ends (y, pixels).
+    pub(super) fn paint_to_legend_end<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<i32, ChartError> {
         let (w, h) = root.dim_in_pixel();
         let s = ui_scale(w, h);
         root.fill(&WHITE).map_err(draw_err)?;
-        let f = Frame::new(self, s);
-        let px = |v: f64| f.px(v);
+        let mut f = Frame::new(self, s);
+        let px = |v: f64| (v * s).round() as i32;
         let axis = ContextAxis::new(self);
         let y_ticks: Vec<f64> = (0..=10).map(|i| i as f64 / 10.0).collect();
-        let legend = self.legend(root, &f, &axis)?;
 
         // ---- vertical layout
         let margin = px(24.0);
         let title_h = root.estimate_text_size("Ag", &f.title_style).map_err(draw_err)?.1 as i32;
         let sub_h = root.estimate_text_size("Ag", &f.subtitle_style).map_err(draw_err)?.1 as i32;
         let header_top = margin + title_h + px(10.0) + sub_h + px(18.0);
+        let mut legend = self.legend(root, &f, &axis)?;
+        // A legend taller than the room beside the plot (two rows of
+        // coverage labels allowed for) is set smaller, to 55 % at least.
+        let room = h as i32 - header_top - 2 * f.row_h - px(20.0);
+        let need = legend.rows() as i32 * f.entry_h;
+        if need > room {
+            f.shrink_legend((room as f64 / need as f64).max(0.55));
+            legend = self.legend(root, &f, &axis)?;
+        }
         let (main, legend_area) = root.split_horizontally(w as i32 - legend.width);
         let build = |top: i32| {
             ChartBuilder::on(&main)

@@ -2,6 +2,7 @@ use super::paint::{assign_label_rows, CoverageLabel};
 use super::*;
 use crate::base::units::{Reach, ReachRange};
 use crate::report::chart::canvas::ChartError;
+use plotters::prelude::{BitMapBackend, IntoDrawingArea};
 
 /// A falling recall curve over 1K … 128K with its knee at 2^`knee` tokens.
 fn curve(knee: f64) -> Vec<RecallPoint> {
@@ -299,5 +300,29 @@ fn legend_gives_the_drawn_depths_effective_context() {
         let svg = std::fs::read_to_string(&path).unwrap();
         assert!(svg.contains(&format!("effective context at depth {depth} %")), "the legend says which depth");
         assert!(svg.contains(&entries[0].1));
+    }
+}
+
+/// The legend of a sweep with many variants (the fp8-keys incident: 28
+/// series and five keys) stays on the image: it is set smaller to fit.
+#[test]
+fn a_long_legend_stays_on_the_image() {
+    let mut c = whole_model_chart();
+    let template = c.series[0].clone();
+    c.series = (0..28)
+        .map(|i| RecallSeries {
+            topk: if i < 14 { 512 } else { 1024 },
+            precision: format!("fp8-fp32scale+scale-unwritten-zero+ties-{i}"),
+            ..template.clone()
+        })
+        .collect();
+    c.effective = c.series.iter().map(|sr| EffectiveMark::of_series(sr, 0.9)).collect();
+    c.series[0].model_band = vec![(1024, 0.9, 1.0), (2048, 0.8, 1.0)];
+    crate::report::chart::font::ensure_font_registered().unwrap();
+    for (w, h) in [(1600u32, 1000u32), (800, 500)] {
+        let mut pixels = vec![0u8; w as usize * h as usize * 3];
+        let root = BitMapBackend::with_buffer(&mut pixels, (w, h)).into_drawing_area();
+        let end = c.paint_to_legend_end(&root).unwrap();
+        assert!(end <= h as i32, "{w}×{h}: the legend runs to y = {end}");
     }
 }

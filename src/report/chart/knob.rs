@@ -77,10 +77,16 @@ pub fn render_knob(chart: &KnobChart, path: &Path, width: u32, height: u32) -> R
     render_atomically(chart, path, width, height)
 }
 
-/// Tick label of a knob value: the shortest text that reads back to it.
+/// Tick label of a knob value: three significant digits, trailing zeros
+/// dropped (0.0003 stays "0.0003": three decimals printed it "0").
 fn value_label(v: f64) -> String {
-    let t = format!("{v:.3}");
-    t.trim_end_matches('0').trim_end_matches('.').to_string()
+    let decimals = if v == 0.0 || !v.is_finite() { 0 } else { (2 - v.abs().log10().floor() as i64).clamp(0, 12) as usize };
+    let t = format!("{v:.decimals$}");
+    if t.contains('.') {
+        t.trim_end_matches('0').trim_end_matches('.').to_string()
+    } else {
+        t
+    }
 }
 
 /// Which tick labels to print, ticks given as (pixel x, label width) in
@@ -273,6 +279,15 @@ mod tests {
         assert_eq!(printed_ticks(&[(100, 20), (200, 20), (300, 20)], 8), [true, true, true]);
         assert_eq!(printed_ticks(&[(100, 20), (115, 20), (135, 20), (200, 20)], 8), [true, false, true, true]);
         assert_eq!(printed_ticks(&[], 8), Vec::<bool>::new());
+    }
+
+    #[test]
+    fn value_labels_keep_small_values() {
+        for (v, label) in
+            [(0.0003, "0.0003"), (0.00116, "0.00116"), (0.01, "0.01"), (0.5, "0.5"), (2.0, "2"), (10000.0, "10000"), (0.0, "0")]
+        {
+            assert_eq!(value_label(v), label, "{v}");
+        }
     }
 
     #[test]

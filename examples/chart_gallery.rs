@@ -5,7 +5,6 @@
 
 use std::path::PathBuf;
 
-use dsa_recall::base::units::Reach;
 use dsa_recall::report::chart::{
     render_compare, render_heatmap, render_recall_vs_context, render_recall_vs_depth, CompareChart, CompareRow, DepthChart, DepthPanel,
     DepthPoint, DepthSeries, EffectiveMark, Estimate, Heatmap, HeatmapPanel, RecallChart, RecallPoint, RecallSeries,

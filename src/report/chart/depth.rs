@@ -155,11 +155,12 @@ impl DepthChart {
             }
         }
         // A main line under identical later ones is drawn wider, so it shows.
-        let mains: Vec<Vec<(f64, f64)>> = p.series.iter().map(|sr| to_px(if whole { &sr.model } else { &sr.points })).collect();
+        let mains: Vec<(u32, Vec<(f64, f64)>)> =
+            p.series.iter().map(|sr| (sr.topk, to_px(if whole { &sr.model } else { &sr.points }))).collect();
         let covered = covered_by_later(&mains, 1.5 * s);
-        for ((sr, pts), &under) in p.series.iter().zip(&mains).zip(&covered) {
+        for ((sr, (_, pts)), &under) in p.series.iter().zip(&mains).zip(&covered) {
             let look = enc.look_of(sr.topk, &sr.precision);
-            let wider = 2.5 * s * under as f64;
+            let wider = 3.0 * s * under as f64;
             if whole {
                 let pts = to_px(&sr.points);
                 draw_dashed(root, &pts, Dash::Dashed, s, look.color.stroke_width(layer_w))?;
@@ -170,7 +171,7 @@ impl DepthChart {
             let dash = if whole { Dash::Solid } else { look.dash };
             draw_dashed(root, pts, dash, s, look.color.stroke_width(line_w + wider.round() as u32))?;
             for &(x, y) in pts {
-                draw_marker(root, look.marker, (x as i32, y as i32), 5.5 * s + wider, look.color, s)?;
+                draw_marker(root, look.marker, (x as i32, y as i32), 5.5 * s + wider / 2.0, look.color, s)?;
             }
         }
         Ok(())

@@ -174,20 +174,24 @@ impl KnobChart {
                 root.draw(&Text::new(value_label(v), (x, y0 + px(9.0)), tick_style.clone())).map_err(draw_err)?;
             }
         }
-        let lines: Vec<Vec<(f64, f64)>> = panel
+        let lines: Vec<(usize, Vec<(f64, f64)>)> = panel
             .series
             .iter()
             .map(|sr| {
-                sr.points
-                    .iter()
-                    .map(|p| {
-                        let (x, y) = c.backend_coord(&(fx(p.0), p.1));
-                        (x as f64, y as f64)
-                    })
-                    .collect()
+                let pts = sr.points.iter().map(|p| {
+                    let (x, y) = c.backend_coord(&(fx(p.0), p.1));
+                    (x as f64, y as f64)
+                });
+                (sr.color, pts.collect())
             })
             .collect();
-        let covered = covered_by_later(&lines, 1.5 * s);
+        // Only the main lines (whole model where there is one) widen.
+        let any_whole = panel.series.iter().any(|sr| sr.whole_model);
+        let main: Vec<(usize, Vec<(f64, f64)>)> =
+            lines.iter().zip(&panel.series).filter(|(_, sr)| sr.whole_model || !any_whole).map(|(l, _)| l.clone()).collect();
+        let mut main_covered = covered_by_later(&main, 1.5 * s).into_iter();
+        let covered: Vec<usize> =
+            panel.series.iter().map(|sr| if sr.whole_model || !any_whole { main_covered.next().unwrap_or(0) } else { 0 }).collect();
         for sr in &panel.series {
             if sr.whole_model {
                 let color = palette_color(sr.color);
@@ -196,10 +200,10 @@ impl KnobChart {
                 c.draw_series(std::iter::once(Polygon::new(band, color.mix(0.14).filled()))).map_err(draw_err)?;
             }
         }
-        for ((sr, pts), &under) in panel.series.iter().zip(&lines).zip(&covered) {
+        for ((sr, (_, pts)), &under) in panel.series.iter().zip(&lines).zip(&covered) {
             let color = palette_color(sr.color);
-            // Wider by 2.5 px for each line drawn over it.
-            let wider = 2.5 * under as f64;
+            // Wider by 3 px for each colour drawn over it.
+            let wider = 3.0 * under as f64;
             let (dash, width) = if sr.whole_model { (Dash::Solid, 3.0) } else { (Dash::Dashed, 2.0) };
             for seg in dash_polyline(pts, dash.pattern(), s) {
                 if seg.len() >= 2 {
@@ -209,7 +213,7 @@ impl KnobChart {
             }
             for &(x, y) in pts {
                 let marker = (x.round() as i32, y.round() as i32);
-                let r = px(if sr.whole_model { 4.5 } else { 3.0 } + wider);
+                let r = px(if sr.whole_model { 4.5 } else { 3.0 } + wider / 2.0);
                 if sr.whole_model {
                     root.draw(&Circle::new(marker, r, color.filled())).map_err(draw_err)?;
                 } else {

@@ -5,7 +5,6 @@
 
 use std::path::PathBuf;
 
-use dsa_recall::base::units::Reach;
 use dsa_recall::report::chart::{
     render_compare, render_heatmap, render_recall_vs_context, render_recall_vs_depth, CompareChart, CompareRow, DepthChart, DepthPanel,
     DepthPoint, DepthSeries, EffectiveMark, Estimate, Heatmap, HeatmapPanel, RecallChart, RecallPoint, RecallSeries,
@@ -65,6 +64,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         coverage_limits: vec![(512, cov(512)), (1024, cov(1024)), (2048, cov(2048))],
         effective_threshold: Some(0.9),
         effective: Vec::new(),
+        effective_at: None,
         whole_model_only: false,
     };
     for (name, w, h) in [("recall_vs_context.png", 1600, 1000), ("recall_vs_context_small.png", 800, 500)] {
@@ -80,6 +80,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         coverage_limits: vec![(256, cov(256)), (64, cov(64))],
         effective_threshold: None,
         effective: Vec::new(),
+        effective_at: None,
         whole_model_only: false,
     };
     render_recall_vs_context(&short, &dir.join("recall_vs_context_wide.png"), 1600, 1000)?;
@@ -99,23 +100,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         coverage_limits: vec![(512, cov(512)), (1024, cov(1024))],
         effective_threshold: Some(0.9),
         effective: Vec::new(),
+        effective_at: None,
         whole_model_only: false,
     };
     for sr in &mut whole.series {
         let reach = cov(sr.topk as u64) * 4;
         sr.model = curve(reach, 0.4, 10..=17);
         sr.predicted = curve(cov(sr.topk as u64), 0.5, 10..=17).iter().map(|p| (p.context_tokens, p.recall)).collect();
-        let last_held = |pts: &[RecallPoint]| pts.iter().take_while(|p| p.recall >= 0.9).last().map(|p| p.context_tokens);
-        whole.effective.push(EffectiveMark {
-            topk: sr.topk,
-            precision: sr.precision.clone(),
-            context_tokens: last_held(&sr.points),
-            held_at_longest: false,
-            model: Some(Reach { effective_context: last_held(&sr.model), held_at_longest: false }),
-            layer_range: None,
-            model_range: None,
-        });
+        whole.effective.push(EffectiveMark::of_series(sr, 0.9));
     }
+    whole.effective_at = Some("depth 50 %".into());
     render_recall_vs_context(&whole, &dir.join("recall_vs_context_whole_model.png"), 1600, 1000)?;
     let alone = RecallChart { whole_model_only: true, ..whole.clone() };
     render_recall_vs_context(&alone, &dir.join("recall_vs_context_whole_model_only.png"), 1600, 1000)?;

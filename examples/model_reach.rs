@@ -79,6 +79,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         coverage_limits: Vec::new(),
         effective_threshold: Some(0.9),
         effective: Vec::new(),
+        effective_at: None,
         whole_model_only: true,
     };
     std::fs::create_dir_all("plots")?;

@@ -70,6 +70,22 @@ impl Reach {
         }
     }
 
+    /// The reach of a curve from `held`: for each tested context, ascending,
+    /// whether recall was at or above the threshold there. It runs up to the
+    /// first context that failed; held at every one (or none tested), it
+    /// held at the longest.
+    pub fn of_held(held: impl IntoIterator<Item = (u64, bool)>) -> Reach {
+        let mut reach = Reach { effective_context: None, held_at_longest: true };
+        for (context, ok) in held {
+            if !ok {
+                reach.held_at_longest = false;
+                break;
+            }
+            reach.effective_context = Some(context);
+        }
+        reach
+    }
+
     /// This reach with its range when the range is wider than the point:
     /// "2K [1K, 4K]", else as [`Reach::label`].
     pub fn label_with(&self, range: Option<ReachRange>, shortest: u64) -> String {
@@ -122,5 +138,13 @@ mod tests {
         assert_eq!(r(None, false).label(1024), "< 1K");
         assert_eq!(r(Some(4096), false).label(1024), "4K");
         assert_eq!(r(Some(131072), true).label(1024), "≥ 128K");
+    }
+
+    #[test]
+    fn reach_of_a_curve_stops_at_the_first_failure() {
+        let r = |c, held| Reach { effective_context: c, held_at_longest: held };
+        assert_eq!(Reach::of_held([(1024, true), (2048, true), (4096, false), (8192, true)]), r(Some(2048), false));
+        assert_eq!(Reach::of_held([(1024, false), (2048, true)]), r(None, false));
+        assert_eq!(Reach::of_held([(1024, true), (2048, true)]), r(Some(2048), true));
     }
 }

@@ -136,7 +136,7 @@ pub fn diagnosis_section(d: &Diagnosis, obs: &Observations, chart: Option<(&str,
     if let Some((mime, bytes)) = chart {
         let _ = writeln!(
             h,
-            "<figure><img alt=\"likelihood by hypothesis\" src=\"data:{mime};base64,{}\"><figcaption><b>Likelihood by hypothesis</b> · one bar per candidate, best at the top: log10 Bayes factor against the best (bars longer than 30 are cut), posterior printed by each bar. Below: each row's observed recall with its Wilson 95 % interval (black) beside the recall the top {} hypotheses simulate for it.</figcaption></figure>",
+            "<figure><img alt=\"likelihood by hypothesis\" src=\"data:{mime};base64,{}\"><figcaption><b>Likelihood by hypothesis</b> · one bar per candidate, best at the top and longest: its support, the log10 likelihood counted from up to 30 below the best's (a bar 1.3 shorter is 20:1 against; candidates further behind have none), with the posterior and the log10 Bayes factor against the best printed by each bar. Below: each row's observed recall with its Wilson 95 % interval (black) beside the recall the top {} hypotheses simulate for it; what every row shares is named once above them.</figcaption></figure>",
             crate::report::chart::font::base64(bytes),
             d.ranking.len().min(LEADERS_SHOWN)
         );

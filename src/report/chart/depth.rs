@@ -12,7 +12,7 @@ use plotters::style::text_anchor::{HPos, VPos};
 
 use super::canvas::{draw_err, render_atomically, ChartError, Painter};
 use super::recall_vs_context::{draw_dashed, draw_marker, Encoding};
-use super::style::{text_at, text_vertical, ui_scale, Dash, Marker, GRID, INK, INK_SOFT};
+use super::style::{covered_by_later, text_at, text_vertical, ui_scale, wrap_at_separators, Dash, Marker, GRID, INK, INK_SOFT};
 
 /// Recall at one depth with its interval.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -154,8 +154,13 @@ impl DepthChart {
                 root.draw(&Polygon::new(poly, look.color.mix(0.16).filled())).map_err(draw_err)?;
             }
         }
-        for sr in &p.series {
+        // A main line under identical later ones is drawn wider, so it shows.
+        let mains: Vec<(u32, Vec<(f64, f64)>)> =
+            p.series.iter().map(|sr| (sr.topk, to_px(if whole { &sr.model } else { &sr.points }))).collect();
+        let covered = covered_by_later(&mains, 1.5 * s);
+        for ((sr, (_, pts)), &under) in p.series.iter().zip(&mains).zip(&covered) {
             let look = enc.look_of(sr.topk, &sr.precision);
+            let wider = 3.0 * s * under as f64;
             if whole {
                 let pts = to_px(&sr.points);
                 draw_dashed(root, &pts, Dash::Dashed, s, look.color.stroke_width(layer_w))?;
@@ -163,11 +168,10 @@ impl DepthChart {
                     draw_marker(root, look.marker, (x as i32, y as i32), 3.5 * s, look.color, s)?;
                 }
             }
-            let (line, dash) = if whole { (&sr.model, Dash::Solid) } else { (&sr.points, look.dash) };
-            let pts = to_px(line);
-            draw_dashed(root, &pts, dash, s, look.color.stroke_width(line_w))?;
-            for &(x, y) in &pts {
-                draw_marker(root, look.marker, (x as i32, y as i32), 5.5 * s, look.color, s)?;
+            let dash = if whole { Dash::Solid } else { look.dash };
+            draw_dashed(root, pts, dash, s, look.color.stroke_width(line_w + wider.round() as u32))?;
+            for &(x, y) in pts {
+                draw_marker(root, look.marker, (x as i32, y as i32), 5.5 * s + wider / 2.0, look.color, s)?;
             }
         }
         Ok(())
@@ -247,7 +251,14 @@ impl Painter for DepthChart {
         let margin = px(24.0);
         let title_h = root.estimate_text_size("Ag", &title_style).map_err(draw_err)?.1 as i32;
         root.draw(&Text::new(self.title.clone(), (margin, margin), title_style)).map_err(draw_err)?;
-        root.draw(&Text::new(self.subtitle.clone(), (margin, margin + title_h + px(10.0)), subtitle_style)).map_err(draw_err)?;
+        // A subtitle wider than the image wraps at its separators.
+        let line_h = root.estimate_text_size("Ag", &subtitle_style).map_err(draw_err)?.1 as i32 + px(6.0);
+        let fit = w as i32 - 2 * margin;
+        let lines = wrap_at_separators(&self.subtitle, fit, |t| root.estimate_text_size(t, &subtitle_style).map_or(0, |(tw, _)| tw as i32));
+        for (i, line) in lines.iter().enumerate() {
+            let y = margin + title_h + px(10.0) + i as i32 * line_h;
+            root.draw(&Text::new(line.clone(), (margin, y), subtitle_style.clone())).map_err(draw_err)?;
+        }
 
         // ---- legend entries (right column): one per (k, precision), then line keys
         let mut pairs: Vec<(u32, String)> = Vec::new();
@@ -272,7 +283,7 @@ impl Painter for DepthChart {
         let legend_w = swatch + px(12.0) + text_w + px(30.0);
 
         // ---- panels
-        let top = margin + title_h + px(10.0) + px(40.0);
+        let top = margin + title_h + px(10.0) + px(40.0) + (lines.len() as i32 - 1).max(0) * line_h;
         let (rows, cols) = grid_shape(self.panels.len());
         let area_right = w as i32 - margin - legend_w;
         let cell_w = (area_right - margin) / cols as i32;
@@ -405,6 +416,11 @@ mod tests {
             threshold: Some(0.9),
         };
         render_recall_vs_depth(&c, &dir.path().join("d.png"), 1600, 1000).unwrap();
+        // A subtitle wider than the image wraps (it ran off the right edge).
+        let long = DepthChart { subtitle: ["RoPE v4, pooling on"; 12].join(" · "), ..c.clone() };
+        render_recall_vs_depth(&long, &dir.path().join("long.svg"), 1600, 1000).unwrap();
+        let svg = std::fs::read_to_string(dir.path().join("long.svg")).unwrap();
+        assert!(svg.lines().filter(|l| l.contains("RoPE v4, pooling on")).count() >= 2, "the subtitle is one line");
         c.panels[0].series[0].points.swap(0, 1);
         assert!(matches!(render_recall_vs_depth(&c, &dir.path().join("e.png"), 1600, 1000), Err(ChartError::InvalidInput(_))));
         assert!(!dir.path().join("e.png").exists());

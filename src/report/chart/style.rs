@@ -282,6 +282,31 @@ pub fn wrap_at_separators(text: &str, max_w: i32, width: impl Fn(&str) -> i32) -
     lines
 }
 
+/// Per line (colour, pixel points; in drawing order), how many colours
+/// other than its own the later lines running over it have (a point within
+/// `tol` pixels of one of theirs), at most [`MAX_COVERING`]. A line drawn
+/// that much wider still shows at the edges of the lines on top (two truths
+/// both at 1.0 no longer leave one colour invisible); a line under lines of
+/// its own colour only is left as it is.
+pub fn covered_by_later<C: PartialEq>(lines: &[(C, Vec<(f64, f64)>)], tol: f64) -> Vec<usize> {
+    let meets =
+        |a: &[(f64, f64)], b: &[(f64, f64)]| a.iter().any(|p| b.iter().any(|q| (p.0 - q.0).abs() <= tol && (p.1 - q.1).abs() <= tol));
+    (0..lines.len())
+        .map(|i| {
+            let mut colours: Vec<&C> = Vec::new();
+            for (c, l) in &lines[i + 1..] {
+                if *c != lines[i].0 && !colours.contains(&c) && meets(&lines[i].1, l) {
+                    colours.push(c);
+                }
+            }
+            colours.len().min(MAX_COVERING)
+        })
+        .collect()
+}
+
+/// Covering colours counted at most (so a line is never more than this many steps wider).
+pub const MAX_COVERING: usize = 3;
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -293,6 +318,21 @@ mod tests {
         assert_eq!(wrap_at_separators("aaaa · bbbb · cc", 11, width), ["aaaa · bbbb", "cc"]);
         assert_eq!(wrap_at_separators("a very long part · b", 5, width), ["a very long part", "b"]);
         assert_eq!(wrap_at_separators("", 5, width), [""]);
+    }
+
+    // A line under an identical later one is drawn wider, so it shows.
+    #[test]
+    fn a_line_under_a_later_one_is_marked_covered() {
+        let flat = vec![(0.0, 10.0), (100.0, 10.0)];
+        let other = vec![(0.0, 50.0), (100.0, 90.0)];
+        let l = |c: u8, p: &Vec<(f64, f64)>| (c, p.clone());
+        assert_eq!(covered_by_later(&[l(0, &flat), l(1, &other), l(2, &flat)], 1.0), [1, 0, 0]);
+        assert_eq!(covered_by_later(&[l(0, &flat), l(1, &flat), l(2, &flat)], 1.0), [2, 1, 0]);
+        // lines of its own colour on top do not count, nor a colour twice
+        assert_eq!(covered_by_later(&[l(0, &flat), l(0, &flat), l(1, &flat), l(1, &flat)], 1.0), [1, 1, 0, 0]);
+        assert_eq!(covered_by_later(&[l(0, &other), l(1, &vec![(0.0, 52.0)])], 1.0), [0, 0]);
+        let many: Vec<(u8, Vec<(f64, f64)>)> = (0..8).map(|c| l(c, &flat)).collect();
+        assert_eq!(covered_by_later(&many, 1.0)[0], MAX_COVERING);
     }
 
     #[test]

@@ -47,6 +47,9 @@ pub struct RecallChart {
     /// Effective-context notes, appended to the matching series' legend
     /// entry ("k=512, bf16 · eff. 16K"), outside the plot so no data is covered.
     pub effective: Vec<EffectiveMark>,
+    /// Where the effective contexts were read, named in the legend's head
+    /// ("depth 50 %": "… · effective context at depth 50 %"); None: not said.
+    pub effective_at: Option<String>,
     /// With whole-model recall, draw it alone: no per-layer lines or
     /// predictions (`--whole-model-only`).
     pub whole_model_only: bool,
@@ -70,6 +73,29 @@ pub struct EffectiveMark {
 }
 
 impl EffectiveMark {
+    /// The effective context of `series` read from its own points (the line
+    /// drawn), so the legend says what the line shows: per-layer from
+    /// `points`, whole-model from `model` (None unless it has every point's
+    /// context), each with the range read from its intervals' ends.
+    pub fn of_series(series: &RecallSeries, threshold: f64) -> EffectiveMark {
+        let reach = |pts: &[RecallPoint], value: fn(&RecallPoint) -> f64| {
+            Reach::of_held(pts.iter().map(|p| (p.context_tokens, value(p) >= threshold)))
+        };
+        let range = |pts: &[RecallPoint]| ReachRange { low: reach(pts, |p| p.ci_low), high: reach(pts, |p| p.ci_high) };
+        let layer = reach(&series.points, |p| p.recall);
+        let whole = series.model.len() == series.points.len()
+            && series.model.iter().zip(&series.points).all(|(m, p)| m.context_tokens == p.context_tokens);
+        EffectiveMark {
+            topk: series.topk,
+            precision: series.precision.clone(),
+            context_tokens: layer.effective_context,
+            held_at_longest: layer.held_at_longest,
+            model: whole.then(|| reach(&series.model, |p| p.recall)),
+            layer_range: Some(range(&series.points)),
+            model_range: whole.then(|| range(&series.model)),
+        }
+    }
+
     /// "eff. 16K", "eff. ≥ 128K", "eff. < 1K" (`shortest` = the shortest
     /// tested context) or, when the interval ends read differently,
     /// "eff. 16K [8K, 32K]".

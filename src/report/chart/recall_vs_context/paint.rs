@@ -100,6 +100,14 @@ impl Frame {
     fn px(&self, v: f64) -> i32 {
         (v * self.s).round() as i32
     }
+
+    /// Sets the legend `k` times its size (text and spacing).
+    fn shrink_legend(&mut self, k: f64) {
+        let s = self.s * k;
+        self.legend_style = text_at(16.0 * s, INK, HPos::Left, VPos::Center);
+        self.legend_head_style = text_at(17.0 * s, INK_SOFT, HPos::Left, VPos::Center);
+        self.entry_h = (30.0 * s).round() as i32;
+    }
 }
 
 /// The log2 context axis: its range, ticks and which ticks carry labels.
@@ -138,7 +146,7 @@ impl ContextAxis {
 
 /// The legend's entries (outside the plot, right) and the width they need.
 struct Legend {
-    head: &'static str,
+    head: String,
     /// Series indices in legend order (by k, then precision).
     order: Vec<usize>,
     series_labels: Vec<String>,
@@ -151,27 +159,43 @@ struct Legend {
     width: i32,
 }
 
+impl Legend {
+    /// Its entries at most: head, series, keys (the prediction's counted), off-axis notes.
+    fn rows(&self) -> usize {
+        1 + self.series_labels.len() + self.extra_labels.len() + 1 + self.off_axis.len()
+    }
+}
+
 impl RecallChart {
-    fn legend<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>, f: &Frame, axis: &ContextAxis) -> Result<Legend, ChartError> {
-        let whole = f.whole;
+    /// The legend's series entries in legend order (by k, then precision):
+    /// the series' index and its label, with its effective context.
+    pub(super) fn legend_entries(&self) -> Vec<(usize, String)> {
+        let f = Frame::new(self, 1.0);
+        let shortest = ContextAxis::new(self).shortest;
         let mut order: Vec<usize> = (0..self.series.len()).collect();
         order.sort_by_key(|&i| {
             let sr = &self.series[i];
             (sr.topk, f.enc.precisions.iter().position(|p| *p == sr.precision))
         });
-        let series_labels: Vec<String> = order
-            .iter()
-            .map(|&i| {
+        order
+            .into_iter()
+            .map(|i| {
                 let sr = &self.series[i];
                 let base = format!("k={}, {}", sr.topk, sr.precision);
-                match self.effective.iter().find(|e| e.topk == sr.topk && e.precision == sr.precision) {
-                    Some(e) if whole && !f.layers => format!("{base} · {}", e.model_only_label(axis.shortest)),
-                    Some(e) if whole => format!("{base} · {}", e.model_label(axis.shortest)),
-                    Some(e) => format!("{base} · {}", e.label(axis.shortest)),
+                let label = match self.effective.iter().find(|e| e.topk == sr.topk && e.precision == sr.precision) {
+                    Some(e) if f.whole && !f.layers => format!("{base} · {}", e.model_only_label(shortest)),
+                    Some(e) if f.whole => format!("{base} · {}", e.model_label(shortest)),
+                    Some(e) => format!("{base} · {}", e.label(shortest)),
                     None => base,
-                }
+                };
+                (i, label)
             })
-            .collect();
+            .collect()
+    }
+
+    fn legend<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>, f: &Frame, axis: &ContextAxis) -> Result<Legend, ChartError> {
+        let whole = f.whole;
+        let (order, series_labels): (Vec<usize>, Vec<String>) = self.legend_entries().into_iter().unzip();
         let off_axis: Vec<String> = self
             .coverage_limits
             .iter()
@@ -206,8 +230,12 @@ impl RecallChart {
             let (tw, _) = root.estimate_text_size(l, &f.legend_style).map_err(draw_err)?;
             text_w = text_w.max(tw as i32);
         }
-        let head = if self.effective.is_empty() { "series (k, precision)" } else { "series (k, precision) · effective context" };
-        let (head_w, _) = root.estimate_text_size(head, &f.legend_head_style).map_err(draw_err)?;
+        let head = match &self.effective_at {
+            _ if self.effective.is_empty() => "series (k, precision)".to_string(),
+            Some(at) => format!("series (k, precision) · effective context at {at}"),
+            None => "series (k, precision) · effective context".to_string(),
+        };
+        let (head_w, _) = root.estimate_text_size(&head, &f.legend_head_style).map_err(draw_err)?;
         text_w = text_w.max(head_w as i32 - f.swatch_w - f.px(12.0));
         let width = f.swatch_w + f.px(12.0) + text_w + f.px(40.0);
         Ok(Legend { head, order, series_labels, extra_labels, line_keys, assumption_band, predicted_label, off_axis, width })
@@ -393,7 +421,7 @@ impl RecallChart {
         (lx, mut y): (i32, i32),
     ) -> Result<i32, ChartError> {
         let (s, swatch_w) = (f.s, f.swatch_w);
-        root.draw(&Text::new(legend.head, (lx, y), f.legend_head_style.clone())).map_err(draw_err)?;
+        root.draw(&Text::new(legend.head.clone(), (lx, y), f.legend_head_style.clone())).map_err(draw_err)?;
         y += f.entry_h;
         for (&i, label) in legend.order.iter().zip(&legend.series_labels) {
             let sr = &self.series[i];
@@ -419,7 +447,7 @@ impl RecallChart {
         f: &Frame,
         legend: &Legend,
         (lx, mut y): (i32, i32),
-    ) -> Result<(), ChartError> {
+    ) -> Result<i32, ChartError> {
         let (s, swatch_w, whole) = (f.s, f.swatch_w, f.whole);
         let px = |v: f64| f.px(v);
         let label =
@@ -480,26 +508,41 @@ impl RecallChart {
             root.draw(&Text::new(l.clone(), (lx, y), f.legend_style.clone().color(&INK_SOFT))).map_err(draw_err)?;
             y += f.entry_h;
         }
-        Ok(())
+        Ok(y)
     }
 }
 
 impl Painter for RecallChart {
     fn paint<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<(), ChartError> {
+        self.paint_to_legend_end(root).map(|_| ())
+    }
+}
+
+impl RecallChart {
+    /// Paints the chart; returns where the legend ends (y, pixels).
+    pub(super) fn paint_to_legend_end<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<i32, ChartError> {
         let (w, h) = root.dim_in_pixel();
         let s = ui_scale(w, h);
         root.fill(&WHITE).map_err(draw_err)?;
-        let f = Frame::new(self, s);
-        let px = |v: f64| f.px(v);
+        let mut f = Frame::new(self, s);
+        let px = |v: f64| (v * s).round() as i32;
         let axis = ContextAxis::new(self);
         let y_ticks: Vec<f64> = (0..=10).map(|i| i as f64 / 10.0).collect();
-        let legend = self.legend(root, &f, &axis)?;
 
         // ---- vertical layout
         let margin = px(24.0);
         let title_h = root.estimate_text_size("Ag", &f.title_style).map_err(draw_err)?.1 as i32;
         let sub_h = root.estimate_text_size("Ag", &f.subtitle_style).map_err(draw_err)?.1 as i32;
         let header_top = margin + title_h + px(10.0) + sub_h + px(18.0);
+        let mut legend = self.legend(root, &f, &axis)?;
+        // A legend taller than the room beside the plot (two rows of
+        // coverage labels allowed for) is set smaller, to 55 % at least.
+        let room = h as i32 - header_top - 2 * f.row_h - px(20.0);
+        let need = legend.rows() as i32 * f.entry_h;
+        if need > room {
+            f.shrink_legend((room as f64 / need as f64).max(0.55));
+            legend = self.legend(root, &f, &axis)?;
+        }
         let (main, legend_area) = root.split_horizontally(w as i32 - legend.width);
         let build = |top: i32| {
             ChartBuilder::on(&main)

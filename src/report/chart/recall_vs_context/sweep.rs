@@ -80,28 +80,21 @@ pub fn recall_chart(meta: &ReportMeta, cells: &[CellResult], depth: f64, whole_m
         ),
         _ => (format!("Per-layer selection recall vs context · {} · {}", meta.preset, meta.physics_label()), String::new()),
     };
+    // Read from the drawn depth's lines, not the sweep's all-depth
+    // effective contexts: a line held to 4K must not be labelled 2K because
+    // another depth failed earlier.
+    let effective = series.iter().map(|sr| EffectiveMark::of_series(sr, meta.threshold)).collect();
     RecallChart {
         title,
         subtitle: format!(
             "needle depth {depth} %, {}, {} tokens · {trials} trials per point · Wilson 95 % bands · seed {}{stack}",
             meta.needle, meta.needle_tokens, meta.seed
         ),
+        effective,
         series,
         coverage_limits,
         effective_threshold: Some(meta.threshold),
-        effective: meta
-            .effective
-            .iter()
-            .map(|e| EffectiveMark {
-                topk: e.topk as u32,
-                precision: e.precision.clone(),
-                context_tokens: e.effective_context,
-                held_at_longest: e.held_at_longest,
-                model: e.model,
-                layer_range: e.layer_range,
-                model_range: e.model_range,
-            })
-            .collect(),
+        effective_at: Some(format!("depth {depth} %")),
         whole_model_only,
     }
 }
@@ -142,8 +135,8 @@ fn render_recall_charts(
 pub const CHART: SweepChart = SweepChart {
     stem: RECALL_VS_CONTEXT,
     when: "several contexts: one per depth with up to two depths, else one at the detail depth beside recall_vs_depth",
-    caption: "Per-layer selection recall vs context (log2 axis), one line per (k, precision), Wilson 95 % bands; thin solid verticals mark the coverage limit k·c+W, the dotted line the recall threshold; the legend gives each series' effective context, with the range read from the intervals' ends in brackets when it differs.",
-    caption_whole: Some("Whole-model recall (solid lines, Wilson 95 % bands) and per-layer selection recall (thin dashed lines, smaller markers) vs context (log2 axis), one colour per k, one marker per precision; thin solid verticals mark the coverage limit k·c+W, the dotted grey line the recall threshold; the legend gives each series' effective context read from both, with the range read from the intervals' ends in brackets when it differs."),
+    caption: "Per-layer selection recall vs context (log2 axis), one line per (k, precision), Wilson 95 % bands; thin solid verticals mark the coverage limit k·c+W, the dotted line the recall threshold; the legend gives each series' effective context at the drawn depth, with the range read from the intervals' ends in brackets when it differs.",
+    caption_whole: Some("Whole-model recall (solid lines, Wilson 95 % bands) and per-layer selection recall (thin dashed lines, smaller markers) vs context (log2 axis), one colour per k, one marker per precision; thin solid verticals mark the coverage limit k·c+W, the dotted grey line the recall threshold; the legend gives each series' effective context at the drawn depth read from both, with the range read from the intervals' ends in brackets when it differs."),
     predicted: Some("Lines in each series' colour, long-dashed (dotted beside whole-model recall), are the analytic prediction of per-layer recall."),
     whole_model_only: true,
     render: |c, dir, ext| {

@@ -2,6 +2,7 @@ use super::paint::{assign_label_rows, CoverageLabel};
 use super::*;
 use crate::base::units::{Reach, ReachRange};
 use crate::report::chart::canvas::ChartError;
+use plotters::prelude::{BitMapBackend, IntoDrawingArea};
 
 /// A falling recall curve over 1K … 128K with its knee at 2^`knee` tokens.
 fn curve(knee: f64) -> Vec<RecallPoint> {
@@ -38,6 +39,7 @@ pub(crate) fn demo_chart() -> RecallChart {
             layer_range: None,
             model_range: None,
         }],
+        effective_at: None,
         whole_model_only: false,
     }
 }
@@ -252,4 +254,75 @@ fn label_rows_do_not_overlap() {
     assert_eq!(row(1000), 0);
     assert_eq!(row(200), 0);
     assert_eq!(row(100), 1); // its text would run over the line at x=200
+}
+
+/// A sweep with two depths whose lines differ: at depth 0 recall holds to
+/// the longest context, at depth 100 it fails from 4K. Each depth's chart
+/// must give the reach of the line it draws, not the sweep's all-depth one
+/// (2K), which a line held to 8K contradicts.
+#[test]
+fn legend_gives_the_drawn_depths_effective_context() {
+    use crate::config::{check, resolve, Scenario};
+    use crate::report::meta::ReportMeta;
+    use crate::run::sweep::{effective_contexts, run_sweep};
+    let s = check(resolve(Default::default()).unwrap()).unwrap();
+    let s = Scenario { contexts: vec![1024, 2048, 4096, 8192], depths: vec![0.0, 100.0], topks: vec![64], trials: 4, ..s };
+    let mut cells = run_sweep(&s, &|| {}).unwrap().cells;
+    for c in &mut cells {
+        let r = if c.depth_percent == 100.0 && c.context_tokens >= 4096 { 0.5 } else { 1.0 };
+        (c.recall, c.ci_low, c.ci_high) = (r, r, r);
+        (c.model_recall, c.model_ci_low, c.model_ci_high) = (Some(r), Some(r), Some(r));
+    }
+    let meta = ReportMeta::from_scenario(&s, &effective_contexts(&s, &cells));
+    assert!(meta.effective.iter().all(|e| e.effective_context == Some(2048)), "the sweep's reach is over all depths");
+    // The reach of a drawn line, read independently: the last context before the first failure.
+    let drawn = |pts: &[RecallPoint]| {
+        let held: Vec<u64> = pts.iter().take_while(|p| p.recall >= s.threshold).map(|p| p.context_tokens).collect();
+        match (held.last(), held.len() == pts.len()) {
+            (None, _) => "< 1K".to_string(),
+            (Some(&c), true) => format!("≥ {}", crate::base::units::tokens_label(c)),
+            (Some(&c), false) => crate::base::units::tokens_label(c),
+        }
+    };
+    for (depth, expect) in [(0.0, "≥ 8K"), (100.0, "2K")] {
+        let chart = recall_chart(&meta, &cells, depth, false);
+        let entries = chart.legend_entries();
+        assert_eq!(entries.len(), chart.series.len());
+        for (i, label) in &entries {
+            let sr = &chart.series[*i];
+            assert_eq!(drawn(&sr.points), expect);
+            let want = format!("model {}, layer {}", drawn(&sr.model), drawn(&sr.points));
+            assert!(label.ends_with(&want), "depth {depth}: legend {label:?}, drawn line {want:?}");
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("r.svg");
+        render_recall_vs_context(&chart, &path, 1600, 1000).unwrap();
+        let svg = std::fs::read_to_string(&path).unwrap();
+        assert!(svg.contains(&format!("effective context at depth {depth} %")), "the legend says which depth");
+        assert!(svg.contains(&entries[0].1));
+    }
+}
+
+/// The legend of a sweep with many variants (the fp8-keys incident: 28
+/// series and five keys) stays on the image: it is set smaller to fit.
+#[test]
+fn a_long_legend_stays_on_the_image() {
+    let mut c = whole_model_chart();
+    let template = c.series[0].clone();
+    c.series = (0..28)
+        .map(|i| RecallSeries {
+            topk: if i < 14 { 512 } else { 1024 },
+            precision: format!("fp8-fp32scale+scale-unwritten-zero+ties-{i}"),
+            ..template.clone()
+        })
+        .collect();
+    c.effective = c.series.iter().map(|sr| EffectiveMark::of_series(sr, 0.9)).collect();
+    c.series[0].model_band = vec![(1024, 0.9, 1.0), (2048, 0.8, 1.0)];
+    crate::report::chart::font::ensure_font_registered().unwrap();
+    for (w, h) in [(1600u32, 1000u32), (800, 500)] {
+        let mut pixels = vec![0u8; w as usize * h as usize * 3];
+        let root = BitMapBackend::with_buffer(&mut pixels, (w, h)).into_drawing_area();
+        let end = c.paint_to_legend_end(&root).unwrap();
+        assert!(end <= h as i32, "{w}×{h}: the legend runs to y = {end}");
+    }
 }

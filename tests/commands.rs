@@ -14,6 +14,8 @@ mod charts;
 mod check;
 #[path = "cli.rs"]
 mod cli;
+#[path = "cluster_script.rs"]
+mod cluster_script;
 #[path = "diagnose.rs"]
 mod diagnose;
 #[path = "durability.rs"]

@@ -62,6 +62,11 @@ pub fn margin_tables(s: &Scenario, outcome: &SweepOutcome) -> String {
         s.threshold
     );
     let whole = outcome.cells.iter().any(|c| c.model_needle_margin.is_some());
+    if crate::run::output::narrow_layout(s) {
+        narrow(&mut out, s, outcome, whole);
+        ratios(&mut out, s, &series, &find);
+        return out;
+    }
     for (title, text) in [("per layer", margin_text as fn(&CellResult) -> String), ("whole model", model_margin_text)] {
         if title == "whole model" && !whole {
             continue;
@@ -70,6 +75,29 @@ pub fn margin_tables(s: &Scenario, outcome: &SweepOutcome) -> String {
     }
     ratios(&mut out, s, &series, &find);
     out
+}
+
+/// The narrow layout: one row per cell, per-layer and whole-model margins.
+fn narrow(out: &mut String, s: &Scenario, outcome: &SweepOutcome, whole: bool) {
+    let width = s.precisions.iter().map(|p| p.name.chars().count()).max().unwrap_or(0).max(9);
+    let model = |text: &str| if whole { format!("  {text:>24}") } else { String::new() };
+    let _ =
+        writeln!(out, "{:>8}  {:>7}  {:>6}  {:<width$}  {:>24}{}", "context", "depth", "k", "precision", "per layer", model("whole model"));
+    for c in &outcome.cells {
+        let label = match c.needle_offset {
+            Some(o) if s.needle_offsets.len() > 1 => format!("{} @{o}", tokens_label(c.context_tokens)),
+            _ => tokens_label(c.context_tokens),
+        };
+        let line = format!(
+            "{label:>8}  {:>7}  {:>6}  {:<width$}  {:>24}{}",
+            format!("{} %", c.depth_percent),
+            c.topk,
+            c.precision,
+            margin_text(c),
+            model(&model_margin_text(c))
+        );
+        let _ = writeln!(out, "{}", line.trim_end());
+    }
 }
 
 /// One margin table per depth: contexts by (k, precision).

@@ -12,6 +12,8 @@
 //!   with the exact one, against context length.
 //! * [`render_rank_margin`]: box plots of the needle's rank ÷ k and score
 //!   margin per (top-k, precision) at one context.
+//! * [`render_margin`]: the needle margin (the weakest needle kept at the
+//!   recall threshold) against context, with the needle profiles' bands.
 //!
 //! The output format follows the file extension (`.png` or `.svg`). Files
 //! are written atomically: the chart is rendered into a hidden temporary
@@ -28,6 +30,7 @@ pub mod font;
 pub mod heatmap;
 pub mod knob;
 pub mod likelihood;
+pub mod margin;
 pub mod overlap;
 pub mod rank_margin;
 pub mod recall_vs_context;
@@ -41,13 +44,14 @@ pub use depth::{render_recall_vs_depth, DepthChart, DepthPanel, DepthPoint, Dept
 pub use fidelity::{render_fidelity, FidelityChart, FidelityPoint, FidelitySeries};
 pub use font::{ensure_font_registered, FONT_FAMILY};
 pub use heatmap::{render_heatmap, Heatmap, HeatmapPanel};
+pub use margin::{render_margin, MarginChart, MarginPoint, MarginSeries, ProfileBand};
 pub use rank_margin::{render_rank_margin, DistributionRow, RankMarginChart};
 pub use recall_vs_context::{render_recall_vs_context, EffectiveMark, RecallChart, RecallPoint, RecallSeries};
 
 /// Every chart of a sweep, in the order they are drawn, listed in the
 /// manifest and shown in `report.html`: each chart's file declares its
 /// entry (stem, when it applies, caption, how it is built and drawn).
-pub const SWEEP_CHARTS: [SweepChart; 8] = [
+pub const SWEEP_CHARTS: [SweepChart; 9] = [
     recall_vs_context::CHART,
     compare::CHART,
     depth::CHART,
@@ -56,6 +60,7 @@ pub const SWEEP_CHARTS: [SweepChart; 8] = [
     heatmap::DIFF_CHART,
     fidelity::CHART,
     rank_margin::CHART,
+    margin::CHART,
 ];
 
 /// The chart `file` (a name in a sweep directory) belongs to.

@@ -194,7 +194,7 @@ impl TrialSpec<'_> {
     }
 }
 
-/// The least offset scale at which `kept` holds, to within 2^-20 of
+/// The least offset scale at which `kept` holds, to within 2^-12 of
 /// itself, searched from the placed scale `placed` whose outcome is `kept_there`:
 /// None when no scale up to [`MAX_SCALE`] keeps the needle. `kept` is taken
 /// to grow with the scale, as the placement's solve takes the score to.

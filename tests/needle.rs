@@ -97,8 +97,16 @@ fn the_screened_exact_reference_places_the_needle_as_the_full_one() {
         let spec = spec_for(&s, &s.depths[..1]);
         for t in 0..6 {
             let seed = trial_seed(s.seed, s.depths[0], t);
-            let screened = spec.run(seed).unwrap();
-            let full = with_full_reference(|| spec.run(seed)).unwrap();
+            let mut screened = spec.run(seed).unwrap();
+            let mut full = with_full_reference(|| spec.run(seed)).unwrap();
+            // The margin's critical ranks may count rows the screen's bound
+            // cannot decide by their screened score (docs/MODEL.md, "The
+            // needle margin"): within a few rows of the exact count.
+            for (a, b) in screened.cells.iter_mut().zip(full.cells.iter_mut()) {
+                let (x, y) = (a.keep_below.take().unwrap(), b.keep_below.take().unwrap());
+                let slack = 8 + y.min(u64::MAX / 2) / 50;
+                assert!(x.abs_diff(y) <= slack || x == y, "{text}: trial {t}: critical rank {x} screened, {y} exact");
+            }
             assert_eq!(screened, full, "{text}: trial {t}");
             assert!(!screened.needle.is_empty());
         }

@@ -43,8 +43,9 @@ fn short(x: f64) -> String {
     }
 }
 
-/// The margin tables of a sweep, empty when no cell has a margin.
-pub fn margin_tables(s: &Scenario, outcome: &SweepOutcome) -> String {
+/// The margin tables of a sweep, empty when no cell has a margin; one row
+/// per cell when `narrow` (the sweep's tables are printed narrow).
+pub fn margin_tables(s: &Scenario, outcome: &SweepOutcome, narrow: bool) -> String {
     let mut out = String::new();
     if !outcome.cells.iter().any(|c| c.needle_margin.is_some()) {
         return out;
@@ -62,8 +63,8 @@ pub fn margin_tables(s: &Scenario, outcome: &SweepOutcome) -> String {
         s.threshold
     );
     let whole = outcome.cells.iter().any(|c| c.model_needle_margin.is_some());
-    if crate::run::output::narrow_layout(s) {
-        narrow(&mut out, s, outcome, whole);
+    if narrow {
+        narrow_table(&mut out, s, outcome, whole);
         ratios(&mut out, s, &series, &find);
         return out;
     }
@@ -78,7 +79,7 @@ pub fn margin_tables(s: &Scenario, outcome: &SweepOutcome) -> String {
 }
 
 /// The narrow layout: one row per cell, per-layer and whole-model margins.
-fn narrow(out: &mut String, s: &Scenario, outcome: &SweepOutcome, whole: bool) {
+fn narrow_table(out: &mut String, s: &Scenario, outcome: &SweepOutcome, whole: bool) {
     let width = s.precisions.iter().map(|p| p.name.chars().count()).max().unwrap_or(0).max(9);
     let model = |text: &str| if whole { format!("  {text:>24}") } else { String::new() };
     let _ =

@@ -522,7 +522,7 @@ pub fn format_table(s: &Scenario, outcome: &SweepOutcome) -> String {
     if s.topks.len() > 1 {
         k_pairs(&mut out, s, outcome, &holm, whole);
     }
-    out.push_str(&crate::run::margin_text::margin_tables(s, outcome));
+    out.push_str(&crate::run::margin_text::margin_tables(s, outcome, narrow));
     let _ = writeln!(
         out,
         "\neffective context (longest context with recall ≥ {} at every depth and every shorter context; in brackets, when it differs,\n\

@@ -17,7 +17,10 @@
 //! 3. the README's default sweep end to end (2 threads, as shipped);
 //! 4. peak memory (VmHWM) of a process that runs one 1M-token trial;
 //! 5. NumPy (`tools/numpy_reference.py`, when python3 with numpy is there) on
-//!    the same fp32 cells: trials/s and our ratio to it.
+//!    the same fp32 cells: trials/s and our ratio to it;
+//! 6. a 1M-token V4-Flash cell of 200 trials in tail mode under the default
+//!    (quantile) needle, beside a 64K one in tail mode and full simulation
+//!    (`-- tail` alone).
 //!
 //! Repetitions are interleaved (every configuration once per round), so
 //! load from elsewhere on the machine hits all of them alike; medians are
@@ -90,9 +93,12 @@ fn main() {
     }
     let quick = std::env::var_os("DSA_BENCH_QUICK").is_some();
     let rounds = if quick { 1 } else { 3 };
-    // `cargo bench --bench trial -- plans` runs section 1e alone.
+    // `cargo bench --bench trial -- plans` runs section 1e alone, `-- tail` section 6.
     if std::env::args().any(|a| a == "plans") {
         return plans(rounds);
+    }
+    if std::env::args().any(|a| a == "tail") {
+        return tail_cells(rounds);
     }
 
     // 1. Trials.
@@ -278,6 +284,9 @@ fn main() {
         println!("\n## peak memory (VmHWM) of one 1M-token V4-Flash trial (bf16+fp4, k 512/1024): {:.1} MiB", kib / 1024.0);
     }
 
+    // 6. Tail mode at 1M under the quantile needle (before NumPy, which may be absent).
+    tail_cells(rounds);
+
     // 5. NumPy on the same fp32 cells.
     println!("\n## NumPy reference (tools/numpy_reference.py, fp32, k 512, depth 50 %)");
     for (context, trials) in [("32K", 20u64), ("128K", 16)] {
@@ -323,6 +332,32 @@ fn main() {
             e2 / tps,
             f1 / e1
         );
+    }
+}
+
+/// Section 6, long contexts in tail mode under the default (quantile)
+/// needle: a 1M-token V4-Flash cell as shipped (bf16 and fp4, k 512, whole model
+/// and margin on), 200 trials on 2 threads (target ≤ 10 s), beside the
+/// same cell at 64K in full simulation and in tail mode.
+fn tail_cells(rounds: usize) {
+    let cell = |context: &str, mode: &str| {
+        scenario(&format!(
+            "[sweep]\ncontexts = \"{context}\"\ndepths = \"50\"\ntopk = \"512\"\ntrials = 200\n[estimator]\nmode = \"{mode}\"\n"
+        ))
+    };
+    let cases = [("1M, tail", cell("1M", "tail")), ("64K, tail", cell("64K", "tail")), ("64K, full", cell("64K", "full"))];
+    let two = pool(2);
+    let mut times = vec![Vec::new(); cases.len()];
+    for _ in 0..rounds {
+        for (t, (_, s)) in times.iter_mut().zip(&cases) {
+            t.push(time(|| {
+                two.install(|| run_sweep(s, &|| {})).expect("sweep");
+            }));
+        }
+    }
+    println!("\n## tail mode, quantile needle (V4-Flash, bf16+fp4, k 512, depth 50 %, 200 trials, margin on), 2 threads");
+    for ((label, _), t) in cases.iter().zip(times) {
+        println!("{label:>10}: {:.2} s (median of {rounds})", median(t));
     }
 }
 

@@ -779,6 +779,20 @@ fn tail_mode_paired_tables_show_no_discordant_pairs() {
 }
 
 #[test]
+fn tail_mode_runs_a_1m_cell_under_the_default_needle_with_its_margin() {
+    let dir = TempDir::new().unwrap();
+    let out = dir.path().join("tail1m");
+    let args = ["sweep", "--mode", "tail", "--contexts", "1M", "--depths", "50", "--topk", "512", "--precisions", "bf16", "--trials", "20"];
+    let o = bin().args(args).arg("--out").arg(&out).output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let cells = results(&out);
+    assert_eq!(cells.len(), 1);
+    let c = &cells[0];
+    assert!(c["needle_margin"].as_f64().is_some_and(|m| m > 0.0), "{c}");
+    assert!(c["model_recall"].as_f64().is_some() && c["median_rank"].as_f64().is_some(), "{c}");
+}
+
+#[test]
 fn estimators_that_need_independent_rows_refuse_dependent_ones() {
     let dir = TempDir::new().unwrap();
     for (flag, value, physics) in [("--predict", "on", "--distractors"), ("--mode", "tail", "--correlation-length")] {

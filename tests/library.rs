@@ -33,6 +33,8 @@ mod row_shift;
 mod shared_depths;
 #[path = "stack.rs"]
 mod stack;
+#[path = "tail_quantile.rs"]
+mod tail_quantile;
 #[path = "tensors.rs"]
 mod tensors;
 #[path = "value_stability.rs"]

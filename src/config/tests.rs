@@ -157,16 +157,17 @@ fn prediction_and_tail_need_independent_rows() {
     }
 }
 
-/// Issue 26: the quantile needle's prediction holds under any haystack
-/// (its reference rank is binomial by construction); tail sampling
-/// refuses it with one line naming the alternatives.
+/// The quantile needle's prediction holds under any haystack (its
+/// reference rank is binomial by construction); tail sampling serves it
+/// where rows are independent and refuses it, in one line, where not.
 #[test]
-fn the_quantile_needle_takes_the_prediction_and_refuses_tail_sampling() {
+fn the_quantile_needle_takes_the_prediction_and_tail_sampling() {
     for physics in ["distractors = 1", "correlation_length = 8.0", "pooling = \"full\""] {
         assert!(with(&format!("[estimator]\npredict = true\n[physics]\n{physics}\n")).is_ok(), "{physics}");
     }
-    let err = with("[estimator]\nmode = \"tail\"\n").unwrap_err().to_string();
-    assert!(err.starts_with("invalid estimator.mode (--mode) = \"tail\": full, or needle.unit = \"strength\""), "{err}");
+    assert!(with("[estimator]\nmode = \"tail\"\n").is_ok());
+    let err = with("[estimator]\nmode = \"tail\"\n[physics]\ndistractors = 1\n").unwrap_err().to_string();
+    assert!(err.starts_with("invalid estimator.mode (--mode) = \"tail\": full"), "{err}");
     assert!(!err.contains('\n'));
 }
 

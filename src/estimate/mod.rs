@@ -25,6 +25,7 @@ pub mod settings;
 pub mod stack;
 pub mod survival;
 pub mod tail;
+pub mod tail_quantile;
 
 use crate::base::observe::Observer;
 use crate::error::SimError;
@@ -53,6 +54,9 @@ pub fn recall_estimates(
     let run = Run { spec, seed, trials, observer, checkpoint };
     match settings.mode {
         EstimatorMode::Full => run.cells(&full::Full, first_cell),
+        EstimatorMode::Tail if spec.model.needle_unit.quantile().is_some() => {
+            run.cells(&tail_quantile::TailQuantile { rows: settings.tail_rows }, first_cell)
+        }
         EstimatorMode::Tail => run.cells(&tail::Tail { rows: settings.tail_rows }, first_cell),
     }
 }
@@ -116,9 +120,7 @@ pub fn refusal(
 ) -> Option<Refusal> {
     let mode = match settings.mode {
         EstimatorMode::Full => None,
-        EstimatorMode::Tail => tail::refuses_needle(needle)
-            .or_else(|| tail::refuses(physics, ratio, variants))
-            .or_else(|| sample::refuses(structure, "full", "tail sampling")),
+        EstimatorMode::Tail => tail::refuses(physics, ratio, variants).or_else(|| sample::refuses(structure, "full", "tail sampling")),
     };
     if let Some(allowed) = mode {
         return Some(Refusal { field: "estimator.mode", value: settings.mode.toml_value(), allowed });

@@ -100,7 +100,7 @@ impl TailSample {
 /// own offset, θ = δ/σ, so proposal rows score like needle rows, which is
 /// where p(s*) is needed; with no needle offset, the direction that raises
 /// the positively weighted heads' dot products, with norm [`FALLBACK_TILT`].
-fn tilt(haystack: &TrialHaystack) -> Vec<f64> {
+pub(super) fn tilt(haystack: &TrialHaystack) -> Vec<f64> {
     let sigma = haystack.channel_std();
     let delta = haystack.needle_offset();
     let theta: Vec<f64> = delta.iter().zip(sigma).map(|(&dv, &s)| f64::from(dv) / f64::from(s)).collect();
@@ -148,7 +148,6 @@ fn tail_trial_positional(spec: &TrialSpec<'_>, trial_seed: u64, tail_rows: u64) 
     let mut source = TrialRows::new(spec.model, spec.physics, spec.geometry, &haystack, trial_seed)?;
     let half = (tail_rows / 2) as usize;
     let theta = tilt(&haystack);
-    let theta_sq: f64 = theta.iter().map(|t| t * t).sum();
     let mut out = vec![0.0; spec.cell_count()];
     let mut keys = vec![0.0f32; 2 * half * d];
     let mut weights = vec![0.0f64; 2 * half];
@@ -169,22 +168,7 @@ fn tail_trial_positional(spec: &TrialSpec<'_>, trial_seed: u64, tail_rows: u64) 
                 }
                 continue;
             }
-            let mut rng = rng::stream(trial_seed, &[tag::TAIL, ci as u64, oi as u64]);
-            let rows = stratified_rows(candidates, placement.rows.clone(), half, &mut rng);
-            for (j, &row) in rows.iter().enumerate() {
-                for (slot, shifted) in [(j, false), (half + j, true)] {
-                    let tz = source.sampled_haystack_row(
-                        row,
-                        PROPOSAL_FIRST_ROW + slot as u64,
-                        &theta,
-                        shifted,
-                        &mut keys[slot * d..(slot + 1) * d],
-                    );
-                    weights[slot] = 1.0 / (0.5 + 0.5 * (tz - 0.5 * theta_sq).exp());
-                }
-            }
-            source.finalize_at(&mut keys[..half * d], &rows)?;
-            source.finalize_at(&mut keys[half * d..], &rows)?;
+            positional_sample(&source, &theta, (trial_seed, ci, oi), (candidates, placement.rows.clone()), &mut keys, &mut weights)?;
             let items = source.items(context, placement.tokens.clone());
             let needle: Vec<u64> = placement.rows.clone().collect();
             let mut needle_keys = vec![0.0f32; needle.len() * d];
@@ -207,6 +191,36 @@ fn tail_trial_positional(spec: &TrialSpec<'_>, trial_seed: u64, tail_rows: u64) 
         }
     }
     Ok(out)
+}
+
+/// The weighted sample of one context and needle spot under physics:
+/// `weights.len()` / 2 positions spread over the competitors (the rows
+/// below `candidates` outside `needle`), each with one haystack draw (the
+/// first half of `keys`) and one proposal draw z + θ (the second half),
+/// finalized at that position, and each row's balance-heuristic weight.
+pub(super) fn positional_sample(
+    source: &TrialRows<'_>,
+    theta: &[f64],
+    (trial_seed, ci, oi): (u64, usize, usize),
+    (candidates, needle): (u64, std::ops::Range<u64>),
+    keys: &mut [f32],
+    weights: &mut [f64],
+) -> Result<(), SimError> {
+    let half = weights.len() / 2;
+    let d = keys.len() / weights.len().max(1);
+    let theta_sq: f64 = theta.iter().map(|t| t * t).sum();
+    let mut rng = rng::stream(trial_seed, &[tag::TAIL, ci as u64, oi as u64]);
+    let rows = stratified_rows(candidates, needle, half, &mut rng);
+    for (j, &row) in rows.iter().enumerate() {
+        for (slot, shifted) in [(j, false), (half + j, true)] {
+            let tz =
+                source.sampled_haystack_row(row, PROPOSAL_FIRST_ROW + slot as u64, theta, shifted, &mut keys[slot * d..(slot + 1) * d]);
+            weights[slot] = 1.0 / (0.5 + 0.5 * (tz - 0.5 * theta_sq).exp());
+        }
+    }
+    source.finalize_at(&mut keys[..half * d], &rows)?;
+    source.finalize_at(&mut keys[half * d..], &rows)?;
+    Ok(())
 }
 
 /// The null model's tail sample: M/2 haystack rows, then M/2 proposal

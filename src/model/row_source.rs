@@ -373,6 +373,20 @@ impl<'a> TrialRows<'a> {
     /// independent redraw of its tokens (`draw` Some(j), j = 0, 1, …).
     /// Only for independent rows ([`Physics::rows_are_independent`]).
     pub fn sampled_special_row(&mut self, row: u64, items: &[Item], draw: Option<u64>, out: &mut [f32]) -> Result<(), SimError> {
+        self.sampled_special_row_scaled(row, items, draw, 1.0, out)
+    }
+
+    /// [`Self::sampled_special_row`] with every item's key offset
+    /// multiplied by `scale`, as [`Self::special_row_scaled`] does (scale 0:
+    /// the needle's bare row, its gate boost kept).
+    pub fn sampled_special_row_scaled(
+        &mut self,
+        row: u64,
+        items: &[Item],
+        draw: Option<u64>,
+        scale: f32,
+        out: &mut [f32],
+    ) -> Result<(), SimError> {
         let d = self.d;
         if self.pools {
             let mut scratch = std::mem::take(&mut self.scratch);
@@ -381,10 +395,10 @@ impl<'a> TrialRows<'a> {
                 Some(j) => rng::derive(self.special_seed, &[tag::PREDICT, j]),
             };
             self.draw_window_seeded(seed, row, &mut scratch);
-            let pooled = if draw.is_some() && self.gate_noise <= 0.0 {
+            let pooled = if draw.is_some() && self.gate_noise <= 0.0 && scale == 1.0 {
                 self.pool_redraw(row, items, &mut scratch, out)
             } else {
-                self.pool_row(row, items, 1.0, &mut scratch, out)
+                self.pool_row(row, items, scale, &mut scratch, out)
             };
             self.scratch = scratch;
             pooled?;
@@ -395,7 +409,7 @@ impl<'a> TrialRows<'a> {
             let mut scratch = std::mem::take(&mut self.scratch);
             let base = &mut scratch.tokens[..d];
             self.hay.fill_haystack_row(draw.map_or(row, |j| REDRAW_FIRST_ROW + (j << 24) + (row & 0xff_ffff)), base);
-            let added = self.special_row(row, items, base, out);
+            let added = self.special_row_scaled(row, items, base, scale, out);
             self.scratch = scratch;
             added?;
         }

@@ -60,6 +60,10 @@ pub(super) fn scenario_with(
     p.sweep.topk = list(topks.iter().map(u64::to_string).collect());
     p.sweep.precisions = list(variants.to_vec());
     p.sweep.length_mods = None;
+    // A diagnosis reads recall alone: the needle margin's search (some 25
+    // rescorings of the needle's rows per cell and trial, about 4/5 of the
+    // CPU time of a diagnosis) changes no recall, so it is not run.
+    p.estimator.margin = Some(false);
     config::check(p)
 }
 

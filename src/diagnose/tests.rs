@@ -1,5 +1,5 @@
 use super::outcome::{calibrate_first, weak_evidence};
-use super::text::{small_information, tied_runs};
+use super::text::{small_information, tied_runs, verdict_classes};
 use super::*;
 use crate::score::hypothesis::{candidate_class, FaultClass};
 
@@ -107,6 +107,38 @@ fn the_verdict_says_healthy_inconclusive_or_the_class() {
     let v = verdict(&r, &class_standings(&r));
     assert_eq!(v.kind, "fault", "{}", v.text);
     assert!(v.text.contains("pages-swapped cannot be told"), "{}", v.text);
+}
+
+// Each verdict is followed by the plain sentence of each class it names.
+#[test]
+fn the_verdict_names_the_classes_it_explains() {
+    let ln10 = std::f64::consts::LN_10;
+    let named = |entries: &[(&str, f64)]| {
+        let r = ranked(entries);
+        let classes = class_standings(&r);
+        verdict_classes(&verdict(&r, &classes), &classes)
+    };
+    assert_eq!(named(&[(HEALTHY, -0.5 * ln10), ("slot-shift", 0.0)]), [FaultClass::Healthy]);
+    assert_eq!(
+        named(&[(HEALTHY, -5.0 * ln10), ("slot-shift", 0.0), ("hadamard-q-only", -0.5 * ln10)]),
+        [FaultClass::Layout, FaultClass::RandomLoss]
+    );
+    assert_eq!(
+        named(&[(HEALTHY, -5.0 * ln10), ("scale-unwritten-zero+ties-lowest", 0.0), ("hadamard-q-only", -2.0 * ln10)]),
+        [FaultClass::IndexTies]
+    );
+    let sentences: Vec<&str> = FaultClass::ALL.iter().map(|c| c.meaning()).collect();
+    assert!(sentences.iter().all(|s| !s.is_empty() && !s.ends_with('.')));
+    assert!(FaultClass::IndexTies.meaning().contains("k·c+W"));
+}
+
+// A diagnosis reads recall alone: its sweeps skip the needle margin's search.
+#[test]
+fn diagnosis_sweeps_run_without_the_needle_margin() {
+    let p = crate::config::resolve(Default::default()).unwrap();
+    assert!(crate::config::check(p.clone()).unwrap().estimator.margin, "the margin is on by default");
+    let s = super::simulate::scenario_with(&p, &[4096], &[50.0], &[512], &["fp8".to_string()]).unwrap();
+    assert!(!s.estimator.margin);
 }
 
 // Issue 28, item 5: the pair an open verdict compares is the pair it names.

@@ -3,7 +3,7 @@
 use super::candidates::*;
 use super::outcome::*;
 use super::rank::*;
-use crate::score::hypothesis::candidate_summary;
+use crate::score::hypothesis::{candidate_summary, FaultClass};
 
 /// Candidates tied on likelihood folded into one line from this many on
 /// (fewer are listed: a fold of two saves no space).
@@ -144,6 +144,9 @@ fn push_classes_and_verdict(d: &Diagnosis, out: &mut String) {
         }
     }
     out.push_str(&format!("\nverdict: {}\n", d.verdict.text));
+    for c in verdict_classes(&d.verdict, &d.classes) {
+        out.push_str(&format!("  {c}: {}\n", c.meaning()));
+    }
     if !d.not_applicable.is_empty() {
         out.push_str(&format!("not applicable to any observed configuration (same as healthy): {}\n", d.not_applicable.join(", ")));
     }
@@ -167,6 +170,18 @@ fn push_classes_and_verdict(d: &Diagnosis, out: &mut String) {
             n.describe()
         ));
     }
+}
+
+/// The classes the verdict names, for their plain sentences: healthy; the
+/// best class of a fault; the best two of an inconclusive verdict.
+pub(super) fn verdict_classes(verdict: &super::verdict::Verdict, classes: &[ClassStanding]) -> Vec<FaultClass> {
+    let named = match verdict.kind.as_str() {
+        "healthy" => return vec![FaultClass::Healthy],
+        "fault" => 1,
+        "inconclusive" => 2,
+        _ => 0,
+    };
+    classes.iter().take(named).map(|c| c.class).collect()
 }
 
 /// Why a next experiment carries little information per prompt while a

@@ -94,6 +94,35 @@ impl FaultClass {
         }
     }
 
+    /// One plain sentence on what a verdict naming this class says
+    /// happened (the text table prints it under the verdict); c is the
+    /// compress ratio, W the raw window.
+    pub fn meaning(self) -> &'static str {
+        match self {
+            FaultClass::Healthy => {
+                "the needle is lost no more often than by a correct indexer, whose exact scores rank it below the k kept rows now and then"
+            }
+            FaultClass::RandomLoss => {
+                "the scores no longer tell rows apart, so the k rows kept are a random draw: recall falls to about k over the candidate rows as the context grows; a correct cache does not do this"
+            }
+            FaultClass::IndexTies => {
+                "the selection degenerated to the first or last k rows, a window of k·c+W tokens: the needle is found only inside it; a correct cache does not do this"
+            }
+            FaultClass::Partial => {
+                "the scores keep part of their information (a coarser number format, a wrong scale): the needle is lost more often than by a correct indexer, more so at long contexts, but not always"
+            }
+            FaultClass::Layout => {
+                "the cache's writer and reader disagree on where key bytes or scales sit, so the indexer scores other keys than were written: recall collapses beyond the rows the mix-up leaves intact"
+            }
+            FaultClass::LayerSubset => {
+                "the fault acts in some indexer layers only and the others still select correctly, so whole-model recall falls less than one faulty layer's"
+            }
+            FaultClass::Schedule => {
+                "chunked prefill hides rows from the indexer or garbles them: the loss follows where the needle falls against the chunk boundaries, not k"
+            }
+        }
+    }
+
     /// How severe, for a composite: the most severe part names it.
     pub(super) fn severity(self) -> u8 {
         match self {

@@ -60,7 +60,8 @@ pub(super) fn scenario_with(
     p.sweep.topk = list(topks.iter().map(u64::to_string).collect());
     p.sweep.precisions = list(variants.to_vec());
     p.sweep.length_mods = None;
-    config::check(p)
+    // Observed rows may select every row (k at or above the candidate rows).
+    config::check_dense_topk(p)
 }
 
 /// Whether the scenario `params` can simulate variant `name`, or why not.

@@ -207,6 +207,7 @@ fn few_prompts_a_row_are_weak_evidence() {
         query_position: None,
         healthy: None,
         prefill_chunk: None,
+        prompt: None,
     };
     let note = weak_evidence(&[row(1), row(1), row(20)]).unwrap();
     assert!(note.contains("1 prompt(s)") && note.contains("fewer than 5"), "{note}");

@@ -158,12 +158,20 @@ pub(super) fn unquantized_configs(params: &ScenarioParams, configs: &[String]) -
 }
 
 /// Candidate `h` without its cache-layout parts (`block-row0+ties-lowest`
-/// → `ties-lowest`; empty when nothing else is left).
+/// → `ties-lowest`); empty when no fault is left (`block-row0+layers=0..3`:
+/// a layer set, length gate or needle multiple only qualifies a fault).
 pub(super) fn without_cache_layout(h: &str) -> String {
-    let keep = |p: &&str| {
-        crate::score::hypothesis::Hypothesis::parse(p).map_or(true, |x| x.info.group != crate::score::hypothesis::Group::CacheLayout)
-    };
-    h.split('+').map(str::trim).filter(keep).collect::<Vec<_>>().join("+")
+    use crate::score::hypothesis::{Group, Hypothesis, Role};
+    const QUALIFIERS: [&str; 3] = ["layers=SET", "layer-share=F", "needle=M"];
+    let parts: Vec<(&str, Option<Hypothesis>)> = h.split('+').map(str::trim).map(|p| (p, Hypothesis::parse(p).ok())).collect();
+    let kept: Vec<&(&str, Option<Hypothesis>)> =
+        parts.iter().filter(|(_, x)| x.as_ref().is_none_or(|x| x.info.group != Group::CacheLayout)).collect();
+    let qualifier =
+        |x: &Option<Hypothesis>| x.as_ref().is_some_and(|x| QUALIFIERS.contains(&x.info.name) || matches!(x.info.role, Role::LengthGate));
+    if kept.iter().all(|(_, x)| qualifier(x)) {
+        return String::new();
+    }
+    kept.iter().map(|(p, _)| *p).collect::<Vec<_>>().join("+")
 }
 
 impl Prepared {

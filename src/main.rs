@@ -11,6 +11,7 @@ use clap::error::ErrorKind;
 use clap::FromArgMatches;
 use cli::progress::{Interrupt, Progress, Steps};
 use cli::{Cli, Command, HypothesesAction, PresetsAction};
+use dsa_recall::base::files;
 use dsa_recall::commands::{catalogue, cell, diagnose, observe, quantize, replay, sweep};
 use dsa_recall::error::Error;
 use std::process::ExitCode;
@@ -132,7 +133,8 @@ fn run(cli: Cli) -> Result<(), Error> {
         }
         Command::Quantize(args) => {
             let mut out = std::io::BufWriter::new(std::io::stdout().lock());
-            quantize::quantize(&args.request(), &args.values, &mut std::io::stdin().lock(), &mut out)?;
+            let mut input = if args.values.is_empty() { files::stdin_input()? } else { Box::new(std::io::empty()) };
+            quantize::quantize(&args.request(), &args.values, &mut input, &mut out)?;
         }
         Command::Plot(args) => {
             let files = sweep::plot(&args.dir, &args.chart.request(&args.detail_context))?;

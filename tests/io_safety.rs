@@ -113,6 +113,48 @@ fn endless_and_special_inputs_end_within_5_s_with_one_short_line() {
     assert_eq!(names, ["p"]);
 }
 
+// A pipe whose writer neither writes nor closes (`sleep 100 | dsa-recall
+// quantize …`) is given up after the idle timeout, here 1 s; a bad timeout
+// is refused naming the variable.
+#[test]
+fn a_stdin_that_never_sends_ends_after_the_idle_timeout() {
+    let start = Instant::now();
+    let mut child = Command::new(cargo_bin("dsa-recall"))
+        .args(["quantize", "--format", "e4m3fn"])
+        .env("DSA_RECALL_STDIN_TIMEOUT", "1")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Held open, never written, until the child is done.
+    let stdin = child.stdin.take().unwrap();
+    while child.try_wait().unwrap().is_none() {
+        if start.elapsed() > KILL {
+            child.kill().unwrap();
+            panic!("quantize still waiting on a silent stdin after {KILL:?}: killed");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let took = start.elapsed();
+    drop(stdin);
+    let out = child.wait_with_output().unwrap();
+    refused(&out, &["stdin", "nothing arrived for 1 s", "DSA_RECALL_STDIN_TIMEOUT"]);
+    assert!(took >= Duration::from_secs(1) && took < FAST, "{took:?}");
+    // Numbers that do arrive are read as before, timeout or not.
+    let (out, _) = run_in(Path::new("."), &["quantize", "--format", "e4m3fn"], Input::Bytes(b"1.5\n".to_vec()));
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "1.5", "{out:?}");
+    for bad in ["-1", "soon", "1e9"] {
+        let out = Command::new(cargo_bin("dsa-recall"))
+            .args(["quantize", "--format", "e4m3fn"])
+            .env("DSA_RECALL_STDIN_TIMEOUT", bad)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        refused(&out, &["DSA_RECALL_STDIN_TIMEOUT", bad, "seconds"]);
+    }
+}
+
 // ---- outputs: checked whole before anything is written ----
 
 /// Every entry under `dir` (not following links): its kind, a link's

@@ -9,6 +9,8 @@ mod common;
 mod analytic;
 #[path = "chunked_prefill.rs"]
 mod chunked_prefill;
+#[path = "diagnose_inputs.rs"]
+mod diagnose_inputs;
 #[path = "fuzz_parsers.rs"]
 mod fuzz_parsers;
 #[path = "incidents.rs"]

@@ -273,6 +273,109 @@ pub fn read_stream_capped(input: &mut dyn Read, cap: u64) -> std::io::Result<Vec
     Ok(bytes)
 }
 
+/// How long a stream read through [`IdleTimeoutReader`] may send nothing
+/// before it is given up: generous for a real producer (a script that
+/// computes its numbers first), short enough that `sleep 1000 | …` does
+/// not hang a pipeline. [`STDIN_IDLE_ENV`] changes it.
+pub const STDIN_IDLE_SECS: f64 = 30.0;
+/// The environment variable that sets the idle timeout of stdin in
+/// seconds (0: wait for ever).
+pub const STDIN_IDLE_ENV: &str = "DSA_RECALL_STDIN_TIMEOUT";
+
+/// The idle timeout of stdin: [`STDIN_IDLE_ENV`] if set, else
+/// [`STDIN_IDLE_SECS`]; None: wait for ever (`0`).
+pub fn stdin_idle_timeout() -> Result<Option<std::time::Duration>, Error> {
+    let secs = match std::env::var(STDIN_IDLE_ENV) {
+        Err(std::env::VarError::NotPresent) => STDIN_IDLE_SECS,
+        Ok(text) => text.trim().parse::<f64>().ok().filter(|s| s.is_finite() && (0.0..=1e6).contains(s)).ok_or_else(|| {
+            crate::error::ConfigError::new(
+                STDIN_IDLE_ENV,
+                format!("{text:?}"),
+                "seconds stdin may stay silent, from 0 (wait for ever) to 1000000",
+            )
+        })?,
+        Err(std::env::VarError::NotUnicode(raw)) => {
+            return Err(crate::error::ConfigError::new(STDIN_IDLE_ENV, format!("{raw:?}"), "seconds, as a number").into());
+        }
+    };
+    Ok((secs > 0.0).then(|| std::time::Duration::from_secs_f64(secs)))
+}
+
+/// stdin for a command that reads it whole: behind an
+/// [`IdleTimeoutReader`] of [`stdin_idle_timeout`], unless it is a
+/// terminal (a person typing) or the timeout is 0.
+pub fn stdin_input() -> Result<Box<dyn Read>, Error> {
+    if std::io::IsTerminal::is_terminal(&std::io::stdin()) {
+        return Ok(Box::new(std::io::stdin()));
+    }
+    Ok(match stdin_idle_timeout()? {
+        Some(idle) => Box::new(IdleTimeoutReader::new(std::io::stdin(), idle)),
+        None => Box::new(std::io::stdin()),
+    })
+}
+
+/// A stream read on a thread of its own, so that a read waits at most
+/// `idle` for the next bytes: one that sends nothing for that long (a pipe
+/// whose writer never writes nor closes) fails with kind `TimedOut`
+/// instead of blocking for ever. The thread stays blocked in its read
+/// until the process ends or the stream does.
+pub struct IdleTimeoutReader {
+    chunks: std::sync::mpsc::Receiver<std::io::Result<Vec<u8>>>,
+    pending: Vec<u8>,
+    at: usize,
+    idle: std::time::Duration,
+    ended: bool,
+}
+
+impl IdleTimeoutReader {
+    pub fn new<R: Read + Send + 'static>(mut input: R, idle: std::time::Duration) -> Self {
+        let (tx, chunks) = std::sync::mpsc::sync_channel(4);
+        std::thread::spawn(move || {
+            let mut buf = vec![0u8; 64 << 10];
+            loop {
+                let sent = match input.read(&mut buf) {
+                    Ok(0) => return,
+                    Ok(n) => tx.send(Ok(buf[..n].to_vec())),
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                    Err(e) => tx.send(Err(e)),
+                };
+                if sent.is_err() {
+                    return;
+                }
+            }
+        });
+        IdleTimeoutReader { chunks, pending: Vec::new(), at: 0, idle, ended: false }
+    }
+}
+
+impl Read for IdleTimeoutReader {
+    fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+        if self.at == self.pending.len() && !self.ended {
+            match self.chunks.recv_timeout(self.idle) {
+                Ok(chunk) => {
+                    self.pending = chunk?;
+                    self.at = 0;
+                }
+                // The reading thread ended: the stream did.
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => self.ended = true,
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        format!(
+                            "nothing arrived for {} s (the idle timeout; {STDIN_IDLE_ENV}=SECONDS waits longer, 0 for ever)",
+                            self.idle.as_secs_f64()
+                        ),
+                    ));
+                }
+            }
+        }
+        let n = out.len().min(self.pending.len() - self.at);
+        out[..n].copy_from_slice(&self.pending[self.at..self.at + n]);
+        self.at += n;
+        Ok(n)
+    }
+}
+
 /// [`read_capped`] as UTF-8 text.
 pub fn read_text_capped(path: &Path, cap: u64) -> std::io::Result<String> {
     String::from_utf8(read_capped(path, cap)?)

@@ -30,6 +30,7 @@ pub fn quantize(request: &QuantizeRequest, values: &[String], input: &mut dyn Re
             std::io::ErrorKind::FileTooLarge => {
                 Error::Input { location: "stdin".into(), message: format!("{e}; pass fewer numbers per run") }
             }
+            std::io::ErrorKind::TimedOut => Error::Input { location: "stdin".into(), message: e.to_string() },
             _ => Error::io("reading stdin", e),
         })?;
         let text = String::from_utf8(bytes).map_err(|e| {

@@ -142,6 +142,27 @@ fn refuse_other_unit(own: &params::NeedleParams, profile_unit: Option<&str>) -> 
 /// check per section, in this order, so that the first bad value reported
 /// is always the same one.
 pub fn check(p: ScenarioParams) -> Result<Scenario, ConfigError> {
+    check_with(p, TopkRange::Rows)
+}
+
+/// As [`check`], with any top-k from 1 allowed: a k at or above the
+/// candidate rows selects every row (the dense regime), which an observed
+/// deployment may run and a diagnosis must simulate. A sweep asked for by
+/// hand refuses it ([`check`]): there it is a mistake more often than not.
+pub fn check_dense_topk(p: ScenarioParams) -> Result<Scenario, ConfigError> {
+    check_with(p, TopkRange::Dense)
+}
+
+/// Which top-k [`check_with`] allows.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum TopkRange {
+    /// 1 to the candidate rows of the longest context.
+    Rows,
+    /// Any k from 1.
+    Dense,
+}
+
+fn check_with(p: ScenarioParams, topk_range: TopkRange) -> Result<Scenario, ConfigError> {
     let indexer = check_indexer(&p.indexer)?;
     let head_dim = indexer.shape.head_dim;
     let (ratio, overlap, window) = check_geometry(&p.geometry)?;
@@ -151,7 +172,7 @@ pub fn check(p: ScenarioParams) -> Result<Scenario, ConfigError> {
     let (tie_rule, window_rows_compete) = check_selection(&p.selection)?;
     let geometry = CompressionGeometry { ratio, overlap, window, window_rows_compete };
     let physics = check_physics(&p.physics, head_dim, ratio)?;
-    let grid = check_grid(&p.sweep, &geometry, indexer.index_topk, needle.tokens)?;
+    let grid = check_grid(&p.sweep, &geometry, indexer.index_topk, needle.tokens, topk_range == TopkRange::Dense)?;
     let needle_geometry = needle_geometry(&needle, &physics, indexer.shape)?;
     let precisions = check_precisions(&p.precision, p.sweep.precisions.as_ref(), head_dim, physics.rope)?;
     check_variant_topks(&precisions, &geometry, &grid.contexts)?;

@@ -2,7 +2,7 @@
 //! needle offsets, depths, k) and Monte Carlo settings, and `[estimator]`.
 
 use super::lists;
-use super::params::{self, field_name};
+use super::params::{self, field_name, ListSpec};
 use super::values::{require, whole_in, MAX_CONTEXT};
 use crate::error::ConfigError;
 use crate::estimate::refusal;
@@ -28,6 +28,7 @@ pub(super) fn check_grid(
     geometry: &CompressionGeometry,
     index_topk: u64,
     needle_tokens: u64,
+    dense_topk: bool,
 ) -> Result<Grid, ConfigError> {
     let ratio = geometry.ratio;
     let contexts_spec = require(p.contexts.as_ref(), "sweep.contexts")?;
@@ -79,10 +80,25 @@ pub(super) fn check_grid(
     };
     topks.sort_unstable();
     topks.dedup();
-    let most_rows = most_candidate_rows(geometry, &contexts);
+    check_topks(p, &topks, geometry, &contexts, contexts_spec, dense_topk)?;
+    Ok(Grid { contexts, depths, needle_offsets, topks })
+}
+
+/// The k of `[sweep]` against the candidate rows of the longest context
+/// (any k from 1 when `dense_topk`: every row selected).
+fn check_topks(
+    p: &params::SweepParams,
+    topks: &[u64],
+    geometry: &CompressionGeometry,
+    contexts: &[u64],
+    contexts_spec: &ListSpec,
+    dense_topk: bool,
+) -> Result<(), ConfigError> {
+    // Dense k (every row selected) only where the caller allows it.
+    let most_rows = if dense_topk { u64::MAX } else { most_candidate_rows(geometry, contexts) };
     if p.topk.is_some() {
-        for &k in &topks {
-            check_topk(&field_name("sweep.topk"), k, k, most_rows, &longest_context_rows(&contexts))?;
+        for &k in topks {
+            check_topk(&field_name("sweep.topk"), k, k, most_rows, &longest_context_rows(contexts))?;
         }
     }
     if let Some(&k) = topks.iter().find(|&&k| k > most_rows) {
@@ -100,7 +116,7 @@ pub(super) fn check_grid(
             ),
         ));
     }
-    Ok(Grid { contexts, depths, needle_offsets, topks })
+    Ok(())
 }
 
 /// The candidate rows of the longest of `contexts`: the most any top-k can select.

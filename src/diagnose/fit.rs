@@ -317,7 +317,8 @@ pub fn fit(params: &ScenarioParams, obs: &Observations, opts: &FitOptions<'_>) -
             let p = with_value(params, &opts.field, v)?;
             let (rec, n) = recalls(&p, &used, opts.reading, opts.observer, &obs.path)?;
             trials = n;
-            let terms: Vec<f64> = used.iter().zip(&rec).map(|(r, &q)| log_binomial(r.found, r.total, clamped(q, n))).collect();
+            // A healthy indexer selects the same way each time a prompt repeats.
+            let terms: Vec<f64> = used.iter().zip(&rec).map(|(r, &q)| super::repeats::row_log_likelihood(r, q, n, false)).collect();
             curve.push(GridPoint { value: v, log_likelihood: terms.iter().sum(), recalls: rec, row_log_likelihoods: terms });
         }
         curve.sort_by(|a, b| a.value.total_cmp(&b.value));

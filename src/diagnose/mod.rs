@@ -12,6 +12,7 @@ pub mod observations;
 mod outcome;
 mod prepare;
 mod rank;
+pub mod repeats;
 pub mod separation;
 mod simulate;
 mod text;

@@ -30,7 +30,14 @@ pub struct Observation {
     /// The deployment's prefill chunk in tokens (0: one chunk); None: the
     /// scenario's (`--prefill-chunk`). Chunk faults read it.
     pub prefill_chunk: Option<u64>,
+    /// The prompt's name (column `prompt`): the row's `total` prompts are
+    /// repeats of this one prompt, the same haystack each time. None: the
+    /// prompts are distinct (or not known to repeat).
+    pub prompt: Option<String>,
 }
+
+/// The longest prompt name a `prompt` column may hold, in characters.
+pub const PROMPT_NAME_CHARS: usize = 100;
 
 /// A parsed observation file.
 #[derive(Clone, Debug, PartialEq)]
@@ -40,7 +47,7 @@ pub struct Observations {
 }
 
 const REQUIRED: [&str; 6] = ["context_tokens", "depth_percent", "topk", "config", "found", "total"];
-const OPTIONAL: [&str; 4] = ["layer", "query_position", "healthy", "prefill_chunk"];
+const OPTIONAL: [&str; 5] = ["layer", "query_position", "healthy", "prefill_chunk", "prompt"];
 
 fn bad(path: &str, line: usize, message: String) -> Error {
     Error::Input { location: format!("{path}:{line}"), message }
@@ -203,6 +210,7 @@ fn read_row(
             })
         })
         .transpose()?;
+    let prompt = get("prompt").map(|v| read_prompt(path, line, v)).transpose()?;
     let healthy = get("healthy")
         .map(|v| match v.to_ascii_lowercase().as_str() {
             "true" | "yes" | "1" => Ok(true),
@@ -223,16 +231,35 @@ fn read_row(
         query_position,
         healthy,
         prefill_chunk,
+        prompt,
     })
 }
 
-/// Adds `row`: two rows of the same cell are more prompts of one
-/// experiment, and their counts add up, unless they disagree on whether it
-/// is healthy.
+/// A `prompt` name: at most [`PROMPT_NAME_CHARS`], no control characters.
+fn read_prompt(path: &str, line: usize, v: &str) -> Result<String, Error> {
+    if v.chars().count() <= PROMPT_NAME_CHARS && !v.chars().any(char::is_control) {
+        return Ok(v.to_string());
+    }
+    let shown = crate::error::shorten(v, crate::error::VALUE_CHARS);
+    Err(bad(path, line, format!("prompt = {shown:?}: a name of up to {PROMPT_NAME_CHARS} characters without control characters")))
+}
+
+/// Adds `row`: two rows of the same cell (and prompt, if named) are more
+/// prompts of one experiment, and their counts add up, unless they
+/// disagree on whether it is healthy.
 fn add_row(path: &str, rows: &mut Vec<Observation>, row: Observation) -> Result<(), Error> {
     let same = |o: &Observation| {
-        (o.context_tokens, o.depth_percent.to_bits(), o.topk, &o.config, o.layer, o.query_position, o.prefill_chunk)
-            == (row.context_tokens, row.depth_percent.to_bits(), row.topk, &row.config, row.layer, row.query_position, row.prefill_chunk)
+        (o.context_tokens, o.depth_percent.to_bits(), o.topk, &o.config, o.layer, o.query_position, o.prefill_chunk, &o.prompt)
+            == (
+                row.context_tokens,
+                row.depth_percent.to_bits(),
+                row.topk,
+                &row.config,
+                row.layer,
+                row.query_position,
+                row.prefill_chunk,
+                &row.prompt,
+            )
     };
     let healthy_text = |h: Option<bool>| match h {
         Some(true) => "true",
@@ -309,6 +336,27 @@ mod tests {
                 "{err}"
             );
         }
+    }
+
+    #[test]
+    fn a_prompt_column_keeps_repeats_of_each_prompt_apart_and_refuses_bad_names() {
+        let h = "context_tokens,depth_percent,topk,config,found,total,prompt\n";
+        let text =
+            format!("{h}4K,50,512,fp8,1,2,doc-17\n4K,50,512,fp8,0,1,\"doc 18, long\"\n4K,50,512,fp8,1,1,doc-17\n4K,50,512,fp8,1,1,\n");
+        let r = parse("x.csv", &text, &any).unwrap().rows;
+        let got: Vec<_> = r.iter().map(|o| (o.prompt.as_deref(), o.found, o.total, o.line)).collect();
+        assert_eq!(got, [(Some("doc-17"), 2, 3, 2), (Some("doc 18, long"), 0, 1, 3), (None, 1, 1, 5)]);
+        for (bad, shown) in [("x".repeat(101), format!("{}…", "x".repeat(60))), ("a\u{7}b".to_string(), "a\u{7}b".to_string())] {
+            let err = parse("x.csv", &format!("{h}4K,50,512,fp8,1,1,{bad}\n"), &any).unwrap_err().to_string();
+            assert_eq!(err, format!("x.csv:2: prompt = {shown:?}: a name of up to 100 characters without control characters"), "{bad:?}");
+        }
+    }
+
+    // A k above the candidate rows is read: whether it selects every row is the simulation's to say.
+    #[test]
+    fn a_dense_topk_is_read_as_written() {
+        let r = parse("x.csv", "context_tokens,depth_percent,topk,config,found,total\n6710,50,2048,fp8,1,1\n", &any).unwrap().rows;
+        assert_eq!((r[0].context_tokens, r[0].topk), (6710, 2048));
     }
 
     #[test]

@@ -4,7 +4,7 @@
 use super::candidates::*;
 use super::observations::Observation;
 use super::rank::*;
-use super::separation::clamped;
+use super::repeats::{repeats_may_differ, row_log_likelihood};
 use super::simulate::*;
 use super::verdict::*;
 use crate::base::observe::Observer;
@@ -41,6 +41,8 @@ pub struct Prepared {
     sims: Vec<ChunkSims>,
     /// The scenario's prefill chunk (0: one chunk), for rows without their own.
     scenario_chunk: u64,
+    /// The chunk a row of chunk 0 is simulated with ([`row_chunk`]).
+    one_chunk: u64,
     reading: Reading,
     path: String,
 }
@@ -53,7 +55,8 @@ pub fn prepare(params: &ScenarioParams, path: &str, rows: &[Observation], opts: 
     // A chunk fault needs every row's chunk once any row has one.
     if checked.geometry.prefill_chunk.is_some() {
         let chunk_fault = opts.hypotheses.iter().find(|h| h.split('+').any(|p| p.trim() == "chunk-local"));
-        let lacking = rows.iter().find(|r| r.prefill_chunk.or(params.geometry.prefill_chunk).is_none_or(|c| c == 0));
+        // 0 is a chunk too: the prompt in one chunk (see `one_chunk` below).
+        let lacking = rows.iter().find(|r| r.prefill_chunk.or(params.geometry.prefill_chunk).is_none());
         if let (Some(h), Some(r)) = (chunk_fault, lacking) {
             return Err(Error::Input {
                 location: format!("{path}:{}", r.line),
@@ -70,12 +73,21 @@ pub fn prepare(params: &ScenarioParams, path: &str, rows: &[Observation], opts: 
         c.dedup();
         c
     };
-    // Variant each candidate simulates for each configuration.
+    // Variant each candidate simulates for each configuration: a fault of
+    // the quantized cache's reader acts only on configurations that use it.
+    let unquantized = unquantized_configs(params, &configs);
     let plan: Vec<(String, BTreeMap<String, String>)> = opts
         .hypotheses
         .iter()
         .map(|h| {
-            let m = configs.iter().map(|c| (c.clone(), variant_under(params, c, h, &mut ok).unwrap_or_else(|| c.clone()))).collect();
+            let m = configs
+                .iter()
+                .map(|c| {
+                    let acting = if unquantized.contains(c) { without_cache_layout(h) } else { h.clone() };
+                    let v = if acting.is_empty() { None } else { variant_under(params, c, &acting, &mut ok) };
+                    (c.clone(), v.unwrap_or_else(|| c.clone()))
+                })
+                .collect();
             (h.clone(), m)
         })
         .collect();
@@ -89,11 +101,17 @@ pub fn prepare(params: &ScenarioParams, path: &str, rows: &[Observation], opts: 
             }
         }
     }
-    // Rows are simulated with their own prefill chunk (the column), else the scenario's.
+    // Rows are simulated with their own prefill chunk (the column), else the
+    // scenario's. A chunk fault cannot be simulated without a chunk, so
+    // where one is planned, chunk 0 (the prompt in one chunk) is simulated
+    // as one chunk longer than any prompt: the same rows are visible.
     let scenario_chunk = params.geometry.prefill_chunk.unwrap_or(0);
+    let chunk_planned = variants.iter().any(|v| v.split('+').any(|p| p.trim() == "chunk-local"));
+    let one_chunk = if chunk_planned { crate::config::MAX_CONTEXT } else { 0 };
     let mut by_chunk: BTreeMap<u64, Vec<(u64, f64, u64)>> = BTreeMap::new();
     for r in rows {
-        by_chunk.entry(r.prefill_chunk.unwrap_or(scenario_chunk)).or_default().push((r.context_tokens, r.depth_percent, r.topk));
+        let chunk = row_chunk(r, scenario_chunk, one_chunk);
+        by_chunk.entry(chunk).or_default().push((r.context_tokens, r.depth_percent, r.topk));
     }
     let needle_multipliers = if opts.needle_multipliers.is_empty() { vec![1.0] } else { opts.needle_multipliers.clone() };
     let sims = simulate_multiples(params, &by_chunk, &variants, &needle_multipliers, opts.observer)?;
@@ -105,9 +123,55 @@ pub fn prepare(params: &ScenarioParams, path: &str, rows: &[Observation], opts: 
         needle_multipliers,
         sims,
         scenario_chunk,
+        one_chunk,
         reading: opts.reading,
         path: path.to_string(),
     })
+}
+
+/// The prefill chunk row `r` is simulated with: its own, else the
+/// scenario's; `one_chunk` for a chunk of 0 (the prompt in one chunk).
+fn row_chunk(r: &Observation, scenario_chunk: u64, one_chunk: u64) -> u64 {
+    match r.prefill_chunk.unwrap_or(scenario_chunk) {
+        0 => one_chunk,
+        c => c,
+    }
+}
+
+/// The configurations of `configs` whose keys are stored unquantized (no
+/// scale: bf16, fp32), when some other configuration's keys are quantized:
+/// those read another cache than the quantized one whose byte layout the
+/// cache-layout hypotheses break. Empty when every configuration is of one
+/// kind (the fault then lives in the cache they all use).
+pub(super) fn unquantized_configs(params: &ScenarioParams, configs: &[String]) -> Vec<String> {
+    let quantized = |c: &String| {
+        let mut p = params.clone();
+        p.sweep.precisions = Some(crate::config::ListSpec::Text(c.clone()));
+        // A configuration that does not check is left as it was (quantized).
+        crate::config::check(p).ok().and_then(|s| s.precisions.first().map(|v| v.key.scaling.is_some())).unwrap_or(true)
+    };
+    let (q, u): (Vec<&String>, Vec<&String>) = configs.iter().partition(|c| quantized(c));
+    if q.is_empty() {
+        return Vec::new();
+    }
+    u.into_iter().cloned().collect()
+}
+
+/// Candidate `h` without its cache-layout parts (`block-row0+ties-lowest`
+/// → `ties-lowest`); empty when no fault is left (`block-row0+layers=0..3`:
+/// a layer set, length gate or needle multiple only qualifies a fault).
+pub(super) fn without_cache_layout(h: &str) -> String {
+    use crate::score::hypothesis::{Group, Hypothesis, Role};
+    const QUALIFIERS: [&str; 3] = ["layers=SET", "layer-share=F", "needle=M"];
+    let parts: Vec<(&str, Option<Hypothesis>)> = h.split('+').map(str::trim).map(|p| (p, Hypothesis::parse(p).ok())).collect();
+    let kept: Vec<&(&str, Option<Hypothesis>)> =
+        parts.iter().filter(|(_, x)| x.as_ref().is_none_or(|x| x.info.group != Group::CacheLayout)).collect();
+    let qualifier =
+        |x: &Option<Hypothesis>| x.as_ref().is_some_and(|x| QUALIFIERS.contains(&x.info.name) || matches!(x.info.role, Role::LengthGate));
+    if kept.iter().all(|(_, x)| qualifier(x)) {
+        return String::new();
+    }
+    kept.iter().map(|(p, _)| *p).collect::<Vec<_>>().join("+")
 }
 
 impl Prepared {
@@ -131,7 +195,9 @@ impl Prepared {
         let s = self
             .sims
             .get(j)
-            .and_then(|sim| sim.get(&(r.prefill_chunk.unwrap_or(self.scenario_chunk), key(r.context_tokens, r.depth_percent, r.topk, v))))
+            .and_then(|sim| {
+                sim.get(&(row_chunk(r, self.scenario_chunk, self.one_chunk), key(r.context_tokens, r.depth_percent, r.topk, v)))
+            })
             .ok_or_else(|| missing(format!("no simulated cell for {v} here")))?;
         Ok((s.recall_for(r.layer, self.reading)?, s.trials))
     }
@@ -145,6 +211,7 @@ impl Prepared {
         let mut trials = 0;
         for (h, m) in &self.plan {
             let changed = rows.iter().filter(|r| m.get(&r.config).is_some_and(|v| *v != r.config)).count();
+            let may_differ = repeats_may_differ(h);
             let mut lls = Vec::with_capacity(self.needle_multipliers.len());
             let mut recalls_at = Vec::with_capacity(self.needle_multipliers.len());
             for j in 0..self.needle_multipliers.len() {
@@ -153,7 +220,7 @@ impl Prepared {
                 for r in rows {
                     let (p, n) = self.recall_at(h, r, j)?;
                     trials = n;
-                    ll += log_binomial(r.found, r.total, clamped(p, n));
+                    ll += row_log_likelihood(r, p, n, may_differ);
                     recalls.push(p);
                 }
                 lls.push(ll);

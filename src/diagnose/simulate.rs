@@ -64,7 +64,8 @@ pub(super) fn scenario_with(
     // rescorings of the needle's rows per cell and trial, about 4/5 of the
     // CPU time of a diagnosis) changes no recall, so it is not run.
     p.estimator.margin = Some(false);
-    config::check(p)
+    // Observed rows may select every row (k at or above the candidate rows).
+    config::check_dense_topk(p)
 }
 
 /// Whether the scenario `params` can simulate variant `name`, or why not.

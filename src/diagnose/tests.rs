@@ -239,6 +239,7 @@ fn few_prompts_a_row_are_weak_evidence() {
         query_position: None,
         healthy: None,
         prefill_chunk: None,
+        prompt: None,
     };
     let note = weak_evidence(&[row(1), row(1), row(20)]).unwrap();
     assert!(note.contains("1 prompt(s)") && note.contains("fewer than 5"), "{note}");
@@ -268,4 +269,17 @@ fn small_information_is_explained() {
     assert_eq!(small_information(&r, &next(0.2, Some(14))), None);
     assert_eq!(small_information(&r, &next(7.4e-5, None)), None);
     assert_eq!(small_information(&ranked(&[("a", -1.0), ("b", -1.1)]), &next(7.4e-5, Some(14))), None, "no clear leader");
+}
+
+// On rows of another cache than the quantized one, a candidate runs without
+// its cache-layout parts; what only qualifies a fault goes with it.
+#[test]
+fn cache_layout_parts_are_left_out_and_qualifiers_go_with_them() {
+    use super::prepare::without_cache_layout;
+    assert_eq!(without_cache_layout("block-row0"), "");
+    assert_eq!(without_cache_layout("slot-shift+ties-lowest"), "ties-lowest");
+    assert_eq!(without_cache_layout("block-row0+layers=0..3"), "");
+    assert_eq!(without_cache_layout("zero-blocks=0.5+longer-than=8K"), "");
+    assert_eq!(without_cache_layout("hadamard-q-only+layers=0..3"), "hadamard-q-only+layers=0..3");
+    assert_eq!(without_cache_layout(HEALTHY), HEALTHY);
 }

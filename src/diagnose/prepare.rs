@@ -10,7 +10,7 @@ use super::verdict::*;
 use crate::base::observe::Observer;
 use crate::config::ScenarioParams;
 use crate::error::Error;
-use crate::score::hypothesis::candidate_class;
+use crate::score::hypothesis::{after_selection, candidate_class};
 use std::collections::BTreeMap;
 
 /// Settings of one diagnosis.
@@ -43,6 +43,8 @@ pub struct Prepared {
     scenario_chunk: u64,
     reading: Reading,
     path: String,
+    /// After-selection losses: scored on healthy's simulation ([`super::loss`]).
+    after_selection: Vec<String>,
 }
 
 /// Simulates every candidate of `opts.hypotheses` in the cells of `rows`
@@ -70,9 +72,10 @@ pub fn prepare(params: &ScenarioParams, path: &str, rows: &[Observation], opts: 
         c.dedup();
         c
     };
-    // Variant each candidate simulates for each configuration.
-    let plan: Vec<(String, BTreeMap<String, String>)> = opts
-        .hypotheses
+    // Variant each candidate simulates for each configuration (an
+    // after-selection loss simulates none: it reads healthy's).
+    let (after_selection, simulated): (Vec<String>, Vec<String>) = opts.hypotheses.iter().cloned().partition(|h| after_selection(h));
+    let plan: Vec<(String, BTreeMap<String, String>)> = simulated
         .iter()
         .map(|h| {
             let m = configs.iter().map(|c| (c.clone(), variant_under(params, c, h, &mut ok).unwrap_or_else(|| c.clone()))).collect();
@@ -107,10 +110,16 @@ pub fn prepare(params: &ScenarioParams, path: &str, rows: &[Observation], opts: 
         scenario_chunk,
         reading: opts.reading,
         path: path.to_string(),
+        after_selection,
     })
 }
 
 impl Prepared {
+    /// Which recall rows without a `layer` are compared with.
+    pub fn reading(&self) -> Reading {
+        self.reading
+    }
+
     /// The index of multiple 1 (the scenario's own needle), else the middle one.
     pub fn central(&self) -> usize {
         self.needle_multipliers.iter().position(|&m| m == 1.0).unwrap_or(self.needle_multipliers.len() / 2)
@@ -175,17 +184,19 @@ impl Prepared {
                 class: candidate_class(h),
                 needle_multiplier: self.needle_multipliers[best],
                 needle_gain_log10,
+                loss: None,
             });
         }
+        ranked.extend(super::loss::rank_losses(self, rows, &self.after_selection)?);
         Ok((rank(ranked), trials))
     }
 }
 
 impl Prepared {
     /// The verdict on the counts of `rows`: [`Self::rank`], the classes and
-    /// [`verdict`] (without the unexplained rows).
+    /// [`judge`] (outside the catalogue when the best fits badly).
     pub fn verdict(&self, rows: &[Observation]) -> Result<Verdict, Error> {
-        let (ranking, _) = self.rank(rows)?;
-        Ok(verdict(&ranking, &class_standings(&ranking)))
+        let (ranking, trials) = self.rank(rows)?;
+        Ok(judge(rows, &ranking, &class_standings(&ranking), trials).0)
     }
 }

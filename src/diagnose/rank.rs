@@ -41,6 +41,9 @@ pub struct Ranked {
     pub needle_multiplier: f64,
     /// log10 of how much better that multiple fits than the scenario's own needle (≥ 0).
     pub needle_gain_log10: f64,
+    /// An after-selection loss's fitted value (None for every other candidate).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub loss: Option<super::loss::Loss>,
 }
 
 /// One class's standing: the candidates of a class pooled under a prior

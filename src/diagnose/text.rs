@@ -1,6 +1,7 @@
 //! The diagnosis as a text table.
 
 use super::candidates::*;
+use super::gof::OUTSIDE_P;
 use super::outcome::*;
 use super::rank::*;
 use crate::score::hypothesis::candidate_summary;
@@ -85,7 +86,10 @@ fn table(d: &Diagnosis, all: bool) -> String {
             r.log10_bayes_factor,
             format!("{} rows", r.rows_changed),
             if multi { format!("  {:>8}", r.needle_multiplier) } else { String::new() },
-            candidate_summary(&r.hypothesis)
+            match &r.loss {
+                Some(loss) => format!("{} (fitted: {})", candidate_summary(&r.hypothesis), loss.describe()),
+                None => candidate_summary(&r.hypothesis),
+            }
         ));
     }
     push_legend(d, &mut out);
@@ -142,6 +146,16 @@ fn push_classes_and_verdict(d: &Diagnosis, out: &mut String) {
                 u.line, u.context_tokens, u.depth_percent, u.topk, u.label, u.found, u.total, u.recall, u.p_value
             ));
         }
+    }
+    if let Some(f) = &d.fit {
+        out.push_str(&format!(
+            "\ngoodness of fit of {}: deviance {:.1} over {} rows, {} ({} parametric bootstrap draws; below {OUTSIDE_P}: outside the catalogue)\n",
+            f.hypothesis,
+            f.deviance,
+            d.ranking.first().map_or(0, |r| r.recalls.len()),
+            super::verdict::p_text(f.p_value),
+            f.draws
+        ));
     }
     out.push_str(&format!("\nverdict: {}\n", d.verdict.text));
     if !d.not_applicable.is_empty() {

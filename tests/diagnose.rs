@@ -121,7 +121,7 @@ fn losses_after_the_selection_and_rows_outside_the_catalogue_have_verdicts_of_th
     // A loss is never composed, and a sweep has nothing to simulate.
     let o = diagnose_file(&dir, &body, &["--hypotheses", "loss+ties-lowest"]);
     assert_one_line_error(&o, &["--hypotheses", "loss+ties-lowest", "not composed"]);
-    let o = bin().args(["sweep", "--precisions", "fp8,fp8+loss", "--contexts", "1K", "--trials", "2"]).output().unwrap();
+    let o = bin().args(["sweep", "--precisions", "fp8,fp8+loss", "--contexts", "4K", "--topk", "64", "--trials", "2"]).output().unwrap();
     assert_one_line_error(&o, &["--precisions", "fp8+loss", "acts after the indexer's selection"]);
 }
 

@@ -4,13 +4,8 @@
 //! taken at the healthy simulated recall × (1 − the loss there), with the
 //! loss profiled over a grid like the needle: no trials of their own.
 
-use super::candidates::{Reading, HEALTHY};
+use super::candidates::Reading;
 use super::observations::Observation;
-use super::prepare::Prepared;
-use super::rank::{log_binomial, Ranked};
-use super::separation::clamped;
-use crate::error::Error;
-use crate::score::hypothesis::candidate_class;
 use serde::Serialize;
 
 /// The constant loss's candidate name.
@@ -76,63 +71,6 @@ pub fn with_loss(p: f64, loss: &Loss, row: &Observation, reading: Reading) -> f6
     } else {
         p * (1.0 - loss.share_at(row.context_tokens))
     }
-}
-
-/// Each after-selection candidate of `names` ranked on the counts of `rows`
-/// (unsorted, posteriors unset): its likelihood profiled over its loss grid
-/// and the needle multiples, on healthy's simulated recalls.
-pub(super) fn rank_losses(prepared: &Prepared, rows: &[Observation], names: &[String]) -> Result<Vec<Ranked>, Error> {
-    let multiples = prepared.needle_multipliers.len();
-    // Healthy's recall of each row at each multiple, and the trials behind it.
-    let mut healthy = Vec::with_capacity(multiples);
-    let mut trials = 0;
-    for j in 0..multiples {
-        let mut at = Vec::with_capacity(rows.len());
-        for r in rows {
-            let (p, n) = prepared.recall_at(HEALTHY, r, j)?;
-            trials = n;
-            at.push(p);
-        }
-        healthy.push(at);
-    }
-    let central = prepared.central();
-    let mut out = Vec::new();
-    for h in names {
-        // (log-likelihood, multiple, loss) at the best loss of each multiple.
-        let mut best_at: Vec<(f64, Loss)> = Vec::with_capacity(multiples);
-        for recalls in &healthy {
-            let mut best: Option<(f64, Loss)> = None;
-            for loss in Loss::grid(h) {
-                let ll: f64 = rows
-                    .iter()
-                    .zip(recalls)
-                    .map(|(r, &p)| log_binomial(r.found, r.total, clamped(with_loss(p, &loss, r, prepared.reading()), trials)))
-                    .sum();
-                if best.is_none_or(|(b, _)| ll > b) {
-                    best = Some((ll, loss));
-                }
-            }
-            best_at.push(best.ok_or_else(|| Error::Input { location: h.clone(), message: "not an after-selection loss".into() })?);
-        }
-        // As Prepared::rank: on a tie the scenario's own needle.
-        let top = (0..multiples).max_by(|&a, &b| best_at[a].0.total_cmp(&best_at[b].0).then(b.cmp(&a))).unwrap_or(0);
-        let j = if best_at[central].0 >= best_at[top].0 { central } else { top };
-        let (ll, loss) = best_at[j];
-        let recalls = rows.iter().zip(&healthy[j]).map(|(r, &p)| with_loss(p, &loss, r, prepared.reading())).collect();
-        out.push(Ranked {
-            hypothesis: h.clone(),
-            log_likelihood: ll,
-            posterior: 0.0,
-            log10_bayes_factor: 0.0,
-            rows_changed: rows.iter().filter(|r| with_loss(1.0, &loss, r, prepared.reading()) < 1.0).count(),
-            recalls,
-            class: candidate_class(h),
-            needle_multiplier: prepared.needle_multipliers[j],
-            needle_gain_log10: (ll - best_at[central].0) / std::f64::consts::LN_10,
-            loss: Some(loss),
-        });
-    }
-    Ok(out)
 }
 
 #[cfg(test)]

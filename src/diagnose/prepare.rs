@@ -115,11 +115,6 @@ pub fn prepare(params: &ScenarioParams, path: &str, rows: &[Observation], opts: 
 }
 
 impl Prepared {
-    /// Which recall rows without a `layer` are compared with.
-    pub fn reading(&self) -> Reading {
-        self.reading
-    }
-
     /// The index of multiple 1 (the scenario's own needle), else the middle one.
     pub fn central(&self) -> usize {
         self.needle_multipliers.iter().position(|&m| m == 1.0).unwrap_or(self.needle_multipliers.len() / 2)
@@ -187,7 +182,14 @@ impl Prepared {
                 loss: None,
             });
         }
-        ranked.extend(super::loss::rank_losses(self, rows, &self.after_selection)?);
+        if !self.after_selection.is_empty() {
+            // Healthy's recalls, which an after-selection loss scales.
+            let healthy = (0..self.needle_multipliers.len())
+                .map(|j| rows.iter().map(|r| self.recall_at(HEALTHY, r, j).map(|(p, _)| p)).collect())
+                .collect::<Result<Vec<Vec<f64>>, Error>>()?;
+            let (multiples, central) = (&self.needle_multipliers, self.central());
+            ranked.extend(rank_losses(rows, &self.after_selection, &healthy, trials, multiples, central, self.reading));
+        }
         Ok((rank(ranked), trials))
     }
 }

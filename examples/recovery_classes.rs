@@ -24,8 +24,13 @@
 //! Also draws `plots/diagnose_identifiability.png`: each truth's share at
 //! n = 20 against the prompts per row it needs.
 //!
-//! `cargo run --release --example recovery_classes [R]` (R = 200 by
-//! default; a few minutes on 2 cores, nearly all of it the simulations).
+//! Then the verdicts beyond the catalogue's faults ([`outcomes`]): truths of
+//! selection-independent loss should read "not-selection", a deterministic
+//! valley in length "outside"; the share of draws of each verdict kind.
+//!
+//! `cargo run --release --example recovery_classes [R] [outcomes]` (R = 200
+//! by default; a few minutes on 2 free cores, nearly all of it the
+//! simulations; `outcomes` runs only the verdicts beyond the catalogue's faults).
 
 use dsa_recall::base::stats::{wilson_interval, Z95};
 use dsa_recall::config::{self, params::parse_scenario_toml};
@@ -222,13 +227,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         diag.not_applicable.len(),
         started.elapsed().as_secs_f64()
     );
-    let header = PROMPTS.map(|n| format!("{:>22}", format!("n = {n}"))).join("");
-    println!("\nshare of draws whose true class has the greatest posterior, strictly (Wilson 95 %); the last column, the");
-    println!("share whose verdict is \"consistent with a healthy indexer\" at n = 20; \"= healthy\": the truth's simulated");
-    println!("recall is healthy's in every row (the same trials), so no count can tell them apart here; \"n 20:1\": prompts");
-    println!("per row for an expected 20:1 of the truth's class over the nearest other-class candidate (named; \"never\": that");
-    println!("candidate lies nearer the truth than any of its own class)");
-    println!("{:<36} {:<13}{header}{:>10}{:>8}  nearest other class", "true hypothesis", "class", "healthy", "n 20:1");
     let recalls_of =
         |h: &str| -> Result<Vec<f64>, dsa_recall::Error> { obs.rows.iter().map(|r| truth.recall(h, r).map(|(p, _)| p)).collect() };
     let healthy_recalls = recalls_of(HEALTHY)?;
@@ -236,6 +234,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     if only_outcomes {
         return Ok(());
     }
+    let header = PROMPTS.map(|n| format!("{:>22}", format!("n = {n}"))).join("");
+    println!("\nshare of draws whose true class has the greatest posterior, strictly (Wilson 95 %); the last column, the");
+    println!("share whose verdict is \"consistent with a healthy indexer\" at n = 20; \"= healthy\": the truth's simulated");
+    println!("recall is healthy's in every row (the same trials), so no count can tell them apart here; \"n 20:1\": prompts");
+    println!("per row for an expected 20:1 of the truth's class over the nearest other-class candidate (named; \"never\": that");
+    println!("candidate lies nearer the truth than any of its own class)");
+    println!("{:<36} {:<13}{header}{:>10}{:>8}  nearest other class", "true hypothesis", "class", "healthy", "n 20:1");
     let mut by_class: BTreeMap<&'static str, (FaultClass, Vec<Truth>)> = BTreeMap::new();
     let mut unidentifiable: BTreeMap<&'static str, usize> = BTreeMap::new();
     for (h, _) in &diag.plan {

@@ -24,8 +24,13 @@
 //! Also draws `plots/diagnose_identifiability.png`: each truth's share at
 //! n = 20 against the prompts per row it needs.
 //!
-//! `cargo run --release --example recovery_classes [R]` (R = 200 by
-//! default; a few minutes on 2 cores, nearly all of it the simulations).
+//! Then the verdicts beyond the catalogue's faults ([`outcomes`]): truths of
+//! selection-independent loss should read "not-selection", a deterministic
+//! valley in length "outside"; the share of draws of each verdict kind.
+//!
+//! `cargo run --release --example recovery_classes [R] [outcomes]` (R = 200
+//! by default; a few minutes on 2 free cores, nearly all of it the
+//! simulations; `outcomes` runs only the verdicts beyond the catalogue's faults).
 
 use dsa_recall::base::stats::{wilson_interval, Z95};
 use dsa_recall::config::{self, params::parse_scenario_toml};
@@ -139,8 +144,60 @@ fn prompts_to_identify(
     Ok(((gap > 0.0).then(|| (20f64.ln() / gap).ceil() as u64), nearest))
 }
 
+/// Verdicts beyond the catalogue's faults: truths of selection-independent
+/// loss (the healthy truth's recalls × (1 − loss): 10 % at every row, and
+/// a loss rising linearly with length, 7.5 % at 4K to 30 % at 16K) should
+/// read "not-selection"; a deterministic valley in length (every prompt
+/// found at 4K and 16K, none at 8K: no catalogue entry) "outside". Prints
+/// the share of draws of each verdict kind.
+fn outcomes(
+    diag: &Prepared,
+    rows: &[observations::Observation],
+    healthy: &[f64],
+    replicates: u64,
+    opts: &dyn Fn(Vec<String>, Vec<f64>) -> Options<'static>,
+) -> Result<(), Box<dyn std::error::Error>> {
+    const KINDS: [&str; 5] = ["not-selection", "outside", "healthy", "fault", "inconclusive"];
+    let header = PROMPTS.iter().map(|n| format!("{:>44}", format!("n = {n}: {}", KINDS.map(|k| &k[..4]).join(" ")))).collect::<String>();
+    println!("\nverdicts beyond the catalogue's faults: share of draws of each verdict kind ({})", KINDS.join(", "));
+    println!("{:<40}{header}", "truth");
+    let judge = |name: &str, d: &Prepared, rows: &[observations::Observation], recalls: &[f64]| {
+        let mut line = format!("{name:<40}");
+        for &n in &PROMPTS {
+            let shares: Vec<String> = KINDS
+                .iter()
+                .map(|k| share(rows, recalls, n, replicates, |drawn| d.verdict(drawn).is_ok_and(|v| v.kind == *k)))
+                .map(|hits| format!("{:.2}", hits as f64 / replicates as f64))
+                .collect();
+            line.push_str(&format!("{:>44}", shares.join(" ")));
+        }
+        println!("{line}");
+    };
+    let constant: Vec<f64> = healthy.iter().map(|p| p * 0.9).collect();
+    judge("loss 10 %, every row", diag, rows, &constant);
+    let rising: Vec<f64> = rows.iter().zip(healthy).map(|(r, p)| p * (1.0 - 0.3 * r.context_tokens as f64 / 16384.0)).collect();
+    judge("loss rising with length (7.5 % to 30 %)", diag, rows, &rising);
+    // The valley needs three contexts: its own rows and simulation.
+    let mut csv = String::from("context_tokens,depth_percent,topk,config,found,total\n");
+    for c in ["4K", "8K", "16K"] {
+        csv.push_str(&format!("{c},50,512,fp8-fp32scale,0,1\n"));
+    }
+    let diag_params = params(SEED_DIAGNOSE);
+    let valley_obs = observations::parse("valley.csv", &csv, &|v| diagnose::variant_ok(&diag_params, v))?;
+    let valley_diag = diagnose::prepare(
+        &diag_params,
+        &valley_obs.path,
+        &valley_obs.rows,
+        &opts(diagnose::candidates("all")?, diagnose::NUISANCE_MULTIPLIERS.to_vec()),
+    )?;
+    judge("valley in length (1, 0, 1 at 4K, 8K, 16K)", &valley_diag, &valley_obs.rows, &[1.0, 0.0, 1.0]);
+    Ok(())
+}
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let replicates: u64 = std::env::args().nth(1).map(|a| a.parse()).transpose()?.unwrap_or(200);
+    // `outcomes`: only the verdicts beyond the catalogue's faults.
+    let only_outcomes = std::env::args().nth(2).is_some_and(|a| a == "outcomes");
     let mut csv = String::from("context_tokens,depth_percent,topk,config,found,total\n");
     for c in ["4K", "16K"] {
         for d in [10, 50, 90] {
@@ -151,7 +208,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     let (truth_params, diag_params) = (params(SEED_TRUTH), params(SEED_DIAGNOSE));
     let obs = observations::parse("recovery_classes.csv", &csv, &|v| diagnose::variant_ok(&diag_params, v))?;
-    let silent = &dsa_recall::base::observe::Silent;
+    let silent: &'static dsa_recall::base::observe::Silent = &dsa_recall::base::observe::Silent;
     let opts = |hypotheses: Vec<String>, multipliers: Vec<f64>| Options {
         hypotheses,
         reading: Reading::Model,
@@ -170,6 +227,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         diag.not_applicable.len(),
         started.elapsed().as_secs_f64()
     );
+    let recalls_of =
+        |h: &str| -> Result<Vec<f64>, dsa_recall::Error> { obs.rows.iter().map(|r| truth.recall(h, r).map(|(p, _)| p)).collect() };
+    let healthy_recalls = recalls_of(HEALTHY)?;
+    outcomes(&diag, &obs.rows, &healthy_recalls, replicates, &opts)?;
+    if only_outcomes {
+        return Ok(());
+    }
     let header = PROMPTS.map(|n| format!("{:>22}", format!("n = {n}"))).join("");
     println!("\nshare of draws whose true class has the greatest posterior, strictly (Wilson 95 %); the last column, the");
     println!("share whose verdict is \"consistent with a healthy indexer\" at n = 20; \"= healthy\": the truth's simulated");
@@ -177,9 +241,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("per row for an expected 20:1 of the truth's class over the nearest other-class candidate (named; \"never\": that");
     println!("candidate lies nearer the truth than any of its own class)");
     println!("{:<36} {:<13}{header}{:>10}{:>8}  nearest other class", "true hypothesis", "class", "healthy", "n 20:1");
-    let recalls_of =
-        |h: &str| -> Result<Vec<f64>, dsa_recall::Error> { obs.rows.iter().map(|r| truth.recall(h, r).map(|(p, _)| p)).collect() };
-    let healthy_recalls = recalls_of(HEALTHY)?;
     let mut by_class: BTreeMap<&'static str, (FaultClass, Vec<Truth>)> = BTreeMap::new();
     let mut unidentifiable: BTreeMap<&'static str, usize> = BTreeMap::new();
     for (h, _) in &diag.plan {

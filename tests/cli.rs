@@ -195,6 +195,8 @@ fn hypotheses_lists_every_group_one_per_line() {
         ("topk=N", "selection", "partial"),
         ("layers=SET", "selection", "layer-subset"),
         ("rope-swap-q", "position", "partial"),
+        ("loss", "after-selection", "not-selection"),
+        ("loss-by-length", "after-selection", "not-selection"),
     ] {
         let line = lines.iter().find(|l| l.split_whitespace().nth(2) == Some(name)).unwrap_or_else(|| panic!("{name} missing:\n{out}"));
         assert!(line.starts_with(group), "{line}");

@@ -84,6 +84,47 @@ fn tiny_run_prints_a_table_and_json() {
     assert_eq!(v["reading"], "model");
 }
 
+// Verdicts beyond the catalogue's faults: a tenth of the answers lost in
+// every row, bf16 and short contexts alike, is no selection fault; a
+// valley in length that no candidate draws is outside the catalogue.
+#[test]
+fn losses_after_the_selection_and_rows_outside_the_catalogue_have_verdicts_of_their_own() {
+    let dir = TempDir::new().unwrap();
+    let diagnose_file = |dir: &TempDir, text: &str, extra: &[&str]| {
+        let path = dir.path().join("obs.csv");
+        fs::write(&path, text).unwrap();
+        bin().args(["diagnose", "--observations", path.to_str().unwrap(), "--trials", "100", "--no-next"]).args(extra).output().unwrap()
+    };
+    let mut body = String::from(HEADER);
+    for c in ["1K", "2K"] {
+        for config in ["fp8", "bf16"] {
+            body.push_str(&format!("{c},50,64,{config},180,200\n"));
+        }
+    }
+    let o = diagnose_file(&dir, &body, &["--hypotheses", "loss,loss-by-length,slot-shift,hadamard-q-only"]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(out.contains("verdict: selection healthy: the losses are not explained by the indexer's selection ("), "{out}");
+    assert!(out.contains("MoE router") && out.contains("(fitted: 10 % of answers lost)"), "{out}");
+    assert!(out.contains("goodness of fit of loss: deviance"), "{out}");
+    let o = diagnose_file(&dir, &body, &["--hypotheses", "loss,slot-shift", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["verdict"]["kind"], "not-selection", "{v}");
+    assert_eq!(v["ranking"][0]["loss"]["share"], 0.1, "{v}");
+    assert!(v["fit"]["p_value"].as_f64().unwrap() > 0.01, "{v}");
+    // Found at 1K and 4K, never at 2K, every prompt.
+    let valley = format!("{HEADER}1K,50,64,fp8,20,20\n2K,50,64,fp8,0,20\n4K,50,64,fp8,20,20\n");
+    let o = diagnose_file(&dir, &valley, &["--hypotheses", "loss,loss-by-length,slot-shift,hadamard-q-only"]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("verdict: outside the catalogue: "), "{out}");
+    assert!(!out.contains("best explained by"), "{out}");
+    // A loss is never composed, and a sweep has nothing to simulate.
+    let o = diagnose_file(&dir, &body, &["--hypotheses", "loss+ties-lowest"]);
+    assert_one_line_error(&o, &["--hypotheses", "loss+ties-lowest", "not composed"]);
+    let o = bin().args(["sweep", "--precisions", "fp8,fp8+loss", "--contexts", "4K", "--topk", "64", "--trials", "2"]).output().unwrap();
+    assert_one_line_error(&o, &["--precisions", "fp8+loss", "acts after the indexer's selection"]);
+}
+
 /// The scenario of docs/FINDINGS.md's incident programs over the given lists.
 fn params(seed: u64) -> dsa_recall::ScenarioParams {
     let text = format!(

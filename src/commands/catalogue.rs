@@ -27,16 +27,18 @@ pub fn preset(name: &str) -> Result<String, Error> {
 /// `hypotheses`: one line per hypothesis, or each in full with `long`.
 pub fn hypotheses(long: bool) -> String {
     let mut text = String::new();
-    // the name column as wide as the longest name, so summaries line up
-    let width = hypothesis::CATALOGUE.iter().map(|h| h.name.chars().count()).max().unwrap_or(0);
+    // each column as wide as its longest entry, so summaries line up
+    let widest =
+        |f: fn(&hypothesis::HypothesisInfo) -> &'static str| hypothesis::CATALOGUE.iter().map(|h| f(h).chars().count()).max().unwrap_or(0);
+    let (g, c, width) = (widest(|h| h.group.name()), widest(|h| h.class.name()), widest(|h| h.name));
     if !long {
-        text.push_str(&format!("{:<13} {:<12} {:<width$} {}\n", "group", "class", "name", "what it simulates"));
+        text.push_str(&format!("{:<g$} {:<c$} {:<width$} {}\n", "group", "class", "name", "what it simulates"));
     }
     for h in hypothesis::CATALOGUE {
         if long {
             text.push_str(&format!("{}\n", hypothesis::long_text(h)));
         } else {
-            text.push_str(&format!("{:<13} {:<12} {:<width$} {}\n", h.group.name(), h.class.name(), h.name, h.summary));
+            text.push_str(&format!("{:<g$} {:<c$} {:<width$} {}\n", h.group.name(), h.class.name(), h.name, h.summary));
         }
     }
     text

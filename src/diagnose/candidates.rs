@@ -4,7 +4,7 @@
 use super::knob;
 use crate::config::ScenarioParams;
 use crate::error::ConfigError;
-use crate::score::hypothesis::{tie_makers, Hypothesis, CATALOGUE};
+use crate::score::hypothesis::{after_selection, tie_makers, Hypothesis, CATALOGUE};
 use serde::Serialize;
 
 /// The name of the no-fault candidate.
@@ -69,6 +69,13 @@ pub fn candidates(list: &str) -> Result<Vec<String>, ConfigError> {
         }
         for part in item.split('+') {
             Hypothesis::parse(part.trim()).map_err(|why| ConfigError::new("--hypotheses", format!("{item:?}"), why))?;
+            if item.contains('+') && after_selection(part) {
+                return Err(ConfigError::new(
+                    "--hypotheses",
+                    format!("{item:?}"),
+                    format!("{} alone: a loss after the selection is not composed with another hypothesis", part.trim()),
+                ));
+            }
         }
         if !out.iter().any(|o| o == item) {
             out.push(item.to_string());

@@ -6,7 +6,9 @@
 
 mod candidates;
 pub mod fit;
+pub mod gof;
 pub mod knob;
+pub mod loss;
 mod next;
 pub mod observations;
 mod outcome;
@@ -22,6 +24,7 @@ pub use candidates::{
     candidates, needle_knob, parse_needle_multipliers, with_needle_multiple, Reading, DECISIVE_LOG10, HEALTHY, LIVE_MAX, LIVE_POSTERIOR,
     NUISANCE_MULTIPLIERS, QUERY_POSITION_NOTE,
 };
+pub use gof::{goodness_of_fit, GoodnessOfFit, OUTSIDE_P};
 pub use next::{draw_counts, information, information_text, prompts_for_odds, recovered, NextExperiment, NEAR_END_TOKENS};
 pub use outcome::{diagnose, Diagnosis, WEAK_EVIDENCE_PROMPTS};
 pub use prepare::{prepare, Options, Prepared};
@@ -31,7 +34,7 @@ pub use rank::{
 pub use separation::clamped;
 pub use simulate::{simulate, variant_ok, DepthTrials, Simulated};
 pub use text::{format_full_table, format_table, FOLD_TIES_FROM};
-pub use verdict::{open_pair, verdict, Verdict};
+pub use verdict::{judge, odds_text, open_pair, outside, verdict, Verdict, LOOK_ELSEWHERE};
 
 #[cfg(test)]
 mod tests;

@@ -176,10 +176,14 @@ pub(super) fn next_experiment(
     // change the information of a cell by less than their weight.
     let live: Vec<&Ranked> = ranking.iter().filter(|r| r.posterior >= LIVE_POSTERIOR).take(LIVE_MAX).collect();
     let live = if live.len() >= 2 { live } else { ranking.iter().take(2).collect() };
-    let plan_of = |h: &str| plan.iter().find(|(n, _)| n == h).map(|(_, m)| m);
+    // An after-selection loss selects as healthy does.
+    let plan_of = |r: &Ranked| {
+        let h = if r.loss.is_some() { HEALTHY } else { r.hypothesis.as_str() };
+        plan.iter().find(|(n, _)| n == h).map(|(_, m)| m)
+    };
     let mut variants: Vec<String> = Vec::new();
     for r in &live {
-        for v in plan_of(&r.hypothesis).into_iter().flat_map(|m| m.values()) {
+        for v in plan_of(r).into_iter().flat_map(|m| m.values()) {
             if !variants.contains(v) {
                 variants.push(v.clone());
             }
@@ -197,12 +201,17 @@ pub(super) fn next_experiment(
         for config in &configs {
             let mut recalls = [Vec::new(), Vec::new()];
             for r in &live {
-                let v = &plan_of(&r.hypothesis).expect("planned")[config.as_str()];
+                let v = &plan_of(r).expect("planned")[config.as_str()];
                 let s = sim.get(&key(c, d, k, v)).copied();
                 let test = match (s, opts.reading) {
                     (Some(s), Reading::Model) => s.model.unwrap_or(s.layer),
                     (Some(s), Reading::Layer) => s.layer,
                     (None, _) => f64::NAN,
+                };
+                // A loss after the selection costs the needle test, never the capture.
+                let test = match (&r.loss, opts.reading) {
+                    (Some(loss), Reading::Model) => test * (1.0 - loss.share_at(c)),
+                    _ => test,
                 };
                 let trials = s.map_or(1, |s| s.trials);
                 recalls[0].push(clamped(test, trials));

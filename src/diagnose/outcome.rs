@@ -2,6 +2,7 @@
 //! next experiment, in one result.
 
 use super::candidates::*;
+use super::gof::GoodnessOfFit;
 use super::next::*;
 use super::observations::{self};
 use super::prepare::*;
@@ -26,6 +27,8 @@ pub struct Diagnosis {
     /// Rows the best candidate cannot explain (two-sided p < 0.01): where
     /// the catalogue may lack the fault, or the scenario the deployment.
     pub unexplained: Vec<Unexplained>,
+    /// The best candidate's goodness of fit (None without rows).
+    pub fit: Option<GoodnessOfFit>,
     /// The needle knob profiled over, and its multiples.
     pub needle_knob: String,
     pub needle_multipliers: Vec<f64>,
@@ -58,16 +61,17 @@ pub fn diagnose(params: &ScenarioParams, obs: &observations::Observations, opts:
     notes.extend(calibrate_first(&ranking, &prepared.needle_knob, &prepared.needle_multipliers));
     notes.extend(weak_evidence(rows));
     let classes = class_standings(&ranking);
-    let mut verdict = verdict(&ranking, &classes);
+    let (mut verdict, unexplained, fit) = judge(rows, &ranking, &classes, trials);
+    // Outside the catalogue, no pair is open: every candidate fails.
     let separation = open_pair(&ranking, &classes)
+        .filter(|_| verdict.kind != "outside")
         .map(|(a, b)| separation::Separation::of(&a.hypothesis, &b.hypothesis, &a.recalls, &b.recalls, trials));
     if let Some(s) = &separation {
         let mut totals: Vec<u64> = rows.iter().map(|r| r.total).collect();
         totals.sort_unstable();
         verdict.text.push_str(&format!("; {}", s.sentence(totals.get(totals.len() / 2).copied().unwrap_or(0))));
     }
-    let unexplained = unexplained_rows(rows, &ranking, trials);
-    if !unexplained.is_empty() {
+    if !unexplained.is_empty() && verdict.kind != "outside" {
         verdict.text.push_str(&format!(
             "; but even {} leaves {} of {} rows unexplained (p < {UNEXPLAINED_P}): the fault may not be in the catalogue, or the scenario may not match the deployment (calibrate first: docs/CALIBRATION.md)",
             ranking[0].hypothesis,
@@ -83,6 +87,7 @@ pub fn diagnose(params: &ScenarioParams, obs: &observations::Observations, opts:
         classes,
         verdict,
         unexplained,
+        fit,
         needle_knob: prepared.needle_knob,
         needle_multipliers: prepared.needle_multipliers,
         not_applicable: prepared.not_applicable,

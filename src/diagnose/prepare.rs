@@ -10,7 +10,7 @@ use super::verdict::*;
 use crate::base::observe::Observer;
 use crate::config::ScenarioParams;
 use crate::error::Error;
-use crate::score::hypothesis::candidate_class;
+use crate::score::hypothesis::{after_selection, candidate_class};
 use std::collections::BTreeMap;
 
 /// Settings of one diagnosis.
@@ -45,6 +45,8 @@ pub struct Prepared {
     one_chunk: u64,
     reading: Reading,
     path: String,
+    /// After-selection losses: scored on healthy's simulation ([`super::loss`]).
+    after_selection: Vec<String>,
 }
 
 /// Simulates every candidate of `opts.hypotheses` in the cells of `rows`
@@ -74,10 +76,11 @@ pub fn prepare(params: &ScenarioParams, path: &str, rows: &[Observation], opts: 
         c
     };
     // Variant each candidate simulates for each configuration: a fault of
-    // the quantized cache's reader acts only on configurations that use it.
+    // the quantized cache's reader acts only on configurations that use it
+    // (an after-selection loss simulates none: it reads healthy's).
     let unquantized = unquantized_configs(params, &configs);
-    let plan: Vec<(String, BTreeMap<String, String>)> = opts
-        .hypotheses
+    let (after_selection, simulated): (Vec<String>, Vec<String>) = opts.hypotheses.iter().cloned().partition(|h| after_selection(h));
+    let plan: Vec<(String, BTreeMap<String, String>)> = simulated
         .iter()
         .map(|h| {
             let m = configs
@@ -126,6 +129,7 @@ pub fn prepare(params: &ScenarioParams, path: &str, rows: &[Observation], opts: 
         one_chunk,
         reading: opts.reading,
         path: path.to_string(),
+        after_selection,
     })
 }
 
@@ -242,7 +246,16 @@ impl Prepared {
                 class: candidate_class(h),
                 needle_multiplier: self.needle_multipliers[best],
                 needle_gain_log10,
+                loss: None,
             });
+        }
+        if !self.after_selection.is_empty() {
+            // Healthy's recalls, which an after-selection loss scales.
+            let healthy = (0..self.needle_multipliers.len())
+                .map(|j| rows.iter().map(|r| self.recall_at(HEALTHY, r, j).map(|(p, _)| p)).collect())
+                .collect::<Result<Vec<Vec<f64>>, Error>>()?;
+            let (multiples, central) = (&self.needle_multipliers, self.central());
+            ranked.extend(rank_losses(rows, &self.after_selection, &healthy, trials, multiples, central, self.reading));
         }
         Ok((rank(ranked), trials))
     }
@@ -250,9 +263,9 @@ impl Prepared {
 
 impl Prepared {
     /// The verdict on the counts of `rows`: [`Self::rank`], the classes and
-    /// [`verdict`] (without the unexplained rows).
+    /// [`judge`] (outside the catalogue when the best fits badly).
     pub fn verdict(&self, rows: &[Observation]) -> Result<Verdict, Error> {
-        let (ranking, _) = self.rank(rows)?;
-        Ok(verdict(&ranking, &class_standings(&ranking)))
+        let (ranking, trials) = self.rank(rows)?;
+        Ok(judge(rows, &ranking, &class_standings(&ranking), trials).0)
     }
 }

@@ -1,9 +1,11 @@
 //! Ranking the hypotheses: the likelihood of the observed counts, the
 //! posterior ranking, class standings and the rows no hypothesis explains.
 
+use super::candidates::Reading;
+use super::loss::{with_loss, Loss};
 use super::observations::Observation;
 use super::separation::clamped;
-use crate::score::hypothesis::FaultClass;
+use crate::score::hypothesis::{candidate_class, FaultClass};
 use serde::Serialize;
 
 /// log P(found | total, p) for a binomial.
@@ -41,6 +43,9 @@ pub struct Ranked {
     pub needle_multiplier: f64,
     /// log10 of how much better that multiple fits than the scenario's own needle (≥ 0).
     pub needle_gain_log10: f64,
+    /// An after-selection loss's fitted value (None for every other candidate).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub loss: Option<Loss>,
 }
 
 /// One class's standing: the candidates of a class pooled under a prior
@@ -152,6 +157,62 @@ pub fn class_standings(ranking: &[Ranked]) -> Vec<ClassStanding> {
     let z: f64 = pooled.iter().sum();
     for (c, p) in out.iter_mut().zip(pooled) {
         c.posterior = if z > 0.0 { p / z } else { 0.0 };
+    }
+    out
+}
+
+/// Each after-selection candidate of `names` ranked on the counts of `rows`
+/// (unsorted, posteriors unset): its likelihood profiled over its loss grid
+/// and the needle multiples, on `healthy`'s simulated recalls (per multiple
+/// of `multipliers`, per row; `trials` per cell). On a tie the multiple
+/// `central` (the scenario's own needle), as for the other candidates.
+pub fn rank_losses(
+    rows: &[Observation],
+    names: &[String],
+    healthy: &[Vec<f64>],
+    trials: u64,
+    multipliers: &[f64],
+    central: usize,
+    reading: Reading,
+) -> Vec<Ranked> {
+    let mut out = Vec::new();
+    for h in names {
+        let grid = Loss::grid(h);
+        // The best loss at each multiple, and its log-likelihood.
+        let best_at: Vec<(f64, Loss)> = healthy
+            .iter()
+            .filter_map(|recalls| {
+                grid.iter()
+                    .map(|loss| {
+                        let terms = rows.iter().zip(recalls);
+                        (
+                            terms
+                                .map(|(r, &p)| log_binomial(r.found, r.total, clamped(with_loss(p, loss, r, reading), trials)))
+                                .sum::<f64>(),
+                            *loss,
+                        )
+                    })
+                    .fold(None, |b: Option<(f64, Loss)>, x| if b.is_none_or(|b| x.0 > b.0) { Some(x) } else { b })
+            })
+            .collect();
+        if best_at.len() != multipliers.len() || central >= best_at.len() {
+            continue;
+        }
+        let top = (0..best_at.len()).max_by(|&a, &b| best_at[a].0.total_cmp(&best_at[b].0).then(b.cmp(&a))).unwrap_or(0);
+        let j = if best_at[central].0 >= best_at[top].0 { central } else { top };
+        let (ll, loss) = best_at[j];
+        out.push(Ranked {
+            hypothesis: h.clone(),
+            log_likelihood: ll,
+            posterior: 0.0,
+            log10_bayes_factor: 0.0,
+            rows_changed: rows.iter().filter(|r| with_loss(1.0, &loss, r, reading) < 1.0).count(),
+            recalls: rows.iter().zip(&healthy[j]).map(|(r, &p)| with_loss(p, &loss, r, reading)).collect(),
+            class: candidate_class(h),
+            needle_multiplier: multipliers[j],
+            needle_gain_log10: (ll - best_at[central].0) / std::f64::consts::LN_10,
+            loss: Some(loss),
+        });
     }
     out
 }

@@ -38,6 +38,7 @@ fn ranked(entries: &[(&str, f64)]) -> Vec<Ranked> {
                 class: candidate_class(if h == HEALTHY { "" } else { h }),
                 needle_multiplier: 1.0,
                 needle_gain_log10: 0.0,
+                loss: None,
             })
             .collect(),
     )
@@ -139,6 +140,52 @@ fn diagnosis_sweeps_run_without_the_needle_margin() {
     assert!(crate::config::check(p.clone()).unwrap().estimator.margin, "the margin is on by default");
     let s = super::simulate::scenario_with(&p, &[4096], &[50.0], &[512], &["fp8".to_string()]).unwrap();
     assert!(!s.estimator.margin);
+}
+
+#[test]
+fn a_loss_after_a_healthy_selection_reads_as_not_a_selection_fault() {
+    let ln10 = std::f64::consts::LN_10;
+    let r = ranked(&[(HEALTHY, -6.0 * ln10), ("loss", 0.0), ("loss-by-length", -1.5 * ln10), ("slot-shift", -2.5 * ln10)]);
+    let v = verdict(&r, &class_standings(&r));
+    assert_eq!(v.kind, "not-selection", "{}", v.text);
+    assert!(v.text.starts_with("selection healthy: the losses are not explained by the indexer's selection (316:1 against the next class, layout (slot-shift))"), "{}", v.text);
+    assert!(v.text.contains("MoE router") && v.text.contains("decode kernel") && v.text.contains("sampling"), "{}", v.text);
+    // Healthy within 10:1 of the loss: consistent with healthy, as for any fault.
+    let r = ranked(&[(HEALTHY, -0.5 * ln10), ("loss", 0.0)]);
+    assert_eq!(verdict(&r, &class_standings(&r)).kind, "healthy");
+    // A selection fault within 10:1: inconclusive between the two.
+    let r = ranked(&[(HEALTHY, -6.0 * ln10), ("loss", 0.0), ("slot-shift", -0.5 * ln10)]);
+    let v = verdict(&r, &class_standings(&r));
+    assert_eq!(v.kind, "inconclusive", "{}", v.text);
+    assert!(v.text.contains("not-selection") && v.text.contains("layout"), "{}", v.text);
+    assert_eq!((odds_text(1.0), odds_text(2.5), odds_text(7.3)), ("10:1".to_string(), "316:1".to_string(), "10^7:1".to_string()));
+}
+
+#[test]
+fn a_bad_fit_or_a_quarter_unexplained_is_outside_the_catalogue() {
+    let ln10 = std::f64::consts::LN_10;
+    let r = ranked(&[(HEALTHY, -6.0 * ln10), ("slot-shift", 0.0), ("hadamard-q-only", -3.0 * ln10)]);
+    let fit = |p_value: f64| GoodnessOfFit { hypothesis: "slot-shift".into(), deviance: 40.0, p_value, draws: 2000 };
+    let row = |line: usize| Unexplained {
+        line,
+        context_tokens: 4096,
+        depth_percent: 50.0,
+        topk: 512,
+        config: "fp8".into(),
+        label: "fp8".into(),
+        found: 0,
+        total: 20,
+        recall: 0.9,
+        p_value: 1e-6,
+    };
+    assert_eq!(outside(&r, 12, &[], Some(&fit(0.2))), None);
+    let v = outside(&r, 12, &[row(2)], Some(&fit(0.0005))).unwrap();
+    assert_eq!(v.kind, "outside");
+    assert!(v.text.starts_with("outside the catalogue: 1 of 12 rows unexplained; even the best candidate, slot-shift (layout), fits the rows badly (goodness of fit p < 0.001"), "{}", v.text);
+    assert!(!v.text.contains("best explained"), "{}", v.text);
+    // Three of twelve rows unexplained lead the verdict even where the deviance passes; one of twelve does not.
+    assert_eq!(outside(&r, 12, &[row(2), row(3), row(4)], Some(&fit(0.2))).map(|v| v.kind), Some("outside".to_string()));
+    assert_eq!(outside(&r, 12, &[row(2)], Some(&fit(0.2))), None);
 }
 
 // Issue 28, item 5: the pair an open verdict compares is the pair it names.

@@ -1,6 +1,7 @@
 //! The diagnosis as a text table.
 
 use super::candidates::*;
+use super::gof::OUTSIDE_P;
 use super::outcome::*;
 use super::rank::*;
 use crate::score::hypothesis::{candidate_summary, FaultClass};
@@ -85,7 +86,10 @@ fn table(d: &Diagnosis, all: bool) -> String {
             r.log10_bayes_factor,
             format!("{} rows", r.rows_changed),
             if multi { format!("  {:>8}", r.needle_multiplier) } else { String::new() },
-            candidate_summary(&r.hypothesis)
+            match &r.loss {
+                Some(loss) => format!("{} (fitted: {})", candidate_summary(&r.hypothesis), loss.describe()),
+                None => candidate_summary(&r.hypothesis),
+            }
         ));
     }
     push_legend(d, &mut out);
@@ -143,6 +147,16 @@ fn push_classes_and_verdict(d: &Diagnosis, out: &mut String) {
             ));
         }
     }
+    if let Some(f) = &d.fit {
+        out.push_str(&format!(
+            "\ngoodness of fit of {}: deviance {:.1} over {} rows, {} ({} parametric bootstrap draws; below {OUTSIDE_P}: outside the catalogue)\n",
+            f.hypothesis,
+            f.deviance,
+            d.ranking.first().map_or(0, |r| r.recalls.len()),
+            super::verdict::p_text(f.p_value),
+            f.draws
+        ));
+    }
     out.push_str(&format!("\nverdict: {}\n", d.verdict.text));
     for c in verdict_classes(&d.verdict, &d.classes) {
         out.push_str(&format!("  {c}: {}\n", c.meaning()));
@@ -177,6 +191,7 @@ fn push_classes_and_verdict(d: &Diagnosis, out: &mut String) {
 pub(super) fn verdict_classes(verdict: &super::verdict::Verdict, classes: &[ClassStanding]) -> Vec<FaultClass> {
     let named = match verdict.kind.as_str() {
         "healthy" => return vec![FaultClass::Healthy],
+        "not-selection" => return vec![FaultClass::NotSelection],
         "fault" => 1,
         "inconclusive" => 2,
         _ => 0,

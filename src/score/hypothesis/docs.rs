@@ -157,6 +157,18 @@ fn group_heading(g: Group) -> (&'static str, &'static str) {
 rotates the query (`rope-swap-q`) or the keys (`rope-swap-k`) of that variant
 with the other pairing, every other variant with the model's."#,
         ),
+        Group::AfterSelection => (
+            "After the selection: losses that are not the indexer's",
+            r#"These change nothing the indexer computes: the selection is a healthy
+one's, and the answer is lost afterwards with a probability that does not
+depend on whether the needle was selected (an MoE router, a sparse-attention
+decode kernel, sampling). A sweep refuses them (`--precisions
+fp8+loss` has nothing to simulate); `diagnose` ranks them beside the
+catalogue's other entries, each row's likelihood taken at the healthy
+simulated recall times (1 − the loss there), with the loss profiled like the
+needle ([OBSERVATIONS.md, "What `diagnose` computes"](OBSERVATIONS.md#what-diagnose-computes)). They are
+never composed with another hypothesis."#,
+        ),
     }
 }
 

@@ -11,11 +11,13 @@ pub enum Group {
     CacheLayout,
     Selection,
     Position,
+    /// After the selection: the answer lost where the indexer is not involved.
+    AfterSelection,
 }
 
 impl Group {
     /// In the order of the catalogue and of docs/HYPOTHESES.md.
-    pub const ALL: [Group; 4] = [Group::Numerics, Group::CacheLayout, Group::Selection, Group::Position];
+    pub const ALL: [Group; 5] = [Group::Numerics, Group::CacheLayout, Group::Selection, Group::Position, Group::AfterSelection];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -23,6 +25,7 @@ impl Group {
             Group::CacheLayout => "cache-layout",
             Group::Selection => "selection",
             Group::Position => "position",
+            Group::AfterSelection => "after-selection",
         }
     }
 }
@@ -56,10 +59,13 @@ pub enum FaultClass {
     LayerSubset,
     /// Chunked prefill hides rows from the indexer.
     Schedule,
+    /// The selection is healthy: the answer is lost after it, with a
+    /// probability that does not depend on whether the needle was selected.
+    NotSelection,
 }
 
 impl FaultClass {
-    pub const ALL: [FaultClass; 7] = [
+    pub const ALL: [FaultClass; 8] = [
         FaultClass::Healthy,
         FaultClass::RandomLoss,
         FaultClass::IndexTies,
@@ -67,6 +73,7 @@ impl FaultClass {
         FaultClass::Layout,
         FaultClass::LayerSubset,
         FaultClass::Schedule,
+        FaultClass::NotSelection,
     ];
 
     pub fn name(self) -> &'static str {
@@ -78,6 +85,7 @@ impl FaultClass {
             FaultClass::Layout => "layout",
             FaultClass::LayerSubset => "layer-subset",
             FaultClass::Schedule => "schedule",
+            FaultClass::NotSelection => "not-selection",
         }
     }
 
@@ -91,6 +99,7 @@ impl FaultClass {
             FaultClass::Layout => "cache writer and reader disagree",
             FaultClass::LayerSubset => "a fault in some layers only",
             FaultClass::Schedule => "chunked prefill hides or garbles rows",
+            FaultClass::NotSelection => "selection healthy, the answer lost after it",
         }
     }
 
@@ -120,6 +129,9 @@ impl FaultClass {
             FaultClass::Schedule => {
                 "chunked prefill hides rows from the indexer or garbles them: the loss follows where the needle falls against the chunk boundaries, not k"
             }
+            FaultClass::NotSelection => {
+                "the indexer keeps the needle as a correct one does, and the answer is lost after the selection (router, decode kernel, sampling or parsing) at a rate that does not depend on it"
+            }
         }
     }
 
@@ -133,6 +145,8 @@ impl FaultClass {
             FaultClass::RandomLoss => 4,
             FaultClass::IndexTies => 5,
             FaultClass::LayerSubset => 6,
+            // Never composed (an after-selection loss stands alone).
+            FaultClass::NotSelection => 7,
         }
     }
 }

@@ -11,6 +11,7 @@
 //! its long documentation. The listing, `hypotheses show`, Python and
 //! docs/HYPOTHESES.md ([`markdown`]) are all derived from the entries.
 
+mod after;
 mod cache;
 mod catalogue;
 mod docs;
@@ -26,6 +27,12 @@ pub use entry::{FaultClass, Group, HypothesisInfo, ParseValue, Role, Value};
 
 use crate::model::stack::FaultSpread;
 use crate::score::variant::PrecisionVariant;
+
+/// Whether the candidate `h` is an after-selection loss (`loss`,
+/// `loss-by-length`): scored on the healthy simulation, never composed.
+pub fn after_selection(h: &str) -> bool {
+    info(h.trim()).is_some_and(|i| i.group == Group::AfterSelection)
+}
 
 /// The class of a candidate `h1+h2…` (hypotheses only, no base variant):
 /// a tie maker that makes every logit equal with an index tie order is
@@ -62,7 +69,12 @@ pub fn long_text(h: &HypothesisInfo) -> String {
     }
     text.push_str(&format!("  class: {} ({})\n", h.class.name(), h.class.about()));
     text.push_str(&format!("  across layers: {} (--fault-layers overrides)\n", h.layers.name()));
-    text.push_str("  use: --precisions fp8,fp8+NAME (docs/HYPOTHESES.md)\n".replace("NAME", h.name).as_str());
+    let usage = if h.group == Group::AfterSelection {
+        "  use: dsa-recall diagnose --hypotheses NAME (a sweep has nothing to simulate; docs/HYPOTHESES.md)\n"
+    } else {
+        "  use: --precisions fp8,fp8+NAME (docs/HYPOTHESES.md)\n"
+    };
+    text.push_str(usage.replace("NAME", h.name).as_str());
     text
 }
 

@@ -188,11 +188,14 @@ fn outcomes(
         &diag_params,
         &valley_obs.path,
         &valley_obs.rows,
-        &opts(diagnose::candidates("all")?, diagnose::NUISANCE_MULTIPLIERS.to_vec()),
+        &opts(diagnose::candidates(WITH_LOSSES)?, diagnose::NUISANCE_MULTIPLIERS.to_vec()),
     )?;
     judge("valley in length (1, 0, 1 at 4K, 8K, 16K)", &valley_diag, &valley_obs.rows, &[1.0, 0.0, 1.0]);
     Ok(())
 }
+
+/// The catalogue with the losses after the selection, which `all` leaves out.
+const WITH_LOSSES: &str = "all,loss,loss-by-length";
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let replicates: u64 = std::env::args().nth(1).map(|a| a.parse()).transpose()?.unwrap_or(200);
@@ -216,7 +219,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         needle_multipliers: multipliers,
         observer: silent,
     };
-    let all = diagnose::candidates("all")?;
+    let all = diagnose::candidates(WITH_LOSSES)?;
     let started = std::time::Instant::now();
     let diag = diagnose::prepare(&diag_params, &obs.path, &obs.rows, &opts(all.clone(), diagnose::NUISANCE_MULTIPLIERS.to_vec()))?;
     let truth = diagnose::prepare(&truth_params, &obs.path, &obs.rows, &opts(all.clone(), vec![1.0]))?;

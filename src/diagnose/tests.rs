@@ -242,6 +242,8 @@ fn candidate_lists() {
     assert_eq!(all[0], HEALTHY);
     assert!(all.iter().any(|h| h == "scale-unwritten-zero+ties-lowest"));
     assert!(!all.iter().any(|h| h.contains('=')));
+    assert!(!all.iter().any(|h| h.starts_with("loss")), "losses after the selection are tried only when named");
+    assert_eq!(candidates("all,loss,loss-by-length").unwrap().len(), all.len() + 2);
     assert_eq!(candidates("slot-shift, topk=1024").unwrap(), ["healthy", "slot-shift", "topk=1024"]);
     let more = candidates("all,topk=1024,slot-shift").unwrap();
     assert_eq!(more.len(), all.len() + 1);

@@ -62,18 +62,6 @@ impl Estimator for TailQuantile {
     }
 }
 
-const LOST: NeedleOutcome = NeedleOutcome {
-    survived: false,
-    via_window: false,
-    rank: None,
-    margin: None,
-    margin_sd: None,
-    selection_recall: None,
-    jaccard: None,
-    ties: None,
-    keep_below: None,
-};
-
 /// One context and needle spot's weighted sample: every row's importance
 /// weight, exact score and score under each variant.
 struct Sample {
@@ -373,7 +361,8 @@ impl Case<'_, '_> {
                         None => None,
                     };
                     let rank = Some(NeedleRank { above: ahead, above_or_equal: ahead });
-                    cells[spec.cell_index(ci, oi, ki, v)] = NeedleOutcome { survived, via_window: in_window, rank, keep_below, ..LOST };
+                    cells[spec.cell_index(ci, oi, ki, v)] =
+                        NeedleOutcome { survived, via_window: in_window, rank, keep_below, ..NeedleOutcome::LOST };
                 }
             }
         }
@@ -407,7 +396,7 @@ pub fn sampled_trial(spec: &TrialSpec<'_>, trial_seed: u64, tail_rows: u64) -> R
             }
         })
         .collect();
-    let mut cells = vec![LOST; spec.cell_count()];
+    let mut cells = vec![NeedleOutcome::LOST; spec.cell_count()];
     let mut needle = vec![NeedleSolve::default(); multiples.len() * spec.contexts.len() * spec.spot_count()];
     let mut keys = vec![0.0f32; 2 * half * d];
     let mut weights = vec![0.0f64; 2 * half];
@@ -459,7 +448,8 @@ fn settle(spec: &TrialSpec<'_>, placement: &NeedlePlacement, (ci, oi): (usize, u
     for ki in 0..spec.topks.len() {
         for v in 0..spec.variants.len() {
             let keep_below = spec.margin_threshold.map(|_| if in_window { u64::MAX } else { 0 });
-            cells[spec.cell_index(ci, oi, ki, v)] = NeedleOutcome { survived: in_window, via_window: in_window, keep_below, ..LOST };
+            cells[spec.cell_index(ci, oi, ki, v)] =
+                NeedleOutcome { survived: in_window, via_window: in_window, keep_below, ..NeedleOutcome::LOST };
         }
     }
     true

@@ -80,7 +80,8 @@ pub struct NeedleOutcome {
 }
 
 impl NeedleOutcome {
-    pub(super) const LOST: NeedleOutcome = NeedleOutcome {
+    /// Not kept, nothing measured: the base every outcome is built on.
+    pub const LOST: NeedleOutcome = NeedleOutcome {
         survived: false,
         via_window: false,
         rank: None,

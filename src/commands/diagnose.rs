@@ -84,7 +84,7 @@ pub fn diagnose(request: &DiagnoseRequest, observer: &dyn Observer) -> Result<Di
         output::check_output_dir(dir, request.force)?;
     }
     let pool = request.scenario.thread_pool()?;
-    let needle_multipliers = diagnose::parse_needle_multipliers(&request.needle_multipliers)?;
+    let needle_multipliers = diagnose::parse_needle_multipliers(&request.needle_multipliers, &params)?;
     for &m in &needle_multipliers {
         config::check(diagnose::with_needle_multiple(&params, m)?)?;
     }

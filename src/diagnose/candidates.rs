@@ -15,11 +15,35 @@ pub const HEALTHY: &str = "healthy";
 pub const DECISIVE_LOG10: f64 = 1.0;
 
 /// The needle's difficulty is not known: each candidate's likelihood is
-/// profiled over these multiples of the scenario's needle knob (its
-/// exceedance under the quantile needle, its strength otherwise), each
-/// simulated on the same seed (docs/OBSERVATIONS.md, "What diagnose does
-/// not know").
+/// profiled over multiples of the scenario's needle knob, each simulated
+/// on the same seed (docs/OBSERVATIONS.md, "What diagnose does not
+/// know"). Under the strength unit, these multiples of the strength.
 pub const NUISANCE_MULTIPLIERS: [f64; 3] = [0.5, 1.0, 2.0];
+
+/// Under the quantile needle, these multiples of the median exceedance:
+/// from 2× easier than the scenario's needle to 128× rarer, so that a
+/// deployment's own needle test (paraphrased, multi-key, another haystack)
+/// is inside the profile; `hard` is × 4 of `niah`. A factor 2 between
+/// neighbours, as the recall curves move about one context doubling per
+/// factor 2 or less.
+pub const EXCEEDANCE_MULTIPLIERS: [f64; 9] = [0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0];
+
+/// The largest median exceedance profiled: beyond it a "needle" outranks
+/// too few haystack rows to be one.
+const MAX_PROFILED_EXCEEDANCE: f64 = 0.5;
+
+/// The multiples diagnose profiles the needle over by default: the
+/// quantile needle's [`EXCEEDANCE_MULTIPLIERS`] that keep its median
+/// exceedance at most 0.5, else [`NUISANCE_MULTIPLIERS`].
+pub fn default_needle_multipliers(params: &ScenarioParams) -> Vec<f64> {
+    let field = needle_knob(params);
+    match knob::current_value(params, field) {
+        Some(u) if field == "needle.exceedance" => {
+            EXCEEDANCE_MULTIPLIERS.iter().copied().filter(|&m| m == 1.0 || u * m <= MAX_PROFILED_EXCEEDANCE).collect()
+        }
+        _ => NUISANCE_MULTIPLIERS.to_vec(),
+    }
+}
 
 /// The next experiment is sought among candidates with at least this
 /// posterior, the best `LIVE_MAX` of them (at least the best two).
@@ -95,12 +119,15 @@ pub fn candidates(list: &str) -> Result<Vec<String>, ConfigError> {
     Ok(out)
 }
 
-/// `--needle-multipliers`: positive numbers, comma-separated, or `off` (the
-/// scenario's needle, as known: `[1]`).
-pub fn parse_needle_multipliers(text: &str) -> Result<Vec<f64>, ConfigError> {
+/// `--needle-multipliers`: positive numbers, comma-separated, `off` (the
+/// scenario's needle, as known: `[1]`) or `auto` (the scenario's
+/// [`default_needle_multipliers`]).
+pub fn parse_needle_multipliers(text: &str, params: &ScenarioParams) -> Result<Vec<f64>, ConfigError> {
     let field = "--needle-multipliers";
-    if text.trim() == "off" {
-        return Ok(vec![1.0]);
+    match text.trim() {
+        "off" => return Ok(vec![1.0]),
+        "auto" => return Ok(default_needle_multipliers(params)),
+        _ => {}
     }
     let mut out: Vec<f64> = Vec::new();
     for item in text.split(',').map(str::trim) {
@@ -114,7 +141,7 @@ pub fn parse_needle_multipliers(text: &str) -> Result<Vec<f64>, ConfigError> {
                 return Err(ConfigError::new(
                     field,
                     format!("{item:?}"),
-                    "positive numbers up to 1e6, comma-separated (e.g. 0.5,1,2), or off",
+                    "positive numbers up to 1e6, comma-separated (e.g. 0.5,1,2), auto or off",
                 ))
             }
         }

@@ -39,6 +39,7 @@ fn ranked(entries: &[(&str, f64)]) -> Vec<Ranked> {
                 needle_multiplier: 1.0,
                 needle_gain_log10: 0.0,
                 loss: None,
+                gate: None,
             })
             .collect(),
     )
@@ -218,10 +219,19 @@ fn two_sided_binomial_p() {
 
 #[test]
 fn needle_multipliers_parse() {
-    assert_eq!(parse_needle_multipliers("0.5, 1,2,1").unwrap(), [0.5, 1.0, 2.0]);
-    assert_eq!(parse_needle_multipliers("off").unwrap(), [1.0]);
+    let quantile = crate::config::resolve(crate::config::params::parse_scenario_toml("preset = \"deepseek-v4-flash\"\n").unwrap()).unwrap();
+    assert_eq!(parse_needle_multipliers("0.5, 1,2,1", &quantile).unwrap(), [0.5, 1.0, 2.0]);
+    assert_eq!(parse_needle_multipliers("off", &quantile).unwrap(), [1.0]);
+    // auto: the quantile needle's wide grid, cut where the exceedance would pass 0.5.
+    assert_eq!(parse_needle_multipliers("auto", &quantile).unwrap(), EXCEEDANCE_MULTIPLIERS);
+    let mut rare = quantile.clone();
+    rare.needle.exceedance = Some(0.01);
+    assert_eq!(parse_needle_multipliers("auto", &rare).unwrap(), [0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0]);
+    let mut strength = quantile.clone();
+    strength.needle.unit = Some("strength".into());
+    assert_eq!(parse_needle_multipliers("auto", &strength).unwrap(), NUISANCE_MULTIPLIERS);
     for bad in ["", "0", "-1", "x", "nan", "inf"] {
-        let e = parse_needle_multipliers(bad).unwrap_err().to_string();
+        let e = parse_needle_multipliers(bad, &quantile).unwrap_err().to_string();
         assert!(e.contains("--needle-multipliers"), "{bad}: {e}");
     }
 }

@@ -288,6 +288,7 @@ fn few_prompts_a_row_are_weak_evidence() {
         query_position: None,
         healthy: None,
         prefill_chunk: None,
+        address_bound: None,
         prompt: None,
     };
     let note = weak_evidence(&[row(1), row(1), row(20)]).unwrap();

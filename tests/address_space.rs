@@ -61,7 +61,8 @@ fn address_caps_are_their_base_below_the_bound_and_lose_needles_past_it_at_every
 #[test]
 fn the_onset_follows_the_bound_not_k() {
     // The same needle (depth 85 of 16K) with the bound moved past it: the base's outcomes.
-    let all = cells("contexts = \"16K\"\ndepths = \"85\"\ntopk = \"64,512\"\nprecisions = \"bf16,bf16+visible-cap=15K,bf16+visible-cap=8K\"\n");
+    let all =
+        cells("contexts = \"16K\"\ndepths = \"85\"\ntopk = \"64,512\"\nprecisions = \"bf16,bf16+visible-cap=15K,bf16+visible-cap=8K\"\n");
     for k in [64, 512] {
         let base = cell(&all, 16384, 85.0, k, "bf16");
         let (far, near) = (cell(&all, 16384, 85.0, k, "bf16+visible-cap=15K"), cell(&all, 16384, 85.0, k, "bf16+visible-cap=8K"));

@@ -142,26 +142,6 @@ pub fn with_address_bounds(list: &str, mut hypotheses: Vec<String>, rows: &[supe
     hypotheses
 }
 
-/// `ranked` with each bounded address-space hypothesis alone at several
-/// bounds kept at the bound that fits best (the first on a tie): its
-/// profile likelihood over the bound, as the needle's.
-pub(super) fn profile_bounds(ranked: Vec<super::rank::Ranked>) -> Vec<super::rank::Ranked> {
-    fn family(h: &str) -> Option<&str> {
-        let (bare, _) = h.split_once('=')?;
-        (BOUNDED.contains(&bare) && !h.contains('+')).then_some(bare)
-    }
-    let mut out: Vec<super::rank::Ranked> = Vec::with_capacity(ranked.len());
-    for r in ranked {
-        let same = family(&r.hypothesis).and_then(|f| out.iter().position(|o| family(&o.hypothesis) == Some(f)));
-        match same {
-            Some(i) if r.log_likelihood > out[i].log_likelihood => out[i] = r,
-            Some(_) => {}
-            None => out.push(r),
-        }
-    }
-    out
-}
-
 /// `--needle-multipliers`: positive numbers, comma-separated, or `off` (the
 /// scenario's needle, as known: `[1]`).
 pub fn parse_needle_multipliers(text: &str) -> Result<Vec<f64>, ConfigError> {

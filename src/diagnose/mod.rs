@@ -21,8 +21,8 @@ mod text;
 mod verdict;
 
 pub use candidates::{
-    address_bounds, candidates, needle_knob, with_address_bounds, parse_needle_multipliers, with_needle_multiple, Reading, DECISIVE_LOG10, HEALTHY, LIVE_MAX, LIVE_POSTERIOR,
-    NUISANCE_MULTIPLIERS, QUERY_POSITION_NOTE,
+    address_bounds, candidates, needle_knob, parse_needle_multipliers, with_address_bounds, with_needle_multiple, Reading, DECISIVE_LOG10,
+    HEALTHY, LIVE_MAX, LIVE_POSTERIOR, NUISANCE_MULTIPLIERS, QUERY_POSITION_NOTE,
 };
 pub use gof::{goodness_of_fit, GoodnessOfFit, OUTSIDE_P};
 pub use next::{draw_counts, information, information_text, prompts_for_odds, recovered, NextExperiment, NEAR_END_TOKENS};

@@ -103,9 +103,9 @@ impl AddressFault {
     /// (`chunk_first_row`) for `chunk-stale`.
     fn bound(&self, ratio: u64, chunk_first_row: usize) -> usize {
         match *self {
-            AddressFault::VisibleCap { tokens, .. }
-            | AddressFault::Block0Repeat { tokens }
-            | AddressFault::WorkspaceClamp { tokens } => bound_rows(tokens, ratio),
+            AddressFault::VisibleCap { tokens, .. } | AddressFault::Block0Repeat { tokens } | AddressFault::WorkspaceClamp { tokens } => {
+                bound_rows(tokens, ratio)
+            }
             AddressFault::ChunkStale => chunk_first_row,
             AddressFault::None | AddressFault::StrideHalf => usize::MAX,
         }

@@ -4,8 +4,8 @@
 
 use crate::error::SimError;
 use crate::numerics::key_cache::KeyCacheFaults;
-use crate::score::address::AddressFault;
 use crate::numerics::pipeline::{QuantPipeline, QuantizedRows, ScoreNumerics};
+use crate::score::address::AddressFault;
 use crate::score::selection::SelectionOverride;
 use serde::{Deserialize, Serialize};
 

@@ -21,8 +21,7 @@ const fn concat<const N: usize>(groups: [&[HypothesisInfo]; 6]) -> [HypothesisIn
 
 const GROUPS: [&[HypothesisInfo]; 6] =
     [numerics::ENTRIES, cache::ENTRIES, selection::ENTRIES, position::ENTRIES, address::ENTRIES, after::ENTRIES];
-const COUNT: usize =
-    numerics::ENTRIES.len()
+const COUNT: usize = numerics::ENTRIES.len()
     + cache::ENTRIES.len()
     + selection::ENTRIES.len()
     + position::ENTRIES.len()

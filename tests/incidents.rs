@@ -84,7 +84,8 @@ fn check_incident(name: &str) {
     let obs = observations::read(&path, &|v| diagnose::variant_ok(&params, v)).unwrap();
     let hypotheses = run_flag(&text, "--hypotheses").unwrap_or_else(|| "all".into());
     let opts = Options {
-        hypotheses: diagnose::candidates(&hypotheses).unwrap(),
+        // As the command: `all` adds the address bounds taken from the rows.
+        hypotheses: diagnose::with_address_bounds(&hypotheses, diagnose::candidates(&hypotheses).unwrap(), &obs.rows),
         reading: Reading::Model,
         next: false,
         needle_multipliers: diagnose::default_needle_multipliers(&params),

@@ -80,6 +80,7 @@ pub fn diagnose(request: &DiagnoseRequest, observer: &dyn Observer) -> Result<Di
     let reading = Reading::parse(&request.recall)?;
     let hypotheses = diagnose::candidates(&request.hypotheses)?;
     let obs = observations::read(&request.observations, &|v| diagnose::variant_ok(&params, v))?;
+    let hypotheses = diagnose::with_address_bounds(&request.hypotheses, hypotheses, &obs.rows);
     if let Some(dir) = &request.out {
         output::check_output_dir(dir, request.force)?;
     }

@@ -119,6 +119,53 @@ pub fn candidates(list: &str) -> Result<Vec<String>, ConfigError> {
     Ok(out)
 }
 
+/// The bounded address-space hypotheses (`visible-cap=P`, …) that `all`
+/// profiles over a few bounds taken from the observed contexts: their
+/// onset is an absolute position the file does not state.
+pub const BOUNDED: [&str; 5] = ["visible-cap", "visible-cap-zero", "visible-cap-wrap", "block0-repeat", "workspace-clamp"];
+
+/// Most bounds tried per bounded hypothesis (each is one more variant per
+/// configuration to judge).
+pub const BOUNDS_MAX: usize = 3;
+
+/// The bounds (tokens) tried for the observed `contexts`: each observed
+/// context but the longest (a bound there leaves prompts up to it healthy
+/// and acts on every longer one), at most [`BOUNDS_MAX`], spread evenly
+/// over them.
+pub fn address_bounds(contexts: &[u64]) -> Vec<u64> {
+    let mut c: Vec<u64> = contexts.to_vec();
+    c.sort_unstable();
+    c.dedup();
+    c.pop();
+    if c.len() <= BOUNDS_MAX {
+        return c;
+    }
+    (0..BOUNDS_MAX).map(|i| c[(i * (c.len() - 1)).div_ceil(BOUNDS_MAX - 1)]).collect()
+}
+
+/// `hypotheses` with, when `list` names `all`, each bounded address-space
+/// hypothesis at every bound the rows state (column `address_bound`), or
+/// when none does at every bound of [`address_bounds`] over the contexts
+/// of `rows` (none when every row has one context).
+pub fn with_address_bounds(list: &str, mut hypotheses: Vec<String>, rows: &[super::observations::Observation]) -> Vec<String> {
+    if !list.split(',').any(|i| i.trim() == "all") {
+        return hypotheses;
+    }
+    let mut stated: Vec<u64> = rows.iter().filter_map(|r| r.address_bound).collect();
+    stated.sort_unstable();
+    stated.dedup();
+    let bounds = if stated.is_empty() { address_bounds(&rows.iter().map(|r| r.context_tokens).collect::<Vec<_>>()) } else { stated };
+    for name in BOUNDED {
+        for &bound in &bounds {
+            let h = format!("{name}={bound}");
+            if !hypotheses.contains(&h) {
+                hypotheses.push(h);
+            }
+        }
+    }
+    hypotheses
+}
+
 /// `--needle-multipliers`: positive numbers, comma-separated, `off` (the
 /// scenario's needle, as known: `[1]`) or `auto` (the scenario's
 /// [`default_needle_multipliers`]).

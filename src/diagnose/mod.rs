@@ -22,8 +22,9 @@ mod text;
 mod verdict;
 
 pub use candidates::{
-    candidates, default_needle_multipliers, needle_knob, parse_needle_multipliers, with_needle_multiple, Reading, DECISIVE_LOG10,
-    EXCEEDANCE_MULTIPLIERS, HEALTHY, LIVE_MAX, LIVE_POSTERIOR, NUISANCE_MULTIPLIERS, QUERY_POSITION_NOTE,
+    address_bounds, candidates, default_needle_multipliers, needle_knob, parse_needle_multipliers, with_address_bounds,
+    with_needle_multiple, Reading, DECISIVE_LOG10, EXCEEDANCE_MULTIPLIERS, HEALTHY, LIVE_MAX, LIVE_POSTERIOR, NUISANCE_MULTIPLIERS,
+    QUERY_POSITION_NOTE,
 };
 pub use gate::{gated_base, gated_name};
 pub use gof::{goodness_of_fit, GoodnessOfFit, OUTSIDE_P};

@@ -63,7 +63,7 @@ fn check_chunks(
     if checked.geometry.prefill_chunk.is_none() {
         return Ok(());
     }
-    let chunk_fault = opts.hypotheses.iter().find(|h| h.split('+').any(|p| p.trim() == "chunk-local"));
+    let chunk_fault = opts.hypotheses.iter().find(|h| h.split('+').any(is_chunk_fault));
     // 0 is a chunk too: the prompt in one chunk (see `one_chunk` in [`prepare`]).
     let lacking = rows.iter().find(|r| r.prefill_chunk.or(params.geometry.prefill_chunk).is_none());
     match (chunk_fault, lacking) {
@@ -124,7 +124,7 @@ pub fn prepare(params: &ScenarioParams, path: &str, rows: &[Observation], opts: 
     // where one is planned, chunk 0 (the prompt in one chunk) is simulated
     // as one chunk longer than any prompt: the same rows are visible.
     let scenario_chunk = params.geometry.prefill_chunk.unwrap_or(0);
-    let chunk_planned = variants.iter().any(|v| v.split('+').any(|p| p.trim() == "chunk-local"));
+    let chunk_planned = variants.iter().any(|v| v.split('+').any(is_chunk_fault));
     let one_chunk = if chunk_planned { crate::config::MAX_CONTEXT } else { 0 };
     let mut by_chunk: BTreeMap<u64, Vec<(u64, f64, u64)>> = BTreeMap::new();
     for r in rows {
@@ -147,6 +147,11 @@ pub fn prepare(params: &ScenarioParams, path: &str, rows: &[Observation], opts: 
         after_selection,
         gates: true,
     })
+}
+
+/// Whether a candidate's part needs each row's prefill chunk.
+fn is_chunk_fault(part: &str) -> bool {
+    matches!(part.trim(), "chunk-local" | "chunk-stale")
 }
 
 /// The prefill chunk row `r` is simulated with: its own, else the
@@ -288,6 +293,7 @@ impl Prepared {
                 gate: None,
             });
         }
+        let mut ranked = profile_bounds(ranked);
         if !self.after_selection.is_empty() {
             // Healthy's recalls, which an after-selection loss scales.
             let healthy = slots

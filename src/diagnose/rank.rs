@@ -131,6 +131,26 @@ pub fn rank(mut ranked: Vec<Ranked>) -> Vec<Ranked> {
     ranked
 }
 
+/// `ranked` with each bounded address-space hypothesis alone at several
+/// bounds kept at the bound that fits best (the first on a tie): its
+/// profile likelihood over the bound, as the needle's.
+pub(super) fn profile_bounds(ranked: Vec<Ranked>) -> Vec<Ranked> {
+    fn family(h: &str) -> Option<&str> {
+        let (bare, _) = h.split_once('=')?;
+        (super::candidates::BOUNDED.contains(&bare) && !h.contains('+')).then_some(bare)
+    }
+    let mut out: Vec<Ranked> = Vec::with_capacity(ranked.len());
+    for r in ranked {
+        let same = family(&r.hypothesis).and_then(|f| out.iter().position(|o| family(&o.hypothesis) == Some(f)));
+        match same {
+            Some(i) if r.log_likelihood > out[i].log_likelihood => out[i] = r,
+            Some(_) => {}
+            None => out.push(r),
+        }
+    }
+    out
+}
+
 /// The classes of a ranking (filled by [`rank`]), best first, under a
 /// prior uniform over the classes present and uniform within each.
 pub fn class_standings(ranking: &[Ranked]) -> Vec<ClassStanding> {

@@ -159,6 +159,9 @@ does not)."#,
         role: Role::None,
         parse: None,
         apply: |_, v| {
+            if !v.address.is_none() {
+                return Err(format!("{} already has an address fault: chunk-local not with it", v.name));
+            }
             v.chunk = ChunkVisibility::OwnChunk;
             Ok(())
         },

@@ -103,7 +103,9 @@ pub(super) fn rank_gated(prepared: &Prepared, rows: &[Observation], slots: &[usi
             log10_bayes_factor: 0.0,
             rows_changed: rows.iter().filter(|r| r.context_tokens > t && m.get(&r.config).is_some_and(|v| *v != r.config)).count(),
             recalls,
-            class: candidate_class(&name),
+            // The gate says when, H what: H's class (a named composite
+            // with a gate is `schedule`, a prefill schedule fault).
+            class: candidate_class(h),
             needle_multiplier: prepared.needle_multipliers[slots[best]],
             needle_gain_log10: (ll - central_ll) / std::f64::consts::LN_10,
             loss: None,
@@ -129,6 +131,8 @@ mod tests {
         assert_eq!(gated_base("slot-shift"), None);
         assert!(gateable("slot-shift") && gateable("scale-unwritten-zero+ties-lowest"));
         assert!(!gateable(HEALTHY) && !gateable("row-shift+longer-than=20K"));
+        // Named with a gate, a composite is a schedule fault; diagnose's own
+        // gated forms keep their base's class (rank_gated).
         assert_eq!(candidate_class(&gated_name("slot-shift", 4096)).to_string(), "schedule");
     }
 }

@@ -8,13 +8,17 @@
 //! prior over them: a fault with a free onset pays for that freedom, as a
 //! fitted loss does), the needle profiled as for every candidate.
 
+use super::candidates::HEALTHY;
 use super::observations::Observation;
-use super::prepare::Prepared;
 use super::rank::Ranked;
 use super::repeats::{repeats_may_differ, row_log_likelihood};
-use super::HEALTHY;
 use crate::error::Error;
 use crate::score::hypothesis::{candidate_class, Hypothesis, Role};
+use std::collections::BTreeMap;
+
+/// A candidate's simulated recall (unclamped) and trials in a row's cell at
+/// needle multiple `j` (`Prepared::recall_at`).
+pub(super) type RecallAt<'a> = &'a dyn Fn(&str, &Observation, usize) -> Result<(f64, u64), Error>;
 
 /// The gate's name in a candidate.
 const GATE: &str = "longer-than";
@@ -47,11 +51,17 @@ pub fn gated_base(name: &str) -> Option<&str> {
     name.rsplit_once(&format!("+{GATE}=")).map(|(base, _)| base)
 }
 
-/// Each gateable candidate of `prepared`'s plan in gated form, ranked on
-/// the counts of `rows` over the needle multiples at `slots`
+/// Each gateable candidate of `plan` in gated form, ranked on the counts
+/// of `rows` over the needle multiples at `slots` of `multiples`
 /// (`at_central`: the position of the scenario's own needle among them);
 /// unsorted, posteriors unset. Empty when the rows have one length.
-pub(super) fn rank_gated(prepared: &Prepared, rows: &[Observation], slots: &[usize], at_central: usize) -> Result<Vec<Ranked>, Error> {
+pub(super) fn rank_gated(
+    plan: &[(String, BTreeMap<String, String>)],
+    multiples: &[f64],
+    recall_at: RecallAt<'_>,
+    rows: &[Observation],
+    (slots, at_central): (&[usize], usize),
+) -> Result<Vec<Ranked>, Error> {
     let onsets = onsets(rows);
     if onsets.is_empty() {
         return Ok(Vec::new());
@@ -59,16 +69,16 @@ pub(super) fn rank_gated(prepared: &Prepared, rows: &[Observation], slots: &[usi
     // Healthy's recall per slot and row: a gated form's below its onset.
     let healthy = slots
         .iter()
-        .map(|&j| rows.iter().map(|r| prepared.recall_at(HEALTHY, r, j)).collect::<Result<Vec<_>, _>>())
+        .map(|&j| rows.iter().map(|r| recall_at(HEALTHY, r, j)).collect::<Result<Vec<_>, _>>())
         .collect::<Result<Vec<_>, _>>()?;
     let mut out = Vec::new();
-    for (h, m) in prepared.plan.iter().filter(|(h, _)| gateable(h)) {
+    for (h, m) in plan.iter().filter(|(h, _)| gateable(h)) {
         let may_differ = repeats_may_differ(h);
         // Per slot: the marginal log-likelihood over the onsets, the best
         // onset and its recalls.
         let mut at_slot: Vec<(f64, u64, Vec<f64>)> = Vec::with_capacity(slots.len());
         for (s, &j) in slots.iter().enumerate() {
-            let fault = rows.iter().map(|r| prepared.recall_at(h, r, j)).collect::<Result<Vec<_>, _>>()?;
+            let fault = rows.iter().map(|r| recall_at(h, r, j)).collect::<Result<Vec<_>, _>>()?;
             let mut best: Option<(f64, u64, Vec<f64>)> = None;
             let mut lls = Vec::with_capacity(onsets.len());
             for &t in &onsets {
@@ -106,7 +116,7 @@ pub(super) fn rank_gated(prepared: &Prepared, rows: &[Observation], slots: &[usi
             // The gate says when, H what: H's class (a named composite
             // with a gate is `schedule`, a prefill schedule fault).
             class: candidate_class(h),
-            needle_multiplier: prepared.needle_multipliers[slots[best]],
+            needle_multiplier: multiples[slots[best]],
             needle_gain_log10: (ll - central_ll) / std::f64::consts::LN_10,
             loss: None,
             gate: Some(t),

@@ -304,7 +304,8 @@ impl Prepared {
             ranked.extend(rank_losses(rows, &self.after_selection, &healthy, trials, &multiples, at_central, self.reading));
         }
         if self.gates {
-            ranked.extend(super::gate::rank_gated(self, rows, slots, at_central)?);
+            let recall_at = |h: &str, r: &Observation, j: usize| self.recall_at(h, r, j);
+            ranked.extend(super::gate::rank_gated(&self.plan, &self.needle_multipliers, &recall_at, rows, (slots, at_central))?);
         }
         Ok((rank(ranked), trials))
     }

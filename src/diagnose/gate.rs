@@ -13,7 +13,7 @@ use super::observations::Observation;
 use super::rank::Ranked;
 use super::repeats::{repeats_may_differ, row_log_likelihood};
 use crate::error::Error;
-use crate::score::hypothesis::{candidate_class, Hypothesis, Role};
+use crate::score::hypothesis::{candidate_class, FaultClass, Hypothesis, Role};
 use std::collections::BTreeMap;
 
 /// A candidate's simulated recall (unclamped) and trials in a row's cell at
@@ -35,10 +35,13 @@ pub(super) fn onsets(rows: &[Observation]) -> Vec<u64> {
 }
 
 /// Whether candidate `h` gets a gated form: a fault that is not gated
-/// already and not a loss after the selection (which scales healthy's
-/// recall at every length by itself).
+/// already, has no onset of its own (an address-space fault's bound is
+/// one: a gate on it would count the onset twice) and is not a loss
+/// after the selection (which the plan does not hold).
 pub(super) fn gateable(h: &str) -> bool {
-    h != HEALTHY && !h.split('+').filter_map(|p| Hypothesis::parse(p.trim()).ok()).any(|p| matches!(p.info.role, Role::LengthGate))
+    h != HEALTHY
+        && candidate_class(h) != FaultClass::AddressSpace
+        && !h.split('+').filter_map(|p| Hypothesis::parse(p.trim()).ok()).any(|p| matches!(p.info.role, Role::LengthGate))
 }
 
 /// `h` acting only in prompts longer than `t` tokens.
@@ -141,6 +144,7 @@ mod tests {
         assert_eq!(gated_base("slot-shift"), None);
         assert!(gateable("slot-shift") && gateable("scale-unwritten-zero+ties-lowest"));
         assert!(!gateable(HEALTHY) && !gateable("row-shift+longer-than=20K"));
+        assert!(!gateable("visible-cap=2048"), "an address bound is an onset already");
         // Named with a gate, a composite is a schedule fault; diagnose's own
         // gated forms keep their base's class (rank_gated).
         assert_eq!(candidate_class(&gated_name("slot-shift", 4096)).to_string(), "schedule");

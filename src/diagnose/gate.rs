@@ -10,7 +10,7 @@
 
 use super::candidates::HEALTHY;
 use super::observations::Observation;
-use super::rank::Ranked;
+use super::rank::{log_mean_exp, preferred_slot, Ranked};
 use super::repeats::{repeats_may_differ, row_log_likelihood};
 use crate::error::Error;
 use crate::score::hypothesis::{candidate_class, FaultClass, Hypothesis, Role};
@@ -98,15 +98,12 @@ pub(super) fn rank_gated(
                 }
             }
             let Some((top, t, recalls)) = best else { continue };
-            let mean = lls.iter().map(|ll| (ll - top).exp()).sum::<f64>() / lls.len() as f64;
-            at_slot.push((top + mean.ln(), t, recalls));
+            at_slot.push((log_mean_exp(lls.iter().copied(), top), t, recalls));
         }
         if at_slot.len() != slots.len() {
             continue;
         }
-        // On a tie the scenario's own needle, as for every candidate.
-        let top = (0..at_slot.len()).max_by(|&a, &b| at_slot[a].0.total_cmp(&at_slot[b].0).then(b.cmp(&a))).unwrap_or(0);
-        let best = if at_slot[at_central].0 >= at_slot[top].0 { at_central } else { top };
+        let best = preferred_slot(&at_slot.iter().map(|a| a.0).collect::<Vec<_>>(), at_central);
         let central_ll = at_slot[at_central].0;
         let (ll, t, recalls) = at_slot.swap_remove(best);
         let name = gated_name(h, t);

@@ -125,13 +125,18 @@ pub(super) fn weak_evidence(rows: &[observations::Observation]) -> Option<String
     })
 }
 
+/// The easiest and hardest needle multiples profiled.
+fn profile_ends(multipliers: &[f64]) -> (f64, f64) {
+    multipliers.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &m| (lo.min(m), hi.max(m)))
+}
+
 /// When the best candidate fits at least 10:1 better at the easiest or
 /// hardest needle profiled than at the scenario's own, the scenario's needle likely differs from the user's prompts
 /// by more than the profile spans: a calibration on rows from a healthy
 /// configuration pins it (docs/CALIBRATION.md) before faults are compared.
 pub(super) fn calibrate_first(ranking: &[Ranked], knob: &str, multipliers: &[f64]) -> Option<String> {
     let best = ranking.first()?;
-    let (lo, hi) = multipliers.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &m| (lo.min(m), hi.max(m)));
+    let (lo, hi) = profile_ends(multipliers);
     let at_edge = best.needle_multiplier == lo || best.needle_multiplier == hi;
     if multipliers.len() < 2 || !at_edge || best.needle_gain_log10 < DECISIVE_LOG10 {
         return None;
@@ -176,7 +181,7 @@ pub(super) fn needle_dependence(
     let profiled = verdict(ranking, classes);
     let at_own = verdict(&fixed, &fixed_classes);
     let (gist, own_gist) = (verdict_gist(&profiled, classes, ranking), verdict_gist(&at_own, &fixed_classes, &fixed));
-    let (lo, hi) = multiples.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &m| (lo.min(m), hi.max(m)));
+    let (lo, hi) = profile_ends(multiples);
     let span = format!("{} × {lo}–{hi}", prepared.needle_knob);
     let fit = if best.needle_multiplier == 1.0 {
         format!("{} fits best with the scenario's own needle (profiled over {span})", best.hypothesis)

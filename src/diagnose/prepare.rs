@@ -276,8 +276,7 @@ impl Prepared {
             }
             // On a tie the scenario's own needle is reported: the counts do
             // not prefer another multiple.
-            let top = (0..lls.len()).max_by(|&a, &b| lls[a].total_cmp(&lls[b]).then(b.cmp(&a))).unwrap_or(0);
-            let best = if lls.get(at_central).is_some_and(|&c| c >= lls[top]) { at_central } else { top };
+            let best = preferred_slot(&lls, at_central);
             let needle_gain_log10 = lls.get(at_central).map_or(0.0, |&c| (lls[best] - c) / std::f64::consts::LN_10);
             ranked.push(Ranked {
                 hypothesis: h.clone(),

@@ -23,6 +23,26 @@ pub fn log_binomial(found: u64, total: u64, p: f64) -> f64 {
     ll
 }
 
+/// log of the mean of exp(ℓ) over `lls`, computed about their largest, `top`:
+/// the marginal log-likelihood under a uniform prior on a grid.
+pub(super) fn log_mean_exp(lls: impl ExactSizeIterator<Item = f64>, top: f64) -> f64 {
+    let n = lls.len() as f64;
+    let mean = lls.map(|ll| (ll - top).exp()).sum::<f64>() / n;
+    top + mean.ln()
+}
+
+/// The needle slot a candidate is read at: the best-fitting one, the
+/// scenario's own (`central`) when it fits as well. The lowest slot wins
+/// ties among the others.
+pub(super) fn preferred_slot(lls: &[f64], central: usize) -> usize {
+    let top = (0..lls.len()).max_by(|&a, &b| lls[a].total_cmp(&lls[b]).then(b.cmp(&a))).unwrap_or(0);
+    if lls.get(central).is_some_and(|&c| c >= lls[top]) {
+        central
+    } else {
+        top
+    }
+}
+
 /// One candidate's standing.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Ranked {
@@ -219,15 +239,13 @@ pub fn rank_losses(
                     .collect();
                 let (top, loss) =
                     lls.iter().copied().fold(None, |b: Option<(f64, Loss)>, x| if b.is_none_or(|b| x.0 > b.0) { Some(x) } else { b })?;
-                let mean = lls.iter().map(|(ll, _)| (ll - top).exp()).sum::<f64>() / lls.len() as f64;
-                Some((top + mean.ln(), loss))
+                Some((log_mean_exp(lls.iter().map(|(ll, _)| *ll), top), loss))
             })
             .collect();
         if best_at.len() != multipliers.len() || central >= best_at.len() {
             continue;
         }
-        let top = (0..best_at.len()).max_by(|&a, &b| best_at[a].0.total_cmp(&best_at[b].0).then(b.cmp(&a))).unwrap_or(0);
-        let j = if best_at[central].0 >= best_at[top].0 { central } else { top };
+        let j = preferred_slot(&best_at.iter().map(|b| b.0).collect::<Vec<_>>(), central);
         let (ll, loss) = best_at[j];
         out.push(Ranked {
             hypothesis: h.clone(),

@@ -19,6 +19,22 @@ pub const MIN_SIDE_PX: u32 = 200;
 /// Largest accepted image side, in pixels.
 pub const MAX_SIDE_PX: u32 = 16_384;
 
+/// Checks one line's contexts for a log2 axis: positive and strictly
+/// ascending (`name` says which line).
+pub fn check_log2_contexts(name: &str, contexts: impl Iterator<Item = u64>) -> Result<(), ChartError> {
+    let mut prev = 0u64;
+    for c in contexts {
+        if c == 0 {
+            return Err(ChartError::InvalidInput(format!("{name}: context length 0 cannot go on a log axis")));
+        }
+        if c <= prev {
+            return Err(ChartError::InvalidInput(format!("{name}: context lengths must be strictly ascending")));
+        }
+        prev = c;
+    }
+    Ok(())
+}
+
 /// Errors from chart rendering.
 #[derive(Debug, thiserror::Error)]
 pub enum ChartError {

@@ -15,8 +15,8 @@ use plotters::style::text_anchor::{HPos, VPos};
 
 use super::recall_vs_context::{draw_dashed, draw_marker, Encoding};
 
-use super::canvas::{draw_err, render_atomically, ChartError, Painter};
-use super::style::{log2_token_tick, text, text_at, ui_scale, Dash, TickedAxis, TickedChart, GRID, INK, INK_SOFT};
+use super::canvas::{check_log2_contexts, draw_err, render_atomically, ChartError, Painter};
+use super::style::{log2_context_range, log2_token_tick, text, text_at, ui_scale, Dash, TickedAxis, TickedChart, GRID, INK, INK_SOFT};
 
 /// One measured value with its 95 % interval.
 #[derive(Debug, Clone, PartialEq)]
@@ -69,12 +69,8 @@ fn validate(chart: &FidelityChart) -> Result<(), ChartError> {
             return bad(format!("{name} has no points"));
         }
         for (metric, pts) in [("recall@k", &s.selection_recall), ("jaccard", &s.jaccard)] {
-            let mut prev = 0u64;
+            check_log2_contexts(&format!("{name} {metric}"), pts.iter().map(|p| p.context_tokens))?;
             for p in pts {
-                if p.context_tokens == 0 || p.context_tokens <= prev {
-                    return bad(format!("{name} {metric}: context lengths must be positive and strictly ascending"));
-                }
-                prev = p.context_tokens;
                 for v in [p.mean, p.ci_low, p.ci_high] {
                     if !v.is_finite() || !(-EPS..=1.0 + EPS).contains(&v) {
                         return bad(format!("{name} {metric}: value {v} outside 0..1 at context {}", p.context_tokens));
@@ -270,15 +266,8 @@ impl Painter for FidelityChart {
         let legend_w = swatch_w + px(12.0) + text_w + px(36.0);
 
         // x range (log2 tokens)
-        let (mut cmin, mut cmax) = (u64::MAX, 0u64);
-        for p in self.series.iter().flat_map(|sr| sr.selection_recall.iter().chain(&sr.jaccard)) {
-            cmin = cmin.min(p.context_tokens);
-            cmax = cmax.max(p.context_tokens);
-        }
-        let (lmin, lmax) = ((cmin as f64).log2(), (cmax as f64).log2());
-        let pad = if lmax - lmin < 1.0 { 0.5 } else { 0.25 };
-        let (x_lo, x_hi) = (lmin - pad, lmax + pad);
-        let ticks: Vec<f64> = ((x_lo.ceil() as i64)..=(x_hi.floor() as i64)).map(|e| e as f64).collect();
+        let (x_lo, x_hi, ticks) =
+            log2_context_range(self.series.iter().flat_map(|sr| sr.selection_recall.iter().chain(&sr.jaccard)).map(|p| p.context_tokens));
         let y_lo = y_floor(self);
 
         let body = root.margin(top, margin, margin, margin / 2);

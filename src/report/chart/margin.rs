@@ -17,9 +17,9 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, VPos};
 
-use super::canvas::{draw_err, render_atomically, ChartError, Painter};
+use super::canvas::{check_log2_contexts, draw_err, render_atomically, ChartError, Painter};
 use super::recall_vs_context::{draw_dashed, draw_marker, text_color, Encoding};
-use super::style::{log2_token_tick, text, text_at, ui_scale, Dash, TickedAxis, TickedChart, GRID, INK, INK_SOFT};
+use super::style::{log2_context_range, log2_token_tick, text, text_at, ui_scale, Dash, TickedAxis, TickedChart, GRID, INK, INK_SOFT};
 
 /// One margin as an exceedance, with its 95 % interval.
 #[derive(Debug, Clone, PartialEq)]
@@ -78,12 +78,8 @@ const EPS: f64 = 1e-9;
 
 fn validate_points(name: &str, pts: &[MarginPoint]) -> Result<(), ChartError> {
     let bad = |m: String| Err(ChartError::InvalidInput(m));
-    let mut prev = 0u64;
+    check_log2_contexts(name, pts.iter().map(|p| p.context_tokens))?;
     for p in pts {
-        if p.context_tokens == 0 || p.context_tokens <= prev {
-            return bad(format!("{name}: context lengths must be positive and strictly ascending"));
-        }
-        prev = p.context_tokens;
         let at = p.context_tokens;
         if !p.exceedance.is_finite() || p.exceedance <= 0.0 || p.exceedance > 1.0 + EPS {
             return bad(format!("{name}: exceedance {} at context {at} is not in (0, 1]", p.exceedance));
@@ -156,12 +152,7 @@ fn y_range(chart: &MarginChart) -> (f64, f64) {
 
 /// The x range in log2 tokens (padded) and its ticks at whole powers of two.
 fn x_range(chart: &MarginChart) -> (f64, f64, Vec<f64>) {
-    let (cmin, cmax) = chart.points().fold((u64::MAX, 0u64), |(a, b), p| (a.min(p.context_tokens), b.max(p.context_tokens)));
-    let (lmin, lmax) = ((cmin as f64).log2(), (cmax as f64).log2());
-    let pad = if lmax - lmin < 1.0 { 0.5 } else { 0.25 };
-    let (x_lo, x_hi) = (lmin - pad, lmax + pad);
-    let ticks = ((x_lo.ceil() as i64)..=(x_hi.floor() as i64)).map(|e| e as f64).collect();
-    (x_lo, x_hi, ticks)
+    log2_context_range(chart.points().map(|p| p.context_tokens))
 }
 
 /// A decade tick's label: "1", "0.1", "1e-3" ….

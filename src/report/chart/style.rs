@@ -195,6 +195,18 @@ pub fn dash_polyline(points: &[(f64, f64)], pattern: &[f64], scale: f64) -> Vec<
     out.into_iter().map(|seg| seg.into_iter().map(to_px).collect()).collect()
 }
 
+/// A log2 token axis spanning `contexts`: its range (padded by a quarter
+/// power of two, half when they span less than one) and its ticks at whole
+/// powers of two.
+pub fn log2_context_range(contexts: impl Iterator<Item = u64>) -> (f64, f64, Vec<f64>) {
+    let (cmin, cmax) = contexts.fold((u64::MAX, 0u64), |(a, b), c| (a.min(c), b.max(c)));
+    let (lmin, lmax) = ((cmin as f64).log2(), (cmax as f64).log2());
+    let pad = if lmax - lmin < 1.0 { 0.5 } else { 0.25 };
+    let (lo, hi) = (lmin - pad, lmax + pad);
+    let ticks = ((lo.ceil() as i64)..=(hi.floor() as i64)).map(|e| e as f64).collect();
+    (lo, hi, ticks)
+}
+
 /// A tick's label on a log2 token axis (ticks at whole exponents): every
 /// `label_every`-th power of two from `2^e_first`, in tokens ("32K"); the
 /// others blank.

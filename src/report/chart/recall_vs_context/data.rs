@@ -2,7 +2,7 @@
 //! it is drawn.
 
 use crate::base::units::{Reach, ReachRange};
-use crate::report::chart::canvas::ChartError;
+use crate::report::chart::canvas::{check_log2_contexts, ChartError};
 
 /// One measured point: recall at a context length with its confidence interval.
 #[derive(Debug, Clone, PartialEq)]
@@ -161,15 +161,8 @@ pub(super) fn validate(chart: &RecallChart) -> Result<(), ChartError> {
 /// values in 0..1; an interval holding its recall.
 fn validate_points(name: &str, points: &[RecallPoint]) -> Result<(), ChartError> {
     let bad = |m: String| Err(ChartError::InvalidInput(m));
-    let mut prev = 0u64;
+    check_log2_contexts(name, points.iter().map(|p| p.context_tokens))?;
     for p in points {
-        if p.context_tokens == 0 {
-            return bad(format!("{name}: context length 0 cannot go on a log axis"));
-        }
-        if p.context_tokens <= prev {
-            return bad(format!("{name}: context lengths must be strictly ascending"));
-        }
-        prev = p.context_tokens;
         for (what, v) in [("recall", p.recall), ("ci_low", p.ci_low), ("ci_high", p.ci_high)] {
             if !v.is_finite() {
                 return bad(format!("{name}: non-finite {what} at context {}", p.context_tokens));

@@ -11,7 +11,8 @@ use super::data::{validate, RecallChart, RecallPoint};
 use super::look::{draw_dashed, draw_marker, text_color, Encoding, SeriesLook};
 use crate::report::chart::canvas::{draw_err, render_atomically, ChartError, Painter};
 use crate::report::chart::style::{
-    format_thousands, log2_token_tick, text, text_at, ui_scale, Dash, Marker, TickedAxis, TickedChart, GRID, INK, INK_SOFT,
+    format_thousands, log2_context_range, log2_token_tick, text, text_at, ui_scale, Dash, Marker, TickedAxis, TickedChart, GRID, INK,
+    INK_SOFT,
 };
 
 const Y_MIN: f64 = -0.02;
@@ -123,19 +124,12 @@ struct ContextAxis {
 
 impl ContextAxis {
     fn new(chart: &RecallChart) -> Self {
-        let (mut cmin, mut cmax) = (u64::MAX, 0u64);
-        for p in chart.series.iter().flat_map(|s| s.points.iter().chain(&s.model)) {
-            cmin = cmin.min(p.context_tokens);
-            cmax = cmax.max(p.context_tokens);
-        }
-        let (lmin, lmax) = ((cmin as f64).log2(), (cmax as f64).log2());
-        let pad = if lmax - lmin < 1.0 { 0.5 } else { 0.25 };
-        let (lo, hi) = (lmin - pad, lmax + pad);
+        let contexts = chart.series.iter().flat_map(|s| s.points.iter().chain(&s.model)).map(|p| p.context_tokens);
+        let shortest = contexts.clone().min().unwrap_or(u64::MAX);
+        let (lo, hi, ticks) = log2_context_range(contexts);
         let e_first = lo.ceil() as i64;
-        let e_last = hi.floor() as i64;
-        let ticks: Vec<f64> = (e_first..=e_last).map(|e| e as f64).collect();
         let label_every = if ticks.len() > MAX_LABELLED_TICKS { 2 } else { 1 };
-        ContextAxis { shortest: cmin, lo, hi, ticks, e_first, label_every }
+        ContextAxis { shortest, lo, hi, ticks, e_first, label_every }
     }
 
     fn shows(&self, c: u64) -> bool {

@@ -89,12 +89,19 @@ pub fn critical_multiple(n: u64, u: f64, uniform: f64, keep_below: u64) -> f64 {
     if !kept(lo) {
         return 0.0;
     }
+    // Whether hi has been tested (and found not kept); 0 has not.
+    let mut hi_tested = false;
     for _ in 0..64 {
         let mid = 0.5 * (lo + hi);
+        // lo and hi adjacent doubles: mid is one of them and its test
+        // would repeat, leaving lo where it is for every further step.
+        if mid == lo || (mid == hi && hi_tested) {
+            break;
+        }
         if kept(mid) {
             lo = mid;
         } else {
-            hi = mid;
+            (hi, hi_tested) = (mid, true);
         }
     }
     10f64.powf(lo) / u

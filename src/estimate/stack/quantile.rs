@@ -214,6 +214,10 @@ struct PlanCell<'a> {
     /// Count the faulty layers that lose the needle where the reference
     /// keeps it (the lost-layer harm is on and the variant is a fault).
     count_lost: bool,
+    /// Stop once this many selecting layers keep the needle: the caller
+    /// reads recall alone (the margin's search), and with no harm counted a
+    /// layer past the quorum cannot change whether the trial retrieves.
+    stop_at: Option<u64>,
 }
 
 /// What a trial's layers did with the needle.
@@ -370,6 +374,9 @@ fn layers_reached(
                 out.layers += lone.layers;
                 out.lost += if plan.count_lost && reference_kept { lone.lost } else { 0 };
             }
+        }
+        if plan.stop_at.is_some_and(|q| out.layers >= q) {
+            break;
         }
     }
     out
@@ -577,7 +584,8 @@ impl CellBuffers {
         }
     }
 
-    /// One variant's whole-model estimate in one cell, under each split.
+    /// One variant's whole-model estimate in one cell, under each split
+    /// (recall alone, its layer walk cut at the quorum, when `recall_only`).
     fn estimate_cell(
         &mut self,
         whole: &WholeModel,
@@ -585,7 +593,7 @@ impl CellBuffers {
         needles: &[TrialNeedle],
         runs: &[(Split, Transfer)],
         trials: &[TrialOutcome],
-        (key, shift): ([u64; 2], f64),
+        (key, shift, recall_only): ([u64; 2], f64, bool),
     ) -> StackEstimate {
         let n = trials.len();
         let mut reached: [Vec<Reached>; 3] = [Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n)];
@@ -600,7 +608,9 @@ impl CellBuffers {
                 self.harm_uniforms[t] = harm_uniform(trial.seed, key);
             }
             let stage = self.stage_rule.map(|(source, rule)| Stage { source, rule, fault: cell.fault, draws: &self.stage_draws });
-            let plan = PlanCell { own: cell.own, reusers: &self.reusers, alone: alone.then_some(self.alone_draws.as_slice()), count_lost };
+            let stop_at = (recall_only && !count_lost).then_some(whole.quorum);
+            let alone = alone.then_some(self.alone_draws.as_slice());
+            let plan = PlanCell { own: cell.own, reusers: &self.reusers, alone, count_lost, stop_at };
             for (r, (split, transfer)) in reached.iter_mut().zip(runs) {
                 let layers = (self.layers, self.tokens);
                 r.push(layers_reached(c, &needles[t], *split, transfer, cell.layers, &self.draws, layers, stage.as_ref(), &plan, shift));
@@ -668,9 +678,11 @@ pub(super) fn whole_model(spec: &TrialSpec<'_>, whole: &WholeModel, q: &Quantile
                             (Split::Independent, transfer(rho(rho_low))),
                         ];
                         let cell = VariantCell { cell_trials, own: &own, fault, layers: variant.layers };
-                        // The margin reads the default split alone (no band).
-                        let runs = if c == 1.0 { &runs[..] } else { &runs[..1] };
-                        bufs.estimate_cell(whole, &cell, slot_needles, runs, trials, (key, c.log10()))
+                        // The margin reads the default split's recall alone
+                        // (no band, no layers reached).
+                        let margin_only = c != 1.0;
+                        let runs = if margin_only { &runs[..1] } else { &runs[..] };
+                        bufs.estimate_cell(whole, &cell, slot_needles, runs, trials, (key, c.log10(), margin_only))
                     };
                     let mut estimate = at_multiple(1.0, &observed);
                     if let (Some(threshold), Some(draws)) = (spec.margin_threshold, margin_draws.get(needle_slots[v])) {

@@ -187,8 +187,13 @@ mod tests {
         // with row 4: a tie of A's cut.
         let b = [3.0, 1.0, 1.5, 2.0, 1.5, 0.0];
         assert_eq!(agreement(&s, &b, &keys, 2, &mut rows, NanOrder::First, NanOrder::First), Agreement { k: 2, both: 1, tied: 1 });
-        // k = 3 keeps all three 3.0 rows: no split tie, so B missing row 2 is real.
-        assert_eq!(agreement(&s, &b, &keys, 3, &mut rows, NanOrder::First, NanOrder::First), Agreement { k: 3, both: 1, tied: 0 });
+        // k = 3: B's cut at 1.5 splits rows 2 and 4 (lowest index keeps 2),
+        // so B missing row 4 is a tie of B's cut.
+        assert_eq!(agreement(&s, &b, &keys, 3, &mut rows, NanOrder::First, NanOrder::First), Agreement { k: 3, both: 2, tied: 1 });
+        // A's three 3.0 rows fit whole under its cut at k = 3: no choice, so
+        // B (cut at 1.0) missing rows 2 and 4 is real.
+        let far = [3.0, 1.0, 0.5, 2.0, 0.4, 0.0];
+        assert_eq!(agreement(&s, &far, &keys, 3, &mut rows, NanOrder::First, NanOrder::First), Agreement { k: 3, both: 1, tied: 0 });
         // NaN ranks first in A, last in B: a real disagreement.
         let nan = [f32::NAN, 1.0, 2.0, 0.5, 0.1, 0.0];
         let d = agreement(&nan, &nan, &keys, 1, &mut rows, NanOrder::First, NanOrder::Last);

@@ -422,6 +422,7 @@ impl ReplayArgs {
             topks: config::lists::parse_sizes("--topk", &self.topk)?,
             precisions: config::lists::parse_names("--precisions", &self.precisions)?,
             needle_rows,
+            agreement: self.agreement.clone(),
         };
         let input = match (&self.file, &self.q_npy, &self.k_npy, &self.weights_npy) {
             (Some(file), None, _, _) => ReplayInput::Safetensors {
@@ -568,6 +569,9 @@ pub struct ReplayArgs {
     /// Precision variants to compare with fp32.
     #[arg(long, allow_hyphen_values = true, value_name = "LIST", default_value = replay::DEFAULT_VARIANTS)]
     pub precisions: String,
+    /// Top-k agreement of pairs of fp32 and the variants, e.g. bf16:fp8: share of A's top-k that B also selects, and how much of the rest is ties at the cut (docs/MODEL.md, Top-k agreement).
+    #[arg(long, allow_hyphen_values = true, value_name = "A:B,…")]
+    pub agreement: Option<String>,
     /// Print JSON lines instead of a table.
     #[arg(long)]
     pub json: bool,

@@ -4,6 +4,8 @@
 #[path = "common/mod.rs"]
 mod common;
 
+#[path = "agreement.rs"]
+mod agreement;
 #[path = "calibrate.rs"]
 mod calibrate;
 #[path = "capture.rs"]

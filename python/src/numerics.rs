@@ -207,7 +207,7 @@ fn replay<'py>(
     topks: Vec<u64>,
     variants: Vec<String>,
 ) -> PyResult<Replayed> {
-    let request = ReplayRequest { topks, precisions: variants, needle_rows };
+    let request = ReplayRequest { topks, precisions: variants, needle_rows, agreement: None };
     let (qs, ks, ws) = (values(&q, "q")?.to_vec(), values(&k, "k")?.to_vec(), values(&w, "w")?.to_vec());
     let cap = capture_from_arrays("arrays", (q_shape, qs), (k_shape, ks), (w_shape, ws)).map_err(to_py)?;
     let replayed = py.detach(|| replay_command(&request, ReplayInput::Capture(cap), None)).map_err(to_py)?;

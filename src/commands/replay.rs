@@ -3,11 +3,12 @@
 
 use crate::error::{ConfigError, Error};
 use crate::report::chart::overlap::{render_overlap, OverlapBar, OverlapChart};
+use crate::score::agreement::parse_pair;
 use crate::score::selection::check_topk;
 use crate::score::variant::PrecisionVariant;
 use crate::tensors::replay::{
-    load_capture_npy, load_capture_safetensors, replay as replay_single, replay_layered, Capture, CaptureShape, ReplayRow, Summary,
-    TensorNames,
+    load_capture_npy, load_capture_safetensors, replay as replay_single, replay_agreement, replay_layered, Capture, CaptureShape,
+    ReplayRow, Summary, TensorNames,
 };
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -24,6 +25,9 @@ pub struct ReplayRequest {
     pub precisions: Vec<String>,
     /// Needle rows, replacing the capture's own.
     pub needle_rows: Option<Vec<u64>>,
+    /// `--agreement A:B,…`: pairs of fp32 and the variants whose top-k sets
+    /// are compared with each other (docs/MODEL.md, "Top-k agreement").
+    pub agreement: Option<String>,
 }
 
 impl ReplayRequest {
@@ -51,6 +55,26 @@ impl ReplayRequest {
                 })
             })
             .collect()
+    }
+
+    /// The pairs of `--agreement` among fp32 and `variants`, checked; none
+    /// without the flag.
+    pub fn pairs(&self, variants: &[PrecisionVariant]) -> Result<Vec<(PrecisionVariant, PrecisionVariant)>, ConfigError> {
+        let Some(text) = &self.agreement else { return Ok(Vec::new()) };
+        let exact = PrecisionVariant::builtin("fp32").into_iter();
+        let known: Vec<PrecisionVariant> = exact.chain(variants.iter().cloned()).collect();
+        let names: Vec<&str> = known.iter().map(|v| v.name.as_str()).collect();
+        let mut out: Vec<(PrecisionVariant, PrecisionVariant)> = Vec::new();
+        for item in text.split(',').map(str::trim) {
+            let Some((a, b)) = parse_pair(item, &names) else {
+                let allowed = format!("comma-separated pairs A:B of fp32 and --precisions ({}), e.g. bf16:fp8", names[1..].join(", "));
+                return Err(ConfigError::new("--agreement", format!("{item:?}"), allowed));
+            };
+            if !out.iter().any(|(x, y)| (x.name.as_str(), y.name.as_str()) == (names[a], names[b])) {
+                out.push((known[a].clone(), known[b].clone()));
+            }
+        }
+        Ok(out)
     }
 
     /// Checks `variants` and the needle rows against the capture read; the
@@ -101,6 +125,7 @@ pub struct Replayed {
 /// k and variant drawn there too (.png or .svg).
 pub fn replay(request: &ReplayRequest, input: ReplayInput, chart: Option<&Path>) -> Result<Replayed, Error> {
     let variants = request.variants()?;
+    let pairs = request.pairs(&variants)?;
     let mut cap = match input {
         ReplayInput::Safetensors { file, names } => load_capture_safetensors(&file, &names)?,
         ReplayInput::Npy { queries, keys, weights } => load_capture_npy(&queries, &keys, &weights)?,
@@ -108,13 +133,16 @@ pub fn replay(request: &ReplayRequest, input: ReplayInput, chart: Option<&Path>)
     };
     request.fit(&mut cap, &variants)?;
     let shape = cap.shape();
-    let (rows, summaries) = match &cap {
+    let (rows, mut summaries) = match &cap {
         Capture::Single(rec) => (replay_single(rec, &variants, &request.topks)?, vec![]),
         Capture::Layered(layered) => {
             let r = replay_layered(layered, &variants, &request.topks)?;
             (r.rows, r.summaries)
         }
     };
+    if !pairs.is_empty() {
+        summaries.extend(replay_agreement(&cap, &pairs, &request.topks)?);
+    }
     let replayed = Replayed { shape, rows, summaries };
     if let Some(path) = chart {
         render_overlap(&replayed.overlap_chart(), path, 1400, 800)?;
@@ -195,7 +223,8 @@ impl Replayed {
     }
 }
 
-/// The overlaps and the needle across layers of a per-layer replay.
+/// The overlaps and the needle across layers of a per-layer replay, and
+/// the top-k agreement of the pairs asked for.
 fn summaries_text(summaries: &[Summary]) -> String {
     let list = |xs: &[f64]| xs.iter().map(|x| format!("{x:.4}")).collect::<Vec<_>>().join(" ");
     let mut out = String::new();
@@ -219,6 +248,16 @@ fn summaries_text(summaries: &[Summary]) -> String {
                     "{topk:>7} {precision:<14} {:>15} {:>22}",
                     format!("{layers_reached} of {layers}"),
                     if *reached { "reached" } else { "missed" }
+                ),
+            ),
+            Summary::Agreement { topk, a, b, queries, agreement, tie_disagreement, real_disagreement, tie_share, min_agreement, .. } => (
+                "top-k agreement: share of A's top-k that B also selects (mean and least over queries), and the share B leaves out\n\
+                 only through a tie at a cut (either choice correct) or for real; tie share = tie / (tie + real)",
+                format!("{:>7} {:<20} {:>9} {:>9} {:>7} {:>7} {:>9} {:>7}", "k", "A:B", "agreement", "least", "tie", "real", "tie share", "queries"),
+                format!(
+                    "{topk:>7} {:<20} {agreement:>9.4} {min_agreement:>9.4} {tie_disagreement:>7.4} {real_disagreement:>7.4} {:>9} {queries:>7}",
+                    format!("{a}:{b}"),
+                    tie_share.map_or_else(|| "-".into(), |t| format!("{:.1} %", 100.0 * t))
                 ),
             ),
         };

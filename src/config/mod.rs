@@ -37,7 +37,7 @@ use model_sections::{
 };
 use serde::Serialize;
 use stack::{check_simulated_ratio, check_stack};
-use sweep::{check_estimator, check_grid, check_monte_carlo, check_variant_topks};
+use sweep::{check_agreement, check_estimator, check_grid, check_monte_carlo, check_variant_topks};
 use variants::{check_layer_subsets, check_length_gates, check_needle_multiples, check_precisions, check_prefill_chunk};
 
 /// A validated scenario: every field present and within range.
@@ -79,6 +79,10 @@ pub struct Scenario {
     /// per-layer recall only (and in manifests written before it existed).
     #[serde(default)]
     pub stack: Option<WholeModel>,
+    /// `sweep.agreement`: pairs (A, B) of indices into `precisions` whose
+    /// top-k sets are compared; left out of manifests when empty.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub agreement: Vec<(usize, usize)>,
 }
 
 impl Scenario {
@@ -178,6 +182,7 @@ fn check_with(p: ScenarioParams, topk_range: TopkRange) -> Result<Scenario, Conf
     check_variant_topks(&precisions, &geometry, &grid.contexts)?;
     let (trials, seed, threshold) = check_monte_carlo(&p.sweep)?;
     let estimator = check_estimator(&p.estimator, &needle.unit, &physics, &structure, ratio, &precisions)?;
+    let agreement = check_agreement(&p.sweep, &precisions, &estimator)?;
     let stack = check_stack(&p.stack)?;
     check_simulated_ratio(stack.as_ref(), &p.stack, ratio)?;
     check_layer_subsets(&precisions, stack.as_ref(), &needle.unit)?;
@@ -238,6 +243,7 @@ fn check_with(p: ScenarioParams, topk_range: TopkRange) -> Result<Scenario, Conf
         estimator,
         prefill_chunk,
         stack,
+        agreement,
     })
 }
 

@@ -473,6 +473,13 @@ section! {
         trials: u64 = flag("--trials", "TRIALS", "Trials per cell").unused_by(trial),
         seed: u64 = flag("--seed", "SEED", "Master seed"),
         threshold: f64 = flag("--threshold", "R", "Recall threshold for the effective context").unused_by(run, trial),
+        /// Pairs A:B of precisions whose top-k sets are compared (none by default).
+        agreement: String = flag(
+            "--agreement",
+            "A:B,…",
+            "Top-k agreement of pairs of precisions, e.g. bf16:fp8: share of A's top-k that B also selects, and how much of the rest is ties at the cut (docs/MODEL.md, Top-k agreement)"
+        )
+        .unused_by(run, trial),
     }
 }
 

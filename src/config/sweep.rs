@@ -11,6 +11,7 @@ use crate::model::geometry::CompressionGeometry;
 use crate::model::haystack::HaystackStructure;
 use crate::model::needle::NeedleUnit;
 use crate::model::physics::Physics;
+use crate::score::agreement::parse_pair;
 use crate::score::selection::check_topk;
 use crate::score::variant::PrecisionVariant;
 
@@ -195,6 +196,33 @@ pub(super) fn check_estimator(
         return Err(ConfigError::new(field_name(r.field), r.value, r.allowed));
     }
     Ok(estimator)
+}
+
+/// `sweep.agreement` (`--agreement A:B,…`): the pairs of the sweep's
+/// precisions whose top-k sets are compared, as indices into `precisions`,
+/// each once in the order given (docs/MODEL.md, "Top-k agreement").
+pub(super) fn check_agreement(
+    p: &params::SweepParams,
+    precisions: &[PrecisionVariant],
+    estimator: &EstimatorSettings,
+) -> Result<Vec<(usize, usize)>, ConfigError> {
+    let Some(text) = &p.agreement else { return Ok(Vec::new()) };
+    let names: Vec<&str> = precisions.iter().map(|v| v.name.as_str()).collect();
+    let field = field_name("sweep.agreement");
+    let mut pairs = Vec::new();
+    for item in text.split(',').map(str::trim) {
+        let Some(pair) = parse_pair(item, &names) else {
+            let allowed = format!("comma-separated pairs A:B of this sweep's precisions ({}), e.g. bf16:fp8", names.join(", "));
+            return Err(ConfigError::new(field, format!("{item:?}"), allowed));
+        };
+        if !pairs.contains(&pair) {
+            pairs.push(pair);
+        }
+    }
+    if estimator.mode != EstimatorMode::Full {
+        return Err(ConfigError::new(field, format!("{text:?}"), "none unless estimator.mode is full: only it scores every row"));
+    }
+    Ok(pairs)
 }
 
 /// Positions inside a row stride (0 … c−1): a list of integers, `all`, or

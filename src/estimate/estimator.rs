@@ -90,6 +90,32 @@ pub struct CellEstimate {
     /// Quantile needle, full simulation: recall as a function of the
     /// needle's median exceedance ([`crate::estimate::margin`]).
     pub margin: Option<MarginCurve>,
+    /// Top-k agreement of this variant (A) with each B it is paired with
+    /// (`--agreement A:B`), in the order of the pairs.
+    pub agreement: Vec<PairAgreement>,
+}
+
+/// One pair's top-k agreement over a cell's trials, on the cell of its A
+/// (docs/MODEL.md, "Top-k agreement"): shares of A's top-k, averaged over
+/// trials, with `agreement + tie_disagreement + real_disagreement = 1`.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct PairAgreement {
+    /// B: the variant whose top-k is compared with this cell's.
+    pub with: String,
+    /// Trials compared.
+    pub trials: u64,
+    /// Share of A's top-k that B also selects, and its 95 % interval.
+    pub agreement: f64,
+    pub agreement_ci_low: f64,
+    pub agreement_ci_high: f64,
+    /// Share that B leaves out only through a tie at a cut (either choice
+    /// is correct) …
+    pub tie_disagreement: f64,
+    /// … and that B leaves out with the scores ordered otherwise.
+    pub real_disagreement: f64,
+    /// The tie share of the disagreement, tie / (tie + real); None when
+    /// the two always agree.
+    pub tie_share: Option<f64>,
 }
 
 /// A cell's tie audit summed over its trials (docs/MODEL.md, "Tie audit"):

@@ -6,7 +6,7 @@
 
 use crate::base::stats::{mean_interval, quantiles, wilson_interval, Z95};
 use crate::error::SimError;
-use crate::estimate::estimator::{CellEstimate, Estimator, RankSummary, TieCounts};
+use crate::estimate::estimator::{CellEstimate, Estimator, PairAgreement, RankSummary, TieCounts};
 use crate::estimate::{grid, margin, stack};
 use crate::score::trial::NeedleOutcome;
 use crate::score::trial::{TrialOutcome, TrialSpec};
@@ -173,6 +173,43 @@ pub fn tally_cells(spec: &TrialSpec<'_>, outcomes: &[TrialOutcome]) -> Vec<CellT
     cells
 }
 
+/// Per (context, needle spot, k, pair) ([`TrialSpec::pair_index`]): the
+/// pair's agreement and tie disagreement over the trials that compared it.
+fn tally_pairs(spec: &TrialSpec<'_>, outcomes: &[TrialOutcome]) -> Vec<(Moments, Moments)> {
+    let mut pairs = vec![(Moments::default(), Moments::default()); spec.pair_index(spec.contexts.len(), 0, 0, 0)];
+    for outcome in outcomes {
+        // A checkpoint written without pairs has none to add.
+        for (tally, found) in pairs.iter_mut().zip(&outcome.agreement) {
+            if let Some(a) = found {
+                tally.0.add(a.share());
+                tally.1.add(a.tied_share());
+            }
+        }
+    }
+    pairs
+}
+
+/// The agreements of cell `g`'s variant as A of its pairs.
+fn cell_agreements(spec: &TrialSpec<'_>, g: &grid::GridCell<'_>, pairs: &[(Moments, Moments)]) -> Vec<PairAgreement> {
+    let mut out = Vec::new();
+    for (p, &(_, b)) in spec.agreement.iter().enumerate().filter(|(_, &(a, _))| a == g.variant_index) {
+        let (share, tied) = &pairs[spec.pair_index(g.context_index, g.spot_index, g.topk_index, p)];
+        let (Some((mean, low, high)), Some((tie, _, _))) = (share.interval(), tied.interval()) else { continue };
+        let real = (1.0 - mean - tie).max(0.0);
+        out.push(PairAgreement {
+            with: spec.variants[b].name.clone(),
+            trials: share.n,
+            agreement: mean,
+            agreement_ci_low: low,
+            agreement_ci_high: high,
+            tie_disagreement: tie,
+            real_disagreement: real,
+            tie_share: (tie + real > 0.0).then(|| tie / (tie + real)),
+        });
+    }
+    out
+}
+
 /// The full-simulation estimator.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Full;
@@ -197,6 +234,7 @@ impl Estimator for Full {
         let model_recall: Option<Vec<f64>> = whole_model.as_ref().map(|w| w.iter().map(|e| e.recall).collect());
         let needle_slots = spec.needle_slots();
         let mut margins = spec.model.needle_unit.quantile().map(|q| margin::margin_curves(spec, q, trials));
+        let pairs = tally_pairs(spec, trials);
         grid::cells(spec)
             .map(|g| {
                 let t = &tallies[g.index];
@@ -235,6 +273,7 @@ impl Estimator for Full {
                     }),
                     ties: t.ties,
                     margin: margins.as_mut().and_then(|m| m[g.index].take()),
+                    agreement: cell_agreements(spec, &g, &pairs),
                 }
             })
             .collect()

@@ -435,7 +435,7 @@ pub fn sampled_trial(spec: &TrialSpec<'_>, trial_seed: u64, tail_rows: u64) -> R
             case.judge(spec, (ci, oi), (candidates, in_window), &draws, &mut cells, &mut needle)?;
         }
     }
-    Ok(TrialOutcome { cells, seed: trial_seed, needle })
+    Ok(TrialOutcome { cells, seed: trial_seed, needle, agreement: Vec::new() })
 }
 
 /// The cells of a spot whose needle has no candidate row: kept only by

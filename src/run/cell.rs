@@ -2,7 +2,7 @@
 //! inputs, the fields every estimator shares, and its estimate.
 
 use crate::base::stats::{holm_adjust, mcnemar_exact_p};
-use crate::estimate::estimator::TieCounts;
+use crate::estimate::estimator::{PairAgreement, TieCounts};
 use crate::estimate::grid::GridCell;
 use crate::estimate::CellEstimate;
 use crate::score::trial::TrialSpec;
@@ -166,6 +166,10 @@ pub struct CellResult {
     /// counts `ties.csv` is read from; absent without it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ties: Option<TieCounts>,
+    /// Top-k agreement of this precision (A) with each B of `--agreement
+    /// A:B` (docs/MODEL.md, "Top-k agreement"); absent without pairs.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub agreement: Vec<PairAgreement>,
 }
 
 impl CellResult {
@@ -244,6 +248,7 @@ impl CellResult {
             model_needle_margin_ci_high: model_margin.map(|m| m.high),
             model_needle_margin_unbounded: model_margin.map(|m| m.unbounded),
             ties: e.ties,
+            agreement: e.agreement.clone(),
         }
     }
 }

@@ -523,6 +523,7 @@ pub fn format_table(s: &Scenario, outcome: &SweepOutcome) -> String {
         k_pairs(&mut out, s, outcome, &holm, whole);
     }
     out.push_str(&crate::run::margin_text::margin_tables(s, outcome, narrow));
+    out.push_str(&crate::run::agreement_text::agreement_tables(s, outcome, row_label));
     let _ = writeln!(
         out,
         "\neffective context (longest context with recall ≥ {} at every depth and every shorter context; in brackets, when it differs,\n\

@@ -119,6 +119,7 @@ pub fn spec_for<'a>(s: &'a Scenario, depths: &'a [f64]) -> TrialSpec<'a> {
         prefill_chunk: s.prefill_chunk,
         tie_audit: s.estimator.tie_audit,
         margin_threshold: s.estimator.margin.then_some(s.threshold),
+        agreement: &s.agreement,
     }
 }
 
@@ -317,6 +318,7 @@ mod tests {
             model_needle_margin_ci_high: None,
             model_needle_margin_unbounded: None,
             ties: None,
+            agreement: Vec::new(),
         }
     }
 

@@ -4,6 +4,7 @@
 //! haystack group through all of them ([`trial`]).
 
 pub mod address;
+pub mod agreement;
 pub mod hypothesis;
 pub mod indexer;
 pub mod needle;

@@ -4,8 +4,11 @@
 use super::dump::{select_top_k, variant_logits};
 use super::npy::read_npy;
 use super::{bad_file, read_bounded};
+use crate::base::rng::{self, tag};
 use crate::error::Error;
+use crate::score::agreement::{agreement, Agreement};
 use crate::score::selection::TieRule;
+use crate::score::selection::{tie_key, NanOrder};
 use crate::score::variant::PrecisionVariant;
 #[cfg(test)]
 use ndarray::s;
@@ -453,8 +456,8 @@ pub fn replay(rec: &Recorded, variants: &[PrecisionVariant], topks: &[u64]) -> R
     Ok(replay_layer(&views, variants, topks, None)?.0)
 }
 
-/// What a per-layer replay reports across layers (docs/TENSORS.md), one
-/// JSON line each, tagged by `summary`. Overlaps are of the exact fp32
+/// What a replay reports across layers (per-layer captures,
+/// docs/TENSORS.md) and query tokens, one JSON line each, tagged by `summary`. Overlaps are of the exact fp32
 /// top-k_eff sets; an overlap of sets A and B is |A ∩ B| / k_eff.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(tag = "summary", rename_all = "snake_case")]
@@ -476,6 +479,23 @@ pub enum Summary {
         layers_reached: usize,
         reached: bool,
         reached_layers: Vec<usize>,
+    },
+    /// With `--agreement A:B`, per pair and k over every (layer,) query
+    /// token: the mean share of A's top-k that B also selects, the shares B
+    /// leaves out only through a tie at a cut or for real, the tie share of
+    /// the disagreement (None when they always agree), and the least agreement
+    /// of one query (docs/MODEL.md, "Top-k agreement").
+    Agreement {
+        topk: u64,
+        k_eff: u64,
+        a: String,
+        b: String,
+        queries: usize,
+        agreement: f64,
+        tie_disagreement: f64,
+        real_disagreement: f64,
+        tie_share: Option<f64>,
+        min_agreement: f64,
     },
 }
 
@@ -570,6 +590,82 @@ pub fn replay_layered(cap: &Layered, variants: &[PrecisionVariant], topks: &[u64
         }
     }
     Ok(LayeredReplay { rows: out, summaries })
+}
+
+/// Every layer's tensors of a capture (one without a layer axis).
+fn layer_views(cap: &Capture) -> Result<Vec<LayerViews<'_>>, Error> {
+    Ok(match cap {
+        Capture::Single(rec) => {
+            let shape = |e: ndarray::ShapeError| internal(format!("sizes do not match the data: {e}"));
+            vec![LayerViews {
+                queries: ArrayView3::from_shape((rec.tokens, rec.heads, rec.dim), &rec.queries).map_err(shape)?,
+                weights: ArrayView2::from_shape((rec.tokens, rec.heads), &rec.weights).map_err(shape)?,
+                keys: ArrayView2::from_shape((rec.rows, rec.dim), &rec.keys).map_err(shape)?,
+                needle_rows: &rec.needle_rows,
+                tie_rule: rec.tie_rule,
+                tie_seed: rec.tie_seed,
+            }]
+        }
+        Capture::Layered(l) => (0..l.queries.dim().0)
+            .map(|i| LayerViews {
+                queries: l.queries.index_axis(Axis(0), i),
+                weights: l.weights.index_axis(Axis(0), i),
+                keys: l.keys.index_axis(Axis(0), i),
+                needle_rows: &l.needle_rows,
+                tie_rule: l.tie_rule,
+                tie_seed: l.tie_seed,
+            })
+            .collect(),
+    })
+}
+
+/// Top-k agreement of each pair (A, B) per k over every (layer,) query
+/// token of `cap`, in the capture's tie order: one [`Summary::Agreement`]
+/// per pair and k, pair-major (docs/MODEL.md, "Top-k agreement").
+pub fn replay_agreement(cap: &Capture, pairs: &[(PrecisionVariant, PrecisionVariant)], topks: &[u64]) -> Result<Vec<Summary>, Error> {
+    let rows = cap.shape().rows;
+    // Per pair and k: the agreement of every query.
+    let mut found: Vec<Vec<Vec<Agreement>>> = vec![vec![Vec::new(); topks.len()]; pairs.len()];
+    let mut order = Vec::new();
+    for x in layer_views(cap)? {
+        let priority = |i: usize| x.tie_seed.map_or(i as u64, |s| rng::derive(s, &[tag::TIE, i as u64]));
+        let tie_keys: Vec<u64> = (0..rows).map(|i| tie_key(x.tie_rule, i, priority)).collect();
+        let keys = x.keys.as_standard_layout();
+        let keys = values(&keys)?;
+        for t in 0..x.queries.dim().0 {
+            let (q, w) = (x.queries.index_axis(Axis(0), t), x.weights.index_axis(Axis(0), t));
+            let (q, w) = (q.as_standard_layout(), w.as_standard_layout());
+            let (q, w) = (values(&q)?, values(&w)?);
+            for ((a, b), per_k) in pairs.iter().zip(&mut found) {
+                let (la, lb) = (variant_logits(a, q, w, keys, x.queries.dim().2)?, variant_logits(b, q, w, keys, x.queries.dim().2)?);
+                for (&k, out) in topks.iter().zip(per_k.iter_mut()) {
+                    let k_eff = (k as usize).min(rows);
+                    out.push(agreement(&la, &lb, &tie_keys, k_eff, &mut order, NanOrder::First, NanOrder::First));
+                }
+            }
+        }
+    }
+    let mut summaries = Vec::new();
+    for ((a, b), per_k) in pairs.iter().zip(found) {
+        for (&k, all) in topks.iter().zip(per_k) {
+            let n = all.len().max(1) as f64;
+            let mean = |f: fn(&Agreement) -> f64| all.iter().map(f).sum::<f64>() / n;
+            let (share, tie, real) = (mean(Agreement::share), mean(Agreement::tied_share), mean(Agreement::real_share));
+            summaries.push(Summary::Agreement {
+                topk: k,
+                k_eff: (k as usize).min(rows) as u64,
+                a: a.name.clone(),
+                b: b.name.clone(),
+                queries: all.len(),
+                agreement: share,
+                tie_disagreement: tie,
+                real_disagreement: real,
+                tie_share: (tie + real > 0.0).then(|| tie / (tie + real)),
+                min_agreement: all.iter().map(Agreement::share).fold(1.0, f64::min),
+            });
+        }
+    }
+    Ok(summaries)
 }
 
 #[cfg(test)]

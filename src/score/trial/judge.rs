@@ -3,6 +3,7 @@
 
 use super::spec::{Case, CasePatches, NeedleOutcome, TrialSpec};
 use crate::base::rng::{self, tag};
+use crate::score::agreement::{agreement, Agreement};
 use crate::score::selection::{best_needle, kth_largest_many_with, selection_overlap_with, tie_key, tied_ahead_of_best, TieAudit, TieCut};
 use crate::score::variant::{ChunkVisibility, PrecisionVariant};
 
@@ -36,16 +37,16 @@ impl TrialSpec<'_> {
         scores: &mut [Vec<Vec<f32>>],
         max_rows: usize,
         trial_seed: u64,
-    ) -> Vec<NeedleOutcome> {
+    ) -> (Vec<NeedleOutcome>, Vec<Option<Agreement>>) {
         let mut cells = vec![NeedleOutcome::LOST; self.cell_count()];
+        let mut agreements = vec![None; self.pair_index(self.contexts.len(), 0, 0, 0)];
         let mut bufs = JudgeBuffers { scratch: Vec::with_capacity(max_rows), kth: Vec::new(), row_order: Vec::new() };
         let priority = |row: usize| rng::derive(trial_seed, &[tag::TIE, row as u64]);
-        // Fidelity compares whole top-k sets, so it needs every row's place in
-        // the tie order, and each variant's scores with the needle rows in.
-        let tie_keys: Vec<u64> = match self.fidelity_reference {
-            Some(_) if self.variants.len() > 1 => (0..max_rows).map(|i| tie_key(self.tie_rule, i, priority)).collect(),
-            _ => Vec::new(),
-        };
+        // Fidelity and agreement compare whole top-k sets, so they need every
+        // row's place in the tie order, and each variant's scores with the
+        // needle rows in.
+        let compares = (self.fidelity_reference.is_some() && self.variants.len() > 1) || !self.agreement.is_empty();
+        let tie_keys: Vec<u64> = if compares { (0..max_rows).map(|i| tie_key(self.tie_rule, i, priority)).collect() } else { Vec::new() };
         // The originals of the patched scores, put back after the case.
         let mut saved: Vec<(usize, usize, f32)> = Vec::new();
         for (case, patches_of_case) in cases.iter().zip(case_patches) {
@@ -70,12 +71,15 @@ impl TrialSpec<'_> {
             if let Some(r) = self.fidelity_reference.filter(|_| !tie_keys.is_empty()) {
                 self.judge_fidelity(case, r, &assembled, &tie_keys[..candidates], &mut bufs.row_order, &mut cells);
             }
+            if !self.agreement.is_empty() {
+                self.judge_agreement(case, &assembled, &tie_keys[..candidates], &mut bufs.row_order, &mut agreements);
+            }
             drop(assembled);
             for &(v, row, old) in saved.iter().rev() {
                 scores[g][v][row] = old;
             }
         }
-        cells
+        (cells, agreements)
     }
 
     /// The cells of variant `v` in `case`, from its scores `visible` (rows
@@ -211,5 +215,44 @@ impl TrialSpec<'_> {
                 cell.jaccard = Some(both as f64 / (2 * k_eff as u64 - both) as f64);
             }
         }
+    }
+
+    /// Top-k agreement of every pair of [`Self::agreement`] in `case`
+    /// (docs/MODEL.md, "Top-k agreement"): like selection fidelity, over the
+    /// same rows at the sweep's k, so a pair with a variant that selects
+    /// from other rows (hidden or misaddressed) is left out (None).
+    fn judge_agreement(
+        &self,
+        case: &Case,
+        assembled: &[&[f32]],
+        tie_keys: &[u64],
+        row_order: &mut Vec<u32>,
+        out: &mut [Option<Agreement>],
+    ) {
+        let in_place = |v: usize| self.variants[v].chunk.is_all() && self.variants[v].address.is_none();
+        let nan = |v: usize| self.variants[v].selection.nan_order;
+        for (p, &(a, b)) in self.agreement.iter().enumerate() {
+            let (a, b) = (self.length_gated(a, case.ci), self.length_gated(b, case.ci));
+            if !(in_place(a) && in_place(b)) {
+                continue;
+            }
+            for (ki, &k) in self.topks.iter().enumerate() {
+                let k_eff = (k as usize).min(case.candidates);
+                let found = agreement(assembled[a], assembled[b], tie_keys, k_eff, row_order, nan(a), nan(b));
+                out[self.pair_index(case.ci, case.si, ki, p)] = Some(found);
+            }
+        }
+    }
+
+    /// The variant whose scores stand for `v` in context `ci`: its base
+    /// where a fault that acts only in longer prompts (`longer-than=T`)
+    /// is off, else `v` itself.
+    fn length_gated(&self, v: usize, ci: usize) -> usize {
+        let variant = &self.variants[v];
+        if variant.longer_than == 0 || self.contexts[ci] > variant.longer_than {
+            return v;
+        }
+        let base = variant.base_name();
+        self.variants.iter().position(|x| x.name == base).unwrap_or(v)
     }
 }

@@ -121,7 +121,7 @@ impl TrialSpec<'_> {
         for patch in patches {
             case_patches[patch.case][patch.variant].push((patch.row, patch.score));
         }
-        let mut cells = self.judge_cases(&cases, &case_patches, &mut scores, max_rows, trial_seed);
+        let (mut cells, agreement) = self.judge_cases(&cases, &case_patches, &mut scores, max_rows, trial_seed);
         if let Some(exact) = exact_kept.filter(|_| self.margin_threshold.is_some()) {
             let placer = Placer {
                 work: &work,
@@ -136,7 +136,7 @@ impl TrialSpec<'_> {
             self.keep_ranks(&cases, &case_patches, &needle, &mut cells, trial_seed, &mut probe)?;
         }
         self.gate_by_length(&mut cells)?;
-        Ok(TrialOutcome { cells, seed: trial_seed, needle })
+        Ok(TrialOutcome { cells, seed: trial_seed, needle, agreement })
     }
 
     /// A variant whose faults act only in longer prompts (`longer-than=T`)

@@ -6,6 +6,7 @@ use crate::model::haystack::GenerativeModel;
 use crate::model::physics::{Physics, RopeChoice};
 use crate::model::row_source::Item;
 use crate::model::stack::WholeModel;
+use crate::score::agreement::Agreement;
 use crate::score::needle::NeedleSolve;
 use crate::score::selection::{NeedleRank, TieCut, TieRule};
 use crate::score::variant::PrecisionVariant;
@@ -46,6 +47,9 @@ pub struct TrialSpec<'a> {
     /// ([`NeedleOutcome::keep_below`]) and the whole-model margin read at
     /// it. None: no margin.
     pub margin_threshold: Option<f64>,
+    /// Pairs (A, B) of variants whose top-k sets are compared, B's with A's
+    /// ([`TrialOutcome::agreement`]; docs/MODEL.md, "Top-k agreement").
+    pub agreement: &'a [(usize, usize)],
 }
 
 /// The needle's fate in one cell of one trial.
@@ -105,6 +109,12 @@ pub struct TrialOutcome {
     /// left out of checkpoints, which keep their bytes.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub needle: Vec<NeedleSolve>,
+    /// Per (context, needle spot, k, pair of [`TrialSpec::agreement`])
+    /// ([`TrialSpec::pair_index`]): the pair's top-k agreement; None where
+    /// a variant selects from other rows (hidden or misaddressed ones).
+    /// Empty without pairs, and then left out of checkpoints.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub agreement: Vec<Option<Agreement>>,
 }
 
 /// One (context, needle spot) pair of a trial: where the needle and the
@@ -186,6 +196,11 @@ impl TrialSpec<'_> {
     /// `fp8`): its scores are copied instead of computed again.
     pub fn score_twins(&self) -> Vec<Option<usize>> {
         score_twins_of(self.variants)
+    }
+
+    /// Index of (context, needle spot, topk, pair) in [`TrialOutcome::agreement`].
+    pub fn pair_index(&self, context: usize, spot: usize, topk: usize, pair: usize) -> usize {
+        ((context * self.spot_count() + spot) * self.topks.len() + topk) * self.agreement.len() + pair
     }
 
     pub fn cell_count(&self) -> usize {

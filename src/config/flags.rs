@@ -41,7 +41,7 @@ impl Command {
     pub fn why_unused(self) -> &'static str {
         match self {
             Command::Sweep => "it runs the whole grid",
-            Command::Run => "it reports one cell, not an effective context",
+            Command::Run => "it reports one cell of one precision: no effective context, no comparison between precisions",
             Command::Trial => "it writes the tensors of one trial, --trial",
         }
     }

@@ -2,6 +2,7 @@
 //! together, with the rows that hold needle or distractor tokens kept for
 //! the needle pass.
 
+use super::fault_chunk::FaultedChunk;
 use super::spec::{Case, TrialSpec};
 use crate::error::SimError;
 use crate::model::row_source::{scaled_key, TrialRows};
@@ -344,7 +345,8 @@ impl ChunkWork<'_, '_> {
     }
 
     /// Every scored variant's scores of case `c`'s special rows in `chunk`
-    /// (or, for a cache-fault variant, of the whole chunk with them in).
+    /// (or, for a cache-fault variant, of the rows of the chunk that they
+    /// change as it is read back: [`Self::fault_patches`]).
     pub(super) fn case_patches(
         &self,
         source: &TrialRows,
@@ -359,38 +361,31 @@ impl ChunkWork<'_, '_> {
             return Ok(());
         }
         let d = self.spec.model.shape.head_dim;
-        let (n, start) = (chunk.n, chunk.start);
+        let start = chunk.start;
         // The special rows' keys per needle slot (its scale).
         let keys_of_slot: Vec<[Vec<f32>; 2]> =
             scales.iter().map(|&scale| self.special_keys(source, c, chunk, scale)).collect::<Result<_, _>>()?;
         let case = &self.cases[c];
-        let mut scores = vec![0.0f32; n.max(pres.len())];
+        let mut scores = vec![0.0f32; pres.len()];
+        let mut faulted = FaultedChunk::new(chunk, self.variants.len(), scales.len());
         let first = patches.len();
         for (v, variant) in self.variants.iter().enumerate() {
             if self.patch_twins[v].is_some() {
                 continue;
             }
             let keys = &keys_of_slot[self.needle_slots[v]];
-            let layout = self.layout_of(variant);
             let q = &self.queries[self.spec.query_group(case.ci)][v];
             if variant.cache.is_default() {
                 // Each row's stored key depends on that row alone:
                 // store and score just the rows that changed.
-                variant.store_keys(&keys[layout], start, self.request, d, quantized)?;
-                q.score_quantized_rows(quantized, &mut scores[..pres.len()]);
+                variant.store_keys(&keys[self.layout_of(variant)], start, self.request, d, quantized)?;
+                q.score_quantized_rows(quantized, &mut scores);
                 for (pre, &score) in pres.iter().zip(scores.iter()) {
                     patches.push(Patch { case: c, variant: v, row: pre.row as u32, score });
                 }
             } else {
                 // Pages and neighbours matter: store the whole chunk with the special rows in.
-                let mut patched = chunk.fin[layout].clone();
-                for (j, pre) in pres.iter().enumerate() {
-                    let at = (pre.row - start) as usize * d;
-                    patched[at..at + d].copy_from_slice(&keys[layout][j * d..(j + 1) * d]);
-                }
-                variant.store_keys(&patched, start, self.request, d, quantized)?;
-                q.score_quantized_rows(quantized, &mut scores[..n]);
-                patches.extend((0..n).map(|r| Patch { case: c, variant: v, row: (start as usize + r) as u32, score: scores[r] }));
+                self.fault_patches((c, v), keys, self.needle_slots[v], q, &mut faulted, quantized, patches)?;
             }
         }
         for (v, u) in self.patch_twins.iter().enumerate().filter_map(|(v, u)| u.map(|u| (v, u))) {

@@ -1,10 +1,13 @@
-//! A case's patches in a chunk whose cache faults store the chunk as a
-//! whole (pages and neighbours matter): what the variants of one chunk
-//! and case share, so that each variant stores the chunk once and scores
-//! only the rows the case's special rows change.
+//! Each case's patches: the scores of its special rows (needle and
+//! distractor tokens) per variant; for a variant whose cache faults store
+//! the chunk as a whole (pages and neighbours matter), of the rows of the
+//! chunk that the special rows change as it is read back. What the
+//! variants of one chunk and case share is kept, so that each variant
+//! stores the chunk once and scores only the rows that changed.
 
 use super::chunk::{ChunkSpecials, ChunkWork, Patch};
 use crate::error::SimError;
+use crate::model::row_source::TrialRows;
 use crate::numerics::pipeline::QuantizedRows;
 use crate::score::indexer::IndexerQuery;
 use crate::score::variant::PrecisionVariant;
@@ -40,6 +43,57 @@ impl<'c> FaultedChunk<'c> {
 }
 
 impl ChunkWork<'_, '_> {
+    /// Every scored variant's scores of case `c`'s special rows in `chunk`
+    /// (or, for a cache-fault variant, of the rows of the chunk that they
+    /// change as it is read back: [`Self::fault_patches`]).
+    pub(super) fn case_patches(
+        &self,
+        source: &TrialRows,
+        c: usize,
+        chunk: &ChunkSpecials,
+        scales: &[Option<f32>],
+        quantized: &mut QuantizedRows,
+        patches: &mut Vec<Patch>,
+    ) -> Result<(), SimError> {
+        let pres = &chunk.cases[c];
+        if pres.is_empty() {
+            return Ok(());
+        }
+        let d = self.spec.model.shape.head_dim;
+        let start = chunk.start;
+        // The special rows' keys per needle slot (its scale).
+        let keys_of_slot: Vec<[Vec<f32>; 2]> =
+            scales.iter().map(|&scale| self.special_keys(source, c, chunk, scale)).collect::<Result<_, _>>()?;
+        let case = &self.cases[c];
+        let mut scores = vec![0.0f32; pres.len()];
+        let mut faulted = FaultedChunk::new(chunk, self.variants.len(), scales.len());
+        let first = patches.len();
+        for (v, variant) in self.variants.iter().enumerate() {
+            if self.patch_twins[v].is_some() {
+                continue;
+            }
+            let keys = &keys_of_slot[self.needle_slots[v]];
+            let q = &self.queries[self.spec.query_group(case.ci)][v];
+            if variant.cache.is_default() {
+                // Each row's stored key depends on that row alone:
+                // store and score just the rows that changed.
+                variant.store_keys(&keys[self.layout_of(variant)], start, self.request, d, quantized)?;
+                q.score_quantized_rows(quantized, &mut scores);
+                for (pre, &score) in pres.iter().zip(scores.iter()) {
+                    patches.push(Patch { case: c, variant: v, row: pre.row as u32, score });
+                }
+            } else {
+                // Pages and neighbours matter: store the whole chunk with the special rows in.
+                self.fault_patches((c, v), keys, self.needle_slots[v], q, &mut faulted, quantized, patches)?;
+            }
+        }
+        for (v, u) in self.patch_twins.iter().enumerate().filter_map(|(v, u)| u.map(|u| (v, u))) {
+            let copies: Vec<Patch> = patches[first..].iter().filter(|p| p.variant == u).map(|p| Patch { variant: v, ..*p }).collect();
+            patches.extend(copies);
+        }
+        Ok(())
+    }
+
     /// Variant `v`'s read-back of the chunk `rows` (from row `start`): a key
     /// pipeline's quantization is shared by every variant that starts from
     /// it, as [`Self::score_variants`] shares it (the same bits as storing

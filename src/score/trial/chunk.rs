@@ -343,66 +343,9 @@ impl ChunkWork<'_, '_> {
         Ok(keys)
     }
 
-    /// Every scored variant's scores of case `c`'s special rows in `chunk`
-    /// (or, for a cache-fault variant, of the whole chunk with them in).
-    pub(super) fn case_patches(
-        &self,
-        source: &TrialRows,
-        c: usize,
-        chunk: &ChunkSpecials,
-        scales: &[Option<f32>],
-        quantized: &mut QuantizedRows,
-        patches: &mut Vec<Patch>,
-    ) -> Result<(), SimError> {
-        let pres = &chunk.cases[c];
-        if pres.is_empty() {
-            return Ok(());
-        }
-        let d = self.spec.model.shape.head_dim;
-        let (n, start) = (chunk.n, chunk.start);
-        // The special rows' keys per needle slot (its scale).
-        let keys_of_slot: Vec<[Vec<f32>; 2]> =
-            scales.iter().map(|&scale| self.special_keys(source, c, chunk, scale)).collect::<Result<_, _>>()?;
-        let case = &self.cases[c];
-        let mut scores = vec![0.0f32; n.max(pres.len())];
-        let first = patches.len();
-        for (v, variant) in self.variants.iter().enumerate() {
-            if self.patch_twins[v].is_some() {
-                continue;
-            }
-            let keys = &keys_of_slot[self.needle_slots[v]];
-            let layout = self.layout_of(variant);
-            let q = &self.queries[self.spec.query_group(case.ci)][v];
-            if variant.cache.is_default() {
-                // Each row's stored key depends on that row alone:
-                // store and score just the rows that changed.
-                variant.store_keys(&keys[layout], start, self.request, d, quantized)?;
-                q.score_quantized_rows(quantized, &mut scores[..pres.len()]);
-                for (pre, &score) in pres.iter().zip(scores.iter()) {
-                    patches.push(Patch { case: c, variant: v, row: pre.row as u32, score });
-                }
-            } else {
-                // Pages and neighbours matter: store the whole chunk with the special rows in.
-                let mut patched = chunk.fin[layout].clone();
-                for (j, pre) in pres.iter().enumerate() {
-                    let at = (pre.row - start) as usize * d;
-                    patched[at..at + d].copy_from_slice(&keys[layout][j * d..(j + 1) * d]);
-                }
-                variant.store_keys(&patched, start, self.request, d, quantized)?;
-                q.score_quantized_rows(quantized, &mut scores[..n]);
-                patches.extend((0..n).map(|r| Patch { case: c, variant: v, row: (start as usize + r) as u32, score: scores[r] }));
-            }
-        }
-        for (v, u) in self.patch_twins.iter().enumerate().filter_map(|(v, u)| u.map(|u| (v, u))) {
-            let copies: Vec<Patch> = patches[first..].iter().filter(|p| p.variant == u).map(|p| Patch { variant: v, ..*p }).collect();
-            patches.extend(copies);
-        }
-        Ok(())
-    }
-
     /// Variant `v`'s scores of case `c`'s needle rows (ascending) with the
     /// needle's offset at `scale`, stored and scored as
-    /// [`Self::case_patches`] does; the other rows keep their scores.
+    /// [`Self::case_patches`] does (per row, or the whole chunk for a cache-fault variant); the other rows keep their scores.
     pub(super) fn needle_scores(
         &self,
         source: &TrialRows,

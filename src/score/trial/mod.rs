@@ -9,6 +9,7 @@
 
 mod chunk;
 mod critical;
+mod fault_chunk;
 mod judge;
 mod place;
 mod query;

@@ -1,0 +1,190 @@
+//! Each case's patches: the scores of its special rows (needle and
+//! distractor tokens) per variant; for a variant whose cache faults store
+//! the chunk as a whole (pages and neighbours matter), of the rows of the
+//! chunk that the special rows change as it is read back. What the
+//! variants of one chunk and case share is kept, so that each variant
+//! stores the chunk once and scores only the rows that changed.
+
+use super::chunk::{ChunkSpecials, ChunkWork, Patch};
+use crate::error::SimError;
+use crate::model::row_source::TrialRows;
+use crate::numerics::pipeline::QuantizedRows;
+use crate::score::indexer::IndexerQuery;
+use crate::score::variant::PrecisionVariant;
+
+/// Which rows a key pipeline quantized: the chunk as scored (None) or
+/// with the case's special rows at a needle slot's scale; and the layout.
+type Rows = (Option<usize>, usize);
+
+/// What the cache-fault variants of one (chunk, case) share.
+pub(super) struct FaultedChunk<'c> {
+    chunk: &'c ChunkSpecials,
+    /// [slot][layout]: the chunk's finalized rows with the case's special rows in.
+    patched: Vec<[Option<Vec<f32>>; 2]>,
+    /// Each key pipeline's quantization of some rows: (rows, a variant
+    /// with that pipeline, the quantized rows).
+    quantized: Vec<(Rows, usize, QuantizedRows)>,
+    /// Per score-twin root: the chunk as scored, read back.
+    base: Vec<Option<QuantizedRows>>,
+    /// The rows to score, gathered.
+    gathered: QuantizedRows,
+}
+
+impl<'c> FaultedChunk<'c> {
+    pub(super) fn new(chunk: &'c ChunkSpecials, variants: usize, slots: usize) -> Self {
+        FaultedChunk {
+            chunk,
+            patched: (0..slots).map(|_| [None, None]).collect(),
+            quantized: Vec::new(),
+            base: vec![None; variants],
+            gathered: QuantizedRows::default(),
+        }
+    }
+}
+
+impl ChunkWork<'_, '_> {
+    /// Every scored variant's scores of case `c`'s special rows in `chunk`
+    /// (or, for a cache-fault variant, of the rows of the chunk that they
+    /// change as it is read back: [`Self::fault_patches`]).
+    pub(super) fn case_patches(
+        &self,
+        source: &TrialRows,
+        c: usize,
+        chunk: &ChunkSpecials,
+        scales: &[Option<f32>],
+        quantized: &mut QuantizedRows,
+        patches: &mut Vec<Patch>,
+    ) -> Result<(), SimError> {
+        let pres = &chunk.cases[c];
+        if pres.is_empty() {
+            return Ok(());
+        }
+        let d = self.spec.model.shape.head_dim;
+        let start = chunk.start;
+        // The special rows' keys per needle slot (its scale).
+        let keys_of_slot: Vec<[Vec<f32>; 2]> =
+            scales.iter().map(|&scale| self.special_keys(source, c, chunk, scale)).collect::<Result<_, _>>()?;
+        let case = &self.cases[c];
+        let mut scores = vec![0.0f32; pres.len()];
+        let mut faulted = FaultedChunk::new(chunk, self.variants.len(), scales.len());
+        let first = patches.len();
+        for (v, variant) in self.variants.iter().enumerate() {
+            if self.patch_twins[v].is_some() {
+                continue;
+            }
+            let keys = &keys_of_slot[self.needle_slots[v]];
+            let q = &self.queries[self.spec.query_group(case.ci)][v];
+            if variant.cache.is_default() {
+                // Each row's stored key depends on that row alone:
+                // store and score just the rows that changed.
+                variant.store_keys(&keys[self.layout_of(variant)], start, self.request, d, quantized)?;
+                q.score_quantized_rows(quantized, &mut scores);
+                for (pre, &score) in pres.iter().zip(scores.iter()) {
+                    patches.push(Patch { case: c, variant: v, row: pre.row as u32, score });
+                }
+            } else {
+                // Pages and neighbours matter: store the whole chunk with the special rows in.
+                self.fault_patches((c, v), keys, self.needle_slots[v], q, &mut faulted, quantized, patches)?;
+            }
+        }
+        for (v, u) in self.patch_twins.iter().enumerate().filter_map(|(v, u)| u.map(|u| (v, u))) {
+            let copies: Vec<Patch> = patches[first..].iter().filter(|p| p.variant == u).map(|p| Patch { variant: v, ..*p }).collect();
+            patches.extend(copies);
+        }
+        Ok(())
+    }
+
+    /// Variant `v`'s read-back of the chunk `rows` (from row `start`): a key
+    /// pipeline's quantization is shared by every variant that starts from
+    /// it, as [`Self::score_variants`] shares it (the same bits as storing
+    /// the raw rows).
+    fn store_chunk(
+        &self,
+        v: usize,
+        (rows, start): (&[f32], u64),
+        which: Rows,
+        quantized: &mut Vec<(Rows, usize, QuantizedRows)>,
+        out: &mut QuantizedRows,
+    ) -> Result<(), SimError> {
+        let variant: &PrecisionVariant = &self.variants[v];
+        let d = self.spec.model.shape.head_dim;
+        if !variant.cache.starts_from_quantized() {
+            return variant.store_keys(rows, start, self.request, d, out);
+        }
+        let i = match quantized.iter().position(|(w, u, _)| *w == which && self.variants[*u].key == variant.key) {
+            Some(i) => i,
+            None => {
+                let mut q = QuantizedRows::default();
+                variant.key.quantize_rows_into(rows, d, &mut q)?;
+                quantized.push((which, v, q));
+                quantized.len() - 1
+            }
+        };
+        variant.cache.store_quantized(&variant.key, &quantized[i].2, start, d, out)
+    }
+
+    /// Variant `v`'s patches of case `c` in `faulted`'s chunk, with the
+    /// case's special rows' finalized keys `keys` (per layout) at needle
+    /// slot `slot`: the chunk stored with them in, compared with the chunk
+    /// as scored, read back. Only rows read back differently are scored:
+    /// a row's score depends on its read-back values and scale alone, so
+    /// the others' scores are the shared ones, bit for bit.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn fault_patches(
+        &self,
+        (c, v): (usize, usize),
+        keys: &[Vec<f32>; 2],
+        slot: usize,
+        q: &IndexerQuery,
+        faulted: &mut FaultedChunk,
+        out: &mut QuantizedRows,
+        patches: &mut Vec<Patch>,
+    ) -> Result<(), SimError> {
+        let FaultedChunk { chunk, patched, quantized, base, gathered } = faulted;
+        let layout = self.layout_of(&self.variants[v]);
+        let d = self.spec.model.shape.head_dim;
+        let (start, n) = (chunk.start, chunk.n);
+        let root = self.twins[v].unwrap_or(v);
+        if base[root].is_none() {
+            let mut b = QuantizedRows::default();
+            self.store_chunk(v, (&chunk.fin[layout], start), (None, layout), quantized, &mut b)?;
+            base[root] = Some(b);
+        }
+        let rows = patched[slot][layout].get_or_insert_with(|| {
+            let mut rows = chunk.fin[layout].clone();
+            for (j, pre) in chunk.cases[c].iter().enumerate() {
+                let at = (pre.row - start) as usize * d;
+                rows[at..at + d].copy_from_slice(&keys[layout][j * d..(j + 1) * d]);
+            }
+            rows
+        });
+        self.store_chunk(v, (rows, start), (Some(slot), layout), quantized, out)?;
+        let base = base[root].as_ref().expect("stored above");
+        let same_shape = base.row_scales.len() == n && out.row_scales.len() == n && base.values.len() == out.values.len();
+        let differs = |r: usize| {
+            !same_shape
+                || base.row_scales[r].to_bits() != out.row_scales[r].to_bits()
+                // Bits, not values (NaN, ±0); folded without an early exit, which vectorizes.
+                || base.values[r * d..(r + 1) * d].iter().zip(&out.values[r * d..(r + 1) * d]).fold(0, |acc, (a, b)| acc | (a.to_bits() ^ b.to_bits())) != 0
+        };
+        let changed: Vec<usize> = (0..n).filter(|&r| differs(r)).collect();
+        if changed.is_empty() {
+            return Ok(());
+        }
+        gathered.values.clear();
+        gathered.row_scales.clear();
+        for &r in &changed {
+            gathered.values.extend_from_slice(&out.values[r * d..(r + 1) * d]);
+            gathered.row_scales.push(out.row_scales[r]);
+        }
+        let mut scores = vec![0.0f32; changed.len()];
+        q.score_quantized_rows(gathered, &mut scores);
+        patches.extend(changed.iter().zip(scores).map(|(&r, score)| Patch {
+            case: c,
+            variant: v,
+            row: (start as usize + r) as u32,
+            score,
+        }));
+        Ok(())
+    }
+}

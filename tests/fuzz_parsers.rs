@@ -69,6 +69,8 @@ fn key() -> impl Strategy<Value = (&'static str, &'static str)> {
         ("stack", "indexer_ratio"),
         ("stack", "layer_correlation"),
         ("stack", "token_correlation"),
+        ("stack", "early_layers"),
+        ("stack", "early_token_correlation"),
         ("stack", "question_tokens"),
         ("stack", "answer_tokens"),
         ("stack", "quorum"),

@@ -57,9 +57,18 @@ struct Chain {
     tokens: usize,
     rho_layer: f64,
     rho_token: f64,
+    /// The early profile: indexer layers below `early` take `rho_token_early`.
+    early: usize,
+    rho_token_early: f64,
 }
 
 impl Chain {
+    /// Layer `l`'s token correlation and its innovation's sd.
+    fn token_chain(&self, l: usize) -> (f64, f64) {
+        let b = if l < self.early { self.rho_token_early } else { self.rho_token };
+        (b, (1.0 - b * b).sqrt())
+    }
+
     /// Indexed layers that select the needle for at least one query token,
     /// given the simulated layer's outcome.
     fn layers_reached(&self, d: &Draws, survived: bool) -> u64 {
@@ -76,10 +85,10 @@ impl Chain {
         let content0 = if s > 0.0 { k * pinned + s * d.split } else { pinned };
         let fault0 = if s > 0.0 { (pinned - k * content0) / s } else { 0.0 };
         let (a, sa) = (self.rho_layer, (1.0 - self.rho_layer * self.rho_layer).sqrt());
-        let (b, sb) = (self.rho_token, (1.0 - self.rho_token * self.rho_token).sqrt());
         let mut reached = u64::from(survived);
         let mut layer_content = content0;
         for l in 1..self.layers {
+            let (b, sb) = self.token_chain(l);
             layer_content = a * layer_content + sa * d.layer[l];
             let fault = d.fault[l];
             let mut c = layer_content;
@@ -95,6 +104,7 @@ impl Chain {
         }
         // Layer 0: the simulated token, then the others.
         if !survived {
+            let (b, sb) = self.token_chain(0);
             let mut c = content0;
             for t in 1..self.tokens {
                 c = b * c + sb * d.token[t];
@@ -175,6 +185,8 @@ pub(super) fn whole_model_of(spec: &TrialSpec<'_>, whole: &WholeModel, trials: &
                             tokens,
                             rho_layer: whole.layer_correlation,
                             rho_token: whole.token_correlation,
+                            early: whole.early_indexers(),
+                            rho_token_early: whole.early_token_correlation,
                         }
                     })
                     .collect();
@@ -215,7 +227,7 @@ mod tests {
     use crate::base::rng;
 
     fn chain(p: f64, layers: usize, tokens: usize, rho_layer: f64, rho_token: f64) -> Chain {
-        Chain { p, threshold: normal_quantile(1.0 - p), content: 1.0, layers, tokens, rho_layer, rho_token }
+        Chain { p, threshold: normal_quantile(1.0 - p), content: 1.0, layers, tokens, rho_layer, rho_token, early: 0, rho_token_early: 0.0 }
     }
 
     /// Model recall over `n` trials whose simulated outcomes are Bernoulli(p).
@@ -247,6 +259,22 @@ mod tests {
         // Tokens add draws too: 1 layer × 5 independent tokens.
         let got = any_layer(&chain(0.1, 1, 5, 0.0, 0.0), n);
         assert!((got - (1.0 - 0.9f64.powi(5))).abs() < tol, "{got}");
+    }
+
+    #[test]
+    fn early_layers_take_their_own_token_correlation() {
+        // 2 layers × 5 tokens, layers nearly identical: with the simulated
+        // layer early at ρ_T 0 its 5 tokens are independent draws (the union
+        // 1 − (1 − p)^5, the second layer repeating the first's token 0); as
+        // a late layer at ρ_T → 1 they repeat the simulated outcome.
+        let n = 20_000;
+        let tol = 3.29 * (0.25 / n as f64).sqrt();
+        let p = 0.1;
+        let late = chain(p, 2, 5, 0.999_999, 0.999_999);
+        let early = Chain { early: 1, rho_token_early: 0.0, ..chain(p, 2, 5, 0.999_999, 0.999_999) };
+        let (got_late, got_early) = (any_layer(&late, n), any_layer(&early, n));
+        assert!((got_late - p).abs() < tol, "{got_late}");
+        assert!((got_early - (1.0 - 0.9f64.powi(5))).abs() < tol, "{got_early}");
     }
 
     #[test]

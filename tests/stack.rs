@@ -14,10 +14,13 @@ use crate::common::scenario;
 const Z999: f64 = 3.290_526_731_491_926;
 
 /// bf16 and a scrambling fault (queries rotated, keys not: scores unrelated
-/// to the needle) at 8K, k 512, under one fault spread.
+/// to the needle) at 8K, k 512, under one fault spread. The query tokens
+/// select nearly alike (ρ_T 0.998, the band's "share more" end): at the
+/// default 0.7791 they rescue the shared fault too (1.0 at strength 30),
+/// and the layers' spread no longer shows.
 fn cells(spread: &str, strength: f64) -> Vec<CellResult> {
     let s = scenario(&format!(
-        "[needle]\nunit = \"strength\"\nstrength = {strength:?}\n[stack]\nfault_layers = \"{spread}\"\n\
+        "[needle]\nunit = \"strength\"\nstrength = {strength:?}\n[stack]\nfault_layers = \"{spread}\"\ntoken_correlation = 0.998\n\
          [sweep]\ncontexts = \"8K\"\ntopk = \"512\"\nprecisions = \"bf16,fp8-fp32scale+hadamard-q-only\"\ntrials = 150\nseed = 5\n"
     ));
     run_sweep(&s, &|| {}).unwrap().cells
@@ -60,10 +63,13 @@ fn the_fault_spread_moves_only_the_faults_whole_model_recall() {
 fn a_quorum_of_every_layer_is_at_most_the_layer_recall_and_one_layer_at_least() {
     // Quorum 21 of 21: the needle must be selected in every indexer layer;
     // the simulated layer is one of them, so model ≤ layer trial by trial.
-    let base =
-        "[needle]\nprofile = \"stress\"\n[sweep]\ncontexts = \"16K\"\ntopk = \"512\"\nprecisions = \"bf16\"\ntrials = 100\nseed = 6\n";
+    // One query token: with more, another token of the simulated layer may
+    // select the needle where the simulated one did not (at ρ_T 0.7791 the
+    // model then reads 0.58 against the layer's 0.44).
+    let base = "question_tokens = 1\nanswer_tokens = 0\n[needle]\nprofile = \"stress\"\n\
+                [sweep]\ncontexts = \"16K\"\ntopk = \"512\"\nprecisions = \"bf16\"\ntrials = 100\nseed = 6\n";
     let all = run_sweep(&scenario(&format!("[stack]\nquorum = 21\n{base}")), &|| {}).unwrap().cells;
-    let one = run_sweep(&scenario(base), &|| {}).unwrap().cells;
+    let one = run_sweep(&scenario(&format!("[stack]\n{base}")), &|| {}).unwrap().cells;
     assert!(all[0].model_survived.unwrap() <= all[0].survived, "{:?}", all[0]);
     assert!(one[0].model_survived.unwrap() >= one[0].survived, "{:?}", one[0]);
     assert!(all[0].model_survived < one[0].model_survived);
@@ -337,7 +343,7 @@ fn the_measured_decode_step_overlap_lets_query_tokens_rescue_a_random_fault() {
     let run = |token: &str| {
         let s = scenario(&format!(
             "[stack]\n{token}[sweep]\ncontexts = \"16K\"\ndepths = \"50\"\ntopk = \"512\"\n\
-             precisions = \"bf16,fp8-fp32scale+scale-unwritten-zero\"\ntrials = 100\nseed = 11\nmargin = false\n"
+             precisions = \"bf16,fp8-fp32scale+scale-unwritten-zero\"\ntrials = 100\nseed = 11\n"
         ));
         run_sweep(&s, &|| {}).unwrap().cells
     };

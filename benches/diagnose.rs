@@ -49,7 +49,7 @@ fn run(bencher: Bencher, (file, rows): (&str, usize), next: bool) {
             hypotheses: diagnose::candidates("all").expect("all"),
             reading: Reading::Model,
             next,
-            needle_multipliers: diagnose::NUISANCE_MULTIPLIERS.to_vec(),
+            needle_multipliers: diagnose::default_needle_multipliers(&params),
             observer: &dsa_recall::base::observe::Silent,
         };
         let d = pool.install(|| diagnose::diagnose(&params, &obs, &opts)).expect("diagnose");

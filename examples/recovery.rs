@@ -53,7 +53,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     let started = std::time::Instant::now();
     let truth = diagnose::prepare(&truth_params, &obs.path, &obs.rows, &opts)?;
-    let diag = diagnose::prepare(&diag_params, &obs.path, &obs.rows, &opts)?;
+    let diag = diagnose::prepare(&diag_params, &obs.path, &obs.rows, &opts)?.without_gates();
     println!(
         "{} cells, {} candidates, simulated at seeds {SEED_TRUTH} (truth) and {SEED_DIAGNOSE} (diagnosis) in {:.1} s; {replicates} draws per setting",
         obs.rows.len(),

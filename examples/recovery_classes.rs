@@ -1,7 +1,7 @@
 //! Does `diagnose` name the right *class* of fault? (issue 28, item 7)
 //!
 //! Every candidate of the catalogue (`--hypotheses all`, the needle
-//! profiled × 0.5, 1, 2, as `diagnose` runs by default) is in turn the
+//! profiled × 0.5 … 128, as `diagnose` runs by default) is in turn the
 //! truth: its whole-model recall is simulated in twelve cells (4K and 16K
 //! tokens × depths 10, 50, 90 % × k 512 × the fp8 cache and bf16 keys) at
 //! seed A = 7 with the scenario's own needle; observation counts are drawn
@@ -9,9 +9,9 @@
 //! each draw is ranked by `diagnose` over the whole catalogue simulated at
 //! seed C = 42 (other haystacks). A draw counts when the class with the
 //! greatest posterior is the truth's, strictly. Beside them, healthy truths
-//! whose needle is 2× easier (median exceedance × 0.5) and 2× harder (× 2)
-//! than the scenario's, counted when the verdict is "consistent with a
-//! healthy indexer". Per truth, what its class's recovery can be: the
+//! whose needle is 2× easier (median exceedance × 0.5), 2× harder (× 2),
+//! 10× and 100× rarer than the scenario's, counted when the verdict is
+//! "consistent with a healthy indexer". Per truth, what its class's recovery can be: the
 //! prompts per row for an expected 20:1 of the nearest candidate of its
 //! class against the nearest of any other class (nearest: the least
 //! Σ_rows KL from the truth's recalls, over the diagnosis's candidates and
@@ -188,7 +188,7 @@ fn outcomes(
         &diag_params,
         &valley_obs.path,
         &valley_obs.rows,
-        &opts(diagnose::candidates(WITH_LOSSES)?, diagnose::NUISANCE_MULTIPLIERS.to_vec()),
+        &opts(diagnose::candidates(WITH_LOSSES)?, diagnose::default_needle_multipliers(&diag_params)),
     )?;
     judge("valley in length (1, 0, 1 at 4K, 8K, 16K)", &valley_diag, &valley_obs.rows, &[1.0, 0.0, 1.0]);
     Ok(())
@@ -221,7 +221,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     let all = diagnose::candidates(WITH_LOSSES)?;
     let started = std::time::Instant::now();
-    let diag = diagnose::prepare(&diag_params, &obs.path, &obs.rows, &opts(all.clone(), diagnose::NUISANCE_MULTIPLIERS.to_vec()))?;
+    let diag =
+        diagnose::prepare(&diag_params, &obs.path, &obs.rows, &opts(all.clone(), diagnose::default_needle_multipliers(&diag_params)))?;
     let truth = diagnose::prepare(&truth_params, &obs.path, &obs.rows, &opts(all.clone(), vec![1.0]))?;
     println!(
         "{} rows, {} candidates ({} change no row), simulated at seeds {SEED_TRUTH} (truth) and {SEED_DIAGNOSE} (diagnosis) in {:.1} s; {replicates} draws per point",
@@ -332,8 +333,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     println!("\nhealthy truths with another needle: share of draws whose verdict is \"consistent with a healthy indexer\"");
     let mut healthy_series = Vec::new();
-    for (i, (label, multiple)) in
-        [("2x easier (exceedance x 0.5)", 0.5), ("as assumed", 1.0), ("2x harder (exceedance x 2)", 2.0)].iter().enumerate()
+    for (i, (label, multiple)) in [
+        ("2x easier (exceedance x 0.5)", 0.5),
+        ("as assumed", 1.0),
+        ("2x harder (exceedance x 2)", 2.0),
+        ("10x rarer (exceedance x 10)", 10.0),
+        ("100x rarer (exceedance x 100)", 100.0),
+    ]
+    .iter()
+    .enumerate()
     {
         let p = diagnose::with_needle_multiple(&truth_params, *multiple)?;
         let sim = diagnose::prepare(&p, &obs.path, &obs.rows, &opts(vec![HEALTHY.to_string()], vec![1.0]))?;

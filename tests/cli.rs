@@ -195,6 +195,9 @@ fn hypotheses_lists_every_group_one_per_line() {
         ("topk=N", "selection", "partial"),
         ("layers=SET", "selection", "layer-subset"),
         ("rope-swap-q", "position", "partial"),
+        ("visible-cap=P", "address-space", "address-space"),
+        ("slot-stride-half", "address-space", "layout"),
+        ("chunk-stale", "address-space", "schedule"),
         ("loss", "after-selection", "not-selection"),
         ("loss-by-length", "after-selection", "not-selection"),
     ] {

@@ -78,7 +78,9 @@ fn tiny_run_prints_a_table_and_json() {
     let o = diagnose_file(&dir, &body, &["--hypotheses", "scale-unwritten-zero+ties-lowest", "--json"]);
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     let ranking = v["ranking"].as_array().unwrap();
-    assert_eq!(ranking.len(), 2);
+    // healthy, the fault, and the fault acting only beyond 1K (two lengths: one onset).
+    assert_eq!(ranking.len(), 3);
+    assert_eq!(ranking.iter().filter(|r| r["gate"] == 1024).count(), 1, "{ranking:?}");
     let total: f64 = ranking.iter().map(|r| r["posterior"].as_f64().unwrap()).sum();
     assert!((total - 1.0).abs() < 1e-9, "{total}");
     assert_eq!(v["reading"], "model");
@@ -283,7 +285,8 @@ fn recovery_share_at_twenty_prompts_matches_the_example() {
         observer: &dsa_recall::base::observe::Silent,
     };
     let truth = diagnose::prepare(&truth_params, &obs.path, &obs.rows, &opts).unwrap();
-    let diag = diagnose::prepare(&diag_params, &obs.path, &obs.rows, &opts).unwrap();
+    // The example ranks the six as named, without their length-gated forms.
+    let diag = diagnose::prepare(&diag_params, &obs.path, &obs.rows, &opts).unwrap().without_gates();
     assert_eq!(diag.plan.len(), 6);
     let draws = 400;
     let hits = diagnose::recovered(&truth, &diag, &obs.rows, "hadamard-q-only", 20, draws, 5000).unwrap();
@@ -381,6 +384,68 @@ fn a_healthy_deployment_with_another_needle_reads_as_healthy() {
         }
     }
     eprintln!("{report:?}");
+}
+
+// A deployment's needle test is not ours: a healthy indexer whose needle
+// is 100× rarer than `niah` (median exceedance × 100, off the profile's
+// grid) loses prompts from 32K on in the simulated layer. Profiled over
+// the quantile needle's default multiples (× 0.5 … 128), the verdict reads
+// healthy in at least 0.9 of draws (the lower end of a 99 % Wilson
+// interval); with the needle fixed at the scenario's own, a fault wins the
+// ranking in most draws, which is what the profile is for.
+#[test]
+fn a_healthy_indexer_tested_with_a_far_rarer_needle_reads_as_healthy() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let toml = fs::read_to_string(root.join("examples/incidents/findings.toml")).unwrap();
+    let scenario = |seed: u64| {
+        let mut p = config::resolve(parse_scenario_toml(&toml).unwrap()).unwrap();
+        p.sweep.trials = Some(100);
+        p.sweep.seed = Some(seed);
+        p.estimator.predict = Some(false);
+        p
+    };
+    let mut csv = String::from(HEADER);
+    for c in ["16K", "32K", "64K"] {
+        for d in [10, 50, 90] {
+            csv.push_str(&format!("{c},{d},512,fp8-fp32scale,0,1\n"));
+        }
+    }
+    let diag_params = scenario(42);
+    let multiples = diagnose::default_needle_multipliers(&diag_params);
+    assert_eq!(multiples, diagnose::EXCEEDANCE_MULTIPLIERS.to_vec(), "the niah needle takes the whole grid");
+    let obs = observations::parse("rare.csv", &csv, &|v| diagnose::variant_ok(&diag_params, v)).unwrap();
+    let opts = |multipliers: Vec<f64>| Options {
+        hypotheses: diagnose::candidates("hadamard-q-only,block-row0,slot-shift,scale-per-page,scale-unwritten-zero+ties-highest").unwrap(),
+        reading: Reading::Layer,
+        next: false,
+        needle_multipliers: multipliers,
+        observer: &dsa_recall::base::observe::Silent,
+    };
+    let profiled = diagnose::prepare(&diag_params, &obs.path, &obs.rows, &opts(multiples)).unwrap();
+    let truth =
+        diagnose::prepare(&diagnose::with_needle_multiple(&scenario(7), 100.0).unwrap(), &obs.path, &obs.rows, &opts(vec![1.0])).unwrap();
+    let p: Vec<f64> = obs.rows.iter().map(|r| truth.recall(diagnose::HEALTHY, r).unwrap().0).collect();
+    assert!(p.iter().any(|&x| x < 0.8), "the rare needle must lose prompts here: {p:?}");
+    let draws = 200u64;
+    let (mut healthy, mut fault_at_own) = (0u64, 0u64);
+    let mut rows = obs.rows.clone();
+    for j in 0..draws {
+        for (r, found) in rows.iter_mut().zip(diagnose::draw_counts(&p, 20, dsa_recall::base::rng::derive(1700, &[j]))) {
+            r.found = found;
+            r.total = 20;
+        }
+        healthy += u64::from(profiled.verdict(&rows).unwrap().kind == "healthy");
+        let (at_own, _) = profiled.rank_at_own_needle(&rows).unwrap();
+        fault_at_own += u64::from(
+            at_own[0].hypothesis != diagnose::HEALTHY
+                && at_own.iter().any(|r| r.hypothesis == diagnose::HEALTHY && r.log10_bayes_factor < -1.0),
+        );
+    }
+    eprintln!("healthy in {healthy}/{draws} profiled; a fault first at × 1 in {fault_at_own}/{draws}; recalls {p:?}");
+    let z99 = 2.575_829_303_548_901;
+    let (lo, _) = dsa_recall::base::stats::wilson_interval(healthy, draws, z99);
+    assert!(lo >= 0.9, "healthy in {healthy}/{draws} draws (lower 99 % bound {lo:.3}); recalls {p:?}");
+    assert!(fault_at_own * 2 > draws, "with the needle fixed at × 1 a fault should win most draws: {fault_at_own}/{draws}");
 }
 
 // Issue 28, item 5: the next experiment may leave the observed grid. One

@@ -10,7 +10,7 @@
 //!   do not single out the true class (the file says why).
 //!
 //! Each run simulates the whole catalogue (or the file's `--hypotheses`)
-//! with the needle profiled over ×0.5, 1, 2, as the CLI does, at the
+//! with the needle profiled as the CLI does (× 0.5 … 128), at the
 //! file's `--trials` or 60 trials per cell instead of 200 to keep CI
 //! short; the conclusions in the headers were read off CLI runs with the
 //! same settings (seed 42).
@@ -84,10 +84,11 @@ fn check_incident(name: &str) {
     let obs = observations::read(&path, &|v| diagnose::variant_ok(&params, v)).unwrap();
     let hypotheses = run_flag(&text, "--hypotheses").unwrap_or_else(|| "all".into());
     let opts = Options {
-        hypotheses: diagnose::candidates(&hypotheses).unwrap(),
+        // As the command: `all` adds the address bounds taken from the rows.
+        hypotheses: diagnose::with_address_bounds(&hypotheses, diagnose::candidates(&hypotheses).unwrap(), &obs.rows),
         reading: Reading::Model,
         next: false,
-        needle_multipliers: vec![0.5, 1.0, 2.0],
+        needle_multipliers: diagnose::default_needle_multipliers(&params),
         observer: &dsa_recall::base::observe::Silent,
     };
     let d = diagnose::diagnose(&params, &obs, &opts).unwrap();

@@ -5,6 +5,8 @@
 #[path = "common/mod.rs"]
 mod common;
 
+#[path = "address_space.rs"]
+mod address_space;
 #[path = "analytic.rs"]
 mod analytic;
 #[path = "chunked_prefill.rs"]

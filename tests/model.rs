@@ -211,3 +211,24 @@ fn k_pairs_match_a_hand_count_of_the_trials() {
     }
     assert!(some_discordant, "a grid where k changes some trial's outcome");
 }
+
+/// The head weights' mean is the vote of the heads that do not look for the
+/// needle (docs/MODEL.md, "The head weights' mean"): the looking heads keep
+/// σ·|z| whatever the mean, every other head moves by it.
+#[test]
+fn the_weight_mean_moves_only_the_heads_that_do_not_look() {
+    use dsa_recall::model::haystack::TrialHaystack;
+    let s = scenario("preset = \"deepseek-v3.2\"\n");
+    assert_eq!(s.model.weight_mean, -1.5);
+    let mut zero = s.model.clone();
+    zero.weight_mean = 0.0;
+    let looking = s.model.needle_heads;
+    for seed in [1, 2, 3] {
+        let (a, b) = (TrialHaystack::draw(&s.model, seed).unwrap(), TrialHaystack::draw(&zero, seed).unwrap());
+        assert_eq!(a.weights[..looking], b.weights[..looking], "seed {seed}");
+        assert!(a.weights[..looking].iter().all(|&w| w >= 0.0));
+        for (x, y) in a.weights[looking..].iter().zip(&b.weights[looking..]) {
+            assert!((f64::from(*x) - (f64::from(*y) - 1.5)).abs() < 1e-6, "seed {seed}: {x} against {y} − 1.5");
+        }
+    }
+}

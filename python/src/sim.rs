@@ -421,7 +421,7 @@ fn variant_repr(name: &str, d: &serde_json::Value) -> String {
     };
     let none = Value::Null;
     let sc = d.get("scoring").unwrap_or(&none);
-    let extra: Vec<&str> = ["cache", "selection", "position"].into_iter().filter(|k| d.get(k).is_some()).collect();
+    let extra: Vec<&str> = ["cache", "selection", "position", "address"].into_iter().filter(|k| d.get(k).is_some()).collect();
     let more = if extra.is_empty() { String::new() } else { format!(", with {} changes", extra.join(" ")) };
     format!(
         "Variant('{name}': q {}, k {}, weights {}, logits {}{more})",

@@ -80,11 +80,12 @@ pub fn diagnose(request: &DiagnoseRequest, observer: &dyn Observer) -> Result<Di
     let reading = Reading::parse(&request.recall)?;
     let hypotheses = diagnose::candidates(&request.hypotheses)?;
     let obs = observations::read(&request.observations, &|v| diagnose::variant_ok(&params, v))?;
+    let hypotheses = diagnose::with_address_bounds(&request.hypotheses, hypotheses, &obs.rows);
     if let Some(dir) = &request.out {
         output::check_output_dir(dir, request.force)?;
     }
     let pool = request.scenario.thread_pool()?;
-    let needle_multipliers = diagnose::parse_needle_multipliers(&request.needle_multipliers)?;
+    let needle_multipliers = diagnose::parse_needle_multipliers(&request.needle_multipliers, &params)?;
     for &m in &needle_multipliers {
         config::check(diagnose::with_needle_multiple(&params, m)?)?;
     }

@@ -74,6 +74,10 @@ pub(super) fn check_layer_subsets(
 ) -> Result<(), ConfigError> {
     for v in precisions.iter().filter(|v| !v.layers.is_all()) {
         let refuse = |why: String| ConfigError::new(field_name("sweep.precisions"), format!("{:?}", v.name), why);
+        if !v.address.is_none() {
+            // The table, slots or workspace are the deployment's, shared by every layer.
+            return Err(refuse("an address fault acts in every layer; not with layers=SET or layer-share=F".into()));
+        }
         if !v.chunk.is_all() {
             // The whole-model estimate reads a needle with no visible row as
             // absent in every layer, so a partial chunk fault would be read
@@ -139,7 +143,7 @@ pub(super) fn check_needle_multiples(precisions: &[PrecisionVariant], unit: &cra
 pub(super) fn check_prefill_chunk(p: &params::GeometryParams, precisions: &[PrecisionVariant]) -> Result<u64, ConfigError> {
     let chunk = whole_in(p.prefill_chunk.unwrap_or(0), "geometry.prefill_chunk")?;
     if chunk == 0 {
-        if let Some(v) = precisions.iter().find(|v| !v.chunk.is_all()) {
+        if let Some(v) = precisions.iter().find(|v| !v.chunk.is_all() || v.address.needs_chunk()) {
             return Err(ConfigError::new(
                 field_name("sweep.precisions"),
                 format!("{:?}", v.name),

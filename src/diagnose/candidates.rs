@@ -15,11 +15,35 @@ pub const HEALTHY: &str = "healthy";
 pub const DECISIVE_LOG10: f64 = 1.0;
 
 /// The needle's difficulty is not known: each candidate's likelihood is
-/// profiled over these multiples of the scenario's needle knob (its
-/// exceedance under the quantile needle, its strength otherwise), each
-/// simulated on the same seed (docs/OBSERVATIONS.md, "What diagnose does
-/// not know").
+/// profiled over multiples of the scenario's needle knob, each simulated
+/// on the same seed (docs/OBSERVATIONS.md, "What diagnose does not
+/// know"). Under the strength unit, these multiples of the strength.
 pub const NUISANCE_MULTIPLIERS: [f64; 3] = [0.5, 1.0, 2.0];
+
+/// Under the quantile needle, these multiples of the median exceedance:
+/// from 2× easier than the scenario's needle to 128× rarer, so that a
+/// deployment's own needle test (paraphrased, multi-key, another haystack)
+/// is inside the profile; `hard` is × 4 of `niah`. A factor 2 between
+/// neighbours, as the recall curves move about one context doubling per
+/// factor 2 or less.
+pub const EXCEEDANCE_MULTIPLIERS: [f64; 9] = [0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0];
+
+/// The largest median exceedance profiled: beyond it a "needle" outranks
+/// too few haystack rows to be one.
+const MAX_PROFILED_EXCEEDANCE: f64 = 0.5;
+
+/// The multiples diagnose profiles the needle over by default: the
+/// quantile needle's [`EXCEEDANCE_MULTIPLIERS`] that keep its median
+/// exceedance at most 0.5, else [`NUISANCE_MULTIPLIERS`].
+pub fn default_needle_multipliers(params: &ScenarioParams) -> Vec<f64> {
+    let field = needle_knob(params);
+    match knob::current_value(params, field) {
+        Some(u) if field == "needle.exceedance" => {
+            EXCEEDANCE_MULTIPLIERS.iter().copied().filter(|&m| m == 1.0 || u * m <= MAX_PROFILED_EXCEEDANCE).collect()
+        }
+        _ => NUISANCE_MULTIPLIERS.to_vec(),
+    }
+}
 
 /// The next experiment is sought among candidates with at least this
 /// posterior, the best `LIVE_MAX` of them (at least the best two).
@@ -95,12 +119,62 @@ pub fn candidates(list: &str) -> Result<Vec<String>, ConfigError> {
     Ok(out)
 }
 
-/// `--needle-multipliers`: positive numbers, comma-separated, or `off` (the
-/// scenario's needle, as known: `[1]`).
-pub fn parse_needle_multipliers(text: &str) -> Result<Vec<f64>, ConfigError> {
+/// The bounded address-space hypotheses (`visible-cap=P`, …) that `all`
+/// profiles over a few bounds taken from the observed contexts: their
+/// onset is an absolute position the file does not state.
+pub const BOUNDED: [&str; 5] = ["visible-cap", "visible-cap-zero", "visible-cap-wrap", "block0-repeat", "workspace-clamp"];
+
+/// Most bounds tried per bounded hypothesis (each is one more variant per
+/// configuration to judge).
+pub const BOUNDS_MAX: usize = 3;
+
+/// The bounds (tokens) tried for the observed `contexts`: each observed
+/// context but the longest (a bound there leaves prompts up to it healthy
+/// and acts on every longer one), at most [`BOUNDS_MAX`], spread evenly
+/// over them.
+pub fn address_bounds(contexts: &[u64]) -> Vec<u64> {
+    let mut c: Vec<u64> = contexts.to_vec();
+    c.sort_unstable();
+    c.dedup();
+    c.pop();
+    if c.len() <= BOUNDS_MAX {
+        return c;
+    }
+    (0..BOUNDS_MAX).map(|i| c[(i * (c.len() - 1)).div_ceil(BOUNDS_MAX - 1)]).collect()
+}
+
+/// `hypotheses` with, when `list` names `all`, each bounded address-space
+/// hypothesis at every bound the rows state (column `address_bound`), or
+/// when none does at every bound of [`address_bounds`] over the contexts
+/// of `rows` (none when every row has one context).
+pub fn with_address_bounds(list: &str, mut hypotheses: Vec<String>, rows: &[super::observations::Observation]) -> Vec<String> {
+    if !list.split(',').any(|i| i.trim() == "all") {
+        return hypotheses;
+    }
+    let mut stated: Vec<u64> = rows.iter().filter_map(|r| r.address_bound).collect();
+    stated.sort_unstable();
+    stated.dedup();
+    let bounds = if stated.is_empty() { address_bounds(&rows.iter().map(|r| r.context_tokens).collect::<Vec<_>>()) } else { stated };
+    for name in BOUNDED {
+        for &bound in &bounds {
+            let h = format!("{name}={bound}");
+            if !hypotheses.contains(&h) {
+                hypotheses.push(h);
+            }
+        }
+    }
+    hypotheses
+}
+
+/// `--needle-multipliers`: positive numbers, comma-separated, `off` (the
+/// scenario's needle, as known: `[1]`) or `auto` (the scenario's
+/// [`default_needle_multipliers`]).
+pub fn parse_needle_multipliers(text: &str, params: &ScenarioParams) -> Result<Vec<f64>, ConfigError> {
     let field = "--needle-multipliers";
-    if text.trim() == "off" {
-        return Ok(vec![1.0]);
+    match text.trim() {
+        "off" => return Ok(vec![1.0]),
+        "auto" => return Ok(default_needle_multipliers(params)),
+        _ => {}
     }
     let mut out: Vec<f64> = Vec::new();
     for item in text.split(',').map(str::trim) {
@@ -114,7 +188,7 @@ pub fn parse_needle_multipliers(text: &str) -> Result<Vec<f64>, ConfigError> {
                 return Err(ConfigError::new(
                     field,
                     format!("{item:?}"),
-                    "positive numbers up to 1e6, comma-separated (e.g. 0.5,1,2), or off",
+                    "positive numbers up to 1e6, comma-separated (e.g. 0.5,1,2), auto or off",
                 ))
             }
         }

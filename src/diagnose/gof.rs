@@ -96,6 +96,7 @@ mod tests {
             needle_multiplier: 1.0,
             needle_gain_log10: 0.0,
             loss: None,
+            gate: None,
         }]
     }
 

@@ -6,6 +6,7 @@
 
 mod candidates;
 pub mod fit;
+mod gate;
 pub mod gof;
 pub mod knob;
 pub mod loss;
@@ -21,9 +22,11 @@ mod text;
 mod verdict;
 
 pub use candidates::{
-    candidates, needle_knob, parse_needle_multipliers, with_needle_multiple, Reading, DECISIVE_LOG10, HEALTHY, LIVE_MAX, LIVE_POSTERIOR,
-    NUISANCE_MULTIPLIERS, QUERY_POSITION_NOTE,
+    address_bounds, candidates, default_needle_multipliers, needle_knob, parse_needle_multipliers, with_address_bounds,
+    with_needle_multiple, Reading, DECISIVE_LOG10, EXCEEDANCE_MULTIPLIERS, HEALTHY, LIVE_MAX, LIVE_POSTERIOR, NUISANCE_MULTIPLIERS,
+    QUERY_POSITION_NOTE,
 };
+pub use gate::{gated_base, gated_name};
 pub use gof::{goodness_of_fit, GoodnessOfFit, OUTSIDE_P};
 pub use next::{draw_counts, information, information_text, prompts_for_odds, recovered, NextExperiment, NEAR_END_TOKENS};
 pub use outcome::{diagnose, Diagnosis, WEAK_EVIDENCE_PROMPTS};

@@ -155,6 +155,28 @@ fn next_grid(params: &ScenarioParams, rows: &[Observation]) -> NextGrid {
 /// window of 128 tokens.
 pub const NEAR_END_TOKENS: u64 = 1024;
 
+/// The plan candidate `r` simulates as: an after-selection loss selects as
+/// healthy does; a gated form as its base beyond its onset (and as healthy
+/// below, see [`live_variants`]).
+fn plan_of<'a>(plan: &'a [(String, BTreeMap<String, String>)], r: &Ranked) -> Option<&'a BTreeMap<String, String>> {
+    let h = if r.loss.is_some() { HEALTHY } else { super::gate::gated_base(&r.hypothesis).unwrap_or(&r.hypothesis) };
+    plan.iter().find(|(n, _)| n == h).map(|(_, m)| m)
+}
+
+/// Every variant the live candidates need simulated, each once.
+fn live_variants(plan: &[(String, BTreeMap<String, String>)], live: &[&Ranked]) -> Vec<String> {
+    let healthy = plan.iter().find(|(n, _)| n == HEALTHY).map(|(_, m)| m);
+    let mut variants: Vec<String> = Vec::new();
+    for r in live {
+        for v in plan_of(plan, r).into_iter().chain(r.gate.and(healthy)).flat_map(|m| m.values()) {
+            if !variants.contains(v) {
+                variants.push(v.clone());
+            }
+        }
+    }
+    variants
+}
+
 /// The cell of a grid where one prompt's outcome carries the most
 /// information about the posterior (the leaders are the two best), and the
 /// best cell for a per-layer capture when that carries more. The grid: the
@@ -176,20 +198,8 @@ pub(super) fn next_experiment(
     // change the information of a cell by less than their weight.
     let live: Vec<&Ranked> = ranking.iter().filter(|r| r.posterior >= LIVE_POSTERIOR).take(LIVE_MAX).collect();
     let live = if live.len() >= 2 { live } else { ranking.iter().take(2).collect() };
-    // An after-selection loss selects as healthy does.
-    let plan_of = |r: &Ranked| {
-        let h = if r.loss.is_some() { HEALTHY } else { r.hypothesis.as_str() };
-        plan.iter().find(|(n, _)| n == h).map(|(_, m)| m)
-    };
-    let mut variants: Vec<String> = Vec::new();
-    for r in &live {
-        for v in plan_of(r).into_iter().flat_map(|m| m.values()) {
-            if !variants.contains(v) {
-                variants.push(v.clone());
-            }
-        }
-    }
-    let sim = simulate(params, &cells, &variants, DepthTrials::Shared, opts.observer)?;
+    let plan_of = |r: &Ranked| plan_of(plan, r);
+    let sim = simulate(params, &cells, &live_variants(plan, &live), DepthTrials::Shared, opts.observer)?;
     let weights: Vec<f64> = {
         let z: f64 = live.iter().map(|r| r.posterior).sum();
         live.iter().map(|r| r.posterior / z).collect()
@@ -201,7 +211,8 @@ pub(super) fn next_experiment(
         for config in &configs {
             let mut recalls = [Vec::new(), Vec::new()];
             for r in &live {
-                let v = &plan_of(r).expect("planned")[config.as_str()];
+                let gated_off = r.gate.is_some_and(|t| c <= t);
+                let v = if gated_off { *config } else { &plan_of(r).expect("planned")[config.as_str()] };
                 let s = sim.get(&key(c, d, k, v)).copied();
                 let test = match (s, opts.reading) {
                     (Some(s), Reading::Model) => s.model.unwrap_or(s.layer),

@@ -30,6 +30,12 @@ pub struct Observation {
     /// The deployment's prefill chunk in tokens (0: one chunk); None: the
     /// scenario's (`--prefill-chunk`). Chunk faults read it.
     pub prefill_chunk: Option<u64>,
+    /// The position (tokens) past which the deployment's indexer cannot
+    /// address its cache, when known (block-table width × page tokens, slot
+    /// capacity × ratio, workspace tokens): the bounded address-space
+    /// hypotheses are tried at it instead of at bounds taken from the
+    /// contexts. None: not known.
+    pub address_bound: Option<u64>,
     /// The prompt's name (column `prompt`): the row's `total` prompts are
     /// repeats of this one prompt, the same haystack each time. None: the
     /// prompts are distinct (or not known to repeat).
@@ -47,7 +53,7 @@ pub struct Observations {
 }
 
 const REQUIRED: [&str; 6] = ["context_tokens", "depth_percent", "topk", "config", "found", "total"];
-const OPTIONAL: [&str; 5] = ["layer", "query_position", "healthy", "prefill_chunk", "prompt"];
+const OPTIONAL: [&str; 6] = ["layer", "query_position", "healthy", "prefill_chunk", "address_bound", "prompt"];
 
 fn bad(path: &str, line: usize, message: String) -> Error {
     Error::Input { location: format!("{path}:{line}"), message }
@@ -203,21 +209,20 @@ fn read_row(
     if let Some(q) = query_position.filter(|&q| q >= context_tokens) {
         return Err(bad(path, line, format!("query_position = {q}: below context_tokens ({context_tokens})")));
     }
-    let prefill_chunk = get("prefill_chunk")
-        .map(|v| {
-            parse_size(v).filter(|&n| n <= MAX_CONTEXT).ok_or_else(|| {
-                bad(path, line, format!("prefill_chunk = {v:?}: a whole number of tokens from 0 (one chunk) to 16M (K/M suffixes allowed)"))
-            })
-        })
-        .transpose()?;
+    // A column of tokens (K/M allowed) from `min` to 16M.
+    let tokens = |name: &str, min: u64, allowed: &str| -> Result<Option<u64>, Error> {
+        let read = |v: &str| {
+            let shown = crate::error::shorten(v, crate::error::VALUE_CHARS);
+            parse_size(v)
+                .filter(|n| (min..=MAX_CONTEXT).contains(n))
+                .ok_or_else(|| bad(path, line, format!("{name} = {shown:?}: {allowed}")))
+        };
+        get(name).map(read).transpose()
+    };
+    let prefill_chunk = tokens("prefill_chunk", 0, "a whole number of tokens from 0 (one chunk) to 16M (K/M suffixes allowed)")?;
+    let address_bound = tokens("address_bound", 1, "a token position from 1 to 16M (K/M suffixes allowed)")?;
     let prompt = get("prompt").map(|v| read_prompt(path, line, v)).transpose()?;
-    let healthy = get("healthy")
-        .map(|v| match v.to_ascii_lowercase().as_str() {
-            "true" | "yes" | "1" => Ok(true),
-            "false" | "no" | "0" => Ok(false),
-            _ => Err(bad(path, line, format!("healthy = {v:?}: true or false"))),
-        })
-        .transpose()?;
+    let healthy = get("healthy").map(|v| read_healthy(path, line, v)).transpose()?;
     Ok(Observation {
         line,
         context_tokens,
@@ -231,8 +236,18 @@ fn read_row(
         query_position,
         healthy,
         prefill_chunk,
+        address_bound,
         prompt,
     })
+}
+
+/// A `healthy` mark: true/yes/1 or false/no/0.
+fn read_healthy(path: &str, line: usize, v: &str) -> Result<bool, Error> {
+    match v.to_ascii_lowercase().as_str() {
+        "true" | "yes" | "1" => Ok(true),
+        "false" | "no" | "0" => Ok(false),
+        _ => Err(bad(path, line, format!("healthy = {v:?}: true or false"))),
+    }
 }
 
 /// A `prompt` name: at most [`PROMPT_NAME_CHARS`], no control characters.
@@ -249,17 +264,27 @@ fn read_prompt(path: &str, line: usize, v: &str) -> Result<String, Error> {
 /// disagree on whether it is healthy.
 fn add_row(path: &str, rows: &mut Vec<Observation>, row: Observation) -> Result<(), Error> {
     let same = |o: &Observation| {
-        (o.context_tokens, o.depth_percent.to_bits(), o.topk, &o.config, o.layer, o.query_position, o.prefill_chunk, &o.prompt)
-            == (
-                row.context_tokens,
-                row.depth_percent.to_bits(),
-                row.topk,
-                &row.config,
-                row.layer,
-                row.query_position,
-                row.prefill_chunk,
-                &row.prompt,
-            )
+        (
+            o.context_tokens,
+            o.depth_percent.to_bits(),
+            o.topk,
+            &o.config,
+            o.layer,
+            o.query_position,
+            o.prefill_chunk,
+            o.address_bound,
+            &o.prompt,
+        ) == (
+            row.context_tokens,
+            row.depth_percent.to_bits(),
+            row.topk,
+            &row.config,
+            row.layer,
+            row.query_position,
+            row.prefill_chunk,
+            row.address_bound,
+            &row.prompt,
+        )
     };
     let healthy_text = |h: Option<bool>| match h {
         Some(true) => "true",
@@ -333,6 +358,21 @@ mod tests {
             .to_string();
             assert!(
                 err.starts_with(&format!("x.csv:2: prefill_chunk = {bad:?}: a whole number of tokens")) && !err.contains('\n'),
+                "{err}"
+            );
+        }
+    }
+
+    #[test]
+    fn an_address_bound_column_is_read_per_row() {
+        let h = "context_tokens,depth_percent,topk,config,found,total,address_bound\n";
+        let text = format!("{h}160K,90,2048,bf16,0,1,52480\n160K,90,2048,bf16,1,1,\n8K,90,2048,bf16,1,1,52480\n");
+        let r = parse("x.csv", &text, &any).unwrap().rows;
+        assert_eq!(r.iter().map(|o| o.address_bound).collect::<Vec<_>>(), vec![Some(52480), None, Some(52480)]);
+        for bad in ["0", "-1", "x", "17M", "0.5"] {
+            let err = parse("x.csv", &format!("{h}6042,50,512,bf16,0,1,{bad}\n"), &any).unwrap_err().to_string();
+            assert!(
+                err.starts_with(&format!("x.csv:2: address_bound = {bad:?}: a token position from 1 to 16M")) && !err.contains('\n'),
                 "{err}"
             );
         }

@@ -32,6 +32,11 @@ pub struct Diagnosis {
     /// The needle knob profiled over, and its multiples.
     pub needle_knob: String,
     pub needle_multipliers: Vec<f64>,
+    /// How much of the verdict hangs on the profiled needle (None when the
+    /// needle is known): the best fit's multiple, and what the verdict
+    /// would be with the scenario's own needle.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub needle_dependence: Option<String>,
     /// Candidates that change no observed configuration (the same as healthy): left out.
     pub not_applicable: Vec<String>,
     pub next: Option<NextExperiment>,
@@ -79,6 +84,7 @@ pub fn diagnose(params: &ScenarioParams, obs: &observations::Observations, opts:
             rows.len()
         ));
     }
+    let needle_dependence = needle_dependence(&prepared, rows, &ranking, &classes)?;
     Ok(Diagnosis {
         observations: obs.path.clone(),
         reading: opts.reading,
@@ -90,6 +96,7 @@ pub fn diagnose(params: &ScenarioParams, obs: &observations::Observations, opts:
         fit,
         needle_knob: prepared.needle_knob,
         needle_multipliers: prepared.needle_multipliers,
+        needle_dependence,
         not_applicable: prepared.not_applicable,
         next,
         next_capture,
@@ -136,4 +143,52 @@ pub(super) fn calibrate_first(ranking: &[Ranked], knob: &str, multipliers: &[f64
         best.needle_multiplier,
         multipliers.iter().map(|m| format!("{m}")).collect::<Vec<_>>().join(", ")
     ))
+}
+
+/// The verdict in a few words: its kind and, for a fault, the class and
+/// best candidate.
+fn verdict_gist(v: &Verdict, classes: &[ClassStanding], ranking: &[Ranked]) -> String {
+    let first = |i: usize| classes.get(i).map_or(String::from("?"), |c| format!("{} ({})", c.class, c.best));
+    match v.kind.as_str() {
+        "healthy" => "consistent with a healthy indexer".into(),
+        "fault" => format!("a fault of class {}", first(0)),
+        "inconclusive" => format!("inconclusive between {} and {}", first(0), first(1)),
+        "not-selection" => format!("not a selection fault ({})", ranking.first().map_or("?", |r| r.hypothesis.as_str())),
+        other => other.to_string(),
+    }
+}
+
+/// How much of the answer hangs on the needle (docs/OBSERVATIONS.md,
+/// "What diagnose does not know"): the best candidate's needle multiple,
+/// and the verdict with the needle fixed at the scenario's own, from the
+/// same simulations (the goodness of fit aside on both sides). None when
+/// the needle is not profiled.
+pub(super) fn needle_dependence(
+    prepared: &Prepared,
+    rows: &[observations::Observation],
+    ranking: &[Ranked],
+    classes: &[ClassStanding],
+) -> Result<Option<String>, Error> {
+    let multiples = &prepared.needle_multipliers;
+    let (Some(best), true) = (ranking.first(), multiples.len() >= 2) else { return Ok(None) };
+    let (fixed, _) = prepared.rank_at_own_needle(rows)?;
+    let fixed_classes = class_standings(&fixed);
+    let profiled = verdict(ranking, classes);
+    let at_own = verdict(&fixed, &fixed_classes);
+    let (gist, own_gist) = (verdict_gist(&profiled, classes, ranking), verdict_gist(&at_own, &fixed_classes, &fixed));
+    let (lo, hi) = multiples.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &m| (lo.min(m), hi.max(m)));
+    let span = format!("{} × {lo}–{hi}", prepared.needle_knob);
+    let fit = if best.needle_multiplier == 1.0 {
+        format!("{} fits best with the scenario's own needle (profiled over {span})", best.hypothesis)
+    } else {
+        format!(
+            "{} fits best at × {} of the scenario's needle (profiled over {span}; 10^{:.1} better than at × 1)",
+            best.hypothesis, best.needle_multiplier, best.needle_gain_log10
+        )
+    };
+    Ok(Some(if gist == own_gist {
+        format!("{fit}; with the needle fixed at × 1 the verdict is the same: it does not hang on the needle")
+    } else {
+        format!("{fit}; the answer hangs on the needle: fixed at × 1 it would be {own_gist}, profiled it is {gist}")
+    }))
 }

@@ -47,6 +47,34 @@ pub struct Prepared {
     path: String,
     /// After-selection losses: scored on healthy's simulation ([`super::loss`]).
     after_selection: Vec<String>,
+    /// Whether the ranking adds each fault's length-gated form ([`super::gate`]).
+    gates: bool,
+}
+
+/// A chunk fault needs every row's chunk once any row has one (`checked`:
+/// `params` with the rows' chunk).
+fn check_chunks(
+    checked: &ScenarioParams,
+    params: &ScenarioParams,
+    path: &str,
+    rows: &[Observation],
+    opts: &Options<'_>,
+) -> Result<(), Error> {
+    if checked.geometry.prefill_chunk.is_none() {
+        return Ok(());
+    }
+    let chunk_fault = opts.hypotheses.iter().find(|h| h.split('+').any(is_chunk_fault));
+    // 0 is a chunk too: the prompt in one chunk (see `one_chunk` in [`prepare`]).
+    let lacking = rows.iter().find(|r| r.prefill_chunk.or(params.geometry.prefill_chunk).is_none());
+    match (chunk_fault, lacking) {
+        (Some(h), Some(r)) => Err(Error::Input {
+            location: format!("{path}:{}", r.line),
+            message: format!(
+                "prefill_chunk is missing: candidate {h} needs every row's prefill chunk (a prefill_chunk column, or --prefill-chunk N for rows without one)"
+            ),
+        }),
+        _ => Ok(()),
+    }
 }
 
 /// Simulates every candidate of `opts.hypotheses` in the cells of `rows`
@@ -54,20 +82,7 @@ pub struct Prepared {
 pub fn prepare(params: &ScenarioParams, path: &str, rows: &[Observation], opts: &Options<'_>) -> Result<Prepared, Error> {
     let mut ok = BTreeMap::new();
     let checked = params_for_rows(params, rows);
-    // A chunk fault needs every row's chunk once any row has one.
-    if checked.geometry.prefill_chunk.is_some() {
-        let chunk_fault = opts.hypotheses.iter().find(|h| h.split('+').any(|p| p.trim() == "chunk-local"));
-        // 0 is a chunk too: the prompt in one chunk (see `one_chunk` below).
-        let lacking = rows.iter().find(|r| r.prefill_chunk.or(params.geometry.prefill_chunk).is_none());
-        if let (Some(h), Some(r)) = (chunk_fault, lacking) {
-            return Err(Error::Input {
-                location: format!("{path}:{}", r.line),
-                message: format!(
-                    "prefill_chunk is missing: candidate {h} needs every row's prefill chunk (a prefill_chunk column, or --prefill-chunk N for rows without one)"
-                ),
-            });
-        }
-    }
+    check_chunks(&checked, params, path, rows, opts)?;
     let params = &checked;
     let configs: Vec<String> = {
         let mut c: Vec<String> = rows.iter().map(|r| r.config.clone()).collect();
@@ -109,7 +124,7 @@ pub fn prepare(params: &ScenarioParams, path: &str, rows: &[Observation], opts: 
     // where one is planned, chunk 0 (the prompt in one chunk) is simulated
     // as one chunk longer than any prompt: the same rows are visible.
     let scenario_chunk = params.geometry.prefill_chunk.unwrap_or(0);
-    let chunk_planned = variants.iter().any(|v| v.split('+').any(|p| p.trim() == "chunk-local"));
+    let chunk_planned = variants.iter().any(|v| v.split('+').any(is_chunk_fault));
     let one_chunk = if chunk_planned { crate::config::MAX_CONTEXT } else { 0 };
     let mut by_chunk: BTreeMap<u64, Vec<(u64, f64, u64)>> = BTreeMap::new();
     for r in rows {
@@ -130,7 +145,13 @@ pub fn prepare(params: &ScenarioParams, path: &str, rows: &[Observation], opts: 
         reading: opts.reading,
         path: path.to_string(),
         after_selection,
+        gates: true,
     })
+}
+
+/// Whether a candidate's part needs each row's prefill chunk.
+fn is_chunk_fault(part: &str) -> bool {
+    matches!(part.trim(), "chunk-local" | "chunk-stale")
 }
 
 /// The prefill chunk row `r` is simulated with: its own, else the
@@ -179,6 +200,14 @@ pub(super) fn without_cache_layout(h: &str) -> String {
 }
 
 impl Prepared {
+    /// The same, ranking the candidates as named, without their
+    /// length-gated forms (what diagnose did before it tried them; the
+    /// recovery studies of fixed candidate sets).
+    pub fn without_gates(mut self) -> Self {
+        self.gates = false;
+        self
+    }
+
     /// The index of multiple 1 (the scenario's own needle), else the middle one.
     pub fn central(&self) -> usize {
         self.needle_multipliers.iter().position(|&m| m == 1.0).unwrap_or(self.needle_multipliers.len() / 2)
@@ -211,14 +240,29 @@ impl Prepared {
     /// candidate's likelihood is its profile likelihood over the needle
     /// multiples: the counts' likelihood at the multiple that fits it best.
     pub fn rank(&self, rows: &[Observation]) -> Result<(Vec<Ranked>, u64), Error> {
+        let every: Vec<usize> = (0..self.needle_multipliers.len()).collect();
+        self.rank_over(rows, &every)
+    }
+
+    /// As [`Self::rank`], with the needle fixed at the scenario's own
+    /// (multiple 1): how much of the answer hangs on the profiled needle.
+    pub fn rank_at_own_needle(&self, rows: &[Observation]) -> Result<(Vec<Ranked>, u64), Error> {
+        self.rank_over(rows, &[self.central()])
+    }
+
+    /// The ranking profiled over the needle multiples at indices `slots`
+    /// (which hold [`Self::central`]).
+    fn rank_over(&self, rows: &[Observation], slots: &[usize]) -> Result<(Vec<Ranked>, u64), Error> {
+        let central = self.central();
+        let at_central = slots.iter().position(|&j| j == central).unwrap_or(0);
         let mut ranked = Vec::new();
         let mut trials = 0;
         for (h, m) in &self.plan {
             let changed = rows.iter().filter(|r| m.get(&r.config).is_some_and(|v| *v != r.config)).count();
             let may_differ = repeats_may_differ(h);
-            let mut lls = Vec::with_capacity(self.needle_multipliers.len());
-            let mut recalls_at = Vec::with_capacity(self.needle_multipliers.len());
-            for j in 0..self.needle_multipliers.len() {
+            let mut lls = Vec::with_capacity(slots.len());
+            let mut recalls_at = Vec::with_capacity(slots.len());
+            for &j in slots {
                 let mut ll = 0.0;
                 let mut recalls = Vec::new();
                 for r in rows {
@@ -232,10 +276,9 @@ impl Prepared {
             }
             // On a tie the scenario's own needle is reported: the counts do
             // not prefer another multiple.
-            let central = self.central();
             let top = (0..lls.len()).max_by(|&a, &b| lls[a].total_cmp(&lls[b]).then(b.cmp(&a))).unwrap_or(0);
-            let best = if lls.get(central).is_some_and(|&c| c >= lls[top]) { central } else { top };
-            let needle_gain_log10 = lls.get(central).map_or(0.0, |&c| (lls[best] - c) / std::f64::consts::LN_10);
+            let best = if lls.get(at_central).is_some_and(|&c| c >= lls[top]) { at_central } else { top };
+            let needle_gain_log10 = lls.get(at_central).map_or(0.0, |&c| (lls[best] - c) / std::f64::consts::LN_10);
             ranked.push(Ranked {
                 hypothesis: h.clone(),
                 log_likelihood: lls[best],
@@ -244,18 +287,25 @@ impl Prepared {
                 rows_changed: changed,
                 recalls: recalls_at.swap_remove(best),
                 class: candidate_class(h),
-                needle_multiplier: self.needle_multipliers[best],
+                needle_multiplier: self.needle_multipliers[slots[best]],
                 needle_gain_log10,
                 loss: None,
+                gate: None,
             });
         }
+        let mut ranked = profile_bounds(ranked);
         if !self.after_selection.is_empty() {
             // Healthy's recalls, which an after-selection loss scales.
-            let healthy = (0..self.needle_multipliers.len())
-                .map(|j| rows.iter().map(|r| self.recall_at(HEALTHY, r, j).map(|(p, _)| p)).collect())
+            let healthy = slots
+                .iter()
+                .map(|&j| rows.iter().map(|r| self.recall_at(HEALTHY, r, j).map(|(p, _)| p)).collect())
                 .collect::<Result<Vec<Vec<f64>>, Error>>()?;
-            let (multiples, central) = (&self.needle_multipliers, self.central());
-            ranked.extend(rank_losses(rows, &self.after_selection, &healthy, trials, multiples, central, self.reading));
+            let multiples: Vec<f64> = slots.iter().map(|&j| self.needle_multipliers[j]).collect();
+            ranked.extend(rank_losses(rows, &self.after_selection, &healthy, trials, &multiples, at_central, self.reading));
+        }
+        if self.gates {
+            let recall_at = |h: &str, r: &Observation, j: usize| self.recall_at(h, r, j);
+            ranked.extend(super::gate::rank_gated(&self.plan, &self.needle_multipliers, &recall_at, rows, (slots, at_central))?);
         }
         Ok((rank(ranked), trials))
     }

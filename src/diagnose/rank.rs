@@ -46,6 +46,10 @@ pub struct Ranked {
     /// An after-selection loss's fitted value (None for every other candidate).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub loss: Option<Loss>,
+    /// A length-gated form's onset: the fault acts in prompts longer than
+    /// this many tokens (None for every other candidate).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gate: Option<u64>,
 }
 
 /// One class's standing: the candidates of a class pooled under a prior
@@ -127,6 +131,26 @@ pub fn rank(mut ranked: Vec<Ranked>) -> Vec<Ranked> {
     ranked
 }
 
+/// `ranked` with each bounded address-space hypothesis alone at several
+/// bounds kept at the bound that fits best (the first on a tie): its
+/// profile likelihood over the bound, as the needle's.
+pub(super) fn profile_bounds(ranked: Vec<Ranked>) -> Vec<Ranked> {
+    fn family(h: &str) -> Option<&str> {
+        let (bare, _) = h.split_once('=')?;
+        (super::candidates::BOUNDED.contains(&bare) && !h.contains('+')).then_some(bare)
+    }
+    let mut out: Vec<Ranked> = Vec::with_capacity(ranked.len());
+    for r in ranked {
+        let same = family(&r.hypothesis).and_then(|f| out.iter().position(|o| family(&o.hypothesis) == Some(f)));
+        match same {
+            Some(i) if r.log_likelihood > out[i].log_likelihood => out[i] = r,
+            Some(_) => {}
+            None => out.push(r),
+        }
+    }
+    out
+}
+
 /// The classes of a ranking (filled by [`rank`]), best first, under a
 /// prior uniform over the classes present and uniform within each.
 pub fn class_standings(ranking: &[Ranked]) -> Vec<ClassStanding> {
@@ -162,10 +186,13 @@ pub fn class_standings(ranking: &[Ranked]) -> Vec<ClassStanding> {
 }
 
 /// Each after-selection candidate of `names` ranked on the counts of `rows`
-/// (unsorted, posteriors unset): its likelihood profiled over its loss grid
-/// and the needle multiples, on `healthy`'s simulated recalls (per multiple
-/// of `multipliers`, per row; `trials` per cell). On a tie the multiple
-/// `central` (the scenario's own needle), as for the other candidates.
+/// (unsorted, posteriors unset), on `healthy`'s simulated recalls (per
+/// multiple of `multipliers`, per row; `trials` per cell). Its likelihood
+/// is marginal over its loss grid (a uniform prior on the grid: a fitted
+/// curve pays for the freedom a simulated fault does not have) and
+/// profiled over the needle multiples, as every candidate's is; the loss
+/// reported is the grid's best. On a tie the multiple `central` (the
+/// scenario's own needle), as for the other candidates.
 pub fn rank_losses(
     rows: &[Observation],
     names: &[String],
@@ -178,21 +205,22 @@ pub fn rank_losses(
     let mut out = Vec::new();
     for h in names {
         let grid = Loss::grid(h);
-        // The best loss at each multiple, and its log-likelihood.
+        // At each multiple: the marginal log-likelihood over the grid, and the best loss.
         let best_at: Vec<(f64, Loss)> = healthy
             .iter()
             .filter_map(|recalls| {
-                grid.iter()
+                let lls: Vec<(f64, Loss)> = grid
+                    .iter()
                     .map(|loss| {
                         let terms = rows.iter().zip(recalls);
-                        (
-                            terms
-                                .map(|(r, &p)| log_binomial(r.found, r.total, clamped(with_loss(p, loss, r, reading), trials)))
-                                .sum::<f64>(),
-                            *loss,
-                        )
+                        let ll = terms.map(|(r, &p)| log_binomial(r.found, r.total, clamped(with_loss(p, loss, r, reading), trials))).sum();
+                        (ll, *loss)
                     })
-                    .fold(None, |b: Option<(f64, Loss)>, x| if b.is_none_or(|b| x.0 > b.0) { Some(x) } else { b })
+                    .collect();
+                let (top, loss) =
+                    lls.iter().copied().fold(None, |b: Option<(f64, Loss)>, x| if b.is_none_or(|b| x.0 > b.0) { Some(x) } else { b })?;
+                let mean = lls.iter().map(|(ll, _)| (ll - top).exp()).sum::<f64>() / lls.len() as f64;
+                Some((top + mean.ln(), loss))
             })
             .collect();
         if best_at.len() != multipliers.len() || central >= best_at.len() {
@@ -212,6 +240,7 @@ pub fn rank_losses(
             needle_multiplier: multipliers[j],
             needle_gain_log10: (ll - best_at[central].0) / std::f64::consts::LN_10,
             loss: Some(loss),
+            gate: None,
         });
     }
     out

@@ -61,6 +61,7 @@ mod tests {
             query_position: None,
             healthy: None,
             prefill_chunk: None,
+            address_bound: None,
             prompt: prompt.map(str::to_string),
         }
     }

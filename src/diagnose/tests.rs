@@ -39,6 +39,7 @@ fn ranked(entries: &[(&str, f64)]) -> Vec<Ranked> {
                 needle_multiplier: 1.0,
                 needle_gain_log10: 0.0,
                 loss: None,
+                gate: None,
             })
             .collect(),
     )
@@ -218,10 +219,19 @@ fn two_sided_binomial_p() {
 
 #[test]
 fn needle_multipliers_parse() {
-    assert_eq!(parse_needle_multipliers("0.5, 1,2,1").unwrap(), [0.5, 1.0, 2.0]);
-    assert_eq!(parse_needle_multipliers("off").unwrap(), [1.0]);
+    let quantile = crate::config::resolve(crate::config::params::parse_scenario_toml("preset = \"deepseek-v4-flash\"\n").unwrap()).unwrap();
+    assert_eq!(parse_needle_multipliers("0.5, 1,2,1", &quantile).unwrap(), [0.5, 1.0, 2.0]);
+    assert_eq!(parse_needle_multipliers("off", &quantile).unwrap(), [1.0]);
+    // auto: the quantile needle's wide grid, cut where the exceedance would pass 0.5.
+    assert_eq!(parse_needle_multipliers("auto", &quantile).unwrap(), EXCEEDANCE_MULTIPLIERS);
+    let mut rare = quantile.clone();
+    rare.needle.exceedance = Some(0.01);
+    assert_eq!(parse_needle_multipliers("auto", &rare).unwrap(), [0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0]);
+    let mut strength = quantile.clone();
+    strength.needle.unit = Some("strength".into());
+    assert_eq!(parse_needle_multipliers("auto", &strength).unwrap(), NUISANCE_MULTIPLIERS);
     for bad in ["", "0", "-1", "x", "nan", "inf"] {
-        let e = parse_needle_multipliers(bad).unwrap_err().to_string();
+        let e = parse_needle_multipliers(bad, &quantile).unwrap_err().to_string();
         assert!(e.contains("--needle-multipliers"), "{bad}: {e}");
     }
 }
@@ -288,6 +298,7 @@ fn few_prompts_a_row_are_weak_evidence() {
         query_position: None,
         healthy: None,
         prefill_chunk: None,
+        address_bound: None,
         prompt: None,
     };
     let note = weak_evidence(&[row(1), row(1), row(20)]).unwrap();
@@ -331,4 +342,35 @@ fn cache_layout_parts_are_left_out_and_qualifiers_go_with_them() {
     assert_eq!(without_cache_layout("zero-blocks=0.5+longer-than=8K"), "");
     assert_eq!(without_cache_layout("hadamard-q-only+layers=0..3"), "hadamard-q-only+layers=0..3");
     assert_eq!(without_cache_layout(HEALTHY), HEALTHY);
+}
+
+#[test]
+fn address_bounds_come_from_the_contexts_or_the_rows_and_are_profiled() {
+    // The observed contexts but the longest, at most 3, spread over them.
+    assert_eq!(address_bounds(&[8192, 4096, 8192]), [4096]);
+    assert_eq!(address_bounds(&[1913, 3611, 5294, 7003, 10411, 12061]), [1913, 5294, 10411]);
+    assert!(address_bounds(&[4096]).is_empty());
+    let csv = |bound: &str| {
+        format!("context_tokens,depth_percent,topk,config,found,total,address_bound\n4K,50,512,fp8,1,2,{bound}\n16K,50,512,fp8,0,2,\n")
+    };
+    let rows = |bound: &str| observations::parse("t.csv", &csv(bound), &|_| Ok(())).unwrap().rows;
+    let grid = with_address_bounds("all", vec![HEALTHY.into()], &rows(""));
+    assert_eq!(grid.len(), 1 + super::candidates::BOUNDED.len());
+    assert!(grid.contains(&"visible-cap=4096".into()) && grid.contains(&"workspace-clamp=4096".into()));
+    // A stated bound replaces the contexts'; without `all` nothing is added.
+    let stated = with_address_bounds("all", vec![], &rows("52480"));
+    assert!(stated.contains(&"block0-repeat=52480".into()) && !stated.iter().any(|h| h.ends_with("=4096")));
+    assert!(with_address_bounds("slot-shift", vec![], &rows("")).is_empty());
+    // Each bounded hypothesis is ranked at its best bound; composites and
+    // other parametrized entries are left alone.
+    let profiled = super::rank::profile_bounds(ranked(&[
+        ("visible-cap=4096", -9.0),
+        ("visible-cap=8192", -5.0),
+        ("block0-repeat=4096", -7.0),
+        ("topk=1024", -6.0),
+        ("topk=2048", -6.5),
+        ("visible-cap=4096+ties-lowest", -8.0),
+    ]));
+    let names: Vec<&str> = profiled.iter().map(|r| r.hypothesis.as_str()).collect();
+    assert_eq!(names, ["visible-cap=8192", "topk=1024", "topk=2048", "block0-repeat=4096", "visible-cap=4096+ties-lowest"]);
 }

@@ -161,6 +161,9 @@ fn push_classes_and_verdict(d: &Diagnosis, out: &mut String) {
     for c in verdict_classes(&d.verdict, &d.classes) {
         out.push_str(&format!("  {c}: {}\n", c.meaning()));
     }
+    if let Some(n) = &d.needle_dependence {
+        out.push_str(&format!("needle: {n}\n"));
+    }
     if !d.not_applicable.is_empty() {
         out.push_str(&format!("not applicable to any observed configuration (same as healthy): {}\n", d.not_applicable.join(", ")));
     }

@@ -71,7 +71,8 @@ pub fn cells<'a>(spec: &'a TrialSpec<'a>) -> impl Iterator<Item = GridCell<'a>> 
                     topk,
                     variant,
                     placement: placement.clone(),
-                    candidates: candidates - spec.hidden_rows(variant, context).min(candidates),
+                    candidates: (spec.candidate_end(variant, candidates as usize) as u64)
+                        .saturating_sub(spec.hidden_rows(variant, context)),
                 })
             })
         })

@@ -4,8 +4,8 @@
 //! ("Generative model"). In short, for one trial:
 //!
 //! * queries `q_h ~ N(0, I_d)` for each of the H heads;
-//! * head weights `w_h ~ N(μ_w, σ_w)`, signed, except that the heads that look
-//!   for the needle take `|w_h|`;
+//! * head weights `w_h = μ_w + σ_w·z_h`, `z_h ~ N(0, 1)`, signed, except that
+//!   the heads that look for the needle take `σ_w·|z_h|` (`|w_h|` at μ_w = 0);
 //! * a haystack key `k = a·u + σ ⊙ z`, `z ~ N(0, I_d)`, with a common unit
 //!   direction `u` shared by every row of the trial, `a = common·‖σ‖`, and
 //!   `σ_j = outlier_scale` on the outlier channels, 1 elsewhere;
@@ -17,7 +17,7 @@ use crate::base::rng::{self, tag};
 use crate::error::SimError;
 use crate::model::needle::NeedleUnit;
 use rand::Rng;
-use rand_distr::{Distribution, Normal, StandardNormal};
+use rand_distr::{Normal, StandardNormal};
 use serde::{Deserialize, Serialize};
 
 /// Indexer dimensions.
@@ -256,12 +256,15 @@ impl TrialHaystack {
             Normal::new(model.weight_mean, model.weight_std).map_err(|e| SimError::Model(format!("head weight distribution: {e}")))?;
         let weights: Vec<f32> = (0..heads)
             .map(|h| {
-                let w = weight_dist.sample(&mut rng);
-                // A head that looks for the needle must vote for it.
+                let z: f64 = rng.sample(StandardNormal);
+                // A head that looks for the needle must vote for it: σ_w·|z|.
+                // The mean is the other heads' net vote against the bulk of
+                // rows (docs/MODEL.md, "Generative model"), so it does not
+                // enlarge the looking heads' votes. At μ_w = 0 this is |w|.
                 if h < model.needle_heads {
-                    w.abs() as f32
+                    (model.weight_std * z.abs()) as f32
                 } else {
-                    w as f32
+                    weight_dist.from_zscore(z) as f32
                 }
             })
             .collect();

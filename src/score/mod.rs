@@ -3,6 +3,7 @@
 //! the hypothesis catalogue ([`variant`], [`hypothesis`]), and one trial of a
 //! haystack group through all of them ([`trial`]).
 
+pub mod address;
 pub mod hypothesis;
 pub mod indexer;
 pub mod needle;

@@ -5,6 +5,7 @@
 use crate::error::SimError;
 use crate::numerics::key_cache::KeyCacheFaults;
 use crate::numerics::pipeline::{QuantPipeline, QuantizedRows, ScoreNumerics};
+use crate::score::address::AddressFault;
 use crate::score::selection::SelectionOverride;
 use serde::{Deserialize, Serialize};
 
@@ -186,6 +187,11 @@ pub struct PrecisionVariant {
     /// (`longer-than=T`); shorter prompts run its base. 0: in every prompt.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub longer_than: u64,
+    /// Which rows the indexer's addresses reach (`visible-cap=P`,
+    /// `block0-repeat=S`, …): acts on the assembled scores at selection,
+    /// so the variant's scores are its base's.
+    #[serde(default, skip_serializing_if = "AddressFault::is_none")]
+    pub address: AddressFault,
 }
 
 fn is_zero(x: &u64) -> bool {
@@ -232,6 +238,7 @@ impl PrecisionVariant {
             chunk: ChunkVisibility::All,
             needle_multiple: 1.0,
             longer_than: 0,
+            address: AddressFault::None,
         }
     }
 
@@ -245,6 +252,7 @@ impl PrecisionVariant {
             && self.chunk.is_all()
             && self.needle_multiple == 1.0
             && self.longer_than == 0
+            && self.address.is_none()
     }
 
     /// The variant its name starts from (`fp8` of `fp8+row-shift`): what a

@@ -1,10 +1,10 @@
 //! The catalogue: every group's entries in one list, and lookups in it.
 
 use super::entry::{HypothesisInfo, Role};
-use super::{after, cache, numerics, position, selection};
+use super::{address, after, cache, numerics, position, selection};
 
 /// The entries of every group, one after another.
-const fn concat<const N: usize>(groups: [&[HypothesisInfo]; 5]) -> [HypothesisInfo; N] {
+const fn concat<const N: usize>(groups: [&[HypothesisInfo]; 6]) -> [HypothesisInfo; N] {
     let mut out = [groups[0][0]; N];
     let (mut g, mut at) = (0, 0);
     while g < groups.len() {
@@ -19,9 +19,14 @@ const fn concat<const N: usize>(groups: [&[HypothesisInfo]; 5]) -> [HypothesisIn
     out
 }
 
-const GROUPS: [&[HypothesisInfo]; 5] = [numerics::ENTRIES, cache::ENTRIES, selection::ENTRIES, position::ENTRIES, after::ENTRIES];
-const COUNT: usize =
-    numerics::ENTRIES.len() + cache::ENTRIES.len() + selection::ENTRIES.len() + position::ENTRIES.len() + after::ENTRIES.len();
+const GROUPS: [&[HypothesisInfo]; 6] =
+    [numerics::ENTRIES, cache::ENTRIES, selection::ENTRIES, position::ENTRIES, address::ENTRIES, after::ENTRIES];
+const COUNT: usize = numerics::ENTRIES.len()
+    + cache::ENTRIES.len()
+    + selection::ENTRIES.len()
+    + position::ENTRIES.len()
+    + address::ENTRIES.len()
+    + after::ENTRIES.len();
 const ALL_ENTRIES: [HypothesisInfo; COUNT] = concat(GROUPS);
 
 /// Every hypothesis, in listing order (group by group).

@@ -157,6 +157,23 @@ fn group_heading(g: Group) -> (&'static str, &'static str) {
 rotates the query (`rope-swap-q`) or the keys (`rope-swap-k`) of that variant
 with the other pairing, every other variant with the model's."#,
         ),
+        Group::AddressSpace => (
+            "Address space",
+            r#"These set `PrecisionVariant::address` (`AddressFault` in
+`src/score/address.rs`): a compressed or pooled indexer whose addresses do
+not reach every row it scores. Each acts on the scores the indexer
+assembles before its top-k, from a bound set by an absolute position or the
+deployment's geometry (block-table width, slot capacity, workspace size,
+prefill chunk), so its onset moves with that bound, not with k or depth;
+a prompt the bound does not reach is the base's, cell for cell. The
+scores are the base's (shared with it), any key format is hit alike, and
+they act in every layer (not with `layers=SET`, `layer-share=F` or
+`chunk-local`; one at a time). `diagnose` names the parameterless ones
+with `all` and profiles each bounded one over a few bounds taken from the
+observed contexts ([OBSERVATIONS.md, "What `diagnose` computes"](OBSERVATIONS.md#what-diagnose-computes)).
+Not modelled by the prediction or tail sampling (refused there, as
+`chunk-local` is)."#,
+        ),
         Group::AfterSelection => (
             "After the selection: losses that are not the indexer's",
             r#"These change nothing the indexer computes: the selection is a healthy

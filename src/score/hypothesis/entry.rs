@@ -11,13 +11,16 @@ pub enum Group {
     CacheLayout,
     Selection,
     Position,
+    /// Which rows the indexer's addresses reach (a bound set by position or geometry).
+    AddressSpace,
     /// After the selection: the answer lost where the indexer is not involved.
     AfterSelection,
 }
 
 impl Group {
     /// In the order of the catalogue and of docs/HYPOTHESES.md.
-    pub const ALL: [Group; 5] = [Group::Numerics, Group::CacheLayout, Group::Selection, Group::Position, Group::AfterSelection];
+    pub const ALL: [Group; 6] =
+        [Group::Numerics, Group::CacheLayout, Group::Selection, Group::Position, Group::AddressSpace, Group::AfterSelection];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -25,6 +28,7 @@ impl Group {
             Group::CacheLayout => "cache-layout",
             Group::Selection => "selection",
             Group::Position => "position",
+            Group::AddressSpace => "address-space",
             Group::AfterSelection => "after-selection",
         }
     }
@@ -55,6 +59,10 @@ pub enum FaultClass {
     /// The cache's writer and reader disagree about where codes and scales
     /// live, or which rows are read.
     Layout,
+    /// The indexer's addresses do not reach every row: rows past a bound
+    /// set by position or the deployment's geometry are dropped, zero or
+    /// read from other rows.
+    AddressSpace,
     /// The fault acts in some indexer layers only.
     LayerSubset,
     /// Chunked prefill hides rows from the indexer.
@@ -65,12 +73,13 @@ pub enum FaultClass {
 }
 
 impl FaultClass {
-    pub const ALL: [FaultClass; 8] = [
+    pub const ALL: [FaultClass; 9] = [
         FaultClass::Healthy,
         FaultClass::RandomLoss,
         FaultClass::IndexTies,
         FaultClass::Partial,
         FaultClass::Layout,
+        FaultClass::AddressSpace,
         FaultClass::LayerSubset,
         FaultClass::Schedule,
         FaultClass::NotSelection,
@@ -83,6 +92,7 @@ impl FaultClass {
             FaultClass::IndexTies => "index-ties",
             FaultClass::Partial => "partial",
             FaultClass::Layout => "layout",
+            FaultClass::AddressSpace => "address-space",
             FaultClass::LayerSubset => "layer-subset",
             FaultClass::Schedule => "schedule",
             FaultClass::NotSelection => "not-selection",
@@ -97,6 +107,7 @@ impl FaultClass {
             FaultClass::IndexTies => "information destroyed, ties in row-index order",
             FaultClass::Partial => "information partly kept",
             FaultClass::Layout => "cache writer and reader disagree",
+            FaultClass::AddressSpace => "rows past an address bound dropped or misread",
             FaultClass::LayerSubset => "a fault in some layers only",
             FaultClass::Schedule => "chunked prefill hides or garbles rows",
             FaultClass::NotSelection => "selection healthy, the answer lost after it",
@@ -123,6 +134,9 @@ impl FaultClass {
             FaultClass::Layout => {
                 "the cache's writer and reader disagree on where key bytes or scales sit, so the indexer scores other keys than were written: recall collapses beyond the rows the mix-up leaves intact"
             }
+            FaultClass::AddressSpace => {
+                "the indexer cannot address every row of its cache: past a bound set by the deployment's geometry (block-table width, slot capacity, workspace size) rows are dropped, read as zeros or read from other rows, so the needle is lost past an absolute position, whatever k"
+            }
             FaultClass::LayerSubset => {
                 "the fault acts in some indexer layers only and the others still select correctly, so whole-model recall falls less than one faulty layer's"
             }
@@ -141,12 +155,13 @@ impl FaultClass {
             FaultClass::Healthy => 0,
             FaultClass::Partial => 1,
             FaultClass::Layout => 2,
-            FaultClass::Schedule => 3,
-            FaultClass::RandomLoss => 4,
-            FaultClass::IndexTies => 5,
-            FaultClass::LayerSubset => 6,
+            FaultClass::AddressSpace => 3,
+            FaultClass::Schedule => 4,
+            FaultClass::RandomLoss => 5,
+            FaultClass::IndexTies => 6,
+            FaultClass::LayerSubset => 7,
             // Never composed (an after-selection loss stands alone).
-            FaultClass::NotSelection => 7,
+            FaultClass::NotSelection => 8,
         }
     }
 }

@@ -6,11 +6,12 @@
 //! unchanged.
 //!
 //! Each hypothesis is one [`HypothesisInfo`] entry in the file of its group
-//! (`numerics`, `cache`, `selection`, `position`): its name, class, the
+//! (`numerics`, `cache`, `selection`, `position`, `address`, `after`): its name, class, the
 //! setting it decides, how its value is read, how it changes a variant and
 //! its long documentation. The listing, `hypotheses show`, Python and
 //! docs/HYPOTHESES.md ([`markdown`]) are all derived from the entries.
 
+mod address;
 mod after;
 mod cache;
 mod catalogue;

@@ -159,6 +159,9 @@ does not)."#,
         role: Role::None,
         parse: None,
         apply: |_, v| {
+            if !v.address.is_none() {
+                return Err(format!("{} already has an address fault: chunk-local not with it", v.name));
+            }
             v.chunk = ChunkVisibility::OwnChunk;
             Ok(())
         },
@@ -252,7 +255,9 @@ its base, the name before the first `+`: it takes the base's outcome in
 every cell, trial by trial, on the same haystacks
 (`TrialSpec::gate_by_length`); in longer contexts its other hypotheses act
 as written. It says *when* a fault acts, not *what* it does: the content is
-the other hypotheses'. The base must be in the same sweep (refused with one
+the other hypotheses'. `diagnose` tries the gated form of every fault by
+itself where the rows have two or more prompt lengths, T marginal over the
+observed lengths (OBSERVATIONS.md, "Gated forms"). The base must be in the same sweep (refused with one
 line otherwise), as must the full estimator (tail sampling and the
 prediction refuse it, as they refuse row-shift); not with `needle=M`.
 **Stands for:** the stale sub-chunk gather of vllm-project/vllm #40018

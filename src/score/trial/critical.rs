@@ -13,6 +13,7 @@ use super::place::Placer;
 use super::spec::{Case, CasePatches, NeedleOutcome, TrialSpec};
 use crate::base::rng::{self, tag};
 use crate::error::SimError;
+use crate::score::address::AddressFault;
 use crate::score::needle::{NeedleSolve, MAX_SCALE};
 use crate::score::selection::{best_needle, coarse_score, tied_ahead_of_best, NanOrder, TieRule};
 use std::cmp::Ordering;
@@ -42,12 +43,19 @@ struct View {
     coarse: Option<u32>,
     nan: NanOrder,
     rule: TieRule,
+    /// With an address fault: the scores before it acts, and how it acts
+    /// (the fault, tokens a row, the query's chunk's first row); the needle
+    /// is then judged on the whole assembled row ([`View::kept_full`]).
+    unaddressed: Option<(Vec<f32>, AddressFault, u64, usize)>,
 }
 
 impl View {
     /// Whether needle rows scoring `needle` (visible row, score) are kept at
     /// `k_eff`, as [`TrialSpec::judge_variant`] decides.
     fn kept(&self, needle: &[(usize, f32)], k_eff: usize, priority: impl Fn(usize) -> u64 + Copy) -> bool {
+        if self.unaddressed.is_some() {
+            return self.kept_full(needle, k_eff, priority);
+        }
         let Some(best) =
             needle.iter().map(|&(_, s)| s).reduce(|a, b| if self.nan.compare(b, a, |x, y| x.total_cmp(&y)).is_gt() { b } else { a })
         else {
@@ -85,9 +93,12 @@ impl View {
 
     /// [`Self::kept`] over every row, for a tie the short list cannot settle.
     fn kept_full(&self, needle: &[(usize, f32)], k_eff: usize, priority: impl Fn(usize) -> u64 + Copy) -> bool {
-        let mut scores = self.visible.clone();
+        let mut scores = self.unaddressed.as_ref().map_or_else(|| self.visible.clone(), |u| u.0.clone());
         for &(row, s) in needle {
             scores[row] = s;
+        }
+        if let Some(read) = self.unaddressed.as_ref().and_then(|&(_, a, ratio, first)| a.read_scores(&scores, ratio, first)) {
+            scores = read;
         }
         let Some((best, t)) = best_needle(&scores, self.skip.clone(), self.nan) else { return false };
         let tied = tied_ahead_of_best(&scores, self.skip.clone(), best, &t, self.rule, priority);
@@ -107,8 +118,14 @@ impl TrialSpec<'_> {
             all.iter_mut().for_each(|x| *x = coarse_score(*x, bits));
         }
         let first = self.first_candidate_row(v, case.ci).min(case.candidates);
+        let end = self.candidate_end(&self.variants[v], case.candidates).max(first);
+        all.truncate(end);
+        let unaddressed = self.addressed_scores(v, case.ci, &all).map(|read| {
+            let chunk_first = self.geometry.chunk_first_row(self.contexts[case.ci], self.prefill_chunk) as usize;
+            (std::mem::replace(&mut all, read), self.variants[v].address, self.geometry.ratio, chunk_first)
+        });
         let visible = all.split_off(first);
-        let clip = |r: u64| (r as usize).clamp(first, case.candidates) - first;
+        let clip = |r: u64| (r as usize).clamp(first, end) - first;
         let skip = clip(case.placement.rows.start)..clip(case.placement.rows.end).max(clip(case.placement.rows.start));
         let nan = sel.nan_order;
         let mut top: Vec<(f32, u32)> = visible.iter().enumerate().filter(|(i, _)| !skip.contains(i)).map(|(i, &s)| (s, i as u32)).collect();
@@ -120,7 +137,7 @@ impl TrialSpec<'_> {
             top.truncate(keep);
         }
         top.sort_unstable_by(order);
-        View { visible, first, skip, top, competitors, coarse: sel.coarse_bits, nan, rule: sel.tie_rule_for(self.tie_rule) }
+        View { visible, first, skip, top, competitors, coarse: sel.coarse_bits, nan, rule: sel.tie_rule_for(self.tie_rule), unaddressed }
     }
 
     /// Sets every cell's [`NeedleOutcome::keep_below`]: with the needle in

@@ -95,9 +95,13 @@ impl TrialSpec<'_> {
         // the candidates are rows `first …` of `visible`, renumbered from 0
         // (tie priorities keep each row's own number).
         let first = self.first_candidate_row(v, ci).min(case.candidates);
-        let visible = &visible[first..];
-        let candidates = case.candidates - first;
-        let clip = |r: u64| (r as usize).clamp(first, case.candidates) - first;
+        // An address fault cuts the rows past its bound off, or reads
+        // other rows' scores in their place (`crate::score::address`).
+        let end = self.candidate_end(&self.variants[v], case.candidates).max(first);
+        let addressed = self.addressed_scores(v, ci, &visible[..end]);
+        let visible = &addressed.as_deref().unwrap_or(&visible[..end])[first..];
+        let candidates = end - first;
+        let clip = |r: u64| (r as usize).clamp(first, end) - first;
         let skip = clip(placement.rows.start)..clip(placement.rows.end).max(clip(placement.rows.start));
         let priority = |row: usize| rng::derive(trial_seed, &[tag::TIE, (row + first) as u64]);
         // What this variant's engine selects with (hypotheses may change it).
@@ -164,6 +168,23 @@ impl TrialSpec<'_> {
         }
     }
 
+    /// The first of `candidates` rows that variant `variant` cannot
+    /// address (`candidates` unless a visible-range cap cuts them off).
+    pub fn candidate_end(&self, variant: &PrecisionVariant, candidates: usize) -> usize {
+        variant.address.candidate_end(candidates, self.geometry.ratio)
+    }
+
+    /// Variant `v`'s scores `scores` (rows 0 …) in context `ci` as its
+    /// address fault assembles them; None when they are as given.
+    pub(super) fn addressed_scores(&self, v: usize, ci: usize, scores: &[f32]) -> Option<Vec<f32>> {
+        let address = self.variants[v].address;
+        if address.is_none() {
+            return None;
+        }
+        let chunk_first = self.geometry.chunk_first_row(self.contexts[ci], self.prefill_chunk) as usize;
+        address.read_scores(scores, self.geometry.ratio, chunk_first)
+    }
+
     /// Selection fidelity of every variant against the reference `r` in
     /// `case`: the share of r's top-k_eff rows each also selects, and the
     /// Jaccard overlap.
@@ -178,8 +199,10 @@ impl TrialSpec<'_> {
     ) {
         let k_effs: Vec<usize> = self.topks.iter().map(|&k| (k as usize).min(case.candidates)).collect();
         // A variant with hidden rows selects from fewer rows than the
-        // reference: its fidelity is left out (None), not compared.
-        for v in (0..self.variants.len()).filter(|&v| v != r && self.variants[v].chunk.is_all()) {
+        // reference, one with an address fault from other rows' scores:
+        // its fidelity is left out (None), not compared.
+        let in_place = |v: &PrecisionVariant| v.chunk.is_all() && v.address.is_none();
+        for v in (0..self.variants.len()).filter(|&v| v != r && in_place(&self.variants[v])) {
             for (ki, &k_eff) in k_effs.iter().enumerate().filter(|(_, &k)| k > 0) {
                 let (nan_r, nan_v) = (self.variants[r].selection.nan_order, self.variants[v].selection.nan_order);
                 let both = selection_overlap_with(assembled[r], assembled[v], tie_keys, k_eff, row_order, nan_r, nan_v);

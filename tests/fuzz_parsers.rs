@@ -71,6 +71,7 @@ fn key() -> impl Strategy<Value = (&'static str, &'static str)> {
         ("stack", "token_correlation"),
         ("stack", "early_layers"),
         ("stack", "early_token_correlation"),
+        ("stack", "fault_token_correlation"),
         ("stack", "question_tokens"),
         ("stack", "answer_tokens"),
         ("stack", "quorum"),

@@ -332,14 +332,15 @@ fn the_new_presets_describe_their_plans() {
     }
 }
 
-/// The decode-step overlap (docs/MODEL.md, "Per-layer profiles"): unwritten
-/// key scales with random ties select rows at random, so each query token
-/// keeps the needle by chance; the measured ρ_T (overlap 0.425 of V3.2's
-/// top-2048) lets the 20 query tokens rescue it far more often than the
-/// asserted 0.95 (ρ_T 0.998), which stays as the band's end. bf16 follows
-/// the exact reference and does not move.
+/// A fault's token correlation (docs/MODEL.md, "A fault's token
+/// correlation"): unwritten key scales with random ties select rows at
+/// random, so each query token keeps the needle by chance. Its tokens read
+/// ρ_F (0.998), not the measured ρ_T: the old default (ρ_T 0.998 for every
+/// latent) gives the fault the same bits, and ρ_F = ρ_T (0.7791, the fault
+/// churning as healthy selections do) lets the 20 query tokens rescue it
+/// far more often. bf16 has no fault part and does not move with ρ_F.
 #[test]
-fn the_measured_decode_step_overlap_lets_query_tokens_rescue_a_random_fault() {
+fn a_fault_s_query_tokens_take_the_fault_token_correlation() {
     let run = |token: &str| {
         let s = scenario(&format!(
             "[stack]\n{token}[sweep]\ncontexts = \"16K\"\ndepths = \"50\"\ntopk = \"512\"\n\
@@ -347,16 +348,18 @@ fn the_measured_decode_step_overlap_lets_query_tokens_rescue_a_random_fault() {
         ));
         run_sweep(&s, &|| {}).unwrap().cells
     };
-    let (new, old) = (run(""), run("token_correlation = 0.998\n"));
-    for (a, b) in new.iter().zip(&old) {
+    let (default, churning, old) = (run(""), run("fault_token_correlation = 0.7791\n"), run("token_correlation = 0.998\n"));
+    for (a, b) in default.iter().zip(&churning).chain(default.iter().zip(&old)) {
         assert_eq!((a.survived, a.mean_rank), (b.survived, b.mean_rank), "per-layer numbers do not read the stack");
     }
-    assert_eq!(new[0].model_survived, old[0].model_survived, "bf16");
-    let (fault_new, fault_old) = (&new[1], &old[1]);
-    let (_, old_high) = wilson_interval(fault_old.model_survived.unwrap(), fault_old.trials, Z999);
-    let (new_low, _) = wilson_interval(fault_new.model_survived.unwrap(), fault_new.trials, Z999);
-    assert!(old_high < new_low, "old {:?} vs new {:?}", fault_old.model_recall, fault_new.model_recall);
-    // The band's "share more" end reads ρ_T 0.998 again: at most the old default.
-    let (low, high) = (fault_new.model_band_low.unwrap(), fault_new.model_band_high.unwrap());
-    assert!(low <= fault_old.model_recall.unwrap() + 1e-12 && high >= fault_new.model_recall.unwrap(), "band {low}–{high}");
+    assert_eq!(default[0].model_survived, churning[0].model_survived, "bf16 has no fault part");
+    assert_eq!(default[1].model_survived, old[1].model_survived, "a fault's tokens read ρ_F, not ρ_T");
+    let (fault, fault_churning) = (&default[1], &churning[1]);
+    let (_, high) = wilson_interval(fault.model_survived.unwrap(), fault.trials, Z999);
+    let (churning_low, _) = wilson_interval(fault_churning.model_survived.unwrap(), fault_churning.trials, Z999);
+    assert!(high < churning_low, "ρ_F 0.998 {:?} vs ρ_F = ρ_T {:?}", fault.model_recall, fault_churning.model_recall);
+    // The band's "share less" end takes ρ_F = ρ_T: it reaches the churning reading.
+    let (low, band_high) = (fault.model_band_low.unwrap(), fault.model_band_high.unwrap());
+    let recall = fault.model_recall.unwrap();
+    assert!(low <= recall && band_high >= fault_churning.model_recall.unwrap(), "band {low}–{band_high}, recall {recall}");
 }

@@ -403,6 +403,12 @@ section! {
             "R",
             "Latent correlation of a row's selection for adjacent query tokens in the early layers (0 … 0.9999)"
         ),
+        /// A fault's own part of the latent, every layer (left out: 0.998).
+        fault_token_correlation: f64 = flag(
+            "--fault-token-correlation",
+            "R",
+            "Latent correlation of a fault's own part of a layer's selection for adjacent query tokens, every layer (0 … 0.9999; default 0.998)"
+        ),
         question_tokens: u64 = flag("--question-tokens", "N", "Question tokens whose selections may read the needle (prefill)"),
         answer_tokens: u64 = flag("--answer-tokens", "N", "First answer tokens whose selections may read the needle (decode)"),
         quorum: u64 = flag("--quorum", "N", "Selecting layers (indexer layers and those reusing their selections) that must select the needle for the model to retrieve it"),

@@ -108,6 +108,11 @@ impl FaultSpreadChoice {
     }
 }
 
+/// `stack.fault_token_correlation` where a scenario leaves it out, and in
+/// every preset: an **assumption** fitted to the verdicts of the shipped
+/// incidents (docs/MODEL.md, "A fault's token correlation").
+pub const DEFAULT_FAULT_TOKEN_CORRELATION: f64 = 0.998;
+
 /// The whole model a cell's recall is read through: its layers, how alike
 /// its layers and query tokens select, and what counts as retrieved.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -127,6 +132,10 @@ pub struct WholeModel {
     /// `early_token_correlation` instead (0 early layers: one profile).
     pub early_layers: u64,
     pub early_token_correlation: f64,
+    /// Latent correlation, between adjacent query tokens, of a fault's own
+    /// part of a layer's latent (docs/MODEL.md, "A fault's token
+    /// correlation"): every layer, early or not.
+    pub fault_token_correlation: f64,
     /// Question tokens (prefill) and first answer tokens (decode) whose
     /// selections may read the needle.
     pub question_tokens: u64,
@@ -183,6 +192,10 @@ struct WholeModelRecord {
     early_layers: u64,
     #[serde(default, skip_serializing_if = "is_zero_f64")]
     early_token_correlation: f64,
+    /// Absent from manifests written before it: their faults' tokens took
+    /// token_correlation.
+    #[serde(default)]
+    fault_token_correlation: Option<f64>,
     question_tokens: u64,
     answer_tokens: u64,
     quorum: u64,
@@ -214,6 +227,7 @@ impl From<WholeModel> for WholeModelRecord {
             token_correlation: w.token_correlation,
             early_layers: w.early_layers,
             early_token_correlation: w.early_token_correlation,
+            fault_token_correlation: Some(w.fault_token_correlation),
             question_tokens: w.question_tokens,
             answer_tokens: w.answer_tokens,
             quorum: w.quorum,
@@ -243,6 +257,7 @@ impl TryFrom<WholeModelRecord> for WholeModel {
             token_correlation: r.token_correlation,
             early_layers: r.early_layers,
             early_token_correlation: r.early_token_correlation,
+            fault_token_correlation: r.fault_token_correlation.unwrap_or(r.token_correlation),
             question_tokens: r.question_tokens,
             answer_tokens: r.answer_tokens,
             quorum: r.quorum,
@@ -552,6 +567,7 @@ mod tests {
             token_correlation: 0.98,
             early_layers: 0,
             early_token_correlation: 0.0,
+            fault_token_correlation: DEFAULT_FAULT_TOKEN_CORRELATION,
             question_tokens: 16,
             answer_tokens: 4,
             quorum: 1,

@@ -20,7 +20,9 @@
 //!    the same fp32 cells: trials/s and our ratio to it;
 //! 6. a 1M-token V4-Flash cell of 200 trials in tail mode under the default
 //!    (quantile) needle, beside a 64K one in tail mode and full simulation
-//!    (`-- tail` alone).
+//!    (`-- tail` alone);
+//! 7. the needle margin's cost: the main job with the margin off and on
+//!    (`-- margin` alone; 3 rounds even when quick).
 //!
 //! Repetitions are interleaved (every configuration once per round), so
 //! load from elsewhere on the machine hits all of them alike; medians are
@@ -93,12 +95,16 @@ fn main() {
     }
     let quick = std::env::var_os("DSA_BENCH_QUICK").is_some();
     let rounds = if quick { 1 } else { 3 };
-    // `cargo bench --bench trial -- plans` runs section 1e alone, `-- tail` section 6.
+    // `cargo bench --bench trial -- plans` runs section 1e alone, `-- tail`
+    // section 6, `-- margin` section 7.
     if std::env::args().any(|a| a == "plans") {
         return plans(rounds);
     }
     if std::env::args().any(|a| a == "tail") {
         return tail_cells(rounds);
+    }
+    if std::env::args().any(|a| a == "margin") {
+        return margin_cost(rounds.max(3));
     }
 
     // 1. Trials.
@@ -359,6 +365,29 @@ fn tail_cells(rounds: usize) {
     for ((label, _), t) in cases.iter().zip(times) {
         println!("{label:>10}: {:.2} s (median of {rounds})", median(t));
     }
+}
+
+/// Section 7, the needle margin's cost: the README's main job (the default
+/// preset and grid, 200 trials, 1 thread) with the margin off and on,
+/// interleaved (target: on ≤ 1.2× off).
+fn margin_cost(rounds: usize) {
+    let job = |on: bool| scenario(&format!("[sweep]\ntrials = 200\n[estimator]\nmargin = {on}\n"));
+    let cases = [("margin off", job(false)), ("margin on", job(true))];
+    let one = pool(1);
+    let mut times = vec![Vec::new(); cases.len()];
+    for _ in 0..rounds {
+        for (t, (_, s)) in times.iter_mut().zip(&cases) {
+            t.push(time(|| {
+                one.install(|| run_sweep(s, &|| {})).expect("sweep");
+            }));
+        }
+    }
+    println!("\n## the needle margin's cost (main job, 200 trials, 1 thread; median of {rounds} interleaved rounds)");
+    let medians: Vec<f64> = times.into_iter().map(median).collect();
+    for ((label, _), m) in cases.iter().zip(&medians) {
+        println!("{label:>10}: {m:.2} s");
+    }
+    println!("  on / off: {:.3}× (target ≤ 1.2×)", medians[1] / medians[0]);
 }
 
 /// 1e. A whole-model trial of each layer-plan preset (mixed ratios, reused

@@ -176,18 +176,28 @@ impl TrialSpec<'_> {
                 let population = population.get_or_insert_with(|| probe.placer.population(c));
                 let priority = |row: usize| rng::derive(trial_seed, &[tag::TIE, (row + view.first) as u64]);
                 let chunks: Vec<&ChunkSpecials> = probe.chunk_specials.iter().filter(|ch| !ch.cases[c].is_empty()).collect();
+                // The needle's rows as this variant scores them, per scale
+                // tried: the searches of different k start from the same
+                // placed scale and share their first steps.
+                let mut scored: Vec<(u32, Vec<(usize, f32)>)> = Vec::new();
                 for ki in undecided {
                     let k_eff = k_effs[ki].min(view.visible.len());
                     let placer = &mut probe.placer;
                     let mut kept_at = |scale: f64| -> Result<bool, SimError> {
-                        let rows = placer.work.needle_scores(placer.source, c, &chunks, v, scale as f32, &mut *placer.quantized)?;
+                        let scale = scale as f32;
+                        if let Some((_, needle)) = scored.iter().find(|(bits, _)| *bits == scale.to_bits()) {
+                            return Ok(view.kept(needle, k_eff, priority));
+                        }
+                        let rows = placer.work.needle_scores(placer.source, c, &chunks, v, scale, &mut *placer.quantized)?;
                         let needle: Vec<(usize, f32)> = rows
                             .iter()
                             .filter(|&&(row, _)| row as usize >= view.first)
                             .map(|&(row, s)| (row as usize - view.first, view.coarse.map_or(s, |b| coarse_score(s, b))))
                             .filter(|&(row, _)| view.skip.contains(&row))
                             .collect();
-                        Ok(view.kept(&needle, k_eff, priority))
+                        let kept = view.kept(&needle, k_eff, priority);
+                        scored.push((scale.to_bits(), needle));
+                        Ok(kept)
                     };
                     let cell = &mut cells[self.cell_index(case.ci, case.si, ki, v)];
                     let critical = critical_scale(f64::from(solve.scale), cell.survived, &mut kept_at)?;

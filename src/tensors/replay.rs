@@ -444,16 +444,20 @@ fn replay_layer(
 /// Replays every token × k × variant.
 pub fn replay(rec: &Recorded, variants: &[PrecisionVariant], topks: &[u64]) -> Result<Vec<ReplayRow>, Error> {
     super::dump::scores_rows_as_given(variants)?;
+    Ok(replay_layer(&single_views(rec)?, variants, topks, None)?.0)
+}
+
+/// The tensors of a capture without a layer axis, as one layer's views.
+fn single_views(rec: &Recorded) -> Result<LayerViews<'_>, Error> {
     let shape = |e: ndarray::ShapeError| internal(format!("sizes do not match the data: {e}"));
-    let views = LayerViews {
+    Ok(LayerViews {
         queries: ArrayView3::from_shape((rec.tokens, rec.heads, rec.dim), &rec.queries).map_err(shape)?,
         weights: ArrayView2::from_shape((rec.tokens, rec.heads), &rec.weights).map_err(shape)?,
         keys: ArrayView2::from_shape((rec.rows, rec.dim), &rec.keys).map_err(shape)?,
         needle_rows: &rec.needle_rows,
         tie_rule: rec.tie_rule,
         tie_seed: rec.tie_seed,
-    };
-    Ok(replay_layer(&views, variants, topks, None)?.0)
+    })
 }
 
 /// What a replay reports across layers (per-layer captures,
@@ -595,17 +599,7 @@ pub fn replay_layered(cap: &Layered, variants: &[PrecisionVariant], topks: &[u64
 /// Every layer's tensors of a capture (one without a layer axis).
 fn layer_views(cap: &Capture) -> Result<Vec<LayerViews<'_>>, Error> {
     Ok(match cap {
-        Capture::Single(rec) => {
-            let shape = |e: ndarray::ShapeError| internal(format!("sizes do not match the data: {e}"));
-            vec![LayerViews {
-                queries: ArrayView3::from_shape((rec.tokens, rec.heads, rec.dim), &rec.queries).map_err(shape)?,
-                weights: ArrayView2::from_shape((rec.tokens, rec.heads), &rec.weights).map_err(shape)?,
-                keys: ArrayView2::from_shape((rec.rows, rec.dim), &rec.keys).map_err(shape)?,
-                needle_rows: &rec.needle_rows,
-                tie_rule: rec.tie_rule,
-                tie_seed: rec.tie_seed,
-            }]
-        }
+        Capture::Single(rec) => vec![single_views(rec)?],
         Capture::Layered(l) => (0..l.queries.dim().0)
             .map(|i| LayerViews {
                 queries: l.queries.index_axis(Axis(0), i),

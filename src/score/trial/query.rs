@@ -50,21 +50,39 @@ pub fn shifted_context_queries(
     variants: &[PrecisionVariant],
     context: u64,
 ) -> Result<Vec<IndexerQuery>, SimError> {
+    let twins = super::spec::score_twins_of(variants);
+    queries_sharing(hay, shifted, source, variants, context, &twins)
+}
+
+/// [`shifted_context_queries`] with each score twin (`twins`: an earlier
+/// variant with the same query pipeline, scoring and RoPE choices, e.g.
+/// `fp8+needle=4` beside `fp8`) taking its original's query, bit for bit,
+/// instead of rotating and quantizing it again.
+fn queries_sharing(
+    hay: &TrialHaystack,
+    shifted: Option<&TrialHaystack>,
+    source: &TrialRows<'_>,
+    variants: &[PrecisionVariant],
+    context: u64,
+    twins: &[Option<usize>],
+) -> Result<Vec<IndexerQuery>, SimError> {
     let d = hay.shape.head_dim;
-    variants
-        .iter()
-        .map(|v| {
-            let own = if v.position.query_row_shifted {
-                shifted
-                    .ok_or_else(|| SimError::Hypothesis(format!("{}: row-shift needs another query; this estimator has none", v.name)))?
-            } else {
-                hay
-            };
-            let mut q = own.queries.clone();
-            source.rotate_queries(&mut q, context.saturating_sub(1), v.position.query_rope_layout_swapped)?;
-            Ok(IndexerQuery::new(v.query.quantize_rows(&q, d)?, &own.weights, d, v.scoring))
-        })
-        .collect()
+    let mut out: Vec<IndexerQuery> = Vec::with_capacity(variants.len());
+    for (i, v) in variants.iter().enumerate() {
+        if let Some(u) = twins.get(i).copied().flatten().filter(|&u| u < i) {
+            out.push(out[u].clone());
+            continue;
+        }
+        let own = if v.position.query_row_shifted {
+            shifted.ok_or_else(|| SimError::Hypothesis(format!("{}: row-shift needs another query; this estimator has none", v.name)))?
+        } else {
+            hay
+        };
+        let mut q = own.queries.clone();
+        source.rotate_queries(&mut q, context.saturating_sub(1), v.position.query_rope_layout_swapped)?;
+        out.push(IndexerQuery::new(v.query.quantize_rows(&q, d)?, &own.weights, d, v.scoring));
+    }
+    Ok(out)
 }
 
 /// The other query a `row-shift` variant selects by: a fresh draw of the
@@ -87,11 +105,12 @@ impl TrialSpec<'_> {
         shifted: Option<&TrialHaystack>,
         source: &TrialRows,
         scored: &[PrecisionVariant],
+        twins: &[Option<usize>],
     ) -> Result<QueryGroups, SimError> {
         let positional = self.physics.rope != RopeChoice::Off;
         let groups = if positional { self.contexts.len() } else { 1 };
         let queries: Vec<Vec<IndexerQuery>> =
-            (0..groups).map(|g| shifted_context_queries(haystack, shifted, source, scored, self.contexts[g])).collect::<Result<_, _>>()?;
+            (0..groups).map(|g| queries_sharing(haystack, shifted, source, scored, self.contexts[g], twins)).collect::<Result<_, _>>()?;
         // Keys rotated with the other pair layout, for `rope-swap-k` variants.
         let key_layouts = if positional && scored.iter().any(|v| v.position.key_rope_layout_swapped) { 2 } else { 1 };
         let candidates_of = |ci: usize| self.geometry.candidate_rows(self.contexts[ci]) as usize;
@@ -137,5 +156,53 @@ impl TrialSpec<'_> {
             }
         }
         cases
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::geometry::CompressionGeometry;
+    use crate::model::haystack::IndexerShape;
+    use crate::model::physics::{Physics, RopeChoice};
+
+    #[test]
+    fn a_score_twin_takes_its_originals_query_bit_for_bit() {
+        let model = GenerativeModel {
+            shape: IndexerShape { heads: 8, head_dim: 128 },
+            key_common: 0.5,
+            outlier_channels: 4,
+            outlier_scale: 8.0,
+            weight_mean: 0.0,
+            weight_std: 1.0,
+            needle_strength: 1.0,
+            needle_unit: Default::default(),
+            needle_heads: 4,
+            needle_geometry: crate::model::haystack::NeedleGeometry::Isotropic,
+            head_coherence: 0.0,
+            structure: Default::default(),
+        };
+        let physics = Physics { rope: RopeChoice::V32, ..Physics::NULL };
+        let geometry = CompressionGeometry { ratio: 1, overlap: false, window: 128, window_rows_compete: true };
+        let hay = TrialHaystack::draw(&model, 3).unwrap();
+        let source = TrialRows::new(&model, &physics, geometry, &hay, 3).unwrap();
+        let fp8 = PrecisionVariant::builtin("fp8").unwrap();
+        let harder = PrecisionVariant { needle_multiple: 4.0, ..fp8.clone() };
+        let variants = [fp8, PrecisionVariant::builtin("bf16").unwrap(), harder];
+        let twins = super::super::spec::score_twins_of(&variants);
+        assert_eq!(twins, [None, None, Some(0)]);
+        let shared = queries_sharing(&hay, None, &source, &variants, 4096, &twins).unwrap();
+        let each = queries_sharing(&hay, None, &source, &variants, 4096, &[None, None, None]).unwrap();
+        let keys: Vec<f32> = (0..16 * 128).map(|i| ((i * 37 % 101) as f32 - 50.0) / 25.0).collect();
+        let scores = |q: &IndexerQuery| {
+            let mut out = vec![0.0f32; 16];
+            q.score_rows(&keys, &mut out);
+            out.iter().map(|x| x.to_bits()).collect::<Vec<_>>()
+        };
+        for (a, b) in shared.iter().zip(&each) {
+            assert_eq!(scores(a), scores(b));
+        }
+        // Not vacuous: the twin's query is fp8's, not bf16's.
+        assert_ne!(scores(&shared[2]), scores(&shared[1]));
     }
 }

@@ -31,7 +31,9 @@ impl TrialSpec<'_> {
         let scored = &scored[..];
 
         let shifted = shifted_query(self.model, trial_seed, scored)?;
-        let QueryGroups { queries, key_layouts, rows: group_rows } = self.query_groups(&haystack, shifted.as_ref(), &source, scored)?;
+        let twins = score_twins_of(scored);
+        let QueryGroups { queries, key_layouts, rows: group_rows } =
+            self.query_groups(&haystack, shifted.as_ref(), &source, scored, &twins)?;
         let groups = queries.len();
         let max_rows = group_rows.iter().copied().max().unwrap_or(0);
         let cases = self.cases(&source);
@@ -40,7 +42,6 @@ impl TrialSpec<'_> {
         // rows that hold needle or distractor tokens are keyed per case
         // afterwards, once the needle's scale is known.
         let mut scores: Vec<Vec<Vec<f32>>> = group_rows.iter().map(|&n| vec![vec![0.0; n]; scored.len()]).collect();
-        let twins = score_twins_of(scored);
         let multiples = self.needle_multiples();
         let needle_slots: Vec<usize> = scored.iter().map(|v| slot_of(&multiples, v.needle_multiple)).collect();
         let patch_twins: Vec<Option<usize>> =

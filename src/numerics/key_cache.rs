@@ -25,6 +25,9 @@ use crate::numerics::format::{block_scale, hadamard_rows_in_place, ElementFormat
 use crate::numerics::pipeline::{QuantPipeline, QuantizedRows, Rotation};
 use serde::{Deserialize, Serialize};
 
+mod parts;
+pub use parts::ChunkPart;
+
 /// Rows per page of the paged indexer cache (sglang, vLLM, FlashMLA).
 pub const PAGE_ROWS: usize = 64;
 
@@ -230,6 +233,16 @@ pub struct KeyCacheFaults {
     pub offset_32bit_blocks: Option<u64>,
 }
 
+/// Where rows are stored: from cache row `first_row` of the request seeded
+/// `request`, as a whole chunk (`first_row` checked to be a multiple of
+/// [`TENSOR_SPAN_ROWS`]) or a part of one ([`KeyCacheFaults::store_part`]).
+#[derive(Clone, Copy, Debug)]
+struct At {
+    first_row: u64,
+    request: u64,
+    whole_chunk: bool,
+}
+
 fn is_default_layout(x: &PageLayoutFault) -> bool {
     *x == PageLayoutFault::None
 }
@@ -312,12 +325,17 @@ impl KeyCacheFaults {
         d: usize,
         out: &mut QuantizedRows,
     ) -> Result<(), SimError> {
+        self.store_at(key, raw, At { first_row, request, whole_chunk: true }, d, out)
+    }
+
+    /// [`Self::store`] of a whole chunk, or of a part of one ([`Self::store_part`]).
+    fn store_at(&self, key: &QuantPipeline, raw: &[f32], at: At, d: usize, out: &mut QuantizedRows) -> Result<(), SimError> {
         if self.is_default() {
             return Ok(key.quantize_rows_into(raw, d, out)?);
         }
         self.check_keys(key, d)?;
         if self.without_mixed() != *self {
-            return self.store_mixed(key, raw, first_row, request, d, out);
+            return self.store_mixed(key, raw, at, d, out);
         }
         let mut written = QuantizedRows::default();
         if self.write_changed() {
@@ -325,7 +343,7 @@ impl KeyCacheFaults {
         } else {
             key.quantize_rows_into(raw, d, &mut written)?;
         }
-        self.read_back(written, first_row, d, out)
+        self.read_back(written, at, d, out)
     }
 
     /// These faults without the mixed-cache and zero-page ones ([`Self::store_mixed`]).
@@ -358,6 +376,18 @@ impl KeyCacheFaults {
         d: usize,
         out: &mut QuantizedRows,
     ) -> Result<(), SimError> {
+        self.store_quantized_at(key, quantized, At { first_row, request: 0, whole_chunk: true }, d, out)
+    }
+
+    /// [`Self::store_quantized`] of a whole chunk or a part of one.
+    fn store_quantized_at(
+        &self,
+        key: &QuantPipeline,
+        quantized: &QuantizedRows,
+        at: At,
+        d: usize,
+        out: &mut QuantizedRows,
+    ) -> Result<(), SimError> {
         if self.is_default() {
             out.clone_from(quantized);
             return Ok(());
@@ -368,13 +398,14 @@ impl KeyCacheFaults {
             )));
         }
         self.check_keys(key, d)?;
-        self.read_back(quantized.clone(), first_row, d, out)
+        self.read_back(quantized.clone(), at, d, out)
     }
 
-    /// The rows `written` from `first_row` (a multiple of
-    /// [`TENSOR_SPAN_ROWS`]) as the scorer reads them back.
-    fn read_back(&self, written: QuantizedRows, first_row: u64, d: usize, out: &mut QuantizedRows) -> Result<(), SimError> {
-        if !first_row.is_multiple_of(TENSOR_SPAN_ROWS as u64) {
+    /// The rows `written` from `at.first_row` (of a whole chunk: a
+    /// multiple of [`TENSOR_SPAN_ROWS`]) as the scorer reads them back.
+    fn read_back(&self, written: QuantizedRows, at: At, d: usize, out: &mut QuantizedRows) -> Result<(), SimError> {
+        let first_row = at.first_row;
+        if at.whole_chunk && !first_row.is_multiple_of(TENSOR_SPAN_ROWS as u64) {
             return Err(SimError::Hypothesis(format!("key chunks must start at a multiple of {TENSOR_SPAN_ROWS} rows, not {first_row}")));
         }
         self.corrupt_relay_read(written, d, out);
@@ -394,15 +425,8 @@ impl KeyCacheFaults {
     /// The mixed-cache and zero-page faults on top of the others: rows from
     /// `rotated_before` on are written without the key pipeline's rotation,
     /// then pages drawn zero read as zero keys.
-    fn store_mixed(
-        &self,
-        key: &QuantPipeline,
-        raw: &[f32],
-        first_row: u64,
-        request: u64,
-        d: usize,
-        out: &mut QuantizedRows,
-    ) -> Result<(), SimError> {
+    fn store_mixed(&self, key: &QuantPipeline, raw: &[f32], at: At, d: usize, out: &mut QuantizedRows) -> Result<(), SimError> {
+        let At { first_row, request, .. } = at;
         let rest = self.without_mixed();
         match self.rotated_before {
             Some(r) if d > 0 && r < first_row + (raw.len() / d) as u64 => {
@@ -412,15 +436,15 @@ impl KeyCacheFaults {
                 let unrotated = QuantPipeline { rotation: Rotation::None, ..key.clone() };
                 let split = (r.saturating_sub(first_row) as usize).min(raw.len() / d);
                 // Rows before the split as written; the rest as if unrotated.
-                rest.store(key, raw, first_row, request, d, out)?;
+                rest.store_at(key, raw, at, d, out)?;
                 if split < raw.len() / d {
                     let mut tail = QuantizedRows::default();
-                    rest.store(&unrotated, raw, first_row, request, d, &mut tail)?;
+                    rest.store_at(&unrotated, raw, at, d, &mut tail)?;
                     out.values[split * d..].copy_from_slice(&tail.values[split * d..]);
                     out.row_scales[split..].copy_from_slice(&tail.row_scales[split..]);
                 }
             }
-            _ => rest.store(key, raw, first_row, request, d, out)?,
+            _ => rest.store_at(key, raw, at, d, out)?,
         }
         let zeroed = |page: u64| match self.offset_32bit_blocks {
             Some(pool) => page_past_32bit(request, page, pool),

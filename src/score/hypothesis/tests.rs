@@ -1,5 +1,5 @@
 use super::*;
-use crate::numerics::key_cache::FIRST_BLOCK_PAST_2_31;
+use crate::numerics::key_cache::{ChunkPart, FIRST_BLOCK_PAST_2_31};
 use crate::numerics::pipeline::{LogitFormat, Rotation};
 use crate::score::selection::{NanOrder, TieRule};
 
@@ -38,26 +38,29 @@ fn keys(rows: usize, outlier: f32) -> Vec<f32> {
     (0..rows * D).map(|i| ((i as f32) * 0.91).sin() + if i % D == 3 { outlier } else { 0.0 }).collect()
 }
 
+/// Entry `name` with a sample value in place of its placeholder.
+fn sample(name: &str) -> String {
+    name.replace("=N", "=100")
+        .replace("=B", "=16")
+        .replace("=POOL", "=64M")
+        .replace("cap=P", "cap=8K")
+        .replace("cap-zero=P", "cap-zero=8K")
+        .replace("cap-wrap=P", "cap-wrap=8K")
+        .replace("=P", "=0.25")
+        .replace("=R", "=100")
+        .replace("=SET", "=1..")
+        .replace("=S", "=8K")
+        .replace("=W", "=8K")
+        .replace("=F", "=0.5")
+        .replace("=M", "=2")
+        .replace("=T", "=20K")
+}
+
 #[test]
 fn catalogue_names_are_unique_and_all_parse() {
     for (i, h) in CATALOGUE.iter().enumerate() {
         assert!(CATALOGUE[..i].iter().all(|e| e.name != h.name), "{}", h.name);
-        let text = h
-            .name
-            .replace("=N", "=100")
-            .replace("=B", "=16")
-            .replace("=POOL", "=64M")
-            .replace("cap=P", "cap=8K")
-            .replace("cap-zero=P", "cap-zero=8K")
-            .replace("cap-wrap=P", "cap-wrap=8K")
-            .replace("=P", "=0.25")
-            .replace("=R", "=100")
-            .replace("=SET", "=1..")
-            .replace("=S", "=8K")
-            .replace("=W", "=8K")
-            .replace("=F", "=0.5")
-            .replace("=M", "=2")
-            .replace("=T", "=20K");
+        let text = sample(h.name);
         let parsed = Hypothesis::parse(&text).unwrap();
         assert_eq!(info(&text).map(|e| e.name), Some(h.name));
         // Every hypothesis changes fp8 except nan-first, the default spelled
@@ -327,4 +330,133 @@ fn every_entry_is_documented_in_its_group() {
         // Every value-taking entry says so in its name, and only those.
         assert_eq!(h.parse.is_some(), h.name.contains('='), "{}", h.name);
     }
+}
+
+/// Every key cache fault of the catalogue, alone and in pairs, on the key
+/// pipelines it applies to.
+fn cache_fault_variants() -> Vec<PrecisionVariant> {
+    let faults: Vec<String> = CATALOGUE
+        .iter()
+        .filter(|h| h.group != Group::AfterSelection)
+        .map(|h| sample(h.name))
+        .chain(["rotated-before=300".to_string(), "zero-blocks=0.6".to_string()])
+        .filter(|text| variant(&format!("fp8+{text}")).is_ok_and(|v| !v.cache.is_default()))
+        .collect();
+    assert!(faults.len() >= 18, "{faults:?}");
+    let mut out = Vec::new();
+    for base in ["fp8", "fp8-fp32scale", "bf16", "fp4"] {
+        out.extend(faults.iter().filter_map(|f| variant(&format!("{base}+{f}")).ok()));
+    }
+    for (i, a) in faults.iter().enumerate() {
+        out.extend(faults[i + 1..].iter().filter_map(|b| variant(&format!("fp8+{a}+{b}")).ok()));
+    }
+    out.retain(|v| !v.cache.is_default() && v.cache.unsupported(&v.key, D).is_none());
+    out
+}
+
+fn same_bits(a: &QuantizedRows, b: &QuantizedRows, rows: std::ops::Range<usize>, at: usize) -> bool {
+    rows.enumerate().all(|(i, r)| {
+        a.row_scales[at + i].to_bits() == b.row_scales[r].to_bits()
+            && a.values[(at + i) * D..(at + i + 1) * D].iter().zip(&b.values[r * D..(r + 1) * D]).all(|(x, y)| x.to_bits() == y.to_bits())
+    })
+}
+
+// The scorer stores again only the pages a needle's rows change
+// (parts_reading) and takes the other rows' read-back as unchanged. Brute
+// force: rows written with random values of other magnitudes, the whole
+// chunk read back; every row read back differently is one readers_of
+// names, and each part stored alone (from raw rows, or from the chunk's
+// quantization with the written rows' own) reads back as in the chunk.
+#[test]
+fn readers_of_names_every_row_a_write_changes_and_parts_read_back_as_the_chunk() {
+    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    let variants = cache_fault_variants();
+    let (mut checked, mut whole) = (0, 0);
+    for v in &variants {
+        let pair = v.name.matches('+').count() > 1;
+        let shapes: &[(u64, usize)] = if pair { &[(256, 200)] } else { &[(0, 256), (256, 200), (512, 130)] };
+        for &(first_row, n) in shapes {
+            let raw: Vec<f32> = (0..n * D).map(|_| (next() >> 40) as f32 / (1u64 << 24) as f32 - 0.5).collect();
+            let mut base = QuantizedRows::default();
+            v.store_keys(&raw, first_row, 7, D, &mut base).unwrap();
+            let sets: Vec<Vec<usize>> = if pair {
+                vec![vec![100], vec![63, 64], vec![0, 129]]
+            } else {
+                vec![vec![0], vec![63], vec![64], vec![100], vec![127, 128], vec![n - 1], vec![5, 70, 129]]
+            };
+            for written in sets {
+                let mut patched = raw.clone();
+                for &r in &written {
+                    let magnitude = 2f32.powi((next() % 24) as i32 - 12);
+                    for x in &mut patched[r * D..(r + 1) * D] {
+                        *x = ((next() >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * magnitude;
+                    }
+                }
+                let mut out = QuantizedRows::default();
+                v.store_keys(&patched, first_row, 7, D, &mut out).unwrap();
+                let changed: Vec<usize> = (0..n).filter(|&r| !same_bits(&out, &base, r..r + 1, r)).collect();
+                let Some(readers) = v.cache.readers_of(&v.key, &written, n) else {
+                    assert!(v.name.contains("scale-per-tensor"), "{}: no map", v.name);
+                    whole += 1;
+                    continue;
+                };
+                assert!(changed.iter().all(|r| readers.contains(r)), "{} {written:?}: changed {changed:?}, readers {readers:?}", v.name);
+                let parts = v.cache.parts_reading(&v.key, &written, n).unwrap();
+                assert!(readers.iter().all(|r| parts.iter().any(|p| p.contains(r))), "{}", v.name);
+                // One row's pages, not the chunk.
+                if written.len() == 1 && n == 256 {
+                    assert!(parts.iter().map(|p| p.len()).sum::<usize>() <= 128, "{} {written:?}: {parts:?}", v.name);
+                }
+                let own = v
+                    .key
+                    .quantize_rows(&written.iter().flat_map(|&r| patched[r * D..(r + 1) * D].to_vec()).collect::<Vec<f32>>(), D)
+                    .unwrap();
+                let chunk_q = v.key.quantize_rows(&raw, D).unwrap();
+                for rows in parts {
+                    let part = ChunkPart { first_row, n_rows: n, rows: rows.clone() };
+                    let mut alone = QuantizedRows::default();
+                    v.cache.store_part(&v.key, &patched[rows.start * D..rows.end * D], &part, 7, D, &mut alone).unwrap();
+                    assert!(same_bits(&alone, &out, rows.clone(), 0), "{} {written:?} part {rows:?}", v.name);
+                    if v.cache.starts_from_quantized() {
+                        let mut q = QuantizedRows {
+                            values: chunk_q.values[rows.start * D..rows.end * D].to_vec(),
+                            row_scales: chunk_q.row_scales[rows.clone()].to_vec(),
+                        };
+                        for (j, &r) in written.iter().enumerate().filter(|(_, r)| rows.contains(r)) {
+                            let i = r - rows.start;
+                            q.values[i * D..(i + 1) * D].copy_from_slice(&own.values[j * D..(j + 1) * D]);
+                            q.row_scales[i] = own.row_scales[j];
+                        }
+                        let mut from_q = QuantizedRows::default();
+                        v.cache.store_quantized_part(&v.key, &q, &part, D, &mut from_q).unwrap();
+                        assert!(same_bits(&from_q, &out, rows.clone(), 0), "{} {written:?} quantized part {rows:?}", v.name);
+                    }
+                }
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked > 1000 && whole > 0, "{checked} checked, {whole} whole");
+}
+
+#[test]
+fn parts_must_be_whole_page_groups_of_an_aligned_chunk() {
+    let v = variant("fp8+pages-swapped").unwrap();
+    let raw = keys(256, 0.0);
+    let mut out = QuantizedRows::default();
+    for (first_row, rows) in [(0, 64..128), (0, 0..100), (100, 0..128), (0, 128..300)] {
+        let part = ChunkPart { first_row, n_rows: 256, rows: rows.clone() };
+        let e = v.cache.store_part(&v.key, &raw[..rows.len().min(256) * D], &part, 0, D, &mut out).unwrap_err().to_string();
+        assert!(e.contains("page groups") && !e.contains('\n'), "{e}");
+    }
+    let tensor = variant("fp8+scale-per-tensor").unwrap();
+    assert_eq!(tensor.cache.readers_of(&tensor.key, &[3], 256), None);
+    let part = ChunkPart { first_row: 0, n_rows: 256, rows: 0..64 };
+    assert!(tensor.cache.store_part(&tensor.key, &raw[..64 * D], &part, 0, D, &mut out).is_err());
 }

@@ -3,18 +3,32 @@
 //! the chunk as a whole (pages and neighbours matter), of the rows of the
 //! chunk that the special rows change as it is read back. What the
 //! variants of one chunk and case share is kept, so that each variant
-//! stores the chunk once and scores only the rows that changed.
+//! stores the chunk once and scores only the rows that changed. Where the
+//! faults keep each row's read-back within its page or pair of pages, only
+//! the pages the special rows change are stored again
+//! ([`crate::numerics::key_cache::KeyCacheFaults::parts_reading`]): the same bits for less work.
 
 use super::chunk::{ChunkSpecials, ChunkWork, Patch};
 use crate::error::SimError;
 use crate::model::row_source::TrialRows;
+use crate::numerics::key_cache::ChunkPart;
 use crate::numerics::pipeline::QuantizedRows;
 use crate::score::indexer::IndexerQuery;
 use crate::score::variant::PrecisionVariant;
 
-/// Which rows a key pipeline quantized: the chunk as scored (None) or
-/// with the case's special rows at a needle slot's scale; and the layout.
-type Rows = (Option<usize>, usize);
+/// Which rows a key pipeline quantized (the special rows at a needle
+/// slot's scale), and the layout.
+type Rows = (Which, usize);
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Which {
+    /// The chunk as scored.
+    Chunk,
+    /// The chunk with the case's special rows in.
+    Patched(usize),
+    /// The case's special rows alone.
+    Specials(usize),
+}
 
 /// What the cache-fault variants of one (chunk, case) share.
 pub(super) struct FaultedChunk<'c> {
@@ -28,6 +42,8 @@ pub(super) struct FaultedChunk<'c> {
     base: Vec<Option<QuantizedRows>>,
     /// The rows to score, gathered.
     gathered: QuantizedRows,
+    /// A part of the chunk with the special rows in, before it is stored.
+    part_rows: QuantizedRows,
 }
 
 impl<'c> FaultedChunk<'c> {
@@ -38,6 +54,7 @@ impl<'c> FaultedChunk<'c> {
             quantized: Vec::new(),
             base: vec![None; variants],
             gathered: QuantizedRows::default(),
+            part_rows: QuantizedRows::default(),
         }
     }
 }
@@ -111,16 +128,77 @@ impl ChunkWork<'_, '_> {
         if !variant.cache.starts_from_quantized() {
             return variant.store_keys(rows, start, self.request, d, out);
         }
-        let i = match quantized.iter().position(|(w, u, _)| *w == which && self.variants[*u].key == variant.key) {
-            Some(i) => i,
-            None => {
-                let mut q = QuantizedRows::default();
-                variant.key.quantize_rows_into(rows, d, &mut q)?;
-                quantized.push((which, v, q));
-                quantized.len() - 1
-            }
-        };
+        let i = self.quantization(v, rows, which, quantized)?;
         variant.cache.store_quantized(&variant.key, &quantized[i].2, start, d, out)
+    }
+
+    /// Where in `quantized` variant `v`'s key pipeline's quantization of
+    /// `rows` (which are `which`) is, made if missing.
+    fn quantization(
+        &self,
+        v: usize,
+        rows: &[f32],
+        which: Rows,
+        quantized: &mut Vec<(Rows, usize, QuantizedRows)>,
+    ) -> Result<usize, SimError> {
+        let key = &self.variants[v].key;
+        if let Some(i) = quantized.iter().position(|(w, u, _)| *w == which && self.variants[*u].key == *key) {
+            return Ok(i);
+        }
+        let mut q = QuantizedRows::default();
+        key.quantize_rows_into(rows, self.spec.model.shape.head_dim, &mut q)?;
+        quantized.push((which, v, q));
+        Ok(quantized.len() - 1)
+    }
+
+    /// Variant `v`'s read-back of `part` of `chunk` with case `c`'s special
+    /// rows' keys `keys` (at needle slot `slot`) in. Each row of the key
+    /// pipeline's quantization depends on that row alone (a part is only
+    /// made where it does: [`crate::numerics::key_cache::KeyCacheFaults::parts_reading`]), so the
+    /// chunk's quantization with the special rows' own in is the patched
+    /// chunk's, bit for bit.
+    #[allow(clippy::too_many_arguments)]
+    fn store_part(
+        &self,
+        (c, v, slot): (usize, usize, usize),
+        chunk: &ChunkSpecials,
+        keys: &[Vec<f32>; 2],
+        part: &ChunkPart,
+        quantized: &mut Vec<(Rows, usize, QuantizedRows)>,
+        scratch: &mut QuantizedRows,
+        out: &mut QuantizedRows,
+    ) -> Result<(), SimError> {
+        let variant = &self.variants[v];
+        let (layout, d) = (self.layout_of(variant), self.spec.model.shape.head_dim);
+        let rows = part.rows.clone();
+        // (special row j, its row in the part)
+        let specials: Vec<(usize, usize)> = chunk.cases[c]
+            .iter()
+            .enumerate()
+            .map(|(j, p)| (j, (p.row - chunk.start) as usize))
+            .filter(|(_, r)| rows.contains(r))
+            .map(|(j, r)| (j, r - rows.start))
+            .collect();
+        if !variant.cache.starts_from_quantized() {
+            scratch.values.clear();
+            scratch.values.extend_from_slice(&chunk.fin[layout][rows.start * d..rows.end * d]);
+            for &(j, i) in &specials {
+                scratch.values[i * d..(i + 1) * d].copy_from_slice(&keys[layout][j * d..(j + 1) * d]);
+            }
+            return variant.cache.store_part(&variant.key, &scratch.values, part, self.request, d, out);
+        }
+        let whole = self.quantization(v, &chunk.fin[layout], (Which::Chunk, layout), quantized)?;
+        let own = self.quantization(v, &keys[layout], (Which::Specials(slot), layout), quantized)?;
+        let (whole, own) = (&quantized[whole].2, &quantized[own].2);
+        scratch.values.clear();
+        scratch.values.extend_from_slice(&whole.values[rows.start * d..rows.end * d]);
+        scratch.row_scales.clear();
+        scratch.row_scales.extend_from_slice(&whole.row_scales[rows.clone()]);
+        for &(j, i) in &specials {
+            scratch.values[i * d..(i + 1) * d].copy_from_slice(&own.values[j * d..(j + 1) * d]);
+            scratch.row_scales[i] = own.row_scales[j];
+        }
+        variant.cache.store_quantized_part(&variant.key, scratch, part, d, out)
     }
 
     /// Variant `v`'s patches of case `c` in `faulted`'s chunk, with the
@@ -140,42 +218,46 @@ impl ChunkWork<'_, '_> {
         out: &mut QuantizedRows,
         patches: &mut Vec<Patch>,
     ) -> Result<(), SimError> {
-        let FaultedChunk { chunk, patched, quantized, base, gathered } = faulted;
-        let layout = self.layout_of(&self.variants[v]);
+        let FaultedChunk { chunk, patched, quantized, base, gathered, part_rows } = faulted;
+        let variant = &self.variants[v];
+        let layout = self.layout_of(variant);
         let d = self.spec.model.shape.head_dim;
         let (start, n) = (chunk.start, chunk.n);
         let root = self.twins[v].unwrap_or(v);
         if base[root].is_none() {
             let mut b = QuantizedRows::default();
-            self.store_chunk(v, (&chunk.fin[layout], start), (None, layout), quantized, &mut b)?;
+            self.store_chunk(v, (&chunk.fin[layout], start), (Which::Chunk, layout), quantized, &mut b)?;
             base[root] = Some(b);
         }
-        let rows = patched[slot][layout].get_or_insert_with(|| {
-            let mut rows = chunk.fin[layout].clone();
-            for (j, pre) in chunk.cases[c].iter().enumerate() {
-                let at = (pre.row - start) as usize * d;
-                rows[at..at + d].copy_from_slice(&keys[layout][j * d..(j + 1) * d]);
-            }
-            rows
-        });
-        self.store_chunk(v, (rows, start), (Some(slot), layout), quantized, out)?;
         let base = base[root].as_ref().expect("stored above");
-        let same_shape = base.row_scales.len() == n && out.row_scales.len() == n && base.values.len() == out.values.len();
-        let differs = |r: usize| {
-            !same_shape
-                || base.row_scales[r].to_bits() != out.row_scales[r].to_bits()
-                // Bits, not values (NaN, ±0); folded without an early exit, which vectorizes.
-                || base.values[r * d..(r + 1) * d].iter().zip(&out.values[r * d..(r + 1) * d]).fold(0, |acc, (a, b)| acc | (a.to_bits() ^ b.to_bits())) != 0
-        };
-        let changed: Vec<usize> = (0..n).filter(|&r| differs(r)).collect();
-        if changed.is_empty() {
-            return Ok(());
-        }
+        let written: Vec<usize> = chunk.cases[c].iter().map(|p| (p.row - start) as usize).collect();
+        let mut changed = Vec::new();
         gathered.values.clear();
         gathered.row_scales.clear();
-        for &r in &changed {
-            gathered.values.extend_from_slice(&out.values[r * d..(r + 1) * d]);
-            gathered.row_scales.push(out.row_scales[r]);
+        match variant.cache.parts_reading(&variant.key, &written, n) {
+            // Only the pages the special rows change, stored again.
+            Some(parts) => {
+                for rows in parts {
+                    let part = ChunkPart { first_row: start, n_rows: n, rows };
+                    self.store_part((c, v, slot), chunk, keys, &part, quantized, part_rows, out)?;
+                    gather_changed(base, out, part.rows, d, (&mut changed, gathered))?;
+                }
+            }
+            None => {
+                let rows = patched[slot][layout].get_or_insert_with(|| {
+                    let mut rows = chunk.fin[layout].clone();
+                    for (j, pre) in chunk.cases[c].iter().enumerate() {
+                        let at = (pre.row - start) as usize * d;
+                        rows[at..at + d].copy_from_slice(&keys[layout][j * d..(j + 1) * d]);
+                    }
+                    rows
+                });
+                self.store_chunk(v, (rows, start), (Which::Patched(slot), layout), quantized, out)?;
+                gather_changed(base, out, 0..n, d, (&mut changed, gathered))?;
+            }
+        }
+        if changed.is_empty() {
+            return Ok(());
         }
         let mut scores = vec![0.0f32; changed.len()];
         q.score_quantized_rows(gathered, &mut scores);
@@ -187,4 +269,32 @@ impl ChunkWork<'_, '_> {
         }));
         Ok(())
     }
+}
+
+/// Appends to `changed` the rows `rows` of a chunk (`out`, read back from
+/// row `rows.start`) whose values or scale differ from the chunk as scored
+/// (`base`), ascending, and their read-back to `gathered`.
+fn gather_changed(
+    base: &QuantizedRows,
+    out: &QuantizedRows,
+    rows: std::ops::Range<usize>,
+    d: usize,
+    (changed, gathered): (&mut Vec<usize>, &mut QuantizedRows),
+) -> Result<(), SimError> {
+    let n = rows.len();
+    if base.row_scales.len() < rows.end || base.values.len() < rows.end * d || out.row_scales.len() != n || out.values.len() != n * d {
+        return Err(SimError::Hypothesis(format!("the key cache read back {} rows where {n} were stored", out.row_scales.len())));
+    }
+    for (i, r) in rows.enumerate() {
+        let (mine, theirs) = (&out.values[i * d..(i + 1) * d], &base.values[r * d..(r + 1) * d]);
+        // Bits, not values (NaN, ±0); folded without an early exit, which vectorizes.
+        let differs = base.row_scales[r].to_bits() != out.row_scales[i].to_bits()
+            || mine.iter().zip(theirs).fold(0, |acc, (a, b)| acc | (a.to_bits() ^ b.to_bits())) != 0;
+        if differs {
+            changed.push(r);
+            gathered.values.extend_from_slice(mine);
+            gathered.row_scales.push(out.row_scales[i]);
+        }
+    }
+    Ok(())
 }

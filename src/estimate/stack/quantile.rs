@@ -14,7 +14,8 @@
 //! layer keeps the needle when f > Φ⁻¹(1 − q) for the reference's outcome
 //! there. The content's churn over tokens is in the reference's own draws,
 //! so a fault's f is all the fault's part (its tokens tied by ρ_F); a
-//! number format's rounding follows the query (ρ_T, the layer's profile).
+//! number format's rounding follows the needle over the query (ρ_N of the
+//! layer's ρ_T: its persistent difficulty and its rows' churn).
 
 use super::shared::{correlation_for_overlap, StackEstimate};
 use crate::base::rng::{self, tag};
@@ -102,15 +103,19 @@ struct Transfer {
     /// P(the variant keeps the needle | the reference keeps it), and | loses it.
     keep_if_kept: f64,
     keep_if_lost: f64,
-    /// The variant's own latent: correlation of adjacent layers and tokens,
-    /// and of tokens in the first `early` indexer layers (the early profile).
+    /// The variant's own latent: correlation of adjacent layers, and the
+    /// rows' correlation of adjacent tokens (ρ_T), in the first `early`
+    /// indexer layers (the early profile) and the others.
     rho_layer: f64,
     rho_token: f64,
     early: usize,
     rho_token_early: f64,
+    /// The needle, whose persistent part lifts a number format's token
+    /// correlation from the rows' ρ_T to its own ρ_N.
+    needle: QuantileNeedle,
     /// A fault's latent over tokens, every layer: ρ_F, and whether it is
     /// capped by the layer's ρ_T (the band's "shares less" end). None for a
-    /// variant that is no fault, whose latent takes ρ_T.
+    /// variant that is no fault, whose latent takes ρ_N.
     fault_token: Option<(f64, bool)>,
 }
 
@@ -119,7 +124,7 @@ impl Transfer {
     fn token_correlation(&self, l: usize) -> f64 {
         let content = if l < self.early { self.rho_token_early } else { self.rho_token };
         match self.fault_token {
-            None => content,
+            None => self.needle.token_correlation(content),
             Some((rho, capped)) => {
                 if capped {
                     rho.min(content)
@@ -707,7 +712,7 @@ pub(super) fn whole_model(spec: &TrialSpec<'_>, whole: &WholeModel, q: &Quantile
                     let mut at_multiple = |c: f64, cell_trials: &[CellTrial]| {
                         let (keep_if_kept, keep_if_lost) = keep_rates(cell_trials, n, !fault && !own.is_empty());
                         let layer = [rho(whole.layer_correlation), rho(rho_high), rho(rho_low)];
-                        let runs = band_runs(whole, (keep_if_kept, keep_if_lost), layer, fault);
+                        let runs = band_runs(whole, q, (keep_if_kept, keep_if_lost), layer, fault);
                         let cell = VariantCell { cell_trials, own: &own, fault, layers: variant.layers };
                         // The margin reads the default split's recall alone
                         // (no band, no layers reached).
@@ -730,12 +735,21 @@ pub(super) fn whole_model(spec: &TrialSpec<'_>, whole: &WholeModel, q: &Quantile
 
 /// A cell's transfer under the default split and at the band's two ends,
 /// given the variant's keep rates and the layer correlation of each
-/// (`[default, shares more, shares less]`). Layers share more: one token
-/// profile at the asserted decode-step overlap, and a fault's tokens at
-/// least that; less: the measured low end past the early layers, which
-/// keep theirs, and a fault's tokens churning at most as the content's do
-/// there (ρ_F = ρ_T: what the assumption of ρ_F is worth).
-fn band_runs(whole: &WholeModel, (keep_if_kept, keep_if_lost): (f64, f64), layer: [f64; 3], fault: bool) -> [(Split, Transfer); 3] {
+/// (`[default, shares more, shares less]`). A number format's latent
+/// follows the needle over tokens: ρ_N of the layer's ρ_T (docs/MODEL.md,
+/// "The needle's token correlation"). Layers share more: one token profile
+/// at the asserted decode-step overlap, and a fault's tokens at least
+/// that; less: the measured low end past the early layers, which keep
+/// theirs, and a fault's tokens churning at most as the rows' do there
+/// (ρ_F = ρ_T: a fault that leaves the needle nothing persistent; what the
+/// assumption of ρ_F is worth).
+fn band_runs(
+    whole: &WholeModel,
+    q: &QuantileNeedle,
+    (keep_if_kept, keep_if_lost): (f64, f64),
+    layer: [f64; 3],
+    fault: bool,
+) -> [(Split, Transfer); 3] {
     let [token_low, token_high] = TOKEN_OVERLAP_ENDS.map(|(overlap, share)| correlation_for_overlap(overlap, share));
     let early = whole.early_indexers();
     let rho_fault = whole.fault_token_correlation;
@@ -746,6 +760,7 @@ fn band_runs(whole: &WholeModel, (keep_if_kept, keep_if_lost): (f64, f64), layer
         rho_token,
         early,
         rho_token_early,
+        needle: *q,
         fault_token: fault.then_some(fault_token),
     };
     [

@@ -14,10 +14,13 @@ use crate::common::scenario;
 const Z999: f64 = 3.290_526_731_491_926;
 
 /// bf16 and a scrambling fault (queries rotated, keys not: scores unrelated
-/// to the needle) at 8K, k 512, under one fault spread.
+/// to the needle) at 8K, k 512, under one fault spread. The query tokens
+/// select nearly alike (ρ_T 0.998, the band's "share more" end): at the
+/// default 0.7791 they rescue the shared fault too (1.0 at strength 30),
+/// and the layers' spread no longer shows.
 fn cells(spread: &str, strength: f64) -> Vec<CellResult> {
     let s = scenario(&format!(
-        "[needle]\nunit = \"strength\"\nstrength = {strength:?}\n[stack]\nfault_layers = \"{spread}\"\n\
+        "[needle]\nunit = \"strength\"\nstrength = {strength:?}\n[stack]\nfault_layers = \"{spread}\"\ntoken_correlation = 0.998\n\
          [sweep]\ncontexts = \"8K\"\ntopk = \"512\"\nprecisions = \"bf16,fp8-fp32scale+hadamard-q-only\"\ntrials = 150\nseed = 5\n"
     ));
     run_sweep(&s, &|| {}).unwrap().cells
@@ -60,10 +63,13 @@ fn the_fault_spread_moves_only_the_faults_whole_model_recall() {
 fn a_quorum_of_every_layer_is_at_most_the_layer_recall_and_one_layer_at_least() {
     // Quorum 21 of 21: the needle must be selected in every indexer layer;
     // the simulated layer is one of them, so model ≤ layer trial by trial.
-    let base =
-        "[needle]\nprofile = \"stress\"\n[sweep]\ncontexts = \"16K\"\ntopk = \"512\"\nprecisions = \"bf16\"\ntrials = 100\nseed = 6\n";
+    // One query token: with more, another token of the simulated layer may
+    // select the needle where the simulated one did not (at ρ_T 0.7791 the
+    // model then reads 0.58 against the layer's 0.44).
+    let base = "question_tokens = 1\nanswer_tokens = 0\n[needle]\nprofile = \"stress\"\n\
+                [sweep]\ncontexts = \"16K\"\ntopk = \"512\"\nprecisions = \"bf16\"\ntrials = 100\nseed = 6\n";
     let all = run_sweep(&scenario(&format!("[stack]\nquorum = 21\n{base}")), &|| {}).unwrap().cells;
-    let one = run_sweep(&scenario(base), &|| {}).unwrap().cells;
+    let one = run_sweep(&scenario(&format!("[stack]\n{base}")), &|| {}).unwrap().cells;
     assert!(all[0].model_survived.unwrap() <= all[0].survived, "{:?}", all[0]);
     assert!(one[0].model_survived.unwrap() >= one[0].survived, "{:?}", one[0]);
     assert!(all[0].model_survived < one[0].model_survived);
@@ -310,4 +316,74 @@ fn the_new_presets_describe_their_plans() {
     let flash = plan("glm-5.3-flash");
     assert_eq!((flash.plan.len(), flash.indexed_layers(), flash.selecting_layers()), (45, 11, 11));
     assert_eq!(flash.plan.indexers(), (3..45).step_by(4).collect::<Vec<_>>());
+    // The early profile (model layers 0-1, docs/MODEL.md "Per-layer
+    // profiles") holds indexer layers only where those layers have one.
+    for (name, early) in [
+        ("deepseek-v3.2", 2),
+        ("glm-5.2", 2),
+        ("deepseek-v4-flash", 0),
+        ("deepseek-v4-pro", 0),
+        ("deepseek-v4.1-flash", 0),
+        ("glm-5.3-flash", 0),
+    ] {
+        let s = plan(name);
+        assert_eq!((s.early_layers, s.early_indexers()), (2, early), "{name}");
+        assert!(s.token_correlation_of(early) > s.token_correlation_of(0) || early == 0, "{name}");
+    }
+}
+
+/// A fault's token correlation (docs/MODEL.md, "A fault's token
+/// correlation"): unwritten key scales with random ties select rows at
+/// random, so each query token keeps the needle by chance. Its tokens read
+/// ρ_F (0.998), not the measured ρ_T: the old default (ρ_T 0.998 for every
+/// latent) gives the fault the same bits, and ρ_F = ρ_T (0.7791, the fault
+/// churning as healthy selections do) lets the 20 query tokens rescue it
+/// far more often. bf16 has no fault part and does not move with ρ_F.
+#[test]
+fn a_fault_s_query_tokens_take_the_fault_token_correlation() {
+    let run = |token: &str| {
+        let s = scenario(&format!(
+            "[stack]\n{token}[sweep]\ncontexts = \"16K\"\ndepths = \"50\"\ntopk = \"512\"\n\
+             precisions = \"bf16,fp8-fp32scale+scale-unwritten-zero\"\ntrials = 100\nseed = 11\n"
+        ));
+        run_sweep(&s, &|| {}).unwrap().cells
+    };
+    let (default, churning, old) = (run(""), run("fault_token_correlation = 0.7791\n"), run("token_correlation = 0.998\n"));
+    for (a, b) in default.iter().zip(&churning).chain(default.iter().zip(&old)) {
+        assert_eq!((a.survived, a.mean_rank), (b.survived, b.mean_rank), "per-layer numbers do not read the stack");
+    }
+    assert_eq!(default[0].model_survived, churning[0].model_survived, "bf16 has no fault part");
+    assert_eq!(default[1].model_survived, old[1].model_survived, "a fault's tokens read ρ_F, not ρ_T");
+    let (fault, fault_churning) = (&default[1], &churning[1]);
+    let (_, high) = wilson_interval(fault.model_survived.unwrap(), fault.trials, Z999);
+    let (churning_low, _) = wilson_interval(fault_churning.model_survived.unwrap(), fault_churning.trials, Z999);
+    assert!(high < churning_low, "ρ_F 0.998 {:?} vs ρ_F = ρ_T {:?}", fault.model_recall, fault_churning.model_recall);
+    // The band's "share less" end takes ρ_F = ρ_T: it reaches the churning reading.
+    let (low, band_high) = (fault.model_band_low.unwrap(), fault.model_band_high.unwrap());
+    let recall = fault.model_recall.unwrap();
+    assert!(low <= recall && band_high >= fault_churning.model_recall.unwrap(), "band {low}–{band_high}, recall {recall}");
+}
+
+/// The needle's own token correlation (docs/MODEL.md, "The needle's token
+/// correlation ρ_N"): at the measured ρ_T a number format's latent follows
+/// the needle (ρ_N 0.98 for `niah`), so the whole-model margin of bf16 at
+/// 64K is bounded, as it was at ρ_T 0.998, and the same order; with the
+/// rows' ρ_T on that latent it read "≥ 3450×" in every cell of the main job.
+/// The per-layer margin does not read the stack.
+#[test]
+fn a_format_s_query_tokens_follow_the_needle_and_the_margin_stays_bounded() {
+    let run = |token: &str| {
+        let s = scenario(&format!(
+            "[stack]\n{token}[sweep]\ncontexts = \"64K\"\ndepths = \"50\"\ntopk = \"512\"\nprecisions = \"bf16\"\ntrials = 100\nseed = 3\n"
+        ));
+        run_sweep(&s, &|| {}).unwrap().cells.remove(0)
+    };
+    let (measured, asserted) = (run(""), run("token_correlation = 0.998\n"));
+    assert_eq!(measured.needle_margin, asserted.needle_margin);
+    for c in [&measured, &asserted] {
+        assert_eq!(c.model_needle_margin_unbounded, Some(false), "{:?}", c.model_needle_margin);
+    }
+    let (m, a) = (measured.model_needle_margin.unwrap(), asserted.model_needle_margin.unwrap());
+    // Tokens that churn a little more rescue a little more, within a factor 3.
+    assert!(a <= m && m <= 3.0 * a, "measured ρ_T {m}× vs 0.998 {a}×");
 }

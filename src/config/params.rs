@@ -390,7 +390,24 @@ section! {
         token_correlation: f64 = flag(
             "--token-correlation",
             "R",
-            "Latent correlation of a row's selection for adjacent query tokens (0 … 0.9999)"
+            "Latent correlation of a row's selection for adjacent query tokens, past the early layers (0 … 0.9999)"
+        ),
+        /// Model layers 0 … N−1 whose indexers take early_token_correlation (left out: 0, one profile).
+        early_layers: u64 = flag(
+            "--early-layers",
+            "N",
+            "Per-layer profile: indexer layers among model layers 0 … N−1 take --early-token-correlation (0 = none)"
+        ),
+        early_token_correlation: f64 = flag(
+            "--early-token-correlation",
+            "R",
+            "Latent correlation of a row's selection for adjacent query tokens in the early layers (0 … 0.9999)"
+        ),
+        /// A fault's own part of the latent, every layer (left out: 0.998).
+        fault_token_correlation: f64 = flag(
+            "--fault-token-correlation",
+            "R",
+            "Latent correlation of a fault's own part of a layer's selection for adjacent query tokens, every layer (0 … 0.9999; default 0.998)"
         ),
         question_tokens: u64 = flag("--question-tokens", "N", "Question tokens whose selections may read the needle (prefill)"),
         answer_tokens: u64 = flag("--answer-tokens", "N", "First answer tokens whose selections may read the needle (decode)"),

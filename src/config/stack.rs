@@ -5,7 +5,9 @@ use super::params::{self, field_name};
 use super::values::{int_in, number_in, require, whole_in};
 use crate::error::ConfigError;
 use crate::model::plan::LayerPlan;
-use crate::model::stack::{CandidateStage, FaultSpreadChoice, HcaReading, LayerKind, LostLayerHarm, WholeModel};
+use crate::model::stack::{
+    CandidateStage, FaultSpreadChoice, HcaReading, LayerKind, LostLayerHarm, WholeModel, DEFAULT_FAULT_TOKEN_CORRELATION,
+};
 
 /// Validates `[stack]`: None when neither `layers` nor `compress_ratios`
 /// is given, or the one given is `none`.
@@ -43,6 +45,12 @@ pub(super) fn check_stack(p: &params::StackParams) -> Result<Option<WholeModel>,
         plan,
         layer_correlation: correlation(p.layer_correlation, "stack.layer_correlation")?,
         token_correlation: correlation(p.token_correlation, "stack.token_correlation")?,
+        early_layers: int_in(p.early_layers.unwrap_or(0), 0, 4096, "stack.early_layers")?,
+        early_token_correlation: number_in(p.early_token_correlation.unwrap_or(0.0), 0.0, 0.9999, "stack.early_token_correlation")?,
+        fault_token_correlation: correlation(
+            Some(p.fault_token_correlation.unwrap_or(DEFAULT_FAULT_TOKEN_CORRELATION)),
+            "stack.fault_token_correlation",
+        )?,
         question_tokens: tokens(p.question_tokens, "stack.question_tokens")?,
         answer_tokens: tokens(p.answer_tokens, "stack.answer_tokens")?,
         quorum: require(p.quorum, "stack.quorum")?,

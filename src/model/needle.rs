@@ -83,6 +83,22 @@ impl QuantileNeedle {
         (self.prompt_spread.powi(2) + self.layer_spread.powi(2) + self.token_spread.powi(2)).sqrt()
     }
 
+    /// The needle's own token correlation ρ_N (docs/MODEL.md, "The needle's
+    /// token correlation"): of the spread of log10 u within one layer, the
+    /// prompt and layer parts persist over that layer's query tokens and
+    /// the token part churns like any row, at the rows' correlation
+    /// `row_token_correlation` (ρ_T), so
+    /// ρ_N = (σ_p² + σ_l² + ρ_T·σ_t²) / (σ_p² + σ_l² + σ_t²).
+    /// A needle with no spread at all is a row like any: ρ_T.
+    pub fn token_correlation(&self, row_token_correlation: f64) -> f64 {
+        let persist = self.prompt_spread.powi(2) + self.layer_spread.powi(2);
+        let token = self.token_spread.powi(2);
+        if persist + token <= 0.0 {
+            return row_token_correlation;
+        }
+        (persist + row_token_correlation * token) / (persist + token)
+    }
+
     /// log10 u for the prompt's normal and a layer's and a token's.
     pub fn log10_exceedance(&self, prompt: f64, layer: f64, token: f64) -> f64 {
         self.exceedance.log10() + self.prompt_spread * prompt + self.layer_spread * layer + self.token_spread * token
@@ -195,6 +211,22 @@ mod tests {
             let ranks: Vec<u64> = [1024u64, 4096, 16_384, 65_536, 262_144].iter().map(|&n| rank_quantile(n, u, v)).collect();
             assert!(ranks.windows(2).all(|w| w[0] <= w[1]), "{ranks:?}");
         }
+    }
+
+    #[test]
+    fn the_needle_token_correlation_weighs_its_persistent_part() {
+        // niah: 0.125 of 0.135 decades² persist, so ρ_N = (0.125 + ρ_T·0.01)/0.135.
+        let niah = QuantileNeedle { exceedance: 2.9e-4, prompt_spread: 0.25, layer_spread: 0.25, token_spread: 0.1 };
+        assert!((niah.token_correlation(0.7791) - (0.125 + 0.7791 * 0.01) / 0.135).abs() < 1e-12);
+        assert!((niah.token_correlation(0.0) - 0.125 / 0.135).abs() < 1e-12);
+        // The ends: all persistent → 1, all churn → the rows' ρ_T, none → ρ_T.
+        assert_eq!(QuantileNeedle { token_spread: 0.0, ..niah }.token_correlation(0.5), 1.0);
+        let churn = QuantileNeedle { prompt_spread: 0.0, layer_spread: 0.0, ..niah };
+        assert!((churn.token_correlation(0.5) - 0.5).abs() < 1e-12);
+        assert_eq!(QuantileNeedle { token_spread: 0.0, ..churn }.token_correlation(0.5), 0.5);
+        // A wider prompt spread (hard) persists more.
+        let hard = QuantileNeedle { prompt_spread: 0.6, ..niah };
+        assert!(hard.token_correlation(0.7791) > niah.token_correlation(0.7791));
     }
 
     #[test]

@@ -108,6 +108,11 @@ impl FaultSpreadChoice {
     }
 }
 
+/// `stack.fault_token_correlation` where a scenario leaves it out, and in
+/// every preset: an **assumption** fitted to the verdicts of the shipped
+/// incidents (docs/MODEL.md, "A fault's token correlation").
+pub const DEFAULT_FAULT_TOKEN_CORRELATION: f64 = 0.998;
+
 /// The whole model a cell's recall is read through: its layers, how alike
 /// its layers and query tokens select, and what counts as retrieved.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -119,8 +124,18 @@ pub struct WholeModel {
     pub plan: LayerPlan,
     /// Latent correlation of a row's selection in adjacent indexed layers.
     pub layer_correlation: f64,
-    /// Latent correlation of a row's selection for adjacent query tokens.
+    /// Latent correlation of a row's selection for adjacent query tokens,
+    /// in every indexer layer but the early ones.
     pub token_correlation: f64,
+    /// The per-layer profile (docs/MODEL.md, "Per-layer profiles"): indexer
+    /// layers whose model layer number is below `early_layers` take
+    /// `early_token_correlation` instead (0 early layers: one profile).
+    pub early_layers: u64,
+    pub early_token_correlation: f64,
+    /// Latent correlation, between adjacent query tokens, of a fault's own
+    /// part of a layer's latent (docs/MODEL.md, "A fault's token
+    /// correlation"): every layer, early or not.
+    pub fault_token_correlation: f64,
     /// Question tokens (prefill) and first answer tokens (decode) whose
     /// selections may read the needle.
     pub question_tokens: u64,
@@ -173,6 +188,14 @@ struct WholeModelRecord {
     layers: Option<String>,
     layer_correlation: f64,
     token_correlation: f64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    early_layers: u64,
+    #[serde(default, skip_serializing_if = "is_zero_f64")]
+    early_token_correlation: f64,
+    /// Absent from manifests written before it: their faults' tokens took
+    /// token_correlation.
+    #[serde(default)]
+    fault_token_correlation: Option<f64>,
     question_tokens: u64,
     answer_tokens: u64,
     quorum: u64,
@@ -182,6 +205,14 @@ struct WholeModelRecord {
     candidates: Option<CandidateStage>,
     #[serde(default, skip_serializing_if = "LostLayerHarm::is_none")]
     lost_layer_harm: LostLayerHarm,
+}
+
+fn is_zero(x: &u64) -> bool {
+    *x == 0
+}
+
+fn is_zero_f64(x: &f64) -> bool {
+    *x == 0.0
 }
 
 impl From<WholeModel> for WholeModelRecord {
@@ -194,6 +225,9 @@ impl From<WholeModel> for WholeModelRecord {
             layers: (!short).then(|| w.plan.to_words()),
             layer_correlation: w.layer_correlation,
             token_correlation: w.token_correlation,
+            early_layers: w.early_layers,
+            early_token_correlation: w.early_token_correlation,
+            fault_token_correlation: Some(w.fault_token_correlation),
             question_tokens: w.question_tokens,
             answer_tokens: w.answer_tokens,
             quorum: w.quorum,
@@ -221,6 +255,9 @@ impl TryFrom<WholeModelRecord> for WholeModel {
             plan,
             layer_correlation: r.layer_correlation,
             token_correlation: r.token_correlation,
+            early_layers: r.early_layers,
+            early_token_correlation: r.early_token_correlation,
+            fault_token_correlation: r.fault_token_correlation.unwrap_or(r.token_correlation),
             question_tokens: r.question_tokens,
             answer_tokens: r.answer_tokens,
             quorum: r.quorum,
@@ -342,6 +379,23 @@ impl WholeModel {
         format!("{} of {layers}, {} query tokens{stage}{harm}", self.quorum, self.query_tokens())
     }
 
+    /// Indexer layers of the early profile: those whose model layer number
+    /// is below `early_layers`. They lead the indexer layers, so indexer
+    /// numbers below this count are the early ones.
+    pub fn early_indexers(&self) -> usize {
+        self.layers_of(LayerKind::Indexed).iter().filter(|&&l| (l as u64) < self.early_layers).count()
+    }
+
+    /// The token correlation of indexer layer number `l` (0 = the simulated
+    /// one) under the default profile.
+    pub fn token_correlation_of(&self, l: usize) -> f64 {
+        if l < self.early_indexers() {
+            self.early_token_correlation
+        } else {
+            self.token_correlation
+        }
+    }
+
     /// Query tokens whose selections are read.
     pub fn query_tokens(&self) -> u64 {
         self.question_tokens + self.answer_tokens
@@ -457,6 +511,16 @@ impl WholeModel {
                 .collect();
             out.push_str(&format!("\n  selections reused: {}", parts.join("; ")));
         }
+        let early = self.early_indexers();
+        if early > 0 {
+            let layers = &self.layers_of(LayerKind::Indexed)[..early];
+            out.push_str(&format!(
+                "\n  early profile, token correlation {} (the others {}): indexer layers {}",
+                self.early_token_correlation,
+                self.token_correlation,
+                layer_numbers(layers)
+            ));
+        }
         if let (Some(c), Some(source)) = (self.candidates, self.candidate_source()) {
             let consumers = self.indexed_layers() - source - 1;
             out.push_str(&format!(
@@ -501,6 +565,9 @@ mod tests {
             plan: LayerPlan::from_compress_ratios(text, indexed_ratio).unwrap(),
             layer_correlation: 0.9,
             token_correlation: 0.98,
+            early_layers: 0,
+            early_token_correlation: 0.0,
+            fault_token_correlation: DEFAULT_FAULT_TOKEN_CORRELATION,
             question_tokens: 16,
             answer_tokens: 4,
             quorum: 1,
@@ -575,6 +642,27 @@ mod tests {
         assert_eq!(stack("1*61", 1).dense_needle_share(4, 2.0), None);
         assert!(WholeModel { hca: HcaReading::Retrieves, ..s.clone() }.hca_retrieves());
         assert!(!WholeModel { hca: HcaReading::Retrieves, ..stack("1*61", 1) }.hca_retrieves());
+    }
+
+    #[test]
+    fn the_early_profile_maps_by_model_layer() {
+        // V3.2: indexers in every layer, so layers 0 and 1 are early; V4-Flash:
+        // layers 0-1 are raw window only, so no indexer layer is.
+        let early = |text: &str, ratio: u64| WholeModel { early_layers: 2, early_token_correlation: 0.1, ..stack(text, ratio) };
+        let v32 = early("1*61", 1);
+        assert_eq!(v32.early_indexers(), 2);
+        assert_eq!((v32.token_correlation_of(0), v32.token_correlation_of(1), v32.token_correlation_of(2)), (0.1, 0.1, 0.98));
+        assert!(
+            v32.describe().ends_with("early profile, token correlation 0.1 (the others 0.98): indexer layers 0, 1"),
+            "{}",
+            v32.describe()
+        );
+        let flash = early("0*2, (4, 128)*20, 4", 4);
+        assert_eq!(flash.early_indexers(), 0);
+        assert_eq!(flash.token_correlation_of(0), 0.98);
+        assert!(!flash.describe().contains("early"));
+        // One profile without early layers.
+        assert_eq!(stack("1*61", 1).early_indexers(), 0);
     }
 
     #[test]

@@ -195,7 +195,7 @@ fn stack_section(meta: &ReportMeta) -> String {
     let mut h = String::new();
     let _ = writeln!(
         h,
-        "<p><b>Whole-model recall.</b> Each trial is also read through the model's layer stack: the needle counts as retrieved when at least {} of its {} select it for at least one of {} query tokens ({} question, {} answer){}. {} the correlation of a row's selection between adjacent indexer layers is {}, between adjacent query tokens {}; faults spread: {}. Its effective context, tables and heatmap sit beside the per-layer ones below. The stack:</p>",
+        "<p><b>Whole-model recall.</b> Each trial is also read through the model's layer stack: the needle counts as retrieved when at least {} of its {} select it for at least one of {} query tokens ({} question, {} answer){}. {} the correlation of a row's selection between adjacent indexer layers is {}, between adjacent query tokens {} (a fault's own part {}); faults spread: {}. Its effective context, tables and heatmap sit beside the per-layer ones below. The stack:</p>",
         w.quorum,
         if w.count(LayerKind::Reused) == 0 {
             format!("{} indexer layers", w.indexed_layers())
@@ -220,6 +220,7 @@ fn stack_section(meta: &ReportMeta) -> String {
         },
         w.layer_correlation,
         w.token_correlation,
+        w.fault_token_correlation,
         escape(match w.fault_spread {
             FaultSpreadChoice::Catalogue => "as each hypothesis's catalogue entry says",
             FaultSpreadChoice::Shared => "identically in every layer (correlated as the fault-free layers are)",

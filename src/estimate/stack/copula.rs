@@ -26,19 +26,35 @@ struct Draws {
     fault: Vec<f64>,
     /// Per layer and token: the token chain's innovation (unused at token 0).
     token: Vec<f64>,
+    /// Per layer and token: the fault chain's innovation (unused at token
+    /// 0), drawn after the others, and only for a cell with a fault part.
+    fault_token: Vec<f64>,
 }
 
 impl Draws {
     fn new(layers: usize, tokens: usize) -> Self {
-        Draws { u0: 0.5, split: 0.0, layer: vec![0.0; layers], fault: vec![0.0; layers], token: vec![0.0; layers * tokens] }
+        Draws {
+            u0: 0.5,
+            split: 0.0,
+            layer: vec![0.0; layers],
+            fault: vec![0.0; layers],
+            token: vec![0.0; layers * tokens],
+            fault_token: Vec::new(),
+        }
     }
 
-    fn fill(&mut self, trial_seed: u64, cell: [u64; 3]) {
+    /// `fault_tokens`: whether a chain of the cell has a fault part (the
+    /// other draws keep their values either way).
+    fn fill(&mut self, trial_seed: u64, cell: [u64; 3], fault_tokens: bool) {
         let mut rng = rng::stream(trial_seed, &[tag::STACK, cell[0], cell[1], cell[2]]);
         // 53 random bits, centred in their interval: never 0 or 1.
         self.u0 = ((rng.random::<u64>() >> 11) as f64 + 0.5) / (1u64 << 53) as f64;
         self.split = rng.sample(StandardNormal);
         for x in self.layer.iter_mut().chain(self.fault.iter_mut()).chain(self.token.iter_mut()) {
+            *x = rng.sample(StandardNormal);
+        }
+        self.fault_token.resize(if fault_tokens { self.token.len() } else { 0 }, 0.0);
+        for x in &mut self.fault_token {
             *x = rng.sample(StandardNormal);
         }
     }
@@ -51,15 +67,75 @@ struct Chain {
     threshold: f64,
     /// Share of the latent's standard deviation the chains carry: 1, or for
     /// an independent fault its tetrachoric correlation with the baseline;
-    /// the rest is drawn afresh in each layer.
+    /// the rest, the fault's part, is drawn afresh in each layer.
     content: f64,
     layers: usize,
     tokens: usize,
     rho_layer: f64,
     rho_token: f64,
+    /// The early profile: indexer layers below `early` take `rho_token_early`.
+    early: usize,
+    rho_token_early: f64,
+    /// The fault's part over adjacent tokens, in every layer.
+    rho_fault_token: f64,
 }
 
 impl Chain {
+    /// Layer `l`'s token correlation and its innovation's sd.
+    fn token_chain(&self, l: usize) -> (f64, f64) {
+        let b = if l < self.early { self.rho_token_early } else { self.rho_token };
+        (b, (1.0 - b * b).sqrt())
+    }
+
+    /// The weights of the content's and the fault's parts, k² + s² = 1.
+    fn weights(&self) -> (f64, f64) {
+        (self.content, (1.0 - self.content * self.content).max(0.0).sqrt())
+    }
+
+    /// The simulated (layer, token)'s content and fault parts, pinned by its
+    /// outcome: independent N(0, 1) whose k·c + s·f is the pinned latent.
+    fn start(&self, d: &Draws, survived: bool) -> (f64, f64) {
+        let p = self.p;
+        let pinned = normal_quantile(if survived { 1.0 - p + d.u0 * p } else { d.u0 * (1.0 - p) });
+        let (k, s) = self.weights();
+        // g = k·c + s·f, pinned at (0, 0): draw c given g; f is what is left.
+        let content0 = if s > 0.0 { k * pinned + s * d.split } else { pinned };
+        let fault0 = if s > 0.0 { (pinned - k * content0) / s } else { 0.0 };
+        (content0, fault0)
+    }
+
+    /// Walks layer `l`'s query tokens from the content part `c` and fault
+    /// part `f` of its token 0 (layer 0 reads from token 1: token 0 is the
+    /// simulated one): the content's chain at the layer's ρ_T, the fault's at
+    /// ρ_F, so each latent k·c + s·f stays N(0, 1). `each` sees every
+    /// token's outcome; with `stop` the walk ends at the first that keeps
+    /// the needle. Whether any did.
+    fn layer_hits(&self, d: &Draws, l: usize, (mut c, mut f): (f64, f64), stop: bool, each: &mut impl FnMut(bool)) -> bool {
+        let (k, s) = self.weights();
+        let (b, sb) = self.token_chain(l);
+        let (bf, sf) = (self.rho_fault_token, (1.0 - self.rho_fault_token * self.rho_fault_token).max(0.0).sqrt());
+        let mut hit = false;
+        for t in 0..self.tokens {
+            let i = l * self.tokens + t;
+            if t > 0 {
+                c = b * c + sb * d.token[i];
+                if s > 0.0 {
+                    f = bf * f + sf * d.fault_token[i];
+                }
+            }
+            if l == 0 && t == 0 {
+                continue;
+            }
+            let kept = k * c + s * f > self.threshold;
+            each(kept);
+            hit |= kept;
+            if hit && stop {
+                break;
+            }
+        }
+        hit
+    }
+
     /// Indexed layers that select the needle for at least one query token,
     /// given the simulated layer's outcome.
     fn layers_reached(&self, d: &Draws, survived: bool) -> u64 {
@@ -69,40 +145,17 @@ impl Chain {
         if self.p >= 1.0 {
             return self.layers as u64;
         }
-        let p = self.p;
-        let pinned = normal_quantile(if survived { 1.0 - p + d.u0 * p } else { d.u0 * (1.0 - p) });
-        let (k, s) = (self.content, (1.0 - self.content * self.content).max(0.0).sqrt());
-        // g = k·c + s·f, pinned at (0, 0): draw c given g; f is what is left.
-        let content0 = if s > 0.0 { k * pinned + s * d.split } else { pinned };
-        let fault0 = if s > 0.0 { (pinned - k * content0) / s } else { 0.0 };
+        let (content0, fault0) = self.start(d, survived);
         let (a, sa) = (self.rho_layer, (1.0 - self.rho_layer * self.rho_layer).sqrt());
-        let (b, sb) = (self.rho_token, (1.0 - self.rho_token * self.rho_token).sqrt());
         let mut reached = u64::from(survived);
         let mut layer_content = content0;
         for l in 1..self.layers {
             layer_content = a * layer_content + sa * d.layer[l];
-            let fault = d.fault[l];
-            let mut c = layer_content;
-            for t in 0..self.tokens {
-                if t > 0 {
-                    c = b * c + sb * d.token[l * self.tokens + t];
-                }
-                if k * c + s * fault > self.threshold {
-                    reached += 1;
-                    break;
-                }
-            }
+            reached += u64::from(self.layer_hits(d, l, (layer_content, d.fault[l]), true, &mut |_| {}));
         }
         // Layer 0: the simulated token, then the others.
         if !survived {
-            let mut c = content0;
-            for t in 1..self.tokens {
-                c = b * c + sb * d.token[t];
-                if k * c + s * fault0 > self.threshold {
-                    reached += 1;
-                    break;
-                }
-            }
+            reached += u64::from(self.layer_hits(d, 0, (content0, fault0), true, &mut |_| {}));
         }
         reached
     }
@@ -175,13 +228,17 @@ pub(super) fn whole_model_of(spec: &TrialSpec<'_>, whole: &WholeModel, trials: &
                             tokens,
                             rho_layer: whole.layer_correlation,
                             rho_token: whole.token_correlation,
+                            early: whole.early_indexers(),
+                            rho_token_early: whole.early_token_correlation,
+                            rho_fault_token: whole.fault_token_correlation,
                         }
                     })
                     .collect();
                 reached.iter_mut().for_each(Vec::clear);
                 let key = cell_key(spec, ci, oi, ki);
+                let fault_tokens = chains.iter().any(|c| c.weights().1 > 0.0);
                 for (seed, kept) in trials {
-                    draws.fill(*seed, key);
+                    draws.fill(*seed, key, fault_tokens);
                     for (v, chain) in chains.iter().enumerate() {
                         reached[v].push(chain.layers_reached(&draws, kept[index(v)]) as f64);
                     }
@@ -215,7 +272,18 @@ mod tests {
     use crate::base::rng;
 
     fn chain(p: f64, layers: usize, tokens: usize, rho_layer: f64, rho_token: f64) -> Chain {
-        Chain { p, threshold: normal_quantile(1.0 - p), content: 1.0, layers, tokens, rho_layer, rho_token }
+        Chain {
+            p,
+            threshold: normal_quantile(1.0 - p),
+            content: 1.0,
+            layers,
+            tokens,
+            rho_layer,
+            rho_token,
+            early: 0,
+            rho_token_early: 0.0,
+            rho_fault_token: 0.998,
+        }
     }
 
     /// Model recall over `n` trials whose simulated outcomes are Bernoulli(p).
@@ -223,7 +291,7 @@ mod tests {
         let mut draws = Draws::new(c.layers, c.tokens);
         let mut hits = 0;
         for i in 0..n {
-            draws.fill(rng::derive(7, &[i]), [0, 0, 0]);
+            draws.fill(rng::derive(7, &[i]), [0, 0, 0], true);
             let survived = (rng::derive(8, &[i]) >> 11) as f64 / (1u64 << 53) as f64 <= c.p;
             hits += u64::from(c.layers_reached(&draws, survived) >= 1);
         }
@@ -250,6 +318,22 @@ mod tests {
     }
 
     #[test]
+    fn early_layers_take_their_own_token_correlation() {
+        // 2 layers × 5 tokens, layers nearly identical: with the simulated
+        // layer early at ρ_T 0 its 5 tokens are independent draws (the union
+        // 1 − (1 − p)^5, the second layer repeating the first's token 0); as
+        // a late layer at ρ_T → 1 they repeat the simulated outcome.
+        let n = 20_000;
+        let tol = 3.29 * (0.25 / n as f64).sqrt();
+        let p = 0.1;
+        let late = chain(p, 2, 5, 0.999_999, 0.999_999);
+        let early = Chain { early: 1, rho_token_early: 0.0, ..chain(p, 2, 5, 0.999_999, 0.999_999) };
+        let (got_late, got_early) = (any_layer(&late, n), any_layer(&early, n));
+        assert!((got_late - p).abs() < tol, "{got_late}");
+        assert!((got_early - (1.0 - 0.9f64.powi(5))).abs() < tol, "{got_early}");
+    }
+
+    #[test]
     fn each_layer_keeps_the_simulated_marginal() {
         // Mean layers reached = L·p whatever the correlations (every layer's
         // marginal is p). Sd of layers reached ≤ L/2, so the 99.9 % half-width
@@ -260,7 +344,7 @@ mod tests {
         let mut draws = Draws::new(layers, 1);
         let mut sum = 0.0;
         for i in 0..n {
-            draws.fill(rng::derive(9, &[i]), [0, 0, 0]);
+            draws.fill(rng::derive(9, &[i]), [0, 0, 0], true);
             let survived = (rng::derive(10, &[i]) >> 11) as f64 / (1u64 << 53) as f64 <= p;
             sum += c.layers_reached(&draws, survived) as f64;
         }
@@ -282,5 +366,59 @@ mod tests {
         let union = 1.0 - (1.0f64 - p).powi(layers as i32);
         assert!((scrambled - union).abs() < tol, "{scrambled} vs {union}");
         assert!(shared + 2.0 * tol < half && half + 2.0 * tol < scrambled, "{shared} {half} {scrambled}");
+    }
+
+    #[test]
+    fn the_fault_token_correlation_moves_only_the_fault_part() {
+        // A cell without a fault part (content 1) gives the same bits at any
+        // ρ_F; a fault that is all its own part (content 0, ρ_T irrelevant)
+        // gives the union of its layers at ρ_F → 1 and of its (layer, token)
+        // draws at ρ_F = 0.
+        let n = 20_000;
+        let tol = 3.29 * (0.25 / n as f64).sqrt();
+        let (p, layers, tokens) = (0.02, 21, 5);
+        let with = |content: f64, rho_fault_token: f64| Chain { content, rho_fault_token, ..chain(p, layers, tokens, 0.98, 0.78) };
+        let healthy = [0.0, 0.5, 0.999_999].map(|rho| any_layer(&with(1.0, rho), n).to_bits());
+        assert!(healthy.iter().all(|&b| b == healthy[0]), "{healthy:?}");
+        let (repeats, afresh) = (any_layer(&with(0.0, 0.999_999), n), any_layer(&with(0.0, 0.0), n));
+        let by_layer = 1.0 - (1.0 - p).powi(layers as i32);
+        let by_token = 1.0 - (1.0 - p).powi((layers * tokens) as i32);
+        assert!((repeats - by_layer).abs() < tol, "{repeats} vs {by_layer}");
+        assert!((afresh - by_token).abs() < tol, "{afresh} vs {by_token}");
+    }
+
+    #[test]
+    fn every_layer_and_token_keeps_the_marginal_with_a_fault_part() {
+        // Each (layer, token) latent k·c + s·f is N(0, 1) whatever ρ_T and
+        // ρ_F: the share of all L·T cells that keep the needle is p. Cells
+        // of one trial are correlated, so the tolerance takes the worst case,
+        // every cell of a trial alike: 3.29·√(p(1 − p)/n).
+        let n = 20_000;
+        let (p, layers, tokens) = (0.2, 6, 5);
+        let tol = 3.29 * (p * (1.0 - p) / n as f64).sqrt();
+        for (content, rho_token, rho_fault_token) in [(0.6, 0.5, 0.9), (0.3, 0.0, 0.998), (0.8, 0.95, 0.0)] {
+            let c = Chain { content, rho_fault_token, ..chain(p, layers, tokens, 0.7, rho_token) };
+            let mut draws = Draws::new(layers, tokens);
+            let (mut kept, mut cells) = (0u64, 0u64);
+            for i in 0..n {
+                draws.fill(rng::derive(11, &[i]), [0, 0, 0], true);
+                let survived = (rng::derive(12, &[i]) >> 11) as f64 / (1u64 << 53) as f64 <= p;
+                let mut count = |hit: bool| {
+                    kept += u64::from(hit);
+                    cells += 1;
+                };
+                count(survived);
+                let (content0, fault0) = c.start(&draws, survived);
+                c.layer_hits(&draws, 0, (content0, fault0), false, &mut count);
+                let mut layer_content = content0;
+                for l in 1..layers {
+                    layer_content = 0.7 * layer_content + (1.0 - 0.49f64).sqrt() * draws.layer[l];
+                    c.layer_hits(&draws, l, (layer_content, draws.fault[l]), false, &mut count);
+                }
+            }
+            assert_eq!(cells, n * (layers * tokens) as u64);
+            let share = kept as f64 / cells as f64;
+            assert!((share - p).abs() < tol, "content {content}, ρ_T {rho_token}, ρ_F {rho_fault_token}: {share}");
+        }
     }
 }

@@ -22,7 +22,7 @@ mod quantile;
 mod shared;
 
 pub use copula::whole_model_sampled;
-pub use quantile::OVERLAP_ENDS;
+pub use quantile::{DECODE_CAPTURE_SHARE, OVERLAP_ENDS, TOKEN_OVERLAP_ENDS};
 pub use shared::{adjacent_overlap, correlation_for_overlap, tetrachoric, StackEstimate};
 
 use crate::model::stack::WholeModel;

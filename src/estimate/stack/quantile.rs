@@ -12,7 +12,10 @@
 //! reference loses (q₀). Its own randomness is a latent f per (layer,
 //! token) on AR(1) chains, pinned at (0, 0) by the simulated outcome, and a
 //! layer keeps the needle when f > Φ⁻¹(1 − q) for the reference's outcome
-//! there.
+//! there. The content's churn over tokens is in the reference's own draws,
+//! so a fault's f is all the fault's part (its tokens tied by ρ_F); a
+//! number format's rounding follows the needle over the query (ρ_N of the
+//! layer's ρ_T: its persistent difficulty and its rows' churn).
 
 use super::shared::{correlation_for_overlap, StackEstimate};
 use crate::base::rng::{self, tag};
@@ -34,6 +37,17 @@ use rand_distr::StandardNormal;
 /// (THUDM IndexCache README), read at a top share of 1/16.
 pub const OVERLAP_ENDS: (f64, f64) = (0.38, 1.0);
 const OVERLAP_SHARE: f64 = 1.0 / 16.0;
+
+/// Adjacent query-token (decode-step) top-k overlaps at the band's two
+/// ends, each at its own top share (docs/MODEL.md, "Per-layer profiles"):
+/// 35 % of the top-2048 of 70,690 rows, the lowest deep-layer mean of real
+/// DeepSeek-V3.2 decode (TensorRT-LLM tech blog 19, NVIDIA/TensorRT-LLM PR
+/// #12684), and ≥ 95 % asserted for a V4-Flash deployment without a method
+/// (GDzhu01/vllm-ascend-deepseekv4 PR #134), read at 1/16.
+pub const TOKEN_OVERLAP_ENDS: [(f64, f64); 2] = [(0.35, DECODE_CAPTURE_SHARE), (0.95, OVERLAP_SHARE)];
+
+/// The top share of the decode capture: top-2048 of 70,690 rows.
+pub const DECODE_CAPTURE_SHARE: f64 = 2048.0 / 70_690.0;
 
 /// How the spread of log10 u over prompts and layers is shared between layers.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -89,12 +103,38 @@ struct Transfer {
     /// P(the variant keeps the needle | the reference keeps it), and | loses it.
     keep_if_kept: f64,
     keep_if_lost: f64,
-    /// The variant's own latent: correlation of adjacent layers and tokens.
+    /// The variant's own latent: correlation of adjacent layers, and the
+    /// rows' correlation of adjacent tokens (ρ_T), in the first `early`
+    /// indexer layers (the early profile) and the others.
     rho_layer: f64,
     rho_token: f64,
+    early: usize,
+    rho_token_early: f64,
+    /// The needle, whose persistent part lifts a number format's token
+    /// correlation from the rows' ρ_T to its own ρ_N.
+    needle: QuantileNeedle,
+    /// A fault's latent over tokens, every layer: ρ_F, and whether it is
+    /// capped by the layer's ρ_T (the band's "shares less" end). None for a
+    /// variant that is no fault, whose latent takes ρ_N.
+    fault_token: Option<(f64, bool)>,
 }
 
 impl Transfer {
+    /// The latent's correlation between adjacent tokens in indexer layer `l`.
+    fn token_correlation(&self, l: usize) -> f64 {
+        let content = if l < self.early { self.rho_token_early } else { self.rho_token };
+        match self.fault_token {
+            None => self.needle.token_correlation(content),
+            Some((rho, capped)) => {
+                if capped {
+                    rho.min(content)
+                } else {
+                    rho
+                }
+            }
+        }
+    }
+
     fn threshold(q: f64) -> f64 {
         if q <= 0.0 {
             f64::INFINITY
@@ -305,7 +345,7 @@ fn layers_reached(
     let (z_kept, z_lost) = (Transfer::threshold(t.keep_if_kept), Transfer::threshold(t.keep_if_lost));
     let f00 = pinned_latent(c, t, faulty.contains(0, layers), draws[0]);
     let (a, sa) = (t.rho_layer, (1.0 - t.rho_layer * t.rho_layer).max(0.0).sqrt());
-    let (b, sb) = (t.rho_token, (1.0 - t.rho_token * t.rho_token).max(0.0).sqrt());
+    let token_chain = |rho: f64| (rho, (1.0 - rho * rho).max(0.0).sqrt());
     let (layer_draws, token_draws) = draws[1..].split_at(layers);
     let mut out = Reached::default();
     let mut layer_f = f00;
@@ -319,6 +359,7 @@ fn layers_reached(
         if l > 0 {
             layer_f = a * layer_f + sa * layer_draw;
         }
+        let (b, sb) = token_chain(t.token_correlation(l));
         let view = LayerView::of(c, plan.own.get(l).and_then(Option::as_ref));
         let mut f = layer_f;
         let layer_faulty = faulty.contains(l, layers);
@@ -670,13 +711,8 @@ pub(super) fn whole_model(spec: &TrialSpec<'_>, whole: &WholeModel, q: &Quantile
                     // keep rates they give, and every layer's draw shifted.
                     let mut at_multiple = |c: f64, cell_trials: &[CellTrial]| {
                         let (keep_if_kept, keep_if_lost) = keep_rates(cell_trials, n, !fault && !own.is_empty());
-                        let transfer =
-                            |rho_layer: f64| Transfer { keep_if_kept, keep_if_lost, rho_layer, rho_token: whole.token_correlation };
-                        let runs = [
-                            (Split::Profile, transfer(rho(whole.layer_correlation))),
-                            (Split::Shared, transfer(rho(rho_high))),
-                            (Split::Independent, transfer(rho(rho_low))),
-                        ];
+                        let layer = [rho(whole.layer_correlation), rho(rho_high), rho(rho_low)];
+                        let runs = band_runs(whole, q, (keep_if_kept, keep_if_lost), layer, fault);
                         let cell = VariantCell { cell_trials, own: &own, fault, layers: variant.layers };
                         // The margin reads the default split's recall alone
                         // (no band, no layers reached).
@@ -695,6 +731,43 @@ pub(super) fn whole_model(spec: &TrialSpec<'_>, whole: &WholeModel, q: &Quantile
         }
     }
     out
+}
+
+/// A cell's transfer under the default split and at the band's two ends,
+/// given the variant's keep rates and the layer correlation of each
+/// (`[default, shares more, shares less]`). A number format's latent
+/// follows the needle over tokens: ρ_N of the layer's ρ_T (docs/MODEL.md,
+/// "The needle's token correlation"). Layers share more: one token profile
+/// at the asserted decode-step overlap, and a fault's tokens at least
+/// that; less: the measured low end past the early layers, which keep
+/// theirs, and a fault's tokens churning at most as the rows' do there
+/// (ρ_F = ρ_T: a fault that leaves the needle nothing persistent; what the
+/// assumption of ρ_F is worth).
+fn band_runs(
+    whole: &WholeModel,
+    q: &QuantileNeedle,
+    (keep_if_kept, keep_if_lost): (f64, f64),
+    layer: [f64; 3],
+    fault: bool,
+) -> [(Split, Transfer); 3] {
+    let [token_low, token_high] = TOKEN_OVERLAP_ENDS.map(|(overlap, share)| correlation_for_overlap(overlap, share));
+    let early = whole.early_indexers();
+    let rho_fault = whole.fault_token_correlation;
+    let transfer = |rho_layer: f64, rho_token: f64, rho_token_early: f64, early: usize, fault_token: (f64, bool)| Transfer {
+        keep_if_kept,
+        keep_if_lost,
+        rho_layer,
+        rho_token,
+        early,
+        rho_token_early,
+        needle: *q,
+        fault_token: fault.then_some(fault_token),
+    };
+    [
+        (Split::Profile, transfer(layer[0], whole.token_correlation, whole.early_token_correlation, early, (rho_fault, false))),
+        (Split::Shared, transfer(layer[1], token_high, token_high, 0, (rho_fault.max(token_high), false))),
+        (Split::Independent, transfer(layer[2], token_low, whole.early_token_correlation, early, (rho_fault, true))),
+    ]
 }
 
 /// The cell's trials at multiple `c` of the median exceedance: in the

@@ -31,6 +31,7 @@ use crate::score::trial::{TrialOutcome, TrialSpec};
 use crate::score::variant::LayerSubset;
 use rand::Rng;
 use rand_distr::StandardNormal;
+use rayon::prelude::*;
 
 /// Adjacent-layer top-k overlaps measured at the two ends (docs/MODEL.md,
 /// "The band"): ~0.38 on V4-Flash prefill (vllm PR #41834) and up to 1.0
@@ -594,67 +595,96 @@ struct VariantCell<'a> {
     layers: LayerSubset,
 }
 
-/// The draws of one trial in one cell, reused from cell to cell, and what
-/// the stack fixes for every cell.
+/// Every trial's draws for one (context, needle offset), shared read-only
+/// by the k and variants of that key (each variant drew the same streams),
+/// and what the stack fixes for every cell.
 struct CellBuffers {
     layers: usize,
     tokens: usize,
+    /// Per trial, `per_trial` values: the needle's uniform, then the normals.
     draws: Vec<f64>,
+    per_trial: usize,
     stage_rule: Option<(usize, CandidateStage)>,
+    /// Per trial, two uniforms per query token (empty without a stage).
     stage_draws: Vec<f64>,
     /// Per indexer layer, the layers that reuse it (empty without any).
     reusers: Vec<u64>,
+    /// Per trial, one normal per (reusing layer, token), when some variant
+    /// selects alone in the reusing layers.
     alone_draws: Vec<f64>,
+    alone_per_trial: usize,
+    /// Per trial, when the lost-layer harm is on.
     harm_uniforms: Vec<f64>,
 }
 
 impl CellBuffers {
-    fn new(whole: &WholeModel, layers: usize, tokens: usize, n: usize) -> Self {
+    fn new(whole: &WholeModel, layers: usize, tokens: usize) -> Self {
         let stage_rule = whole.candidate_source().zip(whole.candidates);
         let reusers: Vec<u64> = whole.plan.reusers().iter().map(|r| r.len() as u64).collect();
         let reusing: u64 = reusers.iter().sum();
         CellBuffers {
             layers,
             tokens,
-            draws: vec![0.0; 1 + layers + layers * tokens],
+            draws: Vec::new(),
+            per_trial: 1 + layers + layers * tokens,
             stage_rule,
-            stage_draws: vec![0.0; if stage_rule.is_some() { 2 * tokens } else { 0 }],
+            stage_draws: Vec::new(),
             reusers: if reusing == 0 { Vec::new() } else { reusers },
-            alone_draws: vec![0.0; reusing as usize * tokens],
-            harm_uniforms: vec![0.0; n],
+            alone_draws: Vec::new(),
+            alone_per_trial: reusing as usize * tokens,
+            harm_uniforms: Vec::new(),
+        }
+    }
+
+    /// Draws every trial's values for `key` (alone normals and harm
+    /// uniforms only where `alone` and `harm` ask for them).
+    fn fill(&mut self, trials: &[TrialOutcome], key: [u64; 2], alone: bool, harm: bool) {
+        let n = trials.len();
+        let stage = if self.stage_rule.is_some() { 2 * self.tokens } else { 0 };
+        self.draws.resize(n * self.per_trial, 0.0);
+        self.stage_draws.resize(n * stage, 0.0);
+        let alone_len = if alone { self.alone_per_trial } else { 0 };
+        self.alone_draws.resize(n * alone_len, 0.0);
+        self.harm_uniforms.clear();
+        for (t, trial) in trials.iter().enumerate() {
+            let draws = &mut self.draws[t * self.per_trial..(t + 1) * self.per_trial];
+            fill_draws(draws, &mut self.stage_draws[t * stage..(t + 1) * stage], trial.seed, key);
+            if alone_len > 0 {
+                fill_normals(&mut self.alone_draws[t * alone_len..(t + 1) * alone_len], trial.seed, key);
+            }
+            if harm {
+                self.harm_uniforms.push(harm_uniform(trial.seed, key));
+            }
         }
     }
 
     /// One variant's whole-model estimate in one cell, under each split
-    /// (recall alone, its layer walk cut at the quorum, when `recall_only`).
+    /// (recall alone, its layer walk cut at the quorum, when `recall_only`),
+    /// on the draws [`Self::fill`] made for the cell's key.
     fn estimate_cell(
-        &mut self,
+        &self,
         whole: &WholeModel,
         cell: &VariantCell,
         needles: &[TrialNeedle],
         runs: &[(Split, Transfer)],
         trials: &[TrialOutcome],
-        (key, shift, recall_only): ([u64; 2], f64, bool),
+        (shift, recall_only): (f64, bool),
     ) -> StackEstimate {
         let n = trials.len();
         let mut reached: [Vec<Reached>; 3] = [Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n)];
-        let alone = cell.layers == LayerSubset::Reusers && !self.alone_draws.is_empty();
+        let alone = cell.layers == LayerSubset::Reusers && self.alone_per_trial > 0;
         let count_lost = cell.fault && whole.harm.high > 0.0;
-        for (t, (trial, c)) in trials.iter().zip(cell.cell_trials).enumerate() {
-            fill_draws(&mut self.draws, &mut self.stage_draws, trial.seed, key);
-            if alone {
-                fill_normals(&mut self.alone_draws, trial.seed, key);
-            }
-            if count_lost {
-                self.harm_uniforms[t] = harm_uniform(trial.seed, key);
-            }
-            let stage = self.stage_rule.map(|(source, rule)| Stage { source, rule, fault: cell.fault, draws: &self.stage_draws });
+        let stage_len = if self.stage_rule.is_some() { 2 * self.tokens } else { 0 };
+        for (t, c) in cell.cell_trials.iter().enumerate().take(n) {
+            let draws = &self.draws[t * self.per_trial..(t + 1) * self.per_trial];
+            let stage_draws = &self.stage_draws[t * stage_len..(t + 1) * stage_len];
+            let stage = self.stage_rule.map(|(source, rule)| Stage { source, rule, fault: cell.fault, draws: stage_draws });
             let stop_at = (recall_only && !count_lost).then_some(whole.quorum);
-            let alone = alone.then_some(self.alone_draws.as_slice());
+            let alone = alone.then(|| &self.alone_draws[t * self.alone_per_trial..(t + 1) * self.alone_per_trial]);
             let plan = PlanCell { own: cell.own, reusers: &self.reusers, alone, count_lost, stop_at };
             for (r, (split, transfer)) in reached.iter_mut().zip(runs) {
                 let layers = (self.layers, self.tokens);
-                r.push(layers_reached(c, &needles[t], *split, transfer, cell.layers, &self.draws, layers, stage.as_ref(), &plan, shift));
+                r.push(layers_reached(c, &needles[t], *split, transfer, cell.layers, draws, layers, stage.as_ref(), &plan, shift));
             }
         }
         estimate(whole, reached, if count_lost { &self.harm_uniforms } else { &[] })
@@ -666,7 +696,6 @@ impl CellBuffers {
 pub(super) fn whole_model(spec: &TrialSpec<'_>, whole: &WholeModel, q: &QuantileNeedle, trials: &[TrialOutcome]) -> Vec<StackEstimate> {
     let layers = whole.indexed_layers();
     let tokens = whole.query_tokens().max(1) as usize;
-    let n = trials.len();
     // Per needle multiple (`needle=M`), every trial's draws with the median scaled.
     let needles: Vec<Vec<TrialNeedle>> = spec
         .needle_multiples()
@@ -680,53 +709,39 @@ pub(super) fn whole_model(spec: &TrialSpec<'_>, whole: &WholeModel, q: &Quantile
         (correlation_for_overlap(OVERLAP_ENDS.0, OVERLAP_SHARE), correlation_for_overlap(OVERLAP_ENDS.1, OVERLAP_SHARE));
     let mut out = vec![StackEstimate::default(); spec.cell_count()];
     let needle_slots = spec.needle_slots();
-    let mut bufs = CellBuffers::new(whole, layers, tokens, n);
-    // Per needle multiple, each trial's simulated-layer draw (u, uniform),
-    // when the trials carry critical ranks for the margin.
+    let mut bufs = CellBuffers::new(whole, layers, tokens);
+    // Per indexer layer reusing selections alone, and the lost-layer harm:
+    // drawn only where some variant reads them.
+    let any_alone = spec.variants.iter().any(|v| v.layers == LayerSubset::Reusers);
+    let any_harm = whole.harm.high > 0.0 && spec.variants.iter().any(|v| candidate_class(&v.name) != FaultClass::Healthy);
     let with_margin = spec.margin_threshold.is_some() && trials.iter().all(|t| t.cells.iter().all(|c| c.keep_below.is_some()));
     let margin_draws = if with_margin { simulated_draws(spec, q, trials) } else { Vec::new() };
     for ci in 0..spec.contexts.len() {
         for oi in 0..spec.spot_count() {
             let context = spec.contexts[ci];
-            let placement = spec.placement(context, oi);
-            let candidates = spec.geometry.candidate_rows(context);
-            for ki in 0..spec.topks.len() {
-                for (v, variant) in spec.variants.iter().enumerate() {
-                    let index = spec.cell_index(ci, oi, ki, v);
-                    let sel = &variant.selection;
-                    let k_eff = sel.topk_for(spec.topks[ki]).min(candidates);
-                    let in_window = placement.tokens.start >= context.saturating_sub(sel.window_for(spec.geometry.window));
-                    let at = spec.needle_index(needle_slots[v], ci, oi);
-                    let rows = (candidates, placement.rows.start, placement.rows.end - placement.rows.start);
-                    let observed = cell_trials(trials, index, at, in_window, k_eff, rows);
-                    let window = sel.window_for(spec.geometry.window);
-                    let own = own_rows(whole, &spec.geometry, window, sel.topk_for(spec.topks[ki]), &placement, context);
-                    let fault = candidate_class(&variant.name) != FaultClass::Healthy;
-                    let independent = variant_spread(&variant.name).map(|s| whole.fault_spread.pick(s)) == Some(FaultSpread::Independent);
-                    let rho = |shared: f64| if independent { 0.0 } else { shared };
-                    let key = [context, spec.spot(oi).1.unwrap_or(u64::MAX)];
-                    let slot_needles = &needles[needle_slots[v]];
-                    // The cell at multiple c of the median exceedance: its
-                    // trials' outcomes there (as observed at c = 1), the
-                    // keep rates they give, and every layer's draw shifted.
-                    let mut at_multiple = |c: f64, cell_trials: &[CellTrial]| {
-                        let (keep_if_kept, keep_if_lost) = keep_rates(cell_trials, n, !fault && !own.is_empty());
-                        let layer = [rho(whole.layer_correlation), rho(rho_high), rho(rho_low)];
-                        let runs = band_runs(whole, q, (keep_if_kept, keep_if_lost), layer, fault);
-                        let cell = VariantCell { cell_trials, own: &own, fault, layers: variant.layers };
-                        // The margin reads the default split's recall alone
-                        // (no band, no layers reached).
-                        let margin_only = c != 1.0;
-                        let runs = if margin_only { &runs[..1] } else { &runs[..] };
-                        bufs.estimate_cell(whole, &cell, slot_needles, runs, trials, (key, c.log10(), margin_only))
+            let key = [context, spec.spot(oi).1.unwrap_or(u64::MAX)];
+            bufs.fill(trials, key, any_alone, any_harm);
+            let bufs = &bufs;
+            // Each (k, variant) reads the key's draws alone: in parallel,
+            // each estimate into its own slot (the same bits as in turn).
+            let pairs: Vec<(usize, usize)> = (0..spec.topks.len()).flat_map(|ki| (0..spec.variants.len()).map(move |v| (ki, v))).collect();
+            let estimates: Vec<(usize, StackEstimate)> = pairs
+                .into_par_iter()
+                .map(|(ki, v)| {
+                    let inputs = CellInputs {
+                        spec,
+                        whole,
+                        q,
+                        trials,
+                        needles: &needles,
+                        margin_draws: &margin_draws,
+                        rho_ends: (rho_low, rho_high),
                     };
-                    let mut estimate = at_multiple(1.0, &observed);
-                    if let (Some(threshold), Some(draws)) = (spec.margin_threshold, margin_draws.get(needle_slots[v])) {
-                        let median = q.exceedance * spec.needle_multiples()[needle_slots[v]];
-                        estimate.margin = model_margin(threshold, median, &estimate, &observed, trials, index, draws, &mut at_multiple);
-                    }
-                    out[index] = estimate;
-                }
+                    inputs.estimate(bufs, (ci, oi, ki, v), &needle_slots)
+                })
+                .collect();
+            for (index, estimate) in estimates {
+                out[index] = estimate;
             }
         }
     }
@@ -768,6 +783,71 @@ fn band_runs(
         (Split::Shared, transfer(layer[1], token_high, token_high, 0, (rho_fault.max(token_high), false))),
         (Split::Independent, transfer(layer[2], token_low, whole.early_token_correlation, early, (rho_fault, true))),
     ]
+}
+
+/// What every cell of [`whole_model`] reads.
+struct CellInputs<'a, 's> {
+    spec: &'a TrialSpec<'s>,
+    whole: &'a WholeModel,
+    q: &'a QuantileNeedle,
+    trials: &'a [TrialOutcome],
+    /// Per needle multiple, every trial's needle.
+    needles: &'a [Vec<TrialNeedle>],
+    /// Per needle slot, the margin's draws (empty without the margin).
+    margin_draws: &'a [Vec<(f64, f64)>],
+    /// The band's token-overlap ends as latent correlations (low, high).
+    rho_ends: (f64, f64),
+}
+
+impl CellInputs<'_, '_> {
+    /// The whole-model estimate of cell (ci, oi, ki, v) and its index, on
+    /// the draws `bufs` holds for the cell's key.
+    fn estimate(
+        &self,
+        bufs: &CellBuffers,
+        (ci, oi, ki, v): (usize, usize, usize, usize),
+        needle_slots: &[usize],
+    ) -> (usize, StackEstimate) {
+        let CellInputs { spec, whole, q, trials, needles, margin_draws, rho_ends: (rho_low, rho_high) } = *self;
+        let n = trials.len();
+        let context = spec.contexts[ci];
+        let placement = spec.placement(context, oi);
+        let candidates = spec.geometry.candidate_rows(context);
+        let variant = &spec.variants[v];
+        let index = spec.cell_index(ci, oi, ki, v);
+        let sel = &variant.selection;
+        let k_eff = sel.topk_for(spec.topks[ki]).min(candidates);
+        let in_window = placement.tokens.start >= context.saturating_sub(sel.window_for(spec.geometry.window));
+        let at = spec.needle_index(needle_slots[v], ci, oi);
+        let rows = (candidates, placement.rows.start, placement.rows.end - placement.rows.start);
+        let observed = cell_trials(trials, index, at, in_window, k_eff, rows);
+        let window = sel.window_for(spec.geometry.window);
+        let own = own_rows(whole, &spec.geometry, window, sel.topk_for(spec.topks[ki]), &placement, context);
+        let fault = candidate_class(&variant.name) != FaultClass::Healthy;
+        let independent = variant_spread(&variant.name).map(|s| whole.fault_spread.pick(s)) == Some(FaultSpread::Independent);
+        let rho = |shared: f64| if independent { 0.0 } else { shared };
+        let slot_needles = &needles[needle_slots[v]];
+        // The cell at multiple c of the median exceedance: its trials'
+        // outcomes there (as observed at c = 1), the keep rates they give,
+        // and every layer's draw shifted.
+        let at_multiple = |c: f64, cell_trials: &[CellTrial]| {
+            let (keep_if_kept, keep_if_lost) = keep_rates(cell_trials, n, !fault && !own.is_empty());
+            let layer = [rho(whole.layer_correlation), rho(rho_high), rho(rho_low)];
+            let runs = band_runs(whole, q, (keep_if_kept, keep_if_lost), layer, fault);
+            let cell = VariantCell { cell_trials, own: &own, fault, layers: variant.layers };
+            // The margin reads the default split's recall alone (no band,
+            // no layers reached).
+            let margin_only = c != 1.0;
+            let runs = if margin_only { &runs[..1] } else { &runs[..] };
+            bufs.estimate_cell(whole, &cell, slot_needles, runs, trials, (c.log10(), margin_only))
+        };
+        let mut estimate = at_multiple(1.0, &observed);
+        if let (Some(threshold), Some(draws)) = (spec.margin_threshold, margin_draws.get(needle_slots[v])) {
+            let median = q.exceedance * spec.needle_multiples()[needle_slots[v]];
+            estimate.margin = model_margin(threshold, median, &estimate, &observed, trials, index, draws, &mut { at_multiple });
+        }
+        (index, estimate)
+    }
 }
 
 /// The cell's trials at multiple `c` of the median exceedance: in the

@@ -1,7 +1,7 @@
 //! Does `diagnose` name the right *class* of fault? (issue 28, item 7)
 //!
 //! Every candidate of the catalogue (`--hypotheses all`, the needle
-//! profiled × 0.5 … 128, as `diagnose` runs by default) is in turn the
+//! averaged over × 0.5 … 128, as `diagnose` runs by default) is in turn the
 //! truth: its whole-model recall is simulated in twelve cells (4K and 16K
 //! tokens × depths 10, 50, 90 % × k 512 × the fp8 cache and bf16 keys) at
 //! seed A = 7 with the scenario's own needle; observation counts are drawn
@@ -365,7 +365,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let chart = KnobChart {
         title: "diagnose names the class of the fault that made the counts".into(),
         subtitle: format!(
-            "{replicates} draws per point, Wilson 95 %; 12 rows: 4K, 16K × depth 10/50/90 % × k 512 × fp8 cache, bf16; {} candidates, needle profiled; truth at seed 7, diagnosis at seed 42",
+            "{replicates} draws per point, Wilson 95 %; 12 rows: 4K, 16K × depth 10/50/90 % × k 512 × fp8 cache, bf16; {} candidates, likelihoods averaged over the needle; truth at seed 7, diagnosis at seed 42",
             diag.plan.len()
         ),
         x_label: "prompts per observation row".into(),

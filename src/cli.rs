@@ -315,7 +315,7 @@ pub struct DiagnoseArgs {
     /// Skip the search for the next experiment (it simulates a second, small grid).
     #[arg(long)]
     pub no_next: bool,
-    /// Multiples of the needle knob (exceedance, or strength) each candidate's likelihood is profiled over (its best), since how hard the tested needle was is not known; auto: 0.5 to 128 of the exceedance (0.5,1,2 of a strength); off: the scenario's needle, as known.
+    /// Multiples of the needle knob (exceedance, or strength) each candidate's likelihood is averaged over (a uniform prior on them), since how hard the tested needle was is not known; auto: 0.5 to 128 of the exceedance (0.5,1,2 of a strength); off: the scenario's needle, as known.
     #[arg(long, allow_hyphen_values = true, value_name = "LIST|auto|off", default_value = "auto")]
     pub needle_multipliers: String,
     /// Print the diagnosis as JSON instead of a table.

@@ -316,7 +316,7 @@ fn query_position_is_noted_once() {
 // 0.45-0.6 at 32K, where it moves most with the needle; far above the
 // 0.06 of a needle lost at random) must read as consistent with a healthy
 // indexer. With
-// the needle profiled over 0.5, 1, 2 it does in at least 0.9 of draws
+// the needle averaged over 0.5, 1, 2 it does in at least 0.9 of draws
 // (the lower end of a 99 % Wilson interval). Taken as known, the harder
 // needle's lost prompts read as a fault more often.
 #[test]

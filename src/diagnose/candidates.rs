@@ -15,7 +15,8 @@ pub const HEALTHY: &str = "healthy";
 pub const DECISIVE_LOG10: f64 = 1.0;
 
 /// The needle's difficulty is not known: each candidate's likelihood is
-/// profiled over multiples of the scenario's needle knob, each simulated
+/// averaged over multiples of the scenario's needle knob (a uniform prior
+/// on them; a factor 2 apart, log-uniform on the multiple), each simulated
 /// on the same seed (docs/OBSERVATIONS.md, "What diagnose does not
 /// know"). Under the strength unit, these multiples of the strength.
 pub const NUISANCE_MULTIPLIERS: [f64; 3] = [0.5, 1.0, 2.0];

@@ -6,11 +6,13 @@
 //! a row's recall is healthy's or the fault's as already simulated. T is
 //! marginal over the steps between the observed prompt lengths (a uniform
 //! prior over them: a fault with a free onset pays for that freedom, as a
-//! fitted loss does), the needle profiled as for every candidate.
+//! fitted loss does), and over the needle multiples as every candidate's
+//! is (`rank::over_needle`); the onset and recalls reported are the best
+//! onset's at the best multiple.
 
 use super::candidates::HEALTHY;
 use super::observations::Observation;
-use super::rank::{log_mean_exp, preferred_slot, Ranked};
+use super::rank::{log_mean_exp, over_needle, Ranked};
 use super::repeats::{repeats_may_differ, row_log_likelihood};
 use crate::error::Error;
 use crate::score::hypothesis::{candidate_class, FaultClass, Hypothesis, Role};
@@ -103,12 +105,12 @@ pub(super) fn rank_gated(
         if at_slot.len() != slots.len() {
             continue;
         }
-        let best = preferred_slot(&at_slot.iter().map(|a| a.0).collect::<Vec<_>>(), at_central);
-        let central_ll = at_slot[at_central].0;
-        let (ll, t, recalls) = at_slot.swap_remove(best);
+        let needle = over_needle(&at_slot.iter().map(|a| a.0).collect::<Vec<_>>(), at_central);
+        let best = needle.best;
+        let (_, t, recalls) = at_slot.swap_remove(best);
         let name = gated_name(h, t);
         out.push(Ranked {
-            log_likelihood: ll,
+            log_likelihood: needle.log_likelihood,
             posterior: 0.0,
             log10_bayes_factor: 0.0,
             rows_changed: rows.iter().filter(|r| r.context_tokens > t && m.get(&r.config).is_some_and(|v| *v != r.config)).count(),
@@ -117,7 +119,7 @@ pub(super) fn rank_gated(
             // with a gate is `schedule`, a prefill schedule fault).
             class: candidate_class(h),
             needle_multiplier: multiples[slots[best]],
-            needle_gain_log10: (ll - central_ll) / std::f64::consts::LN_10,
+            needle_gain_log10: needle.gain_log10,
             loss: None,
             gate: Some(t),
             hypothesis: name,

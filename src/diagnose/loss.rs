@@ -2,7 +2,8 @@
 //! healthy's and the answer is lost afterwards with a probability that does
 //! not depend on whether the needle was selected. A row's likelihood is
 //! taken at the healthy simulated recall × (1 − the loss there), with the
-//! loss profiled over a grid like the needle: no trials of their own.
+//! likelihood marginal over a grid of the loss, as over the needle's
+//! multiples: no trials of their own.
 
 use super::candidates::Reading;
 use super::observations::Observation;
@@ -40,7 +41,7 @@ impl Loss {
         }
     }
 
-    /// The grid candidate `h` is profiled over (empty for any other candidate).
+    /// The grid candidate `h`'s likelihood is averaged over (empty for any other candidate).
     pub fn grid(h: &str) -> Vec<Loss> {
         match h.trim() {
             CONSTANT => SHARES.iter().map(|&share| Loss::Constant { share }).collect(),

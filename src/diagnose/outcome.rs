@@ -29,10 +29,10 @@ pub struct Diagnosis {
     pub unexplained: Vec<Unexplained>,
     /// The best candidate's goodness of fit (None without rows).
     pub fit: Option<GoodnessOfFit>,
-    /// The needle knob profiled over, and its multiples.
+    /// The needle knob the likelihoods are averaged over, and its multiples.
     pub needle_knob: String,
     pub needle_multipliers: Vec<f64>,
-    /// How much of the verdict hangs on the profiled needle (None when the
+    /// How much of the verdict hangs on the unknown needle (None when the
     /// needle is known): the best fit's multiple, and what the verdict
     /// would be with the scenario's own needle.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -125,14 +125,14 @@ pub(super) fn weak_evidence(rows: &[observations::Observation]) -> Option<String
     })
 }
 
-/// The easiest and hardest needle multiples profiled.
+/// The easiest and hardest needle multiples tried.
 fn profile_ends(multipliers: &[f64]) -> (f64, f64) {
     multipliers.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &m| (lo.min(m), hi.max(m)))
 }
 
 /// When the best candidate fits at least 10:1 better at the easiest or
-/// hardest needle profiled than at the scenario's own, the scenario's needle likely differs from the user's prompts
-/// by more than the profile spans: a calibration on rows from a healthy
+/// hardest needle tried than at the scenario's own, the scenario's needle likely differs from the user's prompts
+/// by more than the grid spans: a calibration on rows from a healthy
 /// configuration pins it (docs/CALIBRATION.md) before faults are compared.
 pub(super) fn calibrate_first(ranking: &[Ranked], knob: &str, multipliers: &[f64]) -> Option<String> {
     let best = ranking.first()?;
@@ -142,7 +142,7 @@ pub(super) fn calibrate_first(ranking: &[Ranked], knob: &str, multipliers: &[f64
         return None;
     }
     Some(format!(
-        "{} fits at least 10:1 better at {knob} × {} (the edge of the profile {}) than with the scenario's own needle: your prompts' needle may differ from it by more than the profile spans; \
+        "{} fits at least 10:1 better at {knob} × {} (the edge of the needle grid {}) than with the scenario's own needle: your prompts' needle may differ from it by more than the grid spans; \
          calibrate first (dsa-recall calibrate with rows from a configuration you know is healthy, docs/CALIBRATION.md) and diagnose against the calibrated scenario",
         best.hypothesis,
         best.needle_multiplier,
@@ -167,7 +167,7 @@ fn verdict_gist(v: &Verdict, classes: &[ClassStanding], ranking: &[Ranked]) -> S
 /// "What diagnose does not know"): the best candidate's needle multiple,
 /// and the verdict with the needle fixed at the scenario's own, from the
 /// same simulations (the goodness of fit aside on both sides). None when
-/// the needle is not profiled.
+/// diagnose tries one needle only.
 pub(super) fn needle_dependence(
     prepared: &Prepared,
     rows: &[observations::Observation],
@@ -178,22 +178,22 @@ pub(super) fn needle_dependence(
     let (Some(best), true) = (ranking.first(), multiples.len() >= 2) else { return Ok(None) };
     let (fixed, _) = prepared.rank_at_own_needle(rows)?;
     let fixed_classes = class_standings(&fixed);
-    let profiled = verdict(ranking, classes);
+    let averaged = verdict(ranking, classes);
     let at_own = verdict(&fixed, &fixed_classes);
-    let (gist, own_gist) = (verdict_gist(&profiled, classes, ranking), verdict_gist(&at_own, &fixed_classes, &fixed));
+    let (gist, own_gist) = (verdict_gist(&averaged, classes, ranking), verdict_gist(&at_own, &fixed_classes, &fixed));
     let (lo, hi) = profile_ends(multiples);
     let span = format!("{} × {lo}–{hi}", prepared.needle_knob);
     let fit = if best.needle_multiplier == 1.0 {
-        format!("{} fits best with the scenario's own needle (profiled over {span})", best.hypothesis)
+        format!("{} fits best with the scenario's own needle (averaged over {span})", best.hypothesis)
     } else {
         format!(
-            "{} fits best at × {} of the scenario's needle (profiled over {span}; 10^{:.1} better than at × 1)",
+            "{} fits best at × {} of the scenario's needle (averaged over {span}; 10^{:.1} better than at × 1)",
             best.hypothesis, best.needle_multiplier, best.needle_gain_log10
         )
     };
     Ok(Some(if gist == own_gist {
         format!("{fit}; with the needle fixed at × 1 the verdict is the same: it does not hang on the needle")
     } else {
-        format!("{fit}; the answer hangs on the needle: fixed at × 1 it would be {own_gist}, profiled it is {gist}")
+        format!("{fit}; the answer hangs on the needle: fixed at × 1 it would be {own_gist}, averaged over the needle it is {gist}")
     }))
 }

@@ -19,8 +19,9 @@ pub struct Options<'a> {
     pub reading: Reading,
     /// Also pick the next experiment (one more simulation over a small grid).
     pub next: bool,
-    /// Multiples of the needle knob to profile each candidate's likelihood
-    /// over ([`NUISANCE_MULTIPLIERS`]; `[1.0]`: the scenario's needle, known).
+    /// Multiples of the needle knob each candidate's likelihood is marginal
+    /// over, under a uniform prior on them ([`NUISANCE_MULTIPLIERS`];
+    /// `[1.0]`: the scenario's needle, known).
     pub needle_multipliers: Vec<f64>,
     pub observer: &'a dyn Observer,
 }
@@ -237,20 +238,21 @@ impl Prepared {
 
     /// The ranking of the prepared candidates on the counts of `rows` (in
     /// the prepared cells), and the simulated trials per cell. A
-    /// candidate's likelihood is its profile likelihood over the needle
-    /// multiples: the counts' likelihood at the multiple that fits it best.
+    /// candidate's likelihood is marginal over the needle multiples (a
+    /// uniform prior on the grid, `rank::over_needle`); its recalls are
+    /// those at the multiple that fits it best.
     pub fn rank(&self, rows: &[Observation]) -> Result<(Vec<Ranked>, u64), Error> {
         let every: Vec<usize> = (0..self.needle_multipliers.len()).collect();
         self.rank_over(rows, &every)
     }
 
     /// As [`Self::rank`], with the needle fixed at the scenario's own
-    /// (multiple 1): how much of the answer hangs on the profiled needle.
+    /// (multiple 1): how much of the answer hangs on the unknown needle.
     pub fn rank_at_own_needle(&self, rows: &[Observation]) -> Result<(Vec<Ranked>, u64), Error> {
         self.rank_over(rows, &[self.central()])
     }
 
-    /// The ranking profiled over the needle multiples at indices `slots`
+    /// The ranking over the needle multiples at indices `slots`
     /// (which hold [`Self::central`]).
     fn rank_over(&self, rows: &[Observation], slots: &[usize]) -> Result<(Vec<Ranked>, u64), Error> {
         let central = self.central();
@@ -274,25 +276,24 @@ impl Prepared {
                 lls.push(ll);
                 recalls_at.push(recalls);
             }
-            // On a tie the scenario's own needle is reported: the counts do
-            // not prefer another multiple.
-            let best = preferred_slot(&lls, at_central);
-            let needle_gain_log10 = lls.get(at_central).map_or(0.0, |&c| (lls[best] - c) / std::f64::consts::LN_10);
+            // Marginal over the needle; read at the best multiple, the
+            // scenario's own on a tie (the counts do not prefer another).
+            let needle = over_needle(&lls, at_central);
             ranked.push(Ranked {
                 hypothesis: h.clone(),
-                log_likelihood: lls[best],
+                log_likelihood: needle.log_likelihood,
                 posterior: 0.0,
                 log10_bayes_factor: 0.0,
                 rows_changed: changed,
-                recalls: recalls_at.swap_remove(best),
+                recalls: recalls_at.swap_remove(needle.best),
                 class: candidate_class(h),
-                needle_multiplier: self.needle_multipliers[slots[best]],
-                needle_gain_log10,
+                needle_multiplier: self.needle_multipliers[slots[needle.best]],
+                needle_gain_log10: needle.gain_log10,
                 loss: None,
                 gate: None,
             });
         }
-        let mut ranked = profile_bounds(ranked);
+        let mut ranked = pool_bounds(ranked);
         if !self.after_selection.is_empty() {
             // Healthy's recalls, which an after-selection loss scales.
             let healthy = slots

@@ -43,6 +43,35 @@ pub(super) fn preferred_slot(lls: &[f64], central: usize) -> usize {
     }
 }
 
+/// A candidate over the needle grid, from its log-likelihood at each slot
+/// (`central`: the scenario's own needle among them).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(super) struct OverNeedle {
+    /// The marginal log-likelihood: the mean likelihood over the slots, a
+    /// uniform prior on the grid. The default grids step by a factor 2, so
+    /// this is a log-uniform prior on the needle's multiple. The needle is
+    /// a nuisance parameter like a loss's share or a gate's onset, and is
+    /// treated alike for every candidate: a candidate that fits only at
+    /// one multiple pays for the freedom (an Occam factor) against one
+    /// that fits at every multiple, rather than being read at its best.
+    pub log_likelihood: f64,
+    /// The slot it fits best at ([`preferred_slot`]): its recalls, the
+    /// goodness of fit and the unexplained rows are read there (a fit test
+    /// needs a point estimate).
+    pub best: usize,
+    /// log10 of how much better that slot fits than `central` (≥ 0).
+    pub gain_log10: f64,
+}
+
+/// The candidate whose log-likelihood at each needle slot is `lls`.
+pub(super) fn over_needle(lls: &[f64], central: usize) -> OverNeedle {
+    let best = preferred_slot(lls, central);
+    let top = lls.get(best).copied().unwrap_or(f64::NEG_INFINITY);
+    let log_likelihood = if top.is_finite() { log_mean_exp(lls.iter().copied(), top) } else { top };
+    let gain_log10 = lls.get(central).map_or(0.0, |&c| (top - c) / std::f64::consts::LN_10);
+    OverNeedle { log_likelihood, best, gain_log10 }
+}
+
 /// One candidate's standing.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Ranked {
@@ -152,23 +181,40 @@ pub fn rank(mut ranked: Vec<Ranked>) -> Vec<Ranked> {
 }
 
 /// `ranked` with each bounded address-space hypothesis alone at several
-/// bounds kept at the bound that fits best (the first on a tie): its
-/// profile likelihood over the bound, as the needle's.
-pub(super) fn profile_bounds(ranked: Vec<Ranked>) -> Vec<Ranked> {
+/// bounds pooled into one: named and read at the bound that fits best (the
+/// first on a tie), its likelihood marginal over the bounds tried (a
+/// uniform prior on them: an onset the file does not state is a nuisance
+/// parameter, as the needle's multiple and a gate's onset are).
+pub(super) fn pool_bounds(ranked: Vec<Ranked>) -> Vec<Ranked> {
     fn family(h: &str) -> Option<&str> {
         let (bare, _) = h.split_once('=')?;
         (super::candidates::BOUNDED.contains(&bare) && !h.contains('+')).then_some(bare)
     }
-    let mut out: Vec<Ranked> = Vec::with_capacity(ranked.len());
+    // Each kept candidate, and the log-likelihoods of its family's bounds.
+    let mut out: Vec<(Ranked, Vec<f64>)> = Vec::with_capacity(ranked.len());
     for r in ranked {
-        let same = family(&r.hypothesis).and_then(|f| out.iter().position(|o| family(&o.hypothesis) == Some(f)));
+        let same = family(&r.hypothesis).and_then(|f| out.iter().position(|(o, _)| family(&o.hypothesis) == Some(f)));
         match same {
-            Some(i) if r.log_likelihood > out[i].log_likelihood => out[i] = r,
-            Some(_) => {}
-            None => out.push(r),
+            Some(i) => {
+                out[i].1.push(r.log_likelihood);
+                if r.log_likelihood > out[i].0.log_likelihood {
+                    out[i].0 = r;
+                }
+            }
+            None => {
+                let ll = r.log_likelihood;
+                out.push((r, vec![ll]));
+            }
         }
     }
-    out
+    out.into_iter()
+        .map(|(mut r, lls)| {
+            if lls.len() > 1 && r.log_likelihood.is_finite() {
+                r.log_likelihood = log_mean_exp(lls.into_iter(), r.log_likelihood);
+            }
+            r
+        })
+        .collect()
 }
 
 /// The classes of a ranking (filled by [`rank`]), best first, under a
@@ -209,10 +255,10 @@ pub fn class_standings(ranking: &[Ranked]) -> Vec<ClassStanding> {
 /// (unsorted, posteriors unset), on `healthy`'s simulated recalls (per
 /// multiple of `multipliers`, per row; `trials` per cell). Its likelihood
 /// is marginal over its loss grid (a uniform prior on the grid: a fitted
-/// curve pays for the freedom a simulated fault does not have) and
-/// profiled over the needle multiples, as every candidate's is; the loss
-/// reported is the grid's best. On a tie the multiple `central` (the
-/// scenario's own needle), as for the other candidates.
+/// curve pays for the freedom a simulated fault does not have) and over
+/// the needle multiples, as every candidate's is ([`over_needle`]); the
+/// loss reported is the best at the best multiple, the scenario's own
+/// needle (`central`) on a tie.
 pub fn rank_losses(
     rows: &[Observation],
     names: &[String],
@@ -245,21 +291,59 @@ pub fn rank_losses(
         if best_at.len() != multipliers.len() || central >= best_at.len() {
             continue;
         }
-        let j = preferred_slot(&best_at.iter().map(|b| b.0).collect::<Vec<_>>(), central);
-        let (ll, loss) = best_at[j];
+        let needle = over_needle(&best_at.iter().map(|b| b.0).collect::<Vec<_>>(), central);
+        let (j, loss) = (needle.best, best_at[needle.best].1);
         out.push(Ranked {
             hypothesis: h.clone(),
-            log_likelihood: ll,
+            log_likelihood: needle.log_likelihood,
             posterior: 0.0,
             log10_bayes_factor: 0.0,
             rows_changed: rows.iter().filter(|r| with_loss(1.0, &loss, r, reading) < 1.0).count(),
             recalls: rows.iter().zip(&healthy[j]).map(|(r, &p)| with_loss(p, &loss, r, reading)).collect(),
             class: candidate_class(h),
             needle_multiplier: multipliers[j],
-            needle_gain_log10: (ll - best_at[central].0) / std::f64::consts::LN_10,
+            needle_gain_log10: needle.gain_log10,
             loss: Some(loss),
             gate: None,
         });
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_fit_at_one_needle_multiple_loses_to_one_at_every_multiple() {
+        // Equal best likelihoods: profiled, the two would tie; marginal, the
+        // candidate that needs one particular needle pays for it.
+        let everywhere = over_needle(&[-5.0, -5.0, -5.0], 1);
+        let one_only = over_needle(&[-60.0, -60.0, -5.0], 1);
+        assert!((everywhere.log_likelihood + 5.0).abs() < 1e-12);
+        assert!((one_only.log_likelihood - (-5.0 - 3f64.ln())).abs() < 1e-9, "{one_only:?}");
+        assert!(everywhere.log_likelihood - one_only.log_likelihood > 1.0);
+        // Read at the best multiple, the scenario's own on a tie.
+        assert_eq!((everywhere.best, everywhere.gain_log10), (1, 0.0));
+        assert_eq!(one_only.best, 2);
+        assert!((one_only.gain_log10 - 55.0 / std::f64::consts::LN_10).abs() < 1e-9);
+        // One multiple (the needle known): the likelihood as it is.
+        assert_eq!(over_needle(&[-7.5], 0), OverNeedle { log_likelihood: -7.5, best: 0, gain_log10: 0.0 });
+    }
+
+    #[test]
+    fn a_loss_is_marginal_over_the_needle_too() {
+        let csv = "context_tokens,depth_percent,topk,config,found,total\n4K,50,512,fp8,18,20\n16K,50,512,fp8,18,20\n";
+        let rows = super::super::observations::parse("t.csv", csv, &|_| Ok(())).unwrap().rows;
+        let names = vec![super::super::loss::CONSTANT.to_string()];
+        let rank_at =
+            |healthy: &[Vec<f64>], multipliers: &[f64]| rank_losses(&rows, &names, healthy, 1000, multipliers, 0, Reading::Model).remove(0);
+        let one = rank_at(&[vec![1.0, 1.0]], &[1.0]);
+        // A second multiple at which healthy finds nothing: no loss fits
+        // there, so the mean likelihood over the two halves.
+        let two = rank_at(&[vec![1.0, 1.0], vec![0.01, 0.01]], &[1.0, 2.0]);
+        assert!((one.log_likelihood - two.log_likelihood - 2f64.ln()).abs() < 1e-6, "{} {}", one.log_likelihood, two.log_likelihood);
+        assert_eq!((two.needle_multiplier, two.loss), (1.0, Some(Loss::Constant { share: 0.1 })));
+        assert_eq!(two.recalls, [0.9, 0.9]);
+    }
 }

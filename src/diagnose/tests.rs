@@ -361,9 +361,10 @@ fn address_bounds_come_from_the_contexts_or_the_rows_and_are_profiled() {
     let stated = with_address_bounds("all", vec![], &rows("52480"));
     assert!(stated.contains(&"block0-repeat=52480".into()) && !stated.iter().any(|h| h.ends_with("=4096")));
     assert!(with_address_bounds("slot-shift", vec![], &rows("")).is_empty());
-    // Each bounded hypothesis is ranked at its best bound; composites and
-    // other parametrized entries are left alone.
-    let profiled = super::rank::profile_bounds(ranked(&[
+    // Each bounded hypothesis is named at its best bound, its likelihood
+    // marginal over the bounds; composites and other parametrized entries
+    // are left alone.
+    let profiled = super::rank::pool_bounds(ranked(&[
         ("visible-cap=4096", -9.0),
         ("visible-cap=8192", -5.0),
         ("block0-repeat=4096", -7.0),
@@ -373,4 +374,8 @@ fn address_bounds_come_from_the_contexts_or_the_rows_and_are_profiled() {
     ]));
     let names: Vec<&str> = profiled.iter().map(|r| r.hypothesis.as_str()).collect();
     assert_eq!(names, ["visible-cap=8192", "topk=1024", "topk=2048", "block0-repeat=4096", "visible-cap=4096+ties-lowest"]);
+    let cap = profiled.iter().find(|r| r.hypothesis == "visible-cap=8192").unwrap();
+    let marginal = -5.0 + ((1.0 + (-4.0f64).exp()) / 2.0).ln();
+    assert!((cap.log_likelihood - marginal).abs() < 1e-12, "{}", cap.log_likelihood);
+    assert_eq!(profiled.iter().find(|r| r.hypothesis == "block0-repeat=4096").unwrap().log_likelihood, -7.0, "one bound: as it is");
 }

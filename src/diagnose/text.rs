@@ -39,7 +39,7 @@ pub(super) fn tied_runs(ranking: &[Ranked]) -> Vec<(usize, usize)> {
 fn table(d: &Diagnosis, all: bool) -> String {
     let knob = if d.needle_multipliers.len() > 1 {
         format!(
-            "; likelihoods profiled over {} × {} (the needle's difficulty is not known)",
+            "; likelihoods averaged over {} × {} (the needle's difficulty is not known)",
             d.needle_knob,
             d.needle_multipliers.iter().map(|m| format!("{m}")).collect::<Vec<_>>().join(", ")
         )

@@ -102,7 +102,7 @@ pub fn diagnosis_section(d: &Diagnosis, obs: &Observations, chart: Option<(&str,
         let list = d.needle_multipliers.iter().map(|m| format!("{m}")).collect::<Vec<_>>().join(", ");
         let _ = writeln!(
             h,
-            "<p>How hard the tested needle was is not known: each candidate's likelihood is profiled over {} × {list}: taken at the multiple that fits it best (the last column).</p>",
+            "<p>How hard the tested needle was is not known: each candidate's likelihood is averaged over {} × {list} (a uniform prior on them); the last column gives the multiple that fits it best.</p>",
             escape(&d.needle_knob)
         );
     }

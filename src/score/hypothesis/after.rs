@@ -21,7 +21,7 @@ pub(super) const ENTRIES: &[HypothesisInfo] = &[
         name: "loss",
         group: Group::AfterSelection,
         summary: "a constant share of answers lost after a healthy selection",
-        changes: "Nothing in the indexer: the selection is healthy's, and a share of the answers is lost afterwards whether or not the needle was selected (recall = healthy recall × (1 − share)); diagnose profiles the share.",
+        changes: "Nothing in the indexer: the selection is healthy's, and a share of the answers is lost afterwards whether or not the needle was selected (recall = healthy recall × (1 − share)); diagnose averages its likelihood over the share.",
         stands_for: "Failures that are not the indexer's but read like one: nondeterministic sparse-MLA decode kernels (ROCm/aiter #4638, #5108), losses far below index_topk (sgl-project/sglang #36390), sampling.",
         expected: "Recall below healthy by the same factor in every row: at every context, depth and k, with the fp8 cache and with bf16 keys alike, and no loss in a per-layer capture of the selection.",
         requires: None,
@@ -36,7 +36,7 @@ pub(super) const ENTRIES: &[HypothesisInfo] = &[
         doc: r#"**Changes:** nothing the indexer computes. The selection is a healthy
 one's; afterwards the answer is lost with a probability that does not depend
 on whether the needle was selected, so a row's recall is the healthy recall
-times (1 − share). `diagnose` profiles the share over a grid from 1 % to
+times (1 − share). `diagnose` averages the likelihood over a grid of shares from 1 % to
 99 % (the best share is printed beside the candidate) on the healthy
 simulation, with no trials of its own.
 **Stands for:** the failures of 2026 that are not the indexer's but look
@@ -60,7 +60,7 @@ was lost."#,
         name: "loss-by-length",
         group: Group::AfterSelection,
         summary: "a share of answers lost after a healthy selection, growing with the prompt's length",
-        changes: "Nothing in the indexer: the selection is healthy's, and 1 − 2^(−n/H) of the answers is lost at n prompt tokens whether or not the needle was selected; diagnose profiles the half-length H.",
+        changes: "Nothing in the indexer: the selection is healthy's, and 1 − 2^(−n/H) of the answers is lost at n prompt tokens whether or not the needle was selected; diagnose averages its likelihood over the half-length H.",
         stands_for: "An MoE router that returns NaN above ~6.5K tokens (GLM-5.2-NVFP4 on Blackwell, sgl-project/sglang #30989, #31001): the seed incident's shape, in another component.",
         expected: "Recall below healthy by a factor that falls with the context only, alike for the fp8 cache and bf16 keys, at every depth and k; no loss in a per-layer capture of the selection.",
         requires: None,
@@ -75,7 +75,7 @@ was lost."#,
         doc: r#"**Changes:** nothing the indexer computes. The selection is a healthy
 one's; afterwards 1 − 2^(−n/H) of the answers is lost at a prompt of n
 tokens, whether or not the needle was selected: none at short prompts, half
-at n = H, nearly all well beyond. `diagnose` profiles the half-length H over
+at n = H, nearly all well beyond. `diagnose` averages the likelihood over the half-length H,
 powers of two from 1K to 1M tokens on the healthy simulation, with no
 trials of its own.
 **Stands for:** an MoE router that returns NaN above ~6.5K prompt tokens

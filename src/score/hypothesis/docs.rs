@@ -169,7 +169,7 @@ a prompt the bound does not reach is the base's, cell for cell. The
 scores are the base's (shared with it), any key format is hit alike, and
 they act in every layer (not with `layers=SET`, `layer-share=F` or
 `chunk-local`; one at a time). `diagnose` names the parameterless ones
-with `all` and profiles each bounded one over a few bounds taken from the
+with `all` and averages each bounded one over a few bounds taken from the
 observed contexts ([OBSERVATIONS.md, "What `diagnose` computes"](OBSERVATIONS.md#what-diagnose-computes)).
 Not modelled by the prediction or tail sampling (refused there, as
 `chunk-local` is)."#,
@@ -182,8 +182,8 @@ depend on whether the needle was selected (an MoE router, a sparse-attention
 decode kernel, sampling). A sweep refuses them (`--precisions
 fp8+loss` has nothing to simulate); `diagnose` ranks them beside the
 catalogue's other entries, each row's likelihood taken at the healthy
-simulated recall times (1 − the loss there), with the loss profiled like the
-needle ([OBSERVATIONS.md, "What `diagnose` computes"](OBSERVATIONS.md#what-diagnose-computes)). They are
+simulated recall times (1 − the loss there), the likelihood averaged over
+a grid of the loss and over the needle's multiples ([OBSERVATIONS.md, "What `diagnose` computes"](OBSERVATIONS.md#what-diagnose-computes)). They are
 never composed with another hypothesis."#,
         ),
     }

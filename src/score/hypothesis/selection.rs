@@ -294,7 +294,7 @@ field; the refusals)."#,
         group: Group::Selection,
         summary: "the needle's median exceedance times M (not a fault: how hard the needle is)",
         changes: "Under the quantile needle, the needle is placed at a drawn exceedance whose median is M times the scenario's (the same draws, shifted by log10 M), on the same haystacks as the variant without it; every other part of the variant is unchanged.",
-        stands_for: "Not a fault: how hard the tested needle was is not known (docs/OBSERVATIONS.md, \"What diagnose does not know\"); diagnose profiles each candidate over needle=0.5 and needle=2 beside the scenario's own needle, in one simulation.",
+        stands_for: "Not a fault: how hard the tested needle was is not known (docs/OBSERVATIONS.md, \"What diagnose does not know\"); diagnose averages each candidate over needle=0.5, needle=2 and more beside the scenario's own needle, in one simulation.",
         expected: "M < 1 makes the needle easier (recall up), M > 1 harder; identical, bit for bit, to the variant without it in a scenario whose needle.exceedance is M times larger.",
         requires: Some("the quantile needle (needle.unit = \"quantile\") and the full estimator; M times the median exceedance below 1"),
         layers: FaultSpread::Shared,
@@ -329,9 +329,9 @@ scores are shared as twins); only the needle's rows are keyed again.
 Refused under the strength unit and where M·u ≥ 1; the prediction and tail
 sampling do not model it.
 **Stands for:** how hard the tested needle was, which diagnose does not
-know (OBSERVATIONS.md, "What diagnose does not know"): it profiles each
-candidate over `needle=0.5` and `needle=2` beside the scenario's own
-needle in one simulation.
+know (OBSERVATIONS.md, "What diagnose does not know"): it averages each
+candidate's likelihood over `needle=0.5`, `needle=2` and the other
+multiples beside the scenario's own needle, in one simulation.
 **Expected:** a variant with `needle=M` gives, bit for bit, what the
 variant without it gives in a scenario whose `needle.exceedance` is M
 times larger (`tests/needle_multiple.rs`); recall falls as M grows."#,

@@ -124,7 +124,7 @@ fn push_legend(d: &Diagnosis, out: &mut String) {
     );
     if d.needle_multipliers.len() > 1 {
         out.push_str(&format!(
-            "  needle × = the multiple of {} at which it fits best (the needle's difficulty is not known: each candidate is scored at its best)\n",
+            "  needle × = the multiple of {} at which it fits best (the needle's difficulty is not known: its likelihood is averaged over the multiples, this is the best one)\n",
             d.needle_knob
         ));
     }

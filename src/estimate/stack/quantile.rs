@@ -21,7 +21,7 @@ use super::shared::{correlation_for_overlap, StackEstimate};
 use crate::base::rng::{self, tag};
 use crate::base::special::normal_quantile;
 use crate::base::stats::{mean_interval, quantiles, wilson_interval, Z95};
-use crate::estimate::margin::{simulated_draws, Margin};
+use crate::estimate::margin::simulated_draws;
 use crate::model::geometry::{CompressionGeometry, NeedlePlacement};
 use crate::model::needle::{exceedance_of, open_uniform, ranks_below, QuantileNeedle};
 use crate::model::stack::CandidateStage;
@@ -32,6 +32,9 @@ use crate::score::variant::LayerSubset;
 use rand::Rng;
 use rand_distr::StandardNormal;
 use rayon::prelude::*;
+use whole_margin::model_margin;
+
+mod whole_margin;
 
 /// Adjacent-layer top-k overlaps measured at the two ends (docs/MODEL.md,
 /// "The band"): ~0.38 on V4-Flash prefill (vllm PR #41834) and up to 1.0
@@ -844,7 +847,12 @@ impl CellInputs<'_, '_> {
         let mut estimate = at_multiple(1.0, &observed);
         if let (Some(threshold), Some(draws)) = (spec.margin_threshold, margin_draws.get(needle_slots[v])) {
             let median = q.exceedance * spec.needle_multiples()[needle_slots[v]];
-            estimate.margin = model_margin(threshold, median, &estimate, &observed, trials, index, draws, &mut { at_multiple });
+            let at_one = (estimate.recall, estimate.ci_low, estimate.ci_high);
+            let mut at = |c: f64| {
+                let e = at_multiple(c, &cell_trials_at(&observed, trials, index, draws, c));
+                (e.recall, e.ci_low, e.ci_high)
+            };
+            estimate.margin = (!trials.is_empty()).then(|| model_margin(threshold, median, at_one, &mut at));
         }
         (index, estimate)
     }
@@ -873,75 +881,3 @@ fn cell_trials_at(observed: &[CellTrial], trials: &[TrialOutcome], index: usize,
         })
         .collect()
 }
-
-/// The whole-model margin of one cell (docs/MODEL.md, "The needle
-/// margin"): the largest multiple c of the median exceedance at which the
-/// whole-model recall, and its Wilson bounds, stay at or above `threshold`.
-/// Each bound is bracketed by doubling or halving from 1 and narrowed by
-/// bisection in log c; the recall is taken to fall as c grows.
-#[allow(clippy::too_many_arguments)]
-fn model_margin(
-    threshold: f64,
-    median: f64,
-    at_one: &StackEstimate,
-    observed: &[CellTrial],
-    trials: &[TrialOutcome],
-    index: usize,
-    draws: &[(f64, f64)],
-    at_multiple: &mut impl FnMut(f64, &[CellTrial]) -> StackEstimate,
-) -> Option<Margin> {
-    if trials.is_empty() {
-        return None;
-    }
-    let cap = 1.0 / median;
-    let mut memo: Vec<(f64, f64, f64, f64)> = vec![(1.0, at_one.recall, at_one.ci_low, at_one.ci_high)];
-    let mut eval = |c: f64| -> (f64, f64, f64) {
-        if let Some(&(_, r, lo, hi)) = memo.iter().find(|m| m.0 == c) {
-            return (r, lo, hi);
-        }
-        let e = at_multiple(c, &cell_trials_at(observed, trials, index, draws, c));
-        memo.push((c, e.recall, e.ci_low, e.ci_high));
-        (e.recall, e.ci_low, e.ci_high)
-    };
-    let mut largest = |pick: fn((f64, f64, f64)) -> f64| -> f64 {
-        let ok = |x: (f64, f64, f64)| pick(x) >= threshold;
-        let (mut lo, mut hi);
-        if ok(eval(1.0)) {
-            (lo, hi) = (1.0, 2.0);
-            while hi < cap && ok(eval(hi)) {
-                (lo, hi) = (hi, hi * 2.0);
-            }
-            if hi >= cap {
-                if ok(eval(cap)) {
-                    return cap;
-                }
-                hi = cap;
-            }
-        } else {
-            (lo, hi) = (0.5, 1.0);
-            while !ok(eval(lo)) {
-                if lo < 1e-3 {
-                    return 0.0;
-                }
-                (lo, hi) = (lo / 2.0, lo);
-            }
-        }
-        for _ in 0..MARGIN_BISECTIONS {
-            let mid = (lo * hi).sqrt();
-            if ok(eval(mid)) {
-                lo = mid;
-            } else {
-                hi = mid;
-            }
-        }
-        lo
-    };
-    let multiple = largest(|x| x.0);
-    let low = largest(|x| x.1);
-    let high = largest(|x| x.2);
-    Some(Margin { multiple, low, high, unbounded: multiple >= cap })
-}
-
-/// Bisections of a whole-model margin's bracket (a factor 2): its ends
-/// then differ by 2^(1/16), about 4 %.
-const MARGIN_BISECTIONS: usize = 4;

@@ -179,7 +179,7 @@ fn check_with(p: ScenarioParams, topk_range: TopkRange) -> Result<Scenario, Conf
     let grid = check_grid(&p.sweep, &geometry, indexer.index_topk, needle.tokens, topk_range == TopkRange::Dense)?;
     let needle_geometry = needle_geometry(&needle, &physics, indexer.shape)?;
     let precisions = check_precisions(&p.precision, p.sweep.precisions.as_ref(), head_dim, physics.rope)?;
-    check_variant_topks(&precisions, &geometry, &grid.contexts)?;
+    check_variant_topks(&precisions, &geometry, &grid.contexts, topk_range == TopkRange::Dense)?;
     let (trials, seed, threshold) = check_monte_carlo(&p.sweep)?;
     let estimator = check_estimator(&p.estimator, &needle.unit, &physics, &structure, ratio, &precisions)?;
     let agreement = check_agreement(&p.sweep, &precisions, &estimator)?;

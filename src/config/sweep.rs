@@ -130,13 +130,16 @@ pub(super) fn longest_context_rows(contexts: &[u64]) -> String {
     format!("the candidate rows of the longest context ({} tokens)", contexts.last().copied().unwrap_or(0))
 }
 
-/// `topk=N` in a variant meets the rule of `--topk` ([`check_topk`]).
+/// `topk=N` in a variant meets the rule of `--topk` ([`check_topk`]):
+/// any k from 1 when `dense_topk`, as the grid's k (a hypothesis such as
+/// `topk=1024` on a context of fewer rows selects every row there).
 pub(super) fn check_variant_topks(
     precisions: &[PrecisionVariant],
     geometry: &CompressionGeometry,
     contexts: &[u64],
+    dense_topk: bool,
 ) -> Result<(), ConfigError> {
-    let most_rows = most_candidate_rows(geometry, contexts);
+    let most_rows = if dense_topk { u64::MAX } else { most_candidate_rows(geometry, contexts) };
     for v in precisions {
         if let Some(k) = v.selection.topk {
             check_topk(&field_name("sweep.precisions"), format!("{:?}", v.name), k, most_rows, &longest_context_rows(contexts))?;

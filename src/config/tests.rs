@@ -212,3 +212,13 @@ fn lists_are_sorted_and_deduplicated() {
     assert_eq!(s.depths, vec![0.0, 100.0]);
     assert_eq!(s.topks, vec![32, 64]);
 }
+
+#[test]
+fn a_variant_topk_past_the_rows_is_refused_unless_the_grid_is_dense() {
+    // 1K tokens are 256 candidate rows at ratio 4: topk=1024 selects them all.
+    let toml = "[sweep]\ncontexts = [1024]\ntopk = [128]\nprecisions = \"fp8-fp32scale+topk=1024\"\n";
+    let err = with(toml).unwrap_err().to_string();
+    assert!(err.contains("a larger k selects every row"), "{err}");
+    let dense = check_dense_topk(resolve(params::parse_scenario_toml(toml).unwrap()).unwrap()).unwrap();
+    assert_eq!(dense.precisions[0].selection.topk, Some(1024));
+}

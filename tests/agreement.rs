@@ -54,6 +54,16 @@ fn sweep_agreement_is_one_with_itself_and_fidelity_against_fp32() {
     let total: f64 = ["agreement", "tie_disagreement", "real_disagreement"].iter().map(|f| b[f].as_f64().unwrap()).sum();
     assert!((total - 1.0).abs() < 1e-9 && b["with"] == "fp8" && b["trials"] == 6, "{b}");
     assert_eq!(cell(&cells, "fp8")["agreement"].as_array().map(Vec::len), Some(1));
+    // agreement.csv holds the same pairs, one line each, listed in the manifest.
+    let csv = std::fs::read_to_string(dir.path().join("agreement.csv")).unwrap();
+    let rows: Vec<Vec<&str>> = csv.lines().map(|l| l.split(',').collect()).collect();
+    assert_eq!(rows[0][4..8], ["a", "b", "trials", "agreement"], "{csv}");
+    assert_eq!(rows.len(), 1 + 3, "{csv}");
+    let bf16_fp8 = rows.iter().find(|r| r[4] == "bf16").unwrap();
+    assert_eq!((bf16_fp8[5], bf16_fp8[7].parse::<f64>().unwrap()), ("fp8", b["agreement"].as_f64().unwrap()), "{csv}");
+    assert_eq!(rows.iter().find(|r| r[4] == "fp8").unwrap()[12], "", "no tie share when they always agree");
+    let manifest = std::fs::read_to_string(dir.path().join("manifest.json")).unwrap();
+    assert!(manifest.contains("\"agreement.csv\""), "{manifest}");
 }
 
 #[test]
@@ -65,6 +75,7 @@ fn sweep_without_agreement_writes_no_field_and_refuses_bad_pairs() {
     assert!(!String::from_utf8_lossy(&o.stdout).contains("top-k agreement"));
     let manifest = std::fs::read_to_string(dir.path().join("manifest.json")).unwrap();
     assert!(!manifest.contains("agreement"), "{manifest}");
+    assert!(!dir.path().join("agreement.csv").exists(), "no pairs, no agreement.csv");
     for (value, words) in [
         ("bf16:fp4", &["--agreement", "\"bf16:fp4\"", "fp32, bf16, fp8"][..]),
         ("bf16", &["--agreement", "\"bf16\"", "pairs A:B"][..]),

@@ -351,6 +351,7 @@ def replay(
     needle_rows: Optional[Iterable[int]] = None,
     topk: Union[int, Sequence[int]] = 512,
     variants: Union[str, Sequence[str]] = DEFAULT_REPLAY_VARIANTS,
+    agreement: Optional[Union[str, Sequence[str]]] = None,
 ):
     """Recorded indexer tensors through precision variants, each selection
     compared with the exact fp32 one: ``dsa-recall replay`` on arrays.
@@ -362,7 +363,12 @@ def replay(
     (share of the fp32 top-k also selected), ``jaccard``, and with
     ``needle_rows`` whether a needle row was selected and the best one's rank.
     Per-layer summaries (``replay --json``'s ``summary`` lines) are in
-    ``.attrs["summaries"]``. Returns a DataFrame (``Columns`` without pandas).
+    ``.attrs["summaries"]``. With ``agreement`` (``"bf16:fp8"`` or a list of
+    such pairs of fp32 and the variants) the summaries also hold one
+    ``"agreement"`` line per pair and k: the share of A's top-k that B also
+    selects, split into ties at the cut and real differences (``replay
+    --agreement``; docs/MODEL.md, "Top-k agreement").
+    Returns a DataFrame (``Columns`` without pandas).
     """
     qa, ka, wa = _as_f32(q, "q"), _as_f32(k, "k"), _as_f32(w, "w")
     topks = [_unsigned("topk", t, 1, "a positive number of rows") for t in ([topk] if isinstance(topk, (int, np.integer)) else topk)]
@@ -370,8 +376,9 @@ def replay(
     rows = None if needle_rows is None else [int(r) for r in needle_rows]
     if rows is not None and any(r < 0 for r in rows):
         raise ConfigError(f"invalid needle_rows = {rows}: row indices ≥ 0")
+    pairs = agreement if agreement is None or isinstance(agreement, str) else ",".join(agreement)
     replayed = _native.replay(
-        qa.reshape(-1), list(qa.shape), ka.reshape(-1), list(ka.shape), wa.reshape(-1), list(wa.shape), rows, topks, names
+        qa.reshape(-1), list(qa.shape), ka.reshape(-1), list(ka.shape), wa.reshape(-1), list(wa.shape), rows, topks, names, pairs
     )
     columns = (("layer",) if ka.ndim == 3 else ()) + _REPLAY_COLUMNS
     return _table_from_records(replayed.rows, columns, {"summaries": replayed.summaries, "json_lines": replayed.json_lines})

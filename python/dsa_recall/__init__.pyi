@@ -154,7 +154,7 @@ def select(logits: Any, k: int, tie_rule: str = 'lowest-index', seed: Optional[i
     ...
 
 
-def replay(q: Any, k: Any, w: Any, needle_rows: Optional[Iterable[int]] = None, topk: Union[int, Sequence[int]] = 512, variants: Union[str, Sequence[str]] = ('bf16', 'fp8', 'fp8-fp32scale', 'fp4', 'mxfp4', 'nvfp4')) -> Any:
+def replay(q: Any, k: Any, w: Any, needle_rows: Optional[Iterable[int]] = None, topk: Union[int, Sequence[int]] = 512, variants: Union[str, Sequence[str]] = ('bf16', 'fp8', 'fp8-fp32scale', 'fp4', 'mxfp4', 'nvfp4'), agreement: Optional[Union[str, Sequence[str]]] = None) -> Any:
     """Recorded indexer tensors through precision variants, each selection
     compared with the exact fp32 one: ``dsa-recall replay`` on arrays.
 
@@ -165,7 +165,12 @@ def replay(q: Any, k: Any, w: Any, needle_rows: Optional[Iterable[int]] = None, 
     (share of the fp32 top-k also selected), ``jaccard``, and with
     ``needle_rows`` whether a needle row was selected and the best one's rank.
     Per-layer summaries (``replay --json``'s ``summary`` lines) are in
-    ``.attrs["summaries"]``. Returns a DataFrame (``Columns`` without pandas).
+    ``.attrs["summaries"]``. With ``agreement`` (``"bf16:fp8"`` or a list of
+    such pairs of fp32 and the variants) the summaries also hold one
+    ``"agreement"`` line per pair and k: the share of A's top-k that B also
+    selects, split into ties at the cut and real differences (``replay
+    --agreement``; docs/MODEL.md, "Top-k agreement").
+    Returns a DataFrame (``Columns`` without pandas).
     """
     ...
 

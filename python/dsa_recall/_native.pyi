@@ -196,7 +196,7 @@ def quantize_variant(x: Any, variant: Any, side: Any, dim: Any) -> Any:
     values per scale (0: no scale) and bits per code.
     """
     ...
-def replay(q: Any, q_shape: Any, k: Any, k_shape: Any, w: Any, w_shape: Any, needle_rows: Any, topks: Any, variants: Any) -> Any:
+def replay(q: Any, q_shape: Any, k: Any, k_shape: Any, w: Any, w_shape: Any, needle_rows: Any, topks: Any, variants: Any, agreement: Any = None) -> Any:
     """`dsa-recall replay --json` on arrays."""
     ...
 def run_sweep(preset: Any = None, config: Any = None, knobs: Any = ..., precision_defs: Any = ..., threads: Any = None, progress: Any = None, out: Any = None, force: Any = False, resume: Any = False, shard: Any = None) -> Any:

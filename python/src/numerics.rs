@@ -193,7 +193,7 @@ struct Replayed {
 
 /// `dsa-recall replay --json` on arrays.
 #[pyfunction]
-#[pyo3(signature = (q, q_shape, k, k_shape, w, w_shape, needle_rows, topks, variants))]
+#[pyo3(signature = (q, q_shape, k, k_shape, w, w_shape, needle_rows, topks, variants, agreement=None))]
 #[allow(clippy::too_many_arguments)]
 fn replay<'py>(
     py: Python<'py>,
@@ -206,8 +206,9 @@ fn replay<'py>(
     needle_rows: Option<Vec<u64>>,
     topks: Vec<u64>,
     variants: Vec<String>,
+    agreement: Option<String>,
 ) -> PyResult<Replayed> {
-    let request = ReplayRequest { topks, precisions: variants, needle_rows, agreement: None };
+    let request = ReplayRequest { topks, precisions: variants, needle_rows, agreement };
     let (qs, ks, ws) = (values(&q, "q")?.to_vec(), values(&k, "k")?.to_vec(), values(&w, "w")?.to_vec());
     let cap = capture_from_arrays("arrays", (q_shape, qs), (k_shape, ks), (w_shape, ws)).map_err(to_py)?;
     let replayed = py.detach(|| replay_command(&request, ReplayInput::Capture(cap), None)).map_err(to_py)?;

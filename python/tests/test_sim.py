@@ -190,6 +190,26 @@ def test_replay_equals_the_cli(cli, tmp_path):
     assert df["needle_survived"].dtype == bool
 
 
+def test_replay_agreement_equals_the_cli(cli, tmp_path):
+    rng = np.random.default_rng(3)
+    q = rng.standard_normal((2, 16, 128)).astype(np.float32)
+    k = rng.standard_normal((500, 128)).astype(np.float32)
+    w = rng.standard_normal((2, 16)).astype(np.float32)
+    for name, a in (("q", q), ("k", k), ("w", w)):
+        np.save(tmp_path / f"{name}.npy", a)
+    r = cli("replay", "--q-npy", tmp_path / "q.npy", "--k-npy", tmp_path / "k.npy", "--weights-npy", tmp_path / "w.npy",
+            "--topk", "64", "--precisions", "bf16,fp8", "--agreement", "bf16:fp8,fp32:fp8", "--json")
+    df = d.replay(q, k, w, topk=64, variants=["bf16", "fp8"], agreement=["bf16:fp8", "fp32:fp8"])
+    lines = r.stdout.splitlines()
+    assert df.attrs["summaries"] == [json.loads(x) for x in lines[len(df):]]
+    pairs = [s for s in df.attrs["summaries"] if s["summary"] == "agreement"]
+    assert len(pairs) == 2 and all(0 <= s["agreement"] <= 1 for s in pairs)
+    # Against fp32 the agreement is fp8's mean selection recall.
+    assert abs(pairs[1]["agreement"] - df[df["precision"] == "fp8"]["selection_recall"].mean()) < 1e-9
+    with pytest.raises(d.ConfigError, match="agreement"):
+        d.replay(q, k, w, topk=64, variants=["bf16"], agreement="bf16:fp4")
+
+
 def test_layered_replay_equals_the_cli(cli, tmp_path):
     rng = np.random.default_rng(2)
     q = rng.standard_normal((2, 2, 8, 128)).astype(np.float32)

@@ -7,7 +7,7 @@ use crate::config::Scenario;
 use crate::error::Error;
 use crate::report::html::report_html;
 use crate::report::meta::{PlotOptions, ReportMeta};
-use crate::report::outputs::{render_charts, DATA_FILES, REPORT_FILE, TIES_FILE};
+use crate::report::outputs::{render_charts, AGREEMENT_FILE, DATA_FILES, REPORT_FILE, TIES_FILE};
 use crate::run::cell::CellResult;
 use crate::run::output::{self, EFFECTIVE_CONTEXT_FILE, MANIFEST_FILE, RESULTS_FILE, SUMMARY_FILE};
 use crate::run::sweep::SweepOutcome;
@@ -34,6 +34,10 @@ pub fn write_sweep(dir: &Path, s: &Scenario, outcome: &SweepOutcome, opts: &Plot
     if let Some(ties) = output::ties_csv(s, &outcome.cells) {
         write_file(&dir.join(TIES_FILE), ties.as_bytes())?;
         files.insert(files.len() - 1, TIES_FILE.to_string());
+    }
+    if let Some(agreement) = output::agreement_csv(&outcome.cells) {
+        write_file(&dir.join(AGREEMENT_FILE), agreement.as_bytes())?;
+        files.insert(files.len() - 1, AGREEMENT_FILE.to_string());
     }
     files.extend(render_all(dir, &meta, &outcome.cells, opts)?);
     Ok(files)

@@ -23,6 +23,10 @@ pub const DATA_FILES: [&str; 4] = [RESULTS_FILE, SUMMARY_FILE, EFFECTIVE_CONTEXT
 /// The tie audit's table: a data file written, before the manifest, only
 /// when the sweep ran with `--tie-audit on` ([`crate::run::output::ties_csv`]).
 pub const TIES_FILE: &str = crate::run::output::TIES_FILE;
+/// The top-k agreement's table: a data file written, before the manifest,
+/// only when the sweep compared pairs (`--agreement A:B`,
+/// [`crate::run::output::agreement_csv`]).
+pub const AGREEMENT_FILE: &str = crate::run::output::AGREEMENT_FILE;
 /// Renders every chart of [`SWEEP_CHARTS`] that applies into `dir`, in each
 /// of `opts.formats`; returns the file names written, in a stable order.
 pub fn render_charts(dir: &Path, meta: &ReportMeta, cells: &[CellResult], opts: &PlotOptions) -> Result<Vec<String>, Error> {

@@ -21,6 +21,8 @@ pub const EFFECTIVE_CONTEXT_FILE: &str = "effective_context.csv";
 pub const RECALL_CHART_FILE: &str = "recall_vs_context.png";
 /// The tie audit's table (`--tie-audit on`).
 pub const TIES_FILE: &str = "ties.csv";
+/// The top-k agreement of each pair (`--agreement A:B`).
+pub const AGREEMENT_FILE: &str = "agreement.csv";
 
 /// Creates `dir`, refusing a non-empty existing one unless `force`.
 pub fn prepare_output_dir(dir: &Path, force: bool) -> Result<(), Error> {
@@ -382,6 +384,41 @@ pub fn effective_context_csv(effective: &[EffectiveContext]) -> String {
         out.push('\n');
     }
     out
+}
+
+/// `agreement.csv`: one line per cell and pair of `--agreement A:B` (A is
+/// the cell's precision), the columns of `results.jsonl`'s `agreement`
+/// (docs/MODEL.md, "Top-k agreement"); None when the sweep had no pairs.
+pub fn agreement_csv(cells: &[CellResult]) -> Option<String> {
+    if cells.iter().all(|c| c.agreement.is_empty()) {
+        return None;
+    }
+    let mut out = String::from(
+        "context_tokens,depth_percent,needle_offset,topk,a,b,trials,agreement,agreement_ci_low,agreement_ci_high,\
+         tie_disagreement,real_disagreement,tie_share\n",
+    );
+    for c in cells {
+        for p in &c.agreement {
+            let fields = [
+                c.context_tokens.to_string(),
+                c.depth_percent.to_string(),
+                opt(c.needle_offset),
+                c.topk.to_string(),
+                c.precision.clone(),
+                p.with.clone(),
+                p.trials.to_string(),
+                p.agreement.to_string(),
+                p.agreement_ci_low.to_string(),
+                p.agreement_ci_high.to_string(),
+                p.tie_disagreement.to_string(),
+                p.real_disagreement.to_string(),
+                opt(p.tie_share),
+            ];
+            out.push_str(&fields.join(","));
+            out.push('\n');
+        }
+    }
+    Some(out)
 }
 
 /// `ties.csv`, the tie audit (docs/MODEL.md, "Tie audit"): one row per

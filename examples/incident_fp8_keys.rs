@@ -14,7 +14,7 @@
 //! the spread, and the program checks that they agree cell for cell. Writes
 //! the charts (of the shared sweep) to `plots/incident_fp8_keys/`.
 //!
-//! `cargo run --release --example incident_fp8_keys` (165 s on 2 cores shared with other work)
+//! `cargo run --release --example incident_fp8_keys` (370 s on 2 otherwise idle cores, 2026-12-06)
 //!
 //! The needle is the preset's (the `niah` profile). An optional argument
 //! replaces it with a fixed-strength needle (the strength unit), e.g.

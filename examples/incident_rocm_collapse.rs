@@ -16,7 +16,7 @@
 //! for cell. Writes the charts (of the shared sweep) to
 //! `plots/incident_rocm_collapse/`.
 //!
-//! `cargo run --release --example incident_rocm_collapse` (115 s on 2 cores shared with other work)
+//! `cargo run --release --example incident_rocm_collapse` (160 s on 2 otherwise idle cores, 2026-12-06)
 
 use dsa_recall::report::{render_charts, PlotOptions, ReportMeta};
 use std::path::Path;

@@ -14,7 +14,7 @@
 //! that they agree cell for cell. Writes the charts (of the shared sweep) to
 //! `plots/incident_topk_mismatch/`.
 //!
-//! `cargo run --release --example incident_topk_mismatch` (15 s on 2 cores shared with other work)
+//! `cargo run --release --example incident_topk_mismatch` (7 s on 2 otherwise idle cores, 2026-12-06)
 
 use dsa_recall::report::{render_charts, PlotOptions, ReportMeta};
 use dsa_recall::run::cell::CellResult;

@@ -8,7 +8,13 @@
 //! same cells, other haystacks). The share of draws where H comes strictly
 //! first, with its Wilson 95 % interval, as a function of n, is printed and
 //! drawn to `plots/diagnose_recovery.png`. Whole-model recall (what a needle
-//! test measures), the scenario of docs/FINDINGS.md, 200 trials per cell.
+//! test measures), the scenario of docs/FINDINGS.md, 200 trials per cell,
+//! with the query tokens tied as before the measured decode overlap
+//! (`[stack] token_correlation = 0.998`): under the strength needle a
+//! shared fault's latent churns over tokens like the content's
+//! (docs/MODEL.md, "A fault's token correlation"), so at the measured
+//! 0.7791 every scrambler here keeps the needle at 2K–8K in the whole
+//! model, ties with healthy, and the study would measure nothing.
 //!
 //! `cargo run --release --example recovery [R]` (R = 1000 by default;
 //! about 40 s on 2 shared cores, nearly all of it the two simulations).
@@ -29,7 +35,8 @@ const SEED_DIAGNOSE: u64 = 42;
 fn params(seed: u64) -> dsa_recall::ScenarioParams {
     let text = format!(
         "preset = \"deepseek-v4-flash\"\n[needle]\nunit = \"strength\"\nstrength = 1.5\n[physics]\nrope = \"v4\"\npooling = \"on\"\n\
-         gate_bias_std = 0.0\nneedle_gate_boost = 2.0\n[sweep]\ntrials = 200\nseed = {seed}\n[estimator]\npredict = false\n"
+         gate_bias_std = 0.0\nneedle_gate_boost = 2.0\n[sweep]\ntrials = 200\nseed = {seed}\n[estimator]\npredict = false\n\
+         [stack]\ntoken_correlation = 0.998\n"
     );
     config::resolve(parse_scenario_toml(&text).expect("the scenario parses")).expect("the scenario resolves")
 }

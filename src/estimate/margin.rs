@@ -24,6 +24,17 @@ pub struct MarginCurve {
     pub median: f64,
 }
 
+/// Bisections of a whole-model margin's bracket (a factor 2) in log c
+/// (docs/MODEL.md, "The needle margin").
+pub const MODEL_MARGIN_BISECTIONS: u32 = 4;
+
+/// What a whole-model margin's bisection leaves: each reported end (the
+/// margin and both ends of its interval) is the low end of a bracket this
+/// factor wide, 2^(1/16) ≈ 1.044, which holds the true crossing.
+pub fn model_margin_resolution() -> f64 {
+    2f64.powf(1.0 / f64::from(1u32 << MODEL_MARGIN_BISECTIONS))
+}
+
 /// The margin at one recall threshold, with its 95 % interval.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Margin {

@@ -2,7 +2,7 @@
 //! margin"): the cell's trials rerun at multiples of the needle's median
 //! exceedance, bracketed and bisected.
 
-use crate::estimate::margin::Margin;
+use crate::estimate::margin::{Margin, MODEL_MARGIN_BISECTIONS};
 
 /// The whole-model margin of one cell (docs/MODEL.md, "The needle
 /// margin"): the largest multiple c of the median exceedance at which the
@@ -49,7 +49,7 @@ pub(super) fn model_margin(
                 (lo, hi) = (lo / 2.0, lo);
             }
         }
-        for _ in 0..MARGIN_BISECTIONS {
+        for _ in 0..MODEL_MARGIN_BISECTIONS {
             let mid = (lo * hi).sqrt();
             if ok(eval(mid)) {
                 lo = mid;
@@ -64,7 +64,3 @@ pub(super) fn model_margin(
     let high = largest(|x| x.2);
     Margin { multiple, low, high, unbounded: multiple >= cap }
 }
-
-/// Bisections of a whole-model margin's bracket (a factor 2): its ends
-/// then differ by 2^(1/16), about 4 %.
-const MARGIN_BISECTIONS: usize = 4;

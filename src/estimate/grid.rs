@@ -136,6 +136,7 @@ pub(crate) mod fixture {
                 prefill_chunk: 0,
                 tie_audit: false,
                 margin_threshold: None,
+                rank_margins: true,
                 agreement: &[],
             }
         }

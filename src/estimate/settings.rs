@@ -60,6 +60,12 @@ pub struct EstimatorSettings {
     /// On by default, and then left out of manifests, which keep their bytes.
     #[serde(default = "on", skip_serializing_if = "is_true")]
     pub margin: bool,
+    /// Measure each cell's rank margin, the best needle row's lead over the
+    /// k-th competitor (`margin_sd`, the rank-margin chart). Not a setting:
+    /// on wherever a scenario is read; `diagnose`, which reads recall
+    /// alone, switches it off (a partial sort per cell and variant).
+    #[serde(skip, default = "on")]
+    pub rank_margins: bool,
 }
 
 fn is_false(x: &bool) -> bool {
@@ -76,6 +82,6 @@ fn on() -> bool {
 
 impl Default for EstimatorSettings {
     fn default() -> Self {
-        Self { mode: EstimatorMode::Full, tail_rows: DEFAULT_TAIL_ROWS, predict: false, tie_audit: false, margin: true }
+        Self { mode: EstimatorMode::Full, tail_rows: DEFAULT_TAIL_ROWS, predict: false, tie_audit: false, margin: true, rank_margins: true }
     }
 }

@@ -15,6 +15,7 @@ use crate::run::cell::CellResult;
 use crate::run::plan::Plan;
 use crate::score::trial::{NeedleOutcome, TrialSpec};
 use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
 
 /// Selection fidelity is measured against this variant when a sweep has it.
 pub const FIDELITY_REFERENCE: &str = "fp32";
@@ -49,13 +50,13 @@ impl EffectiveContext {
     }
 }
 
-/// The reach of the recall `recall_of` gives each cell of (`k`,
-/// `precision`); None when a cell has no such recall.
-fn reach_of(s: &Scenario, cells: &[CellResult], k: u64, precision: &str, recall_of: impl Fn(&CellResult) -> Option<f64>) -> Option<Reach> {
+/// The reach of the recall `recall_of` gives each of `cells` (those of one
+/// (k, precision)); None when a cell has no such recall.
+fn reach_of(s: &Scenario, cells: &[&CellResult], recall_of: impl Fn(&CellResult) -> Option<f64>) -> Option<Reach> {
     let mut reach = Reach { effective_context: None, held_at_longest: true };
     for &context in &s.contexts {
         let mut ok = true;
-        for c in cells.iter().filter(|c| c.topk == k && c.precision == precision && c.context_tokens == context) {
+        for c in cells.iter().filter(|c| c.context_tokens == context) {
             ok &= recall_of(c)? >= s.threshold;
         }
         if !ok {
@@ -69,16 +70,10 @@ fn reach_of(s: &Scenario, cells: &[CellResult], k: u64, precision: &str, recall_
 
 /// The reach read from each cell's interval ends, `interval_of` giving
 /// (low, high); None when a cell has no interval.
-fn range_of(
-    s: &Scenario,
-    cells: &[CellResult],
-    k: u64,
-    precision: &str,
-    interval_of: impl Fn(&CellResult) -> Option<(f64, f64)>,
-) -> Option<ReachRange> {
+fn range_of(s: &Scenario, cells: &[&CellResult], interval_of: impl Fn(&CellResult) -> Option<(f64, f64)>) -> Option<ReachRange> {
     Some(ReachRange {
-        low: reach_of(s, cells, k, precision, |c| interval_of(c).map(|i| i.0))?,
-        high: reach_of(s, cells, k, precision, |c| interval_of(c).map(|i| i.1))?,
+        low: reach_of(s, cells, |c| interval_of(c).map(|i| i.0))?,
+        high: reach_of(s, cells, |c| interval_of(c).map(|i| i.1))?,
     })
 }
 
@@ -119,6 +114,7 @@ pub fn spec_for<'a>(s: &'a Scenario, depths: &'a [f64]) -> TrialSpec<'a> {
         prefill_chunk: s.prefill_chunk,
         tie_audit: s.estimator.tie_audit,
         margin_threshold: s.estimator.margin.then_some(s.threshold),
+        rank_margins: s.estimator.rank_margins,
         agreement: &s.agreement,
     }
 }
@@ -224,11 +220,17 @@ pub fn run_sweep_sharing_depths(s: &Scenario, observer: &dyn Observer) -> Result
 /// For each (k, precision): the longest context L such that recall is at or
 /// above the threshold at every depth for every tested context ≤ L.
 pub fn effective_contexts(s: &Scenario, cells: &[CellResult]) -> Vec<EffectiveContext> {
+    // The cells of each (k, precision), in their order: one pass, not one
+    // per pair (a diagnosis has hundreds of variants).
+    let mut by_pair: HashMap<(u64, &str), Vec<&CellResult>> = HashMap::new();
+    for c in cells {
+        by_pair.entry((c.topk, c.precision.as_str())).or_default().push(c);
+    }
     let mut out = Vec::new();
     for &k in &s.topks {
         for variant in &s.precisions {
-            let layer = reach_of(s, cells, k, &variant.name, |c| Some(c.recall))
-                .unwrap_or(Reach { effective_context: None, held_at_longest: false });
+            let cells = by_pair.get(&(k, variant.name.as_str())).map_or(&[][..], Vec::as_slice);
+            let layer = reach_of(s, cells, |c| Some(c.recall)).unwrap_or(Reach { effective_context: None, held_at_longest: false });
             out.push(EffectiveContext {
                 topk: k,
                 precision: variant.name.clone(),
@@ -236,9 +238,9 @@ pub fn effective_contexts(s: &Scenario, cells: &[CellResult]) -> Vec<EffectiveCo
                 effective_context: layer.effective_context,
                 held_at_longest: layer.held_at_longest,
                 coverage_limit: s.geometry.coverage_limit(k),
-                model: reach_of(s, cells, k, &variant.name, |c| c.model_recall),
-                layer_range: range_of(s, cells, k, &variant.name, |c| Some((c.ci_low, c.ci_high))),
-                model_range: range_of(s, cells, k, &variant.name, |c| c.model_ci_low.zip(c.model_ci_high)),
+                model: reach_of(s, cells, |c| c.model_recall),
+                layer_range: range_of(s, cells, |c| Some((c.ci_low, c.ci_high))),
+                model_range: range_of(s, cells, |c| c.model_ci_low.zip(c.model_ci_high)),
             });
         }
     }

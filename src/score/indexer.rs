@@ -186,6 +186,11 @@ impl IndexerQuery {
                 // SAFETY: the level is at least AVX2; shapes as above.
                 done = unsafe { self.score_blocks_avx2(keys, row_scales, out) };
             }
+            if self.blocked_shape() && level.avx512() {
+                // SAFETY: as for the blocks above; the rows from `done` are within keys.
+                unsafe { self.score_single_rows_avx512(&keys[done * self.dim..], row_scales.map(|s| &s[done..]), &mut out[done..]) };
+                return;
+            }
             if level.avx2() {
                 // SAFETY: the level is at least AVX2 (this kernel reads through slices only).
                 unsafe { self.score_rows_avx2(&keys[done * self.dim..], row_scales.map(|s| &s[done..]), &mut out[done..]) };
@@ -308,6 +313,53 @@ impl IndexerQuery {
             self.finish_rows(&sums, base, row_scales, &mut out[base..base + BLOCK]);
         }
         blocks * BLOCK
+    }
+
+    /// AVX-512 kernel for rows one at a time (a remainder below 16 rows, the
+    /// few rows a fault patch changes): per row, 4 zmm hold 8 heads (the
+    /// pairs of [`Self::score_blocks_avx512`]), each lane summed over its
+    /// j ≡ l (mod 8) in ascending j, then each head's 8 lanes reduced with
+    /// [`Self::score_block`]'s tree and the heads summed in order: the same
+    /// operations in the same order, so the same bits (tested). Four
+    /// independent chains keep the adds busy where the portable one-row
+    /// code waits on one (a patch's rows were 10 % of a diagnosis's CPU).
+    ///
+    /// # Safety
+    /// The CPU must support AVX-512F/DQ and AVX2 (level AVX-512), the query
+    /// must have the blocked shape, `keys` must hold at least `out.len()`
+    /// rows of `dim` values and `row_scales` (when given) `out.len()` scales.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f,avx512dq,avx2")]
+    unsafe fn score_single_rows_avx512(&self, keys: &[f32], row_scales: Option<&[f32]>, out: &mut [f32]) {
+        use std::arch::x86_64::*;
+        let (d, heads) = (self.dim, self.weights.len());
+        let chunks = d / LANES;
+        for (r, o) in out.iter_mut().enumerate() {
+            let row = keys.as_ptr().add(r * d);
+            let mut total = 0.0f32;
+            for group in 0..heads / 8 {
+                // Pointer reads stay in bounds: chunk j · 8 + 8 ≤ d of row r <
+                // out.len(); pairs (group · 4 + p) · chunks + j < paired.len().
+                let qp = self.paired.as_ptr().cast::<f32>().add(group * 4 * chunks * 16);
+                let mut acc = [_mm512_setzero_ps(); 4];
+                for j in 0..chunks {
+                    let k = _mm512_broadcast_f32x8(_mm256_loadu_ps(row.add(j * LANES)));
+                    for (p, a) in acc.iter_mut().enumerate() {
+                        *a = _mm512_add_ps(*a, _mm512_mul_ps(_mm512_loadu_ps(qp.add((p * chunks + j) * 16)), k));
+                    }
+                }
+                for (p, a) in acc.iter().enumerate() {
+                    let mut lanes = [0f32; 16];
+                    _mm512_storeu_ps(lanes.as_mut_ptr(), *a);
+                    for half in 0..2 {
+                        let a = &lanes[half * LANES..(half + 1) * LANES];
+                        let dot = ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
+                        total += self.weights[8 * group + 2 * p + half] * dot.max(0.0);
+                    }
+                }
+            }
+            *o = self.logits.round(row_scales.map_or(1.0, |s| s[r]) * total);
+        }
     }
 
     /// The AVX2 version of [`Self::score_blocks_avx512`] for whole blocks of
@@ -542,6 +594,11 @@ mod tests {
                     assert_eq!(done, 48);
                     tail(done, &mut out);
                     assert_eq!(out.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), want, "avx512");
+                    // Every row alone, the kernel of remainders and patches.
+                    let mut single = vec![0.0; n];
+                    // SAFETY: level AVX-512, the blocked shape; keys and scales hold n rows.
+                    unsafe { iq.score_single_rows_avx512(&keys, Some(&scales), &mut single) };
+                    assert_eq!(single.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), want, "avx512, one row at a time");
                 }
             }
         }

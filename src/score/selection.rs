@@ -195,11 +195,51 @@ pub fn tally(scores: &[f32], skip: std::ops::Range<usize>, needle_score: f32) ->
 /// competitors). Numbers compare as `>` / `==` do (−0 ties +0). NaN
 /// competitors are left out of the mean and spread.
 pub fn tally_with(scores: &[f32], skip: std::ops::Range<usize>, needle_score: f32, nan: NanOrder) -> CompetitorTally {
-    let (mut above, mut equal) = (0u64, 0u64);
+    let (sum, sum_sq, numbers) = moments(&scores[..skip.start], &scores[skip.end..]);
+    let n = numbers as f64;
+    let mean = if n > 0.0 { sum / n } else { 0.0 };
+    let var = if n > 1.0 { ((sum_sq - n * mean * mean) / (n - 1.0)).max(0.0) } else { 0.0 };
+    CompetitorTally { rank: rank_among(scores, skip, needle_score, nan), mean, std: var.sqrt() }
+}
+
+/// The sum, sum of squares and count of the numbers (not NaN) in `a` then
+/// `b`, in order.
+fn moments(a: &[f32], b: &[f32]) -> (f64, f64, u64) {
     let (mut sum, mut sum_sq, mut numbers) = (0.0f64, 0.0f64, 0u64);
+    for &s in a.iter().chain(b) {
+        if !s.is_nan() {
+            let x = f64::from(s);
+            sum += x;
+            sum_sq += x * x;
+            numbers += 1;
+        }
+    }
+    (sum, sum_sq, numbers)
+}
+
+/// The needle's rank among the competitors (every row outside `skip`), as
+/// [`tally_with`] counts it, without their spread.
+pub fn rank_among(scores: &[f32], skip: std::ops::Range<usize>, needle_score: f32, nan: NanOrder) -> NeedleRank {
+    let parts = [&scores[..skip.start], &scores[skip.end..]];
+    if !needle_score.is_nan() {
+        // Branch-free counts (vectorized); NaN competitors are counted
+        // apart and, if any, the slow path below orders them.
+        let (mut above, mut equal, mut nans) = (0u64, 0u64, 0u64);
+        for part in parts {
+            for &s in part {
+                above += u64::from(s > needle_score);
+                equal += u64::from(s == needle_score);
+                nans += u64::from(s.is_nan());
+            }
+        }
+        if nans == 0 {
+            return NeedleRank { above, above_or_equal: above + equal };
+        }
+    }
+    let (mut above, mut equal) = (0u64, 0u64);
     let by_value = |a: f32, b: f32| a.partial_cmp(&b).unwrap_or(Ordering::Equal);
     let any_nan = needle_score.is_nan();
-    let mut visit = |part: &[f32]| {
+    for part in parts {
         for &s in part {
             if any_nan || s.is_nan() {
                 let o = nan.compare(s, needle_score, by_value);
@@ -209,20 +249,9 @@ pub fn tally_with(scores: &[f32], skip: std::ops::Range<usize>, needle_score: f3
                 above += u64::from(s > needle_score);
                 equal += u64::from(s == needle_score);
             }
-            if !s.is_nan() {
-                let x = f64::from(s);
-                sum += x;
-                sum_sq += x * x;
-                numbers += 1;
-            }
         }
-    };
-    visit(&scores[..skip.start]);
-    visit(&scores[skip.end..]);
-    let n = numbers as f64;
-    let mean = if n > 0.0 { sum / n } else { 0.0 };
-    let var = if n > 1.0 { ((sum_sq - n * mean * mean) / (n - 1.0)).max(0.0) } else { 0.0 };
-    CompetitorTally { rank: NeedleRank { above, above_or_equal: above + equal }, mean, std: var.sqrt() }
+    }
+    NeedleRank { above, above_or_equal: above + equal }
 }
 
 /// Competitors tied with the needle row `needle_row` that the tie rule puts
@@ -257,9 +286,19 @@ pub fn tied_ahead(
 /// needle, every other row is a competitor): best in the engine's order,
 /// first on ties. None without a needle row.
 pub fn best_needle(scores: &[f32], needle: std::ops::Range<usize>, nan: NanOrder) -> Option<(f32, CompetitorTally)> {
-    let needle_scores = &scores[needle.clone()];
-    let best = needle_scores.iter().copied().reduce(|a, b| if nan.compare(b, a, |x, y| x.total_cmp(&y)).is_gt() { b } else { a })?;
+    let best = best_needle_score(&scores[needle.clone()], nan)?;
     Some((best, tally_with(scores, needle, best, nan)))
+}
+
+/// [`best_needle`]'s score and rank alone, without the competitors' spread.
+pub fn best_needle_rank(scores: &[f32], needle: std::ops::Range<usize>, nan: NanOrder) -> Option<(f32, NeedleRank)> {
+    let best = best_needle_score(&scores[needle.clone()], nan)?;
+    Some((best, rank_among(scores, needle, best, nan)))
+}
+
+/// The highest of the needle rows' scores in the engine's order, the first on ties.
+fn best_needle_score(needle_scores: &[f32], nan: NanOrder) -> Option<f32> {
+    needle_scores.iter().copied().reduce(|a, b| if nan.compare(b, a, |x, y| x.total_cmp(&y)).is_gt() { b } else { a })
 }
 
 /// Tied competitors that `rule` puts ahead of the best needle row (score
@@ -269,11 +308,11 @@ pub fn tied_ahead_of_best(
     scores: &[f32],
     needle: std::ops::Range<usize>,
     best: f32,
-    t: &CompetitorTally,
+    rank: &NeedleRank,
     rule: TieRule,
     priority: impl Fn(usize) -> u64 + Copy,
 ) -> u64 {
-    if t.rank.above_or_equal == t.rank.above {
+    if rank.above_or_equal == rank.above {
         return 0;
     }
     scores[needle.clone()]
@@ -331,14 +370,14 @@ impl<'s> TieAudit<'s> {
     pub fn new(scores: &'s [f32], needle: std::ops::Range<usize>, nan: NanOrder, priority: impl Fn(usize) -> u64 + Copy) -> Self {
         let mut ahead = [None; 4];
         let mut rank = None;
-        if let Some((best, t)) = best_needle(scores, needle.clone(), nan) {
-            rank = Some(t.rank);
+        if let Some((best, t)) = best_needle_rank(scores, needle.clone(), nan) {
+            rank = Some(t);
             for (slot, rule) in [TieRule::LowestIndex, TieRule::HighestIndex, TieRule::Random].into_iter().enumerate() {
-                ahead[slot] = Some(t.rank.above + tied_ahead_of_best(scores, needle.clone(), best, &t, rule, priority));
+                ahead[slot] = Some(t.above + tied_ahead_of_best(scores, needle.clone(), best, &t, rule, priority));
             }
             let coarse: Vec<f32> = scores.iter().map(|&x| coarse_score(x, TRUNCATE_BITS)).collect();
-            if let Some((best, t)) = best_needle(&coarse, needle.clone(), nan) {
-                ahead[3] = Some(t.rank.above + tied_ahead_of_best(&coarse, needle, best, &t, TieRule::Random, priority));
+            if let Some((best, t)) = best_needle_rank(&coarse, needle.clone(), nan) {
+                ahead[3] = Some(t.above + tied_ahead_of_best(&coarse, needle, best, &t, TieRule::Random, priority));
             }
         }
         TieAudit { scores, nan, ahead, rank }
@@ -493,6 +532,37 @@ mod tests {
         let t = tally(&s, 2..3, 3.0);
         assert_eq!(t.rank, NeedleRank { above: 2, above_or_equal: 4 });
         assert!((t.mean - 4.2).abs() < 1e-12);
+    }
+
+    /// The branch-free count gives the ordered count's rank, NaN
+    /// competitors, a NaN needle, ±0 and infinities included.
+    #[test]
+    fn rank_among_counts_as_the_ordered_comparison_does() {
+        let by_value = |a: f32, b: f32| a.partial_cmp(&b).unwrap_or(Ordering::Equal);
+        let rows = [
+            vec![5.0, 1.0, 3.0, 3.0, 9.0, 3.0],
+            vec![0.0, -0.0, 2.0, f32::NAN, -1.0, 0.0, f32::INFINITY],
+            vec![f32::NAN, f32::NAN, 1.0, f32::NEG_INFINITY, 1.0],
+        ];
+        for scores in &rows {
+            for skip in [0..1, 2..3, 1..3] {
+                for nan in [NanOrder::First, NanOrder::Last] {
+                    for needle in scores[skip.clone()].iter().copied().chain([0.0, f32::NAN]) {
+                        let (mut above, mut equal) = (0, 0);
+                        for (_, &s) in scores.iter().enumerate().filter(|(i, _)| !skip.contains(i)) {
+                            let o = nan.compare(s, needle, by_value);
+                            above += u64::from(o.is_gt());
+                            equal += u64::from(o.is_eq());
+                        }
+                        let want = NeedleRank { above, above_or_equal: above + equal };
+                        assert_eq!(rank_among(scores, skip.clone(), needle, nan), want, "{scores:?} {skip:?} {needle} {nan:?}");
+                        assert_eq!(tally_with(scores, skip.clone(), needle, nan).rank, want);
+                    }
+                    let best = best_needle(scores, skip.clone(), nan).map(|(b, t)| (b.to_bits(), t.rank));
+                    assert_eq!(best_needle_rank(scores, skip.clone(), nan).map(|(b, r)| (b.to_bits(), r)), best);
+                }
+            }
+        }
     }
 
     #[test]

@@ -203,6 +203,7 @@ fn quantile_needle_scale(s: &Scenario, seed: u64, depth: f64, on_step: &dyn Fn(&
                 prefill_chunk: s.prefill_chunk,
                 tie_audit: false,
                 margin_threshold: None,
+                rank_margins: true,
                 agreement: &[],
             };
             spec.run(seed)?.needle.first().map(|n| n.scale)

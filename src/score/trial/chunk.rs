@@ -68,7 +68,7 @@ pub(super) struct ChunkWork<'w, 'a> {
     /// 2 when some variant reads keys rotated with the swapped RoPE layout.
     pub(super) key_layouts: usize,
     /// [query group][variant].
-    pub(super) queries: &'w [Vec<IndexerQuery>],
+    pub(super) queries: &'w [Vec<std::sync::Arc<IndexerQuery>>],
     pub(super) cases: &'w [Case],
     /// Per variant: an earlier variant whose scores it shares (see [`TrialSpec::score_twins`]).
     pub(super) twins: Vec<Option<usize>>,

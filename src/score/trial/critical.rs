@@ -15,7 +15,7 @@ use crate::base::rng::{self, tag};
 use crate::error::SimError;
 use crate::score::address::AddressFault;
 use crate::score::needle::{NeedleSolve, MAX_SCALE};
-use crate::score::selection::{best_needle, coarse_score, tied_ahead_of_best, NanOrder, TieRule};
+use crate::score::selection::{best_needle_rank, coarse_score, tied_ahead_of_best, NanOrder, TieRule};
 use std::cmp::Ordering;
 
 /// Halvings of the scale bracket after it is found: its ends then differ
@@ -100,9 +100,9 @@ impl View {
         if let Some(read) = self.unaddressed.as_ref().and_then(|&(_, a, ratio, first)| a.read_scores(&scores, ratio, first)) {
             scores = read;
         }
-        let Some((best, t)) = best_needle(&scores, self.skip.clone(), self.nan) else { return false };
-        let tied = tied_ahead_of_best(&scores, self.skip.clone(), best, &t, self.rule, priority);
-        t.rank.above + tied < k_eff as u64
+        let Some((best, rank)) = best_needle_rank(&scores, self.skip.clone(), self.nan) else { return false };
+        let tied = tied_ahead_of_best(&scores, self.skip.clone(), best, &rank, self.rule, priority);
+        rank.above + tied < k_eff as u64
     }
 }
 

@@ -4,7 +4,9 @@
 use super::spec::{Case, CasePatches, NeedleOutcome, TrialSpec};
 use crate::base::rng::{self, tag};
 use crate::score::agreement::{agreement, Agreement};
-use crate::score::selection::{best_needle, kth_largest_many_with, selection_overlap_with, tie_key, tied_ahead_of_best, TieAudit, TieCut};
+use crate::score::selection::{
+    best_needle, best_needle_rank, kth_largest_many_with, selection_overlap_with, tie_key, tied_ahead_of_best, TieAudit, TieCut,
+};
 use crate::score::variant::{ChunkVisibility, PrecisionVariant};
 
 /// Buffers reused while judging a trial's cases.
@@ -121,7 +123,13 @@ impl TrialSpec<'_> {
             .then(|| TieAudit::new(visible, skip.clone(), nan, priority).cuts(&k_effs, in_window, &mut bufs.scratch, &mut bufs.kth));
         let audit_cut = |ki: usize| cuts.as_ref().map(|c| c[ki]);
         // Best needle row: highest score in the engine's order, first on ties.
-        let Some((best, t)) = best_needle(visible, skip.clone(), nan) else {
+        // The competitors' spread only for the rank margins (a serial pass).
+        let ranked = if self.rank_margins {
+            best_needle(visible, skip.clone(), nan).map(|(best, t)| (best, t.rank, t.std))
+        } else {
+            best_needle_rank(visible, skip.clone(), nan).map(|(best, rank)| (best, rank, f64::NAN))
+        };
+        let Some((best, rank, std)) = ranked else {
             for ki in 0..self.topks.len() {
                 let ties = audit_cut(ki);
                 cells[self.cell_index(ci, si, ki, v)] =
@@ -130,10 +138,11 @@ impl TrialSpec<'_> {
             return;
         };
         // Tied competitors the tie rule puts ahead of the best needle row.
-        let tied = tied_ahead_of_best(visible, skip.clone(), best, &t, rule, priority);
+        let tied = tied_ahead_of_best(visible, skip.clone(), best, &rank, rule, priority);
 
         let competitors = candidates - skip.len();
-        let ks_with_margin: Vec<usize> = k_effs.iter().copied().filter(|&k| k >= 1 && k <= competitors).collect();
+        let ks_with_margin: Vec<usize> =
+            if self.rank_margins { k_effs.iter().copied().filter(|&k| k >= 1 && k <= competitors).collect() } else { Vec::new() };
         let JudgeBuffers { scratch, kth, .. } = bufs;
         if !ks_with_margin.is_empty() {
             scratch.clear();
@@ -142,13 +151,13 @@ impl TrialSpec<'_> {
             kth_largest_many_with(scratch, &ks_with_margin, kth, nan);
         }
         for (ki, &k_eff) in k_effs.iter().enumerate() {
-            let by_rank = (t.rank.above + tied) < k_eff as u64;
+            let by_rank = (rank.above + tied) < k_eff as u64;
             let margin = ks_with_margin.iter().position(|&k| k == k_eff).map(|p| best - kth[p]);
-            let margin_sd = margin.filter(|_| t.std > 0.0).map(|m| f64::from(m) / t.std);
+            let margin_sd = margin.filter(|_| std > 0.0).map(|m| f64::from(m) / std);
             cells[self.cell_index(ci, si, ki, v)] = NeedleOutcome {
                 survived: in_window || by_rank,
                 via_window: in_window,
-                rank: Some(t.rank),
+                rank: Some(rank),
                 margin,
                 margin_sd,
                 ties: audit_cut(ki),

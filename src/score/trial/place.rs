@@ -123,7 +123,7 @@ impl Placer<'_, '_, '_> {
         let work = self.work;
         let source = self.source;
         let (exact_variant, exact_query) = match &self.exact {
-            Exact::Scored(r) => (&work.variants[*r], &work.queries[g][*r]),
+            Exact::Scored(r) => (&work.variants[*r], &*work.queries[g][*r]),
             Exact::Screened(_) => (self.fp32, &self.exact_queries[g]),
         };
         let quantized = &mut *self.quantized;
@@ -176,7 +176,7 @@ impl Placer<'_, '_, '_> {
         let g = spec.query_group(self.work.cases[c].ci);
         let chunks: Vec<&ChunkSpecials> = chunk_specials.iter().filter(|ch| !ch.cases[c].is_empty()).collect();
         let (exact_variant, exact_query) = match &self.exact {
-            Exact::Scored(r) => (&self.work.variants[*r], &self.work.queries[g][*r]),
+            Exact::Scored(r) => (&self.work.variants[*r], &*self.work.queries[g][*r]),
             Exact::Screened(_) => (self.fp32, &self.exact_queries[g]),
         };
         let rows = self.work.special_exact(self.source, c, &chunks, (exact_variant, exact_query), scale, true, &mut *self.quantized)?;

@@ -9,6 +9,7 @@ use crate::model::physics::RopeChoice;
 use crate::model::row_source::TrialRows;
 use crate::score::indexer::IndexerQuery;
 use crate::score::variant::PrecisionVariant;
+use std::sync::Arc;
 
 /// The variants a trial scores and where the quantile needle's exact
 /// scores come from.
@@ -23,7 +24,7 @@ pub(super) struct ScoredSet {
 /// A trial's queries per group ([group][scored variant]), how many key
 /// layouts its variants read, and the candidate rows each group scores.
 pub(super) struct QueryGroups {
-    pub(super) queries: Vec<Vec<IndexerQuery>>,
+    pub(super) queries: Vec<Vec<Arc<IndexerQuery>>>,
     pub(super) key_layouts: usize,
     pub(super) rows: Vec<usize>,
 }
@@ -51,7 +52,8 @@ pub fn shifted_context_queries(
     context: u64,
 ) -> Result<Vec<IndexerQuery>, SimError> {
     let twins = super::spec::score_twins_of(variants);
-    queries_sharing(hay, shifted, source, variants, context, &twins)
+    let shared = queries_sharing(hay, shifted, source, variants, context, &twins)?;
+    Ok(shared.into_iter().map(Arc::unwrap_or_clone).collect())
 }
 
 /// [`shifted_context_queries`] with each score twin (`twins`: an earlier
@@ -65,12 +67,14 @@ fn queries_sharing(
     variants: &[PrecisionVariant],
     context: u64,
     twins: &[Option<usize>],
-) -> Result<Vec<IndexerQuery>, SimError> {
+) -> Result<Vec<Arc<IndexerQuery>>, SimError> {
     let d = hay.shape.head_dim;
-    let mut out: Vec<IndexerQuery> = Vec::with_capacity(variants.len());
+    // A twin shares its original's query (a query and its block layout are
+    // 64 KiB at 64 heads: copying them was 6 % of a diagnosis's CPU).
+    let mut out: Vec<Arc<IndexerQuery>> = Vec::with_capacity(variants.len());
     for (i, v) in variants.iter().enumerate() {
         if let Some(u) = twins.get(i).copied().flatten().filter(|&u| u < i) {
-            out.push(out[u].clone());
+            out.push(Arc::clone(&out[u]));
             continue;
         }
         let own = if v.position.query_row_shifted {
@@ -80,7 +84,7 @@ fn queries_sharing(
         };
         let mut q = own.queries.clone();
         source.rotate_queries(&mut q, context.saturating_sub(1), v.position.query_rope_layout_swapped)?;
-        out.push(IndexerQuery::new(v.query.quantize_rows(&q, d)?, &own.weights, d, v.scoring));
+        out.push(Arc::new(IndexerQuery::new(v.query.quantize_rows(&q, d)?, &own.weights, d, v.scoring)));
     }
     Ok(out)
 }
@@ -109,7 +113,7 @@ impl TrialSpec<'_> {
     ) -> Result<QueryGroups, SimError> {
         let positional = self.physics.rope != RopeChoice::Off;
         let groups = if positional { self.contexts.len() } else { 1 };
-        let queries: Vec<Vec<IndexerQuery>> =
+        let queries: Vec<Vec<Arc<IndexerQuery>>> =
             (0..groups).map(|g| queries_sharing(haystack, shifted, source, scored, self.contexts[g], twins)).collect::<Result<_, _>>()?;
         // Keys rotated with the other pair layout, for `rope-swap-k` variants.
         let key_layouts = if positional && scored.iter().any(|v| v.position.key_rope_layout_swapped) { 2 } else { 1 };

@@ -47,6 +47,9 @@ pub struct TrialSpec<'a> {
     /// ([`NeedleOutcome::keep_below`]) and the whole-model margin read at
     /// it. None: no margin.
     pub margin_threshold: Option<f64>,
+    /// Measure each cell's rank margin ([`NeedleOutcome::margin`]); off,
+    /// the margins are None and every other outcome the same.
+    pub rank_margins: bool,
     /// Pairs (A, B) of variants whose top-k sets are compared, B's with A's
     /// ([`TrialOutcome::agreement`]; docs/MODEL.md, "Top-k agreement").
     pub agreement: &'a [(usize, usize)],

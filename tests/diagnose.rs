@@ -182,7 +182,8 @@ fn a_hypothesis_is_recovered_from_its_own_simulated_counts() {
 
 // Issue 18, item 7: a variant that differs from an earlier one only in its
 // selection (ties, k, NaN order) shares its scores instead of recomputing
-// them; its cells must be what it gives alone, bit for bit.
+// them; its cells must be what it gives alone, bit for bit. Issue 45: so
+// must one whose scores are its original's rounded to its logits format.
 #[test]
 fn score_twins_give_the_bits_they_give_alone() {
     let sweep = |precisions: &str| {
@@ -194,10 +195,17 @@ fn score_twins_give_the_bits_they_give_alone() {
         p.sweep.precisions = Some(ListSpec::Text(precisions.into()));
         dsa_recall::run::sweep::run_sweep(&config::check(p).unwrap(), &|| {}).unwrap().cells
     };
-    let twins =
-        "fp8-fp32scale+scale-unwritten-zero,fp8-fp32scale,fp8-fp32scale+scale-unwritten-zero+ties-highest,fp8-fp32scale+topk-round64";
+    // … and one that differs only in its logits format reads its f32
+    // original's scores rounded (`logit_twins_of`).
+    let twins = "fp8-fp32scale+scale-unwritten-zero,fp8-fp32scale,fp8-fp32scale+scale-unwritten-zero+ties-highest,\
+                 fp8-fp32scale+topk-round64,fp8-fp32scale+logits-bf16,fp8-fp32scale+logits-fp16";
     let together = sweep(twins);
-    for name in ["fp8-fp32scale+scale-unwritten-zero+ties-highest", "fp8-fp32scale+topk-round64"] {
+    for name in [
+        "fp8-fp32scale+scale-unwritten-zero+ties-highest",
+        "fp8-fp32scale+topk-round64",
+        "fp8-fp32scale+logits-bf16",
+        "fp8-fp32scale+logits-fp16",
+    ] {
         let alone = sweep(name);
         let mine: Vec<_> = together.iter().filter(|c| c.precision == name).collect();
         assert_eq!(mine.len(), alone.len());

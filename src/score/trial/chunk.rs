@@ -72,6 +72,9 @@ pub(super) struct ChunkWork<'w, 'a> {
     pub(super) cases: &'w [Case],
     /// Per variant: an earlier variant whose scores it shares (see [`TrialSpec::score_twins`]).
     pub(super) twins: Vec<Option<usize>>,
+    /// Per variant: an earlier one whose scores it reads, rounded to its
+    /// logits format ([`super::spec::logit_twins_of`]).
+    pub(super) logit_twins: Vec<Option<usize>>,
     /// … and whose needle rows' scores too: a twin with the same needle multiple.
     pub(super) patch_twins: Vec<Option<usize>>,
     /// Per variant: its needle multiple's slot ([`TrialSpec::needle_multiples`]).
@@ -247,7 +250,7 @@ impl ChunkWork<'_, '_> {
         // pipeline), their rows in `plain` at the same index.
         let mut shared: Vec<(usize, &QuantPipeline)> = Vec::new();
         for (v, variant) in self.variants.iter().enumerate() {
-            if self.twins[v].is_some() {
+            if self.twins[v].is_some() || self.rounded_from_logit_twin(v, &of_variant, chunk_scores, pieces) {
                 continue;
             }
             let layout = self.layout_of(variant);
@@ -298,6 +301,31 @@ impl ChunkWork<'_, '_> {
             }
         }
         Ok(())
+    }
+
+    /// Variant `v`'s scores as its logit twin's, rounded to its logits
+    /// format, when it has one whose pieces (scored earlier in this chunk)
+    /// match its own; false (nothing written) otherwise.
+    fn rounded_from_logit_twin(&self, v: usize, of_variant: &[Vec<usize>], buffer: &mut [f32], pieces: &mut [ScorePiece]) -> bool {
+        let Some(u) = self.logit_twins[v] else { return false };
+        let source_of = |i: usize| {
+            let (group, len) = (pieces[i].group, pieces[i].scores.len());
+            of_variant[u]
+                .iter()
+                .copied()
+                .find(|&j| pieces[j].group == group && pieces[j].scores.len() == len)
+                .filter(|_| len <= buffer.len())
+        };
+        let Some(pairs) = of_variant[v].iter().map(|&i| source_of(i).map(|j| (i, j))).collect::<Option<Vec<_>>>() else { return false };
+        let logits = self.variants[v].scoring.logits;
+        for (i, j) in pairs {
+            let m = pieces[j].scores.len();
+            buffer[..m].copy_from_slice(pieces[j].scores);
+            for (to, &from) in pieces[i].scores.iter_mut().zip(&buffer[..m]) {
+                *to = logits.round(from);
+            }
+        }
+        true
     }
 
     /// A twin's scores are its original's, bit for bit: copied, not recomputed.

@@ -6,6 +6,7 @@ use crate::model::haystack::GenerativeModel;
 use crate::model::physics::{Physics, RopeChoice};
 use crate::model::row_source::Item;
 use crate::model::stack::WholeModel;
+use crate::numerics::pipeline::{LogitFormat, ScoreNumerics};
 use crate::score::agreement::Agreement;
 use crate::score::needle::NeedleSolve;
 use crate::score::selection::{NeedleRank, TieCut, TieRule};
@@ -251,4 +252,26 @@ pub(super) fn score_twins_of(v: &[PrecisionVariant]) -> Vec<Option<usize>> {
         (&a.query, &a.key, &a.scoring, &a.cache, &a.position) == (&b.query, &b.key, &b.scoring, &b.cache, &b.position)
     };
     (0..v.len()).map(|i| (0..i).find(|&j| same(&v[i], &v[j]))).collect()
+}
+
+/// Per variant (not itself a score twin, `twins`), an earlier variant
+/// scored in full whose scores it reads rounded to its own logits format:
+/// the same query, keys, cache and positions, ReLU on, scoring that
+/// differs only in the logits format and the earlier one's f32 (no
+/// rounding). Every kernel ends in `logits.round(s)` of the same f32 `s`
+/// for both, so the rounded copy is the same bits (`logits-bf16`,
+/// `logits-fp16` beside their base).
+pub(super) fn logit_twins_of(v: &[PrecisionVariant], twins: &[Option<usize>]) -> Vec<Option<usize>> {
+    let same_rows =
+        |a: &PrecisionVariant, b: &PrecisionVariant| (&a.query, &a.key, &a.cache, &a.position) == (&b.query, &b.key, &b.cache, &b.position);
+    (0..v.len())
+        .map(|i| {
+            let own = v[i].scoring;
+            if twins[i].is_some() || own.logits == LogitFormat::F32 || !own.relu {
+                return None;
+            }
+            let base = ScoreNumerics { logits: LogitFormat::F32, ..own };
+            (0..i).find(|&j| twins[j].is_none() && v[j].scoring == base && same_rows(&v[i], &v[j]))
+        })
+        .collect()
 }

@@ -180,16 +180,17 @@ impl IndexerQuery {
             if self.blocked_shape() && level.avx512() {
                 // SAFETY: the level is AVX-512, so the CPU has AVX-512F/DQ and
                 // AVX2; keys hold out.len() rows of dim (asserted above), and the
-                // queries heads rows of dim (asserted in `new`).
-                done = unsafe { self.score_blocks_avx512(keys, row_scales, out) };
-            } else if self.blocked_shape() && level.avx2() {
+                // queries heads rows of dim (asserted in `new`); the rows from
+                // `done` on are within keys.
+                unsafe {
+                    let done = self.score_blocks_avx512(keys, row_scales, out);
+                    self.score_single_rows_avx512(&keys[done * self.dim..], row_scales.map(|s| &s[done..]), &mut out[done..]);
+                }
+                return;
+            }
+            if self.blocked_shape() && level.avx2() {
                 // SAFETY: the level is at least AVX2; shapes as above.
                 done = unsafe { self.score_blocks_avx2(keys, row_scales, out) };
-            }
-            if self.blocked_shape() && level.avx512() {
-                // SAFETY: as for the blocks above; the rows from `done` are within keys.
-                unsafe { self.score_single_rows_avx512(&keys[done * self.dim..], row_scales.map(|s| &s[done..]), &mut out[done..]) };
-                return;
             }
             if level.avx2() {
                 // SAFETY: the level is at least AVX2 (this kernel reads through slices only).

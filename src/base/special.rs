@@ -244,6 +244,68 @@ pub fn binomial_cdf_below(n: u64, p: f64, k: u64) -> f64 {
     }
 }
 
+/// Berry–Esseen's constant for sums of identically distributed summands,
+/// C ≤ 0.4748 (I. G. Shevtsova, "On the absolute constants in the
+/// Berry–Esseen type inequalities for identically distributed summands",
+/// arXiv:1111.6554, 2011).
+const BERRY_ESSEEN: f64 = 0.4748;
+
+/// Slack on the normal bracket below for the rounding of
+/// [`binomial_cdf_below`] (its ln Γ terms lose ~1e-8 relative at n in the
+/// millions) and the error of [`normal_cdf_coarse`] (≤ 7.5e-8): far above both.
+const BRACKET_SLACK: f64 = 1e-6;
+
+/// Φ(x) to within 7.5e-8 absolute, cheaply: Abramowitz & Stegun 7.1.26
+/// (erf to within 1.5e-7, one exponential), for brackets that allow for
+/// its error. [`normal_cdf`] is the accurate one.
+fn normal_cdf_coarse(x: f64) -> f64 {
+    const P: f64 = 0.327_591_1;
+    const A: [f64; 5] = [0.254_829_592, -0.284_496_736, 1.421_413_741, -1.453_152_027, 1.061_405_429];
+    let z = x.abs() * std::f64::consts::FRAC_1_SQRT_2;
+    let t = 1.0 / (1.0 + P * z);
+    let poly = t * (A[0] + t * (A[1] + t * (A[2] + t * (A[3] + t * A[4]))));
+    // ½·erfc(|x|/√2), the tail beyond |x|.
+    let tail = 0.5 * poly * (-z * z).exp();
+    if x >= 0.0 {
+        1.0 - tail
+    } else {
+        tail
+    }
+}
+
+/// Whether `uniform ≤ P(Bin(n, p) < k)`: the same answer as comparing
+/// with [`binomial_cdf_below`], which is only evaluated when `uniform`
+/// falls inside the normal approximation's Berry–Esseen bracket. With
+/// z₁ = (k − 1 − np)/σ and z₂ = (k − np)/σ, P(X < k) = P(X ≤ x) for every
+/// standardized x in [z₁, z₂), so it lies in [Φ(z₂) − B, Φ(z₁) + B] with
+/// B = C·(p² + q²)/√(npq). A uniform outside that band (most of them
+/// once npq is in the tens) is decided by two coarse Φ instead of three
+/// ln Γ and the O(√(np)) terms of the sum.
+pub fn uniform_below_binomial_cdf(uniform: f64, n: u64, p: f64, k: u64) -> bool {
+    match binomial_cdf_bracket(n, p, k, BRACKET_SLACK) {
+        Some((low, _)) if uniform <= low => true,
+        Some((_, high)) if uniform > high => false,
+        _ => uniform <= binomial_cdf_below(n, p, k),
+    }
+}
+
+/// The band [Φ(z₂) − B − slack, Φ(z₁) + B + slack] that holds P(Bin(n, p) < k)
+/// (see [`uniform_below_binomial_cdf`]); None where it would say nothing
+/// (B ≥ ½) or the CDF is trivial (k = 0, k > n, p outside (0, 1)).
+fn binomial_cdf_bracket(n: u64, p: f64, k: u64, slack: f64) -> Option<(f64, f64)> {
+    if k == 0 || k > n || !(p > 0.0 && p < 1.0) {
+        return None;
+    }
+    let (nf, q) = (n as f64, 1.0 - p);
+    let sd = (nf * p * q).sqrt();
+    let bound = BERRY_ESSEEN * (p * p + q * q) / sd + slack;
+    if !(bound < 0.5) {
+        return None;
+    }
+    let mean = nf * p;
+    Some((normal_cdf_coarse((k as f64 - mean) / sd) - bound, normal_cdf_coarse((k as f64 - 1.0 - mean) / sd) + bound))
+}
+
 /// Q(a, x) = Γ(a, x)/Γ(a), the upper regularized incomplete gamma function
 /// (1 for x ≤ 0). The power series of P = 1 − Q below x = a + 1, the
 /// Legendre continued fraction of Q above it (evaluated by the modified
@@ -402,6 +464,81 @@ mod tests {
         }
         // Γ(11) = 10!
         assert!((ln_gamma(11.0) - (3_628_800f64).ln()).abs() < 1e-12);
+    }
+
+    /// (n, p) from a handful of rows to millions, npq from below 1 to 10⁵.
+    const BRACKET_GRID: [(u64, f64); 9] = [
+        (5, 0.5),
+        (100, 0.05),
+        (1_000, 0.3),
+        (13_801, 2.9e-4),
+        (65_536, 0.01),
+        (262_144, 1e-3),
+        (262_144, 0.4),
+        (2_000_000, 5e-5),
+        (2_000_000, 0.02),
+    ];
+
+    /// k over the mean ± 6 sd, about 60 values.
+    fn bracket_ks(n: u64, p: f64) -> Vec<u64> {
+        let (mean, sd) = (n as f64 * p, (n as f64 * p * (1.0 - p)).sqrt());
+        let mut ks: Vec<u64> = (-30..=30).map(|j| (mean + f64::from(j) * sd / 5.0).round().clamp(0.0, n as f64 + 1.0) as u64).collect();
+        ks.dedup();
+        ks
+    }
+
+    #[test]
+    fn the_coarse_normal_cdf_is_within_its_stated_error() {
+        let mut worst = 0.0f64;
+        for i in -4000..=4000 {
+            let x = f64::from(i) / 400.0;
+            worst = worst.max((normal_cdf_coarse(x) - normal_cdf(x)).abs());
+        }
+        assert!(worst <= 7.5e-8, "{worst}");
+        assert!(worst > 1e-9, "an approximation, not the accurate one: {worst}");
+    }
+
+    #[test]
+    fn the_berry_esseen_bracket_holds_the_binomial_cdf() {
+        let mut decided = 0;
+        for &(n, p) in &BRACKET_GRID {
+            for k in bracket_ks(n, p) {
+                let exact = binomial_cdf_below(n, p, k);
+                // Without the slack: the Berry–Esseen bound alone holds the sum.
+                if let Some((low, high)) = binomial_cdf_bracket(n, p, k, 0.0) {
+                    assert!(low <= exact && exact <= high, "{n} {p} {k}: {low} {exact} {high}");
+                    decided += 1;
+                }
+            }
+        }
+        assert!(decided > 300, "the bracket applies to most of the grid: {decided}");
+    }
+
+    #[test]
+    fn the_bracketed_comparison_is_the_exact_one() {
+        let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = || {
+            rng = rng.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+            (rng >> 11) as f64 / (1u64 << 53) as f64
+        };
+        let mut shortcut = 0;
+        for &(n, p) in &BRACKET_GRID {
+            for k in bracket_ks(n, p) {
+                let exact = binomial_cdf_below(n, p, k);
+                let bracket = binomial_cdf_bracket(n, p, k, BRACKET_SLACK);
+                // Uniforms at the CDF, a hair either side, at the bracket's
+                // ends and either side of them, and at random.
+                let mut uniforms = vec![exact, exact - 1e-15, exact + 1e-15, next(), next(), next()];
+                if let Some((low, high)) = bracket {
+                    uniforms.extend([low, low - 1e-12, low + 1e-12, high, high - 1e-12, high + 1e-12]);
+                }
+                for u in uniforms.into_iter().filter(|u| (0.0..1.0).contains(u) && *u > 0.0) {
+                    assert_eq!(uniform_below_binomial_cdf(u, n, p, k), u <= exact, "{n} {p} {k} {u} {exact}");
+                    shortcut += usize::from(bracket.is_some_and(|(low, high)| u <= low || u > high));
+                }
+            }
+        }
+        assert!(shortcut > 500, "most random uniforms skip the sum: {shortcut}");
     }
 
     #[test]

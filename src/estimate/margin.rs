@@ -9,7 +9,7 @@
 //! its margin m* the largest c at which that share stays at or above the
 //! recall threshold.
 
-use crate::base::special::binomial_cdf_below;
+use crate::base::special::uniform_below_binomial_cdf;
 use crate::base::stats::{wilson_interval, Z95};
 use crate::model::needle::{exceedance_of, QuantileNeedle};
 use crate::score::trial::{NeedleOutcome, TrialOutcome, TrialSpec};
@@ -95,7 +95,7 @@ pub fn critical_multiple(n: u64, u: f64, uniform: f64, keep_below: u64) -> f64 {
     }
     // Kept at p while P(Bin(n, p) < keep_below) ≥ uniform (the inversion's
     // rank is below keep_below); that probability falls as p grows.
-    let kept = |log10_p: f64| binomial_cdf_below(n, exceedance_of(log10_p), keep_below) >= uniform;
+    let kept = |log10_p: f64| uniform_below_binomial_cdf(uniform, n, exceedance_of(log10_p), keep_below);
     let (mut lo, mut hi) = (u.log10() - 40.0, 0.0f64);
     if !kept(lo) {
         return 0.0;

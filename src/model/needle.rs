@@ -11,7 +11,7 @@
 //! longer context never ranks the needle higher.
 
 use crate::base::rng::{self, tag};
-use crate::base::special::binomial_cdf_below;
+use crate::base::special::uniform_below_binomial_cdf;
 use rand::Rng;
 use rand_distr::StandardNormal;
 use serde::{Deserialize, Serialize};
@@ -147,7 +147,7 @@ pub fn rank_quantile(n: u64, u: f64, uniform: f64) -> u64 {
     let (mut lo, mut hi) = (0u64, n);
     while lo < hi {
         let mid = lo + (hi - lo) / 2;
-        if binomial_cdf_below(n, u, mid + 1) >= uniform {
+        if uniform_below_binomial_cdf(uniform, n, u, mid + 1) {
             hi = mid;
         } else {
             lo = mid + 1;
@@ -176,12 +176,13 @@ pub fn ranks_below(n: u64, u: f64, uniform: f64, above: u64, k: u64) -> bool {
     if (k as f64) < mean - 40.0 * sd - 40.0 {
         return false;
     }
-    uniform <= binomial_cdf_below(n, u, k)
+    uniform_below_binomial_cdf(uniform, n, u, k)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::base::special::binomial_cdf_below;
 
     #[test]
     fn rank_quantile_inverts_the_binomial_and_agrees_with_ranks_below() {

@@ -303,7 +303,10 @@ fn best_needle_score(needle_scores: &[f32], nan: NanOrder) -> Option<f32> {
 
 /// Tied competitors that `rule` puts ahead of the best needle row (score
 /// `best`, rank `t`); if several needle rows tie for best, the luckiest
-/// counts. Scans the rows only when a competitor ties the needle.
+/// counts. Scans the rows only when a competitor ties the needle, and
+/// once under an index rule: the needle's rows are one run, skipped, so
+/// every competitor lies before all of them or after all of them and each
+/// tied needle row has the same count ahead.
 pub fn tied_ahead_of_best(
     scores: &[f32],
     needle: std::ops::Range<usize>,
@@ -315,13 +318,16 @@ pub fn tied_ahead_of_best(
     if rank.above_or_equal == rank.above {
         return 0;
     }
-    scores[needle.clone()]
+    let mut tied_rows = scores[needle.clone()]
         .iter()
         .enumerate()
         .filter(|(_, &s)| s == best || (s.is_nan() && best.is_nan()))
-        .map(|(j, _)| tied_ahead(scores, needle.clone(), needle.start + j, best, rule, priority))
-        .min()
-        .unwrap_or(0)
+        .map(|(j, _)| needle.start + j);
+    let ahead_of = |row: usize| tied_ahead(scores, needle.clone(), row, best, rule, priority);
+    match rule {
+        TieRule::LowestIndex | TieRule::HighestIndex => tied_rows.next().map_or(0, ahead_of),
+        TieRule::Random => tied_rows.map(ahead_of).min().unwrap_or(0),
+    }
 }
 
 /// The tie rules the tie audit re-picks each cut under, in `ties.csv`'s
@@ -505,6 +511,42 @@ pub fn kth_largest_many_with(scratch: &mut [f32], ks: &[usize], out: &mut Vec<f3
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_luckiest_tied_needle_row_is_the_scan_over_all_of_them() {
+        // Scores from {0, 1, 2, NaN}: ties everywhere, needle rows among them.
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let mut next = || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        for _ in 0..400 {
+            let n = 3 + (next() % 40) as usize;
+            let scores: Vec<f32> = (0..n).map(|_| [0.0, 1.0, 2.0, f32::NAN][(next() % 4) as usize]).collect();
+            let start = (next() as usize) % (n - 1);
+            let needle = start..(start + 1 + (next() as usize) % 4).min(n);
+            let nan = if next() % 2 == 0 { NanOrder::First } else { NanOrder::Last };
+            let Some((best, rank)) = best_needle_rank(&scores, needle.clone(), nan) else { continue };
+            let seed = next();
+            let priority = move |i: usize| crate::base::rng::mix64(seed ^ i as u64);
+            for rule in [TieRule::LowestIndex, TieRule::HighestIndex, TieRule::Random] {
+                let every = needle
+                    .clone()
+                    .filter(|&r| scores[r] == best || (scores[r].is_nan() && best.is_nan()))
+                    .map(|r| tied_ahead(&scores, needle.clone(), r, best, rule, priority))
+                    .min()
+                    .unwrap_or(0);
+                let want = if rank.above_or_equal == rank.above { 0 } else { every };
+                assert_eq!(
+                    tied_ahead_of_best(&scores, needle.clone(), best, &rank, rule, priority),
+                    want,
+                    "{scores:?} {needle:?} {rule:?}"
+                );
+            }
+        }
+    }
 
     #[test]
     fn coarse_scores_keep_order_and_tie_within_a_bin() {

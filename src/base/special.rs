@@ -251,7 +251,7 @@ pub fn binomial_cdf_below(n: u64, p: f64, k: u64) -> f64 {
 const BERRY_ESSEEN: f64 = 0.4748;
 
 /// Slack on the normal bracket below for the rounding of
-/// [`binomial_cdf_below`] (its ln Γ terms lose ~1e-8 relative at n in the
+/// [`binomial_cdf_below`] (its ln Γ terms lose ~1e-7 relative at n in the
 /// millions) and the error of [`normal_cdf_coarse`] (≤ 7.5e-8): far above both.
 const BRACKET_SLACK: f64 = 1e-6;
 

@@ -439,6 +439,7 @@ pub(crate) fn sin_cos_quarter(t: f32) -> (f32, f32) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::base::special::normal_cdf;
     use rand::Rng;
 
     #[test]
@@ -518,29 +519,6 @@ mod tests {
         let z: u64 = stream(42, &[tag::ROW, 8]).random();
         assert_eq!(x, y);
         assert_ne!(x, z);
-    }
-
-    /// Standard normal CDF through erfc (Numerical Recipes' Chebyshev fit,
-    /// fractional error < 1.2·10⁻⁷, far below the KS critical values used).
-    fn normal_cdf(x: f64) -> f64 {
-        let erfc = |x: f64| {
-            let z = x.abs();
-            let t = 1.0 / (1.0 + 0.5 * z);
-            let poly = -z * z - 1.265_512_23
-                + t * (1.000_023_68
-                    + t * (0.374_091_96
-                        + t * (0.096_784_18
-                            + t * (-0.186_288_06
-                                + t * (0.278_868_07
-                                    + t * (-1.135_203_98 + t * (1.488_515_87 + t * (-0.822_152_23 + t * 0.170_872_77))))))));
-            let r = t * poly.exp();
-            if x >= 0.0 {
-                r
-            } else {
-                2.0 - r
-            }
-        };
-        0.5 * erfc(-x / std::f64::consts::SQRT_2)
     }
 
     /// `rows` rows of 128 normals from one key, row-major.

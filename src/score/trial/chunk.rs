@@ -250,7 +250,7 @@ impl ChunkWork<'_, '_> {
         // pipeline), their rows in `plain` at the same index.
         let mut shared: Vec<(usize, &QuantPipeline)> = Vec::new();
         for (v, variant) in self.variants.iter().enumerate() {
-            if self.twins[v].is_some() || self.rounded_from_logit_twin(v, &of_variant, chunk_scores, pieces) {
+            if self.twins[v].is_some() || self.rounded_from_logit_twin(v, &of_variant, pieces) {
                 continue;
             }
             let layout = self.layout_of(variant);
@@ -304,24 +304,20 @@ impl ChunkWork<'_, '_> {
     }
 
     /// Variant `v`'s scores as its logit twin's, rounded to its logits
-    /// format, when it has one whose pieces (scored earlier in this chunk)
-    /// match its own; false (nothing written) otherwise.
-    fn rounded_from_logit_twin(&self, v: usize, of_variant: &[Vec<usize>], buffer: &mut [f32], pieces: &mut [ScorePiece]) -> bool {
+    /// format, when it has one whose pieces (scored earlier in this chunk,
+    /// so earlier in `pieces`) match its own; false (nothing written)
+    /// otherwise.
+    fn rounded_from_logit_twin(&self, v: usize, of_variant: &[Vec<usize>], pieces: &mut [ScorePiece]) -> bool {
         let Some(u) = self.logit_twins[v] else { return false };
         let source_of = |i: usize| {
             let (group, len) = (pieces[i].group, pieces[i].scores.len());
-            of_variant[u]
-                .iter()
-                .copied()
-                .find(|&j| pieces[j].group == group && pieces[j].scores.len() == len)
-                .filter(|_| len <= buffer.len())
+            of_variant[u].iter().copied().find(|&j| j < i && pieces[j].group == group && pieces[j].scores.len() == len)
         };
         let Some(pairs) = of_variant[v].iter().map(|&i| source_of(i).map(|j| (i, j))).collect::<Option<Vec<_>>>() else { return false };
         let logits = self.variants[v].scoring.logits;
         for (i, j) in pairs {
-            let m = pieces[j].scores.len();
-            buffer[..m].copy_from_slice(pieces[j].scores);
-            for (to, &from) in pieces[i].scores.iter_mut().zip(&buffer[..m]) {
+            let (before, from_i) = pieces.split_at_mut(i);
+            for (to, &from) in from_i[0].scores.iter_mut().zip(before[j].scores.iter()) {
                 *to = logits.round(from);
             }
         }

@@ -246,12 +246,15 @@ impl TrialSpec<'_> {
     }
 }
 
+/// Whether two variants score the same query against the same stored
+/// keys at the same positions (their scoring numerics aside).
+fn same_rows(a: &PrecisionVariant, b: &PrecisionVariant) -> bool {
+    (&a.query, &a.key, &a.cache, &a.position) == (&b.query, &b.key, &b.cache, &b.position)
+}
+
 /// [`TrialSpec::score_twins`] of any list of variants.
 pub(super) fn score_twins_of(v: &[PrecisionVariant]) -> Vec<Option<usize>> {
-    let same = |a: &PrecisionVariant, b: &PrecisionVariant| {
-        (&a.query, &a.key, &a.scoring, &a.cache, &a.position) == (&b.query, &b.key, &b.scoring, &b.cache, &b.position)
-    };
-    (0..v.len()).map(|i| (0..i).find(|&j| same(&v[i], &v[j]))).collect()
+    (0..v.len()).map(|i| (0..i).find(|&j| v[i].scoring == v[j].scoring && same_rows(&v[i], &v[j]))).collect()
 }
 
 /// Per variant (not itself a score twin, `twins`), an earlier variant
@@ -262,8 +265,6 @@ pub(super) fn score_twins_of(v: &[PrecisionVariant]) -> Vec<Option<usize>> {
 /// for both, so the rounded copy is the same bits (`logits-bf16`,
 /// `logits-fp16` beside their base).
 pub(super) fn logit_twins_of(v: &[PrecisionVariant], twins: &[Option<usize>]) -> Vec<Option<usize>> {
-    let same_rows =
-        |a: &PrecisionVariant, b: &PrecisionVariant| (&a.query, &a.key, &a.cache, &a.position) == (&b.query, &b.key, &b.cache, &b.position);
     (0..v.len())
         .map(|i| {
             let own = v[i].scoring;

@@ -465,8 +465,20 @@ impl<'a> TrialRows<'a> {
 
     /// [`Self::finalize`], with the RoPE pair layout swapped when `swapped`.
     pub fn finalize_with(&self, first_row: u64, rows: &mut [f32], swapped: bool) -> Result<(), SimError> {
+        self.finalize_before_rope(first_row, rows)?;
+        self.rotate_keys(first_row, rows, swapped)
+    }
+
+    /// The part of [`Self::finalize_with`] that does not depend on the RoPE
+    /// pair layout (structure, norm): done once for both layouts.
+    pub fn finalize_before_rope(&self, first_row: u64, rows: &mut [f32]) -> Result<(), SimError> {
         self.hay.add_structure(first_row, rows);
-        self.normalise(rows)?;
+        self.normalise(rows)
+    }
+
+    /// The rest of [`Self::finalize_with`]: rotates rows from `first_row`
+    /// at their positions, the pair layout swapped when `swapped`.
+    pub fn rotate_keys(&self, first_row: u64, rows: &mut [f32], swapped: bool) -> Result<(), SimError> {
         if let Some(rope) = if swapped { &self.rope_swapped } else { &self.rope } {
             rope.rotate_rows(rows, first_row * self.geometry.ratio, self.geometry.ratio)?;
         }

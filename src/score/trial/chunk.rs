@@ -170,14 +170,19 @@ impl ChunkWork<'_, '_> {
         source.next_chunk(rows.start, &mut pre[..n * d])?;
         let cases = self.special_rows(source, &pre[..n * d], &rows)?;
         let mut specials = ChunkSpecials { start: rows.start, n, cases, fin: Vec::new(), norms: Vec::new() };
+        // Finalizing (structure, norm, RoPE) does nothing without them: then
+        // the generated rows are scored as they are. With both RoPE layouts,
+        // what comes before the rotation is done once for both.
+        let finalizes = source.finalizes();
+        if finalizes || key_layouts == 2 {
+            source.finalize_before_rope(rows.start, &mut pre[..n * d])?;
+        }
         if key_layouts == 2 {
             swapped_fin[..n * d].copy_from_slice(&pre[..n * d]);
-            source.finalize_with(rows.start, &mut swapped_fin[..n * d], true)?;
+            source.rotate_keys(rows.start, &mut swapped_fin[..n * d], true)?;
         }
-        // Finalizing (RMSNorm, RoPE) does nothing without pooling and RoPE:
-        // then the generated rows are scored as they are.
-        if source.finalizes() {
-            source.finalize_with(rows.start, &mut pre[..n * d], false)?;
+        if finalizes {
+            source.rotate_keys(rows.start, &mut pre[..n * d], false)?;
         }
         if self.keep_norms {
             specials.norms =

@@ -183,12 +183,15 @@ fn a_hypothesis_is_recovered_from_its_own_simulated_counts() {
 // Issue 18, item 7: a variant that differs from an earlier one only in its
 // selection (ties, k, NaN order) shares its scores instead of recomputing
 // them; its cells must be what it gives alone, bit for bit. Issue 45: so
-// must one whose scores are its original's rounded to its logits format.
+// must one whose scores are its original's rounded to its logits format,
+// and one whose cache fault only moves rows, which reads its fault-free
+// base's scores at the rows moved (contexts of 2,100 and 6,000 tokens:
+// partial pages and a shorter piece at the end of the chunk).
 #[test]
 fn score_twins_give_the_bits_they_give_alone() {
     let sweep = |precisions: &str| {
         let mut p = params(3);
-        p.sweep.contexts = Some(ListSpec::Text("2K,6K".into()));
+        p.sweep.contexts = Some(ListSpec::Text("2100,6000".into()));
         p.sweep.depths = Some(ListSpec::Text("30".into()));
         p.sweep.topk = Some(ListSpec::Text("512".into()));
         p.sweep.trials = Some(24);
@@ -198,13 +201,20 @@ fn score_twins_give_the_bits_they_give_alone() {
     // … and one that differs only in its logits format reads its f32
     // original's scores rounded (`logit_twins_of`).
     let twins = "fp8-fp32scale+scale-unwritten-zero,fp8-fp32scale,fp8-fp32scale+scale-unwritten-zero+ties-highest,\
-                 fp8-fp32scale+topk-round64,fp8-fp32scale+logits-bf16,fp8-fp32scale+logits-fp16";
+                 fp8-fp32scale+topk-round64,fp8-fp32scale+logits-bf16,fp8-fp32scale+logits-fp16,\
+                 fp8-fp32scale+pages-swapped,fp8-fp32scale+slot-shift,fp8-fp32scale+block-row0,\
+                 fp8-fp32scale+pages-swapped+slot-shift,bf16,bf16+block-row0";
     let together = sweep(twins);
     for name in [
         "fp8-fp32scale+scale-unwritten-zero+ties-highest",
         "fp8-fp32scale+topk-round64",
         "fp8-fp32scale+logits-bf16",
         "fp8-fp32scale+logits-fp16",
+        "fp8-fp32scale+pages-swapped",
+        "fp8-fp32scale+slot-shift",
+        "fp8-fp32scale+block-row0",
+        "fp8-fp32scale+pages-swapped+slot-shift",
+        "bf16+block-row0",
     ] {
         let alone = sweep(name);
         let mine: Vec<_> = together.iter().filter(|c| c.precision == name).collect();

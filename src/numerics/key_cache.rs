@@ -279,6 +279,21 @@ impl KeyCacheFaults {
         *self == Self::default()
     }
 
+    /// Whether these faults only move whole written rows (codes and scale
+    /// together) into other rows' places, `pages-swapped`, `slot-shift` and
+    /// `block-row0` alone or together: row r of a chunk then reads written
+    /// row [`Self::read_row`] as it is (a zero row with scale 0 past the
+    /// chunk's rows), so it scores as that row does.
+    pub fn moves_rows_only(&self) -> bool {
+        let rest = KeyCacheFaults { slot_shift: false, pages_swapped: false, block_row0: false, ..*self };
+        rest.is_default() && !self.is_default()
+    }
+
+    /// The written row (chunk-relative) a reader of row `r` fetches.
+    pub fn read_row(&self, r: usize) -> usize {
+        self.source_row(r)
+    }
+
     fn write_changed(&self) -> bool {
         self.scale_span != ScaleSpan::Row || self.scale_rounded_down || self.stale_scale || self.written_as != Fp8Flavour::E4m3fn
     }

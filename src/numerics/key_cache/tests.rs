@@ -400,3 +400,30 @@ fn offset_32bit_zeroes_the_share_of_pages_past_2_31_bytes() {
         }
     }
 }
+
+#[test]
+fn faults_that_only_move_rows_read_each_row_as_the_written_row_it_names() {
+    let moves = |slot_shift, pages_swapped, block_row0| KeyCacheFaults { slot_shift, pages_swapped, block_row0, ..Default::default() };
+    assert!(!KeyCacheFaults::default().moves_rows_only());
+    assert!(!KeyCacheFaults { slot_shift: true, stale_scale: true, ..Default::default() }.moves_rows_only());
+    assert!(!KeyCacheFaults { block_row0: true, zero_pages_ppm: 10, ..Default::default() }.moves_rows_only());
+    // 200 rows: three whole pages and a partial one, whose swapped partner
+    // rows lie past the written rows (read as zero rows with scale 0).
+    let raw = keys(200);
+    for key in [fp8("fp8-fp32scale"), fp8("bf16")] {
+        let written = store(KeyCacheFaults::default(), &key, &raw);
+        for faults in [moves(true, false, false), moves(false, true, false), moves(false, false, true), moves(true, true, false)] {
+            assert!(faults.moves_rows_only(), "{faults:?}");
+            let read = store(faults, &key, &raw);
+            for r in 0..200 {
+                let src = faults.read_row(r);
+                let (values, scale) = match written.row_scales.get(src) {
+                    Some(&s) => (written.values[src * D..(src + 1) * D].to_vec(), s),
+                    None => (vec![0.0; D], 0.0),
+                };
+                assert_eq!(read.values[r * D..(r + 1) * D], values[..], "{faults:?} row {r}");
+                assert_eq!(read.row_scales[r].to_bits(), scale.to_bits(), "{faults:?} row {r}");
+            }
+        }
+    }
+}

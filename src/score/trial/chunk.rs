@@ -75,6 +75,9 @@ pub(super) struct ChunkWork<'w, 'a> {
     /// Per variant: an earlier one whose scores it reads, rounded to its
     /// logits format ([`super::spec::logit_twins_of`]).
     pub(super) logit_twins: Vec<Option<usize>>,
+    /// Per variant: an earlier one with a fault-free cache whose rows its
+    /// cache only moves ([`super::spec::row_map_twins_of`]).
+    pub(super) row_map_twins: Vec<Option<usize>>,
     /// … and whose needle rows' scores too: a twin with the same needle multiple.
     pub(super) patch_twins: Vec<Option<usize>>,
     /// Per variant: its needle multiple's slot ([`TrialSpec::needle_multiples`]).
@@ -255,7 +258,10 @@ impl ChunkWork<'_, '_> {
         // pipeline), their rows in `plain` at the same index.
         let mut shared: Vec<(usize, &QuantPipeline)> = Vec::new();
         for (v, variant) in self.variants.iter().enumerate() {
-            if self.twins[v].is_some() || self.rounded_from_logit_twin(v, &of_variant, pieces) {
+            if self.twins[v].is_some()
+                || self.rounded_from_logit_twin(v, &of_variant, pieces)
+                || self.moved_from_row_map_twin(v, start, n, &of_variant, pieces)?
+            {
                 continue;
             }
             let layout = self.layout_of(variant);
@@ -327,6 +333,60 @@ impl ChunkWork<'_, '_> {
             }
         }
         true
+    }
+
+    /// Variant `v`'s scores read off its row-map twin's pieces (scored
+    /// earlier in this chunk): row r scores as the written row its cache
+    /// reads in r's place, a row read past the chunk's `n` rows as a zero
+    /// row with scale 0 does. False (nothing written) without a twin, or
+    /// when a row of a shorter piece reads a row past that piece, whose
+    /// score the twin's piece lacks.
+    fn moved_from_row_map_twin(
+        &self,
+        v: usize,
+        start: u64,
+        n: usize,
+        of_variant: &[Vec<usize>],
+        pieces: &mut [ScorePiece],
+    ) -> Result<bool, SimError> {
+        let Some(u) = self.row_map_twins[v] else { return Ok(false) };
+        let cache = &self.variants[v].cache;
+        // A chunk the cache would refuse (not at a tensor span) takes the
+        // full path, which says so.
+        if !start.is_multiple_of(crate::numerics::key_cache::TENSOR_SPAN_ROWS as u64) {
+            return Ok(false);
+        }
+        let source_of = |i: usize| {
+            let (group, len) = (pieces[i].group, pieces[i].scores.len());
+            of_variant[u].iter().copied().find(|&j| j < i && pieces[j].group == group && pieces[j].scores.len() == len)
+        };
+        let Some(pairs) = of_variant[v].iter().map(|&i| source_of(i).map(|j| (i, j))).collect::<Option<Vec<_>>>() else {
+            return Ok(false);
+        };
+        let read: Vec<usize> = (0..n).map(|r| cache.read_row(r)).collect();
+        if pairs.iter().any(|&(i, _)| {
+            let m = pieces[i].scores.len();
+            read[..m].iter().any(|&src| src >= m && src < n)
+        }) {
+            return Ok(false);
+        }
+        let d = self.spec.model.shape.head_dim;
+        let zero_row = QuantizedRows { values: vec![0.0; d], row_scales: vec![0.0] };
+        for (i, j) in pairs {
+            let m = pieces[i].scores.len();
+            let mut past = None;
+            if read[..m].iter().any(|&src| src >= n) {
+                let mut score = [0.0f32];
+                self.queries[pieces[i].group][v].score_quantized_rows(&zero_row, &mut score);
+                past = Some(score[0]);
+            }
+            let (before, from_i) = pieces.split_at_mut(i);
+            let base = &before[j].scores;
+            for (to, &src) in from_i[0].scores.iter_mut().zip(&read[..m]) {
+                *to = if src < m { base[src] } else { past.unwrap_or_default() };
+            }
+        }
+        Ok(true)
     }
 
     /// A twin's scores are its original's, bit for bit: copied, not recomputed.

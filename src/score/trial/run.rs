@@ -5,7 +5,7 @@ use super::chunk::{ChunkSpecials, ChunkWork, CHUNK_ROWS};
 use super::critical::Probe;
 use super::place::{Exact, Placer, Screen};
 use super::query::{context_queries, shifted_query, QueryGroups, ScoredSet};
-use super::spec::{logit_twins_of, score_twins_of, slot_of, CasePatches, NeedleOutcome, TrialOutcome, TrialSpec};
+use super::spec::{logit_twins_of, row_map_twins_of, score_twins_of, slot_of, CasePatches, NeedleOutcome, TrialOutcome, TrialSpec};
 use crate::error::SimError;
 use crate::model::haystack::TrialHaystack;
 use crate::model::needle::NeedleDraw;
@@ -33,6 +33,7 @@ impl TrialSpec<'_> {
         let shifted = shifted_query(self.model, trial_seed, scored)?;
         let twins = score_twins_of(scored);
         let logit_twins = logit_twins_of(scored, &twins);
+        let row_map_twins = row_map_twins_of(scored, &twins, &logit_twins);
         let QueryGroups { queries, key_layouts, rows: group_rows } =
             self.query_groups(&haystack, shifted.as_ref(), &source, scored, &twins)?;
         let groups = queries.len();
@@ -57,6 +58,7 @@ impl TrialSpec<'_> {
             cases: &cases,
             twins,
             logit_twins,
+            row_map_twins,
             patch_twins,
             needle_slots,
             keep_bare: quantile.is_some(),

@@ -252,6 +252,26 @@ fn same_rows(a: &PrecisionVariant, b: &PrecisionVariant) -> bool {
     (&a.query, &a.key, &a.cache, &a.position) == (&b.query, &b.key, &b.cache, &b.position)
 }
 
+/// Per variant (neither a score twin nor a logit twin), an earlier variant
+/// scored in full that is the same but for a fault-free cache, when its
+/// own cache fault only moves whole rows
+/// ([`crate::numerics::key_cache::KeyCacheFaults::moves_rows_only`]): a
+/// row's score depends on that row's codes and scale alone, so each row
+/// scores as the written row read in its place (`pages-swapped`,
+/// `slot-shift`, `block-row0` beside their base).
+pub(super) fn row_map_twins_of(v: &[PrecisionVariant], twins: &[Option<usize>], logit_twins: &[Option<usize>]) -> Vec<Option<usize>> {
+    let full = |j: usize| twins[j].is_none() && logit_twins[j].is_none();
+    (0..v.len())
+        .map(|i| {
+            if !full(i) || !v[i].cache.moves_rows_only() {
+                return None;
+            }
+            let clean = PrecisionVariant { cache: Default::default(), ..v[i].clone() };
+            (0..i).find(|&j| full(j) && v[j].scoring == v[i].scoring && same_rows(&clean, &v[j]))
+        })
+        .collect()
+}
+
 /// [`TrialSpec::score_twins`] of any list of variants.
 pub(super) fn score_twins_of(v: &[PrecisionVariant]) -> Vec<Option<usize>> {
     (0..v.len()).map(|i| (0..i).find(|&j| v[i].scoring == v[j].scoring && same_rows(&v[i], &v[j]))).collect()

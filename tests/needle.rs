@@ -112,3 +112,35 @@ fn the_screened_exact_reference_places_the_needle_as_the_full_one() {
         }
     }
 }
+
+/// Issue 45: a cache fault that only moves whole rows (`pages-swapped`,
+/// `slot-shift`, `block-row0`) reads its needle patches off the special
+/// rows it moves instead of storing their pages again; every outcome and
+/// placement must be what storing the pages gives, with the needle at
+/// several multiples, partial pages (2,100 tokens), token-level rows
+/// (V3.2) and bf16 keys.
+#[test]
+fn moved_rows_patch_the_needle_as_stored_pages_do() {
+    use dsa_recall::estimate::driver::trial_seed;
+    use dsa_recall::run::sweep::spec_for;
+    use dsa_recall::score::trial::with_stored_patches;
+    let moved = "fp8-fp32scale+pages-swapped,fp8-fp32scale+slot-shift,fp8-fp32scale+block-row0,fp8-fp32scale+pages-swapped+slot-shift";
+    let cases = [
+        format!("[sweep]\ncontexts = \"2100,6K\"\ndepths = \"30\"\nprecisions = \"fp8-fp32scale,{moved}\"\n"),
+        format!("[needle]\nprofile = \"hard\"\n[sweep]\ncontexts = \"8K\"\ndepths = \"90\"\ntopk = \"64\"\nprecisions = \"{moved},fp8-fp32scale+block-row0+needle=8,bf16+block-row0\"\n"),
+        format!("preset = \"deepseek-v3.2\"\n[sweep]\ncontexts = \"3000\"\ndepths = \"50\"\ntopk = \"512\"\nprecisions = \"{moved}\"\n"),
+    ];
+    let mut patched = 0;
+    for text in &cases {
+        let s = config::check(config::resolve(parse_scenario_toml(text).unwrap()).unwrap()).unwrap();
+        let spec = spec_for(&s, &s.depths[..1]);
+        for t in 0..6 {
+            let seed = trial_seed(s.seed, s.depths[0], t);
+            let read_off = spec.run(seed).unwrap();
+            let stored = with_stored_patches(|| spec.run(seed)).unwrap();
+            assert_eq!(read_off, stored, "{text}: trial {t}");
+            patched += read_off.cells.iter().filter(|c| c.survived).count();
+        }
+    }
+    assert!(patched > 0, "no needle was kept: the comparison saw nothing");
+}

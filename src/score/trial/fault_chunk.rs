@@ -16,6 +16,22 @@ use crate::numerics::pipeline::QuantizedRows;
 use crate::score::indexer::IndexerQuery;
 use crate::score::variant::PrecisionVariant;
 
+thread_local! {
+    /// Set by [`with_stored_patches`]: every cache-fault variant's patches
+    /// from the pages stored again (tests compare both ways).
+    static STORED_PATCHES: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Runs `f` with every cache-fault variant's needle patches found by
+/// storing the pages again on this thread, never read off the moved rows
+/// (for tests of [`ChunkWork::moved_patches`]).
+pub fn with_stored_patches<T>(f: impl FnOnce() -> T) -> T {
+    STORED_PATCHES.with(|c| c.set(true));
+    let out = f();
+    STORED_PATCHES.with(|c| c.set(false));
+    out
+}
+
 /// Which rows a key pipeline quantized (the special rows at a needle
 /// slot's scale), and the layout.
 type Rows = (Which, usize);
@@ -99,7 +115,7 @@ impl ChunkWork<'_, '_> {
                 for (pre, &score) in pres.iter().zip(scores.iter()) {
                     patches.push(Patch { case: c, variant: v, row: pre.row as u32, score });
                 }
-            } else {
+            } else if !self.moved_patches((c, v), keys, self.needle_slots[v], q, &mut faulted, patches)? {
                 // Pages and neighbours matter: store the whole chunk with the special rows in.
                 self.fault_patches((c, v), keys, self.needle_slots[v], q, &mut faulted, quantized, patches)?;
             }
@@ -268,6 +284,66 @@ impl ChunkWork<'_, '_> {
             score,
         }));
         Ok(())
+    }
+}
+
+impl ChunkWork<'_, '_> {
+    /// [`Self::fault_patches`] for a cache that only moves whole rows
+    /// ([`crate::numerics::key_cache::KeyCacheFaults::moves_rows_only`])
+    /// under a key pipeline that quantizes each row alone (`parts_reading`
+    /// says so): row r reads written row `read_row(r)`, so it changes
+    /// exactly where that is a special row whose quantized key differs
+    /// from the chunk's there, and then scores as that special row does.
+    /// The same patches, ascending, without storing pages again; false
+    /// (nothing written) for any other variant.
+    fn moved_patches(
+        &self,
+        (c, v): (usize, usize),
+        keys: &[Vec<f32>; 2],
+        slot: usize,
+        q: &IndexerQuery,
+        faulted: &mut FaultedChunk,
+        patches: &mut Vec<Patch>,
+    ) -> Result<bool, SimError> {
+        let FaultedChunk { chunk, quantized, gathered, .. } = faulted;
+        let variant = &self.variants[v];
+        let (start, n) = (chunk.start, chunk.n);
+        let written: Vec<usize> = chunk.cases[c].iter().map(|p| (p.row - start) as usize).collect();
+        if !variant.cache.moves_rows_only()
+            || STORED_PATCHES.with(|f| f.get())
+            || !start.is_multiple_of(crate::numerics::key_cache::TENSOR_SPAN_ROWS as u64)
+            || variant.cache.parts_reading(&variant.key, &written, n).is_none()
+        {
+            return Ok(false);
+        }
+        let (layout, d) = (self.layout_of(variant), self.spec.model.shape.head_dim);
+        let whole = self.quantization(v, &chunk.fin[layout], (Which::Chunk, layout), quantized)?;
+        let own = self.quantization(v, &keys[layout], (Which::Specials(slot), layout), quantized)?;
+        let (whole, own) = (&quantized[whole].2, &quantized[own].2);
+        let row_bits = |q: &QuantizedRows, r: usize| {
+            (q.row_scales[r].to_bits(), q.values[r * d..(r + 1) * d].iter().map(|x| x.to_bits()).collect::<Vec<u32>>())
+        };
+        // (written row, special row) where the special row's key is new there.
+        let mut new_at: Vec<(usize, usize)> =
+            written.iter().enumerate().map(|(j, &w)| (w, j)).filter(|&(w, j)| row_bits(own, j) != row_bits(whole, w)).collect();
+        if new_at.is_empty() {
+            return Ok(true);
+        }
+        new_at.sort_unstable();
+        gathered.values.clear();
+        gathered.row_scales.clear();
+        for &(_, j) in &new_at {
+            gathered.values.extend_from_slice(&own.values[j * d..(j + 1) * d]);
+            gathered.row_scales.push(own.row_scales[j]);
+        }
+        let mut scores = vec![0.0f32; new_at.len()];
+        q.score_quantized_rows(gathered, &mut scores);
+        for r in 0..n {
+            if let Ok(i) = new_at.binary_search_by_key(&variant.cache.read_row(r), |&(w, _)| w) {
+                patches.push(Patch { case: c, variant: v, row: (start as usize + r) as u32, score: scores[i] });
+            }
+        }
+        Ok(true)
     }
 }
 

@@ -16,6 +16,7 @@ mod query;
 mod run;
 mod spec;
 
+pub use fault_chunk::with_stored_patches;
 pub use place::with_full_reference;
 pub use query::{context_queries, shifted_context_queries, shifted_query};
 pub use spec::{NeedleOutcome, TrialOutcome, TrialSpec};

@@ -154,18 +154,8 @@ pub fn rms_norm_rows(rows: &mut [f32], dim: usize, eps: f32) -> Result<(), Compr
     if dim == 0 {
         return Err(CompressorError::ZeroDim);
     }
-    let mut rows = rows;
     #[cfg(target_arch = "x86_64")]
-    if dim.is_multiple_of(16) && crate::base::simd::level().avx512() {
-        let whole = rows.len() / (16 * dim) * (16 * dim);
-        let (blocks, rest) = rows.split_at_mut(whole);
-        for block in blocks.chunks_exact_mut(16 * dim) {
-            // SAFETY: the level is AVX-512 (the CPU has AVX-512F); `block` is
-            // exactly 16 rows of `dim`, a positive multiple of 16.
-            unsafe { rms_norm_16_rows_avx512(block, dim, eps) };
-        }
-        rows = rest;
-    }
+    let rows = in_blocks_of_16(rows, dim, eps, rms_norm_16_rows_avx512);
     let mut blocks = rows.chunks_exact_mut(ROWS * dim);
     for block in &mut blocks {
         let mut sum_sq = [0.0f32; ROWS];
@@ -184,6 +174,26 @@ pub fn rms_norm_rows(rows: &mut [f32], dim: usize, eps: f32) -> Result<(), Compr
         rms_norm(row, eps)?;
     }
     Ok(())
+}
+
+/// Normalises the whole blocks of 16 rows of `rows` (rows of `dim` > 0
+/// values) with `kernel` when the level is AVX-512 and `dim` a multiple
+/// of 16; returns the rows left for the portable code (all of them
+/// otherwise).
+#[cfg(target_arch = "x86_64")]
+fn in_blocks_of_16(rows: &mut [f32], dim: usize, eps: f32, kernel: unsafe fn(&mut [f32], usize, f32)) -> &mut [f32] {
+    if !(dim.is_multiple_of(16) && crate::base::simd::level().avx512()) {
+        return rows;
+    }
+    let whole = rows.len() / (16 * dim) * (16 * dim);
+    let (blocks, rest) = rows.split_at_mut(whole);
+    for block in blocks.chunks_exact_mut(16 * dim) {
+        // SAFETY: the level is AVX-512 (the CPU has AVX-512F), all the
+        // kernels need; `block` is exactly 16 rows of `dim`, a positive
+        // multiple of 16 (the callers refuse dim 0).
+        unsafe { kernel(block, dim, eps) };
+    }
+    rest
 }
 
 /// LayerNorm without weight and bias: (x − μ)/√(v + eps), with μ the
@@ -217,18 +227,8 @@ pub fn layer_norm_rows(rows: &mut [f32], dim: usize, eps: f32) -> Result<(), Com
     if dim == 0 {
         return Err(CompressorError::ZeroDim);
     }
-    let mut rows = rows;
     #[cfg(target_arch = "x86_64")]
-    if dim.is_multiple_of(16) && crate::base::simd::level().avx512() {
-        let whole = rows.len() / (16 * dim) * (16 * dim);
-        let (blocks, rest) = rows.split_at_mut(whole);
-        for block in blocks.chunks_exact_mut(16 * dim) {
-            // SAFETY: the level is AVX-512 (the CPU has AVX-512F); `block` is
-            // exactly 16 rows of `dim`, a positive multiple of 16.
-            unsafe { layer_norm_16_rows_avx512(block, dim, eps) };
-        }
-        rows = rest;
-    }
+    let rows = in_blocks_of_16(rows, dim, eps, layer_norm_16_rows_avx512);
     for row in rows.chunks_exact_mut(dim) {
         layer_norm(row, eps)?;
     }

@@ -319,12 +319,7 @@ impl ChunkWork<'_, '_> {
     /// so earlier in `pieces`) match its own; false (nothing written)
     /// otherwise.
     fn rounded_from_logit_twin(&self, v: usize, of_variant: &[Vec<usize>], pieces: &mut [ScorePiece]) -> bool {
-        let Some(u) = self.logit_twins[v] else { return false };
-        let source_of = |i: usize| {
-            let (group, len) = (pieces[i].group, pieces[i].scores.len());
-            of_variant[u].iter().copied().find(|&j| j < i && pieces[j].group == group && pieces[j].scores.len() == len)
-        };
-        let Some(pairs) = of_variant[v].iter().map(|&i| source_of(i).map(|j| (i, j))).collect::<Option<Vec<_>>>() else { return false };
+        let Some(pairs) = self.logit_twins[v].and_then(|u| source_pieces(v, u, of_variant, pieces)) else { return false };
         let logits = self.variants[v].scoring.logits;
         for (i, j) in pairs {
             let (before, from_i) = pieces.split_at_mut(i);
@@ -356,13 +351,7 @@ impl ChunkWork<'_, '_> {
         if !start.is_multiple_of(crate::numerics::key_cache::TENSOR_SPAN_ROWS as u64) {
             return Ok(false);
         }
-        let source_of = |i: usize| {
-            let (group, len) = (pieces[i].group, pieces[i].scores.len());
-            of_variant[u].iter().copied().find(|&j| j < i && pieces[j].group == group && pieces[j].scores.len() == len)
-        };
-        let Some(pairs) = of_variant[v].iter().map(|&i| source_of(i).map(|j| (i, j))).collect::<Option<Vec<_>>>() else {
-            return Ok(false);
-        };
+        let Some(pairs) = source_pieces(v, u, of_variant, pieces) else { return Ok(false) };
         let read: Vec<usize> = (0..n).map(|r| cache.read_row(r)).collect();
         if pairs.iter().any(|&(i, _)| {
             let m = pieces[i].scores.len();
@@ -508,6 +497,17 @@ impl ChunkWork<'_, '_> {
         }
         Ok(out)
     }
+}
+
+/// Per piece of variant `v`, the piece of variant `u` for the same query
+/// group and rows, earlier in `pieces` (scored before it in the chunk):
+/// (v's piece, u's piece); None when one has no such piece.
+fn source_pieces(v: usize, u: usize, of_variant: &[Vec<usize>], pieces: &[ScorePiece]) -> Option<Vec<(usize, usize)>> {
+    let source_of = |i: usize| {
+        let (group, len) = (pieces[i].group, pieces[i].scores.len());
+        of_variant[u].iter().copied().find(|&j| j < i && pieces[j].group == group && pieces[j].scores.len() == len)
+    };
+    of_variant[v].iter().map(|&i| source_of(i).map(|j| (i, j))).collect()
 }
 
 /// The index in `pieces` of each (group, variant) piece, at `group ×

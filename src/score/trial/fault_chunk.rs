@@ -115,7 +115,7 @@ impl ChunkWork<'_, '_> {
                 for (pre, &score) in pres.iter().zip(scores.iter()) {
                     patches.push(Patch { case: c, variant: v, row: pre.row as u32, score });
                 }
-            } else if !self.moved_patches((c, v), keys, self.needle_slots[v], q, &mut faulted, patches)? {
+            } else {
                 // Pages and neighbours matter: store the whole chunk with the special rows in.
                 self.fault_patches((c, v), keys, self.needle_slots[v], q, &mut faulted, quantized, patches)?;
             }
@@ -234,11 +234,22 @@ impl ChunkWork<'_, '_> {
         out: &mut QuantizedRows,
         patches: &mut Vec<Patch>,
     ) -> Result<(), SimError> {
-        let FaultedChunk { chunk, patched, quantized, base, gathered, part_rows } = faulted;
         let variant = &self.variants[v];
+        let (start, n) = (faulted.chunk.start, faulted.chunk.n);
+        let written: Vec<usize> = faulted.chunk.cases[c].iter().map(|p| (p.row - start) as usize).collect();
+        let parts = variant.cache.parts_reading(&variant.key, &written, n);
+        // A cache that only moves whole rows, of keys quantized row by row:
+        // the special rows' own keys say which rows change.
+        if parts.is_some()
+            && variant.cache.moves_rows_only()
+            && start.is_multiple_of(crate::numerics::key_cache::TENSOR_SPAN_ROWS as u64)
+            && !STORED_PATCHES.with(|f| f.get())
+        {
+            return self.moved_patches((c, v, slot), &written, keys, q, faulted, patches);
+        }
+        let FaultedChunk { chunk, patched, quantized, base, gathered, part_rows } = faulted;
         let layout = self.layout_of(variant);
         let d = self.spec.model.shape.head_dim;
-        let (start, n) = (chunk.start, chunk.n);
         let root = self.twins[v].unwrap_or(v);
         if base[root].is_none() {
             let mut b = QuantizedRows::default();
@@ -246,11 +257,10 @@ impl ChunkWork<'_, '_> {
             base[root] = Some(b);
         }
         let base = base[root].as_ref().expect("stored above");
-        let written: Vec<usize> = chunk.cases[c].iter().map(|p| (p.row - start) as usize).collect();
         let mut changed = Vec::new();
         gathered.values.clear();
         gathered.row_scales.clear();
-        match variant.cache.parts_reading(&variant.key, &written, n) {
+        match parts {
             // Only the pages the special rows change, stored again.
             Some(parts) => {
                 for rows in parts {
@@ -290,32 +300,23 @@ impl ChunkWork<'_, '_> {
 impl ChunkWork<'_, '_> {
     /// [`Self::fault_patches`] for a cache that only moves whole rows
     /// ([`crate::numerics::key_cache::KeyCacheFaults::moves_rows_only`])
-    /// under a key pipeline that quantizes each row alone (`parts_reading`
-    /// says so): row r reads written row `read_row(r)`, so it changes
-    /// exactly where that is a special row whose quantized key differs
-    /// from the chunk's there, and then scores as that special row does.
-    /// The same patches, ascending, without storing pages again; false
-    /// (nothing written) for any other variant.
+    /// under a key pipeline that quantizes each row alone: row r reads
+    /// written row `read_row(r)`, so it changes exactly where that is a
+    /// special row (chunk rows `written`) whose quantized key differs from
+    /// the chunk's there, and then scores as that special row does. The
+    /// same patches, ascending, without storing pages again.
     fn moved_patches(
         &self,
-        (c, v): (usize, usize),
+        (c, v, slot): (usize, usize, usize),
+        written: &[usize],
         keys: &[Vec<f32>; 2],
-        slot: usize,
         q: &IndexerQuery,
         faulted: &mut FaultedChunk,
         patches: &mut Vec<Patch>,
-    ) -> Result<bool, SimError> {
+    ) -> Result<(), SimError> {
         let FaultedChunk { chunk, quantized, gathered, .. } = faulted;
         let variant = &self.variants[v];
         let (start, n) = (chunk.start, chunk.n);
-        let written: Vec<usize> = chunk.cases[c].iter().map(|p| (p.row - start) as usize).collect();
-        if !variant.cache.moves_rows_only()
-            || STORED_PATCHES.with(|f| f.get())
-            || !start.is_multiple_of(crate::numerics::key_cache::TENSOR_SPAN_ROWS as u64)
-            || variant.cache.parts_reading(&variant.key, &written, n).is_none()
-        {
-            return Ok(false);
-        }
         let (layout, d) = (self.layout_of(variant), self.spec.model.shape.head_dim);
         let whole = self.quantization(v, &chunk.fin[layout], (Which::Chunk, layout), quantized)?;
         let own = self.quantization(v, &keys[layout], (Which::Specials(slot), layout), quantized)?;
@@ -327,7 +328,7 @@ impl ChunkWork<'_, '_> {
         let mut new_at: Vec<(usize, usize)> =
             written.iter().enumerate().map(|(j, &w)| (w, j)).filter(|&(w, j)| row_bits(own, j) != row_bits(whole, w)).collect();
         if new_at.is_empty() {
-            return Ok(true);
+            return Ok(());
         }
         new_at.sort_unstable();
         gathered.values.clear();
@@ -343,7 +344,7 @@ impl ChunkWork<'_, '_> {
                 patches.push(Patch { case: c, variant: v, row: (start as usize + r) as u32, score: scores[i] });
             }
         }
-        Ok(true)
+        Ok(())
     }
 }
 
